@@ -1,0 +1,30 @@
+# One set of commands for people, CI and the benchmarks.
+PYTHON ?= python3
+PIP ?= $(PYTHON) -m pip
+
+.PHONY: install install-test demo test test-unit lint typecheck schema serve
+
+install:
+	$(PIP) install -q -e .
+
+install-test:
+	$(PIP) install -q -e '.[test]'
+
+demo: install
+	hrt demo
+
+test: install-test
+	$(PYTHON) -m pytest -q
+
+test-unit: install-test
+	$(PYTHON) -m pytest -q tests/unit tests/contract
+
+lint:
+	$(PYTHON) -m ruff check hrt tests
+	$(PYTHON) -m mypy
+
+schema:
+	hrt export-schema --out hrt/schema
+
+serve: install
+	hrt serve

@@ -1,0 +1,5 @@
+"""HTTP API (FastAPI)."""
+
+from hrt.api.app import create_app
+
+__all__ = ["create_app"]

@@ -1,0 +1,254 @@
+"""The ``hrt`` command: demo, serve, ingest, query, migrate, export-schema."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from hrt.config import Settings, load_settings
+from hrt.contract import AugmentedMemoryContext, RetrieveRequest, canonical_dumps
+from hrt.errors import HRTError
+from hrt.ingest import parse_jsonl
+
+log = logging.getLogger("hrt")
+
+DEMO_AS_OF = "2025-12-31T00:00:00Z"
+DEMO_REQUESTS: list[dict[str, Any]] = [
+    {"user_id": "u-maya", "key_phrases": ["Project Phoenix timeline", "team bandwidth", "that book on deep work"]},
+    {"user_id": "u-tom", "key_phrases": ["Postgres migration", "on-call incident"], "max_depth": 1},
+    {"user_id": "u-sara", "query": "How did the onboarding flow usability tests go?"},
+]
+
+
+def sample_data_path() -> Path:
+    return Path(str(resources.files("hrt.sample_data").joinpath("sample_graph.jsonl")))
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, Any] = {}
+    if getattr(args, "db", None):
+        overrides["db_path"] = Path(args.db)
+    return load_settings(**overrides)
+
+
+def _service(settings: Settings):  # type: ignore[no-untyped-def]
+    from hrt.service import HRTService
+
+    return HRTService(settings)
+
+
+def ingest_file(service: Any, path: Path, batch_size: int | None) -> tuple[int, int]:
+    """Validate the whole file first, then write it (one transaction per ``batch_size`` lines)."""
+    from tqdm import tqdm
+
+    with path.open(encoding="utf-8") as fh:
+        records = parse_jsonl(fh)
+    upserted = deleted = 0
+    size = batch_size or max(1, len(records))
+    with tqdm(total=len(records), desc=f"ingest {path.name}", unit="rec", file=sys.stderr, disable=None) as bar:
+        for i in range(0, len(records), size):
+            part = records[i : i + size]
+            result = service.ingest(part)
+            upserted += result.upserted
+            deleted += result.deleted
+            bar.update(len(part))
+    return upserted, deleted
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    tmp = None
+    if args.db:
+        db = Path(args.db)
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="hrt-demo-")
+        db = Path(tmp.name) / "hrt.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(db) + suffix).unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    service = _service(load_settings(db_path=db))
+    t1 = time.perf_counter()
+    up, _ = ingest_file(service, sample_data_path(), None)
+    t2 = time.perf_counter()
+    print(f"# HRT demo: embedded store at {db}; model loaded in {t1 - t0:.1f}s; "
+          f"{up} sample records ingested in {t2 - t1:.1f}s", file=sys.stderr)
+    out_dir = Path(args.out) if args.out else None
+    if out_dir:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        for i, body in enumerate(DEMO_REQUESTS, start=1):
+            request = RetrieveRequest.model_validate({**body, "as_of": DEMO_AS_OF})
+            start = time.perf_counter()
+            result = asyncio.run(service.retrieve(request))
+            ms = (time.perf_counter() - start) * 1000
+            print(f"# request {i}: {json.dumps(body)} ({ms:.1f} ms)", file=sys.stderr)
+            text = result.canonical_json(indent=2)
+            print(text)
+            if out_dir:
+                (out_dir / f"demo-{i}.json").write_text(text + "\n", encoding="utf-8")
+    finally:
+        service.close()
+        if tmp is not None:
+            tmp.cleanup()
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from hrt.api import create_app
+
+    settings = _settings(args)
+    host = args.host or settings.host
+    port = args.port if args.port is not None else settings.port
+    uvicorn.run(create_app(settings), host=host, port=port, log_level=settings.log_level.lower())
+    return 0
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    service = _service(_settings(args))
+    try:
+        up, deleted = ingest_file(service, Path(args.file), args.batch_size)
+    finally:
+        service.close()
+    print(json.dumps({"upserted": up, "deleted": deleted}))
+    return 0
+
+
+def render_text(result: AugmentedMemoryContext) -> str:
+    lines = [result.retrieval_summary, ""]
+    for mu in result.retrieved_memory_units:
+        lines.append(f"  memory  {mu.final_retrieval_score:.4f}  {mu.creation_ts[:10]}  {mu.muid}  {mu.title}")
+    for c in result.retrieved_concepts:
+        lines.append(f"  concept {c.final_retrieval_score:.4f}  {c.type:<10}  {c.id}  {c.name}")
+    for a in result.retrieved_artifacts:
+        lines.append(f"  artifact {a.final_retrieval_score:.4f} {a.artifact_type}  {a.id}  {a.title}")
+    return "\n".join(lines)
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"user_id": args.user}
+    if args.phrase:
+        body["key_phrases"] = args.phrase
+    if args.query:
+        body["query"] = args.query
+    if args.as_of:
+        body["as_of"] = args.as_of
+    if args.depth is not None:
+        body["max_depth"] = args.depth
+    if args.preset:
+        body["weights_preset"] = args.preset
+    if args.rerank:
+        body["rerank"] = True
+    request = RetrieveRequest.model_validate(body)
+    service = _service(_settings(args))
+    try:
+        result = asyncio.run(service.retrieve(request))
+    finally:
+        service.close()
+    print(result.canonical_json(indent=2) if args.json else render_text(result))
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from hrt.stores.embedded import EmbeddedStore
+
+    settings = _settings(args)
+    store = EmbeddedStore(settings.db_path, dim=None)
+    try:
+        applied = store.migrate()  # the constructor applied pending steps; report what exists
+        versions = [r[0] for r in store.db.execute("SELECT version FROM schema_migrations ORDER BY version")]
+    finally:
+        store.close()
+    print(json.dumps({"db_path": str(settings.db_path), "applied_now": applied, "schema_versions": versions}))
+    return 0
+
+
+def cmd_export_schema(args: argparse.Namespace) -> int:
+    from hrt.contract import request_json_schema, response_json_schema
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "augmented_memory_context.v9.4.schema.json").write_text(
+        canonical_dumps(response_json_schema(), indent=2) + "\n", encoding="utf-8"
+    )
+    (out / "retrieve_request.schema.json").write_text(
+        canonical_dumps(request_json_schema(), indent=2) + "\n", encoding="utf-8"
+    )
+    print(f"wrote {out}/augmented_memory_context.v9.4.schema.json and {out}/retrieve_request.schema.json")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hrt", description="HRT, the Hybrid Retrieval Tool")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("demo", help="build a fresh store from the bundled sample graph and run sample retrievals")
+    d.add_argument("--db", help="keep the demo store at this path (default: a temporary directory)")
+    d.add_argument("--out", help="also write each response to DIR/demo-N.json")
+    d.set_defaults(func=cmd_demo)
+
+    s = sub.add_parser("serve", help="serve the HTTP API")
+    s.add_argument("--db")
+    s.add_argument("--host")
+    s.add_argument("--port", type=int)
+    s.set_defaults(func=cmd_serve)
+
+    i = sub.add_parser("ingest", help="ingest a JSONL file (see the README's ingest format)")
+    i.add_argument("file")
+    i.add_argument("--db")
+    i.add_argument("--batch-size", type=int, help="records per transaction (default: the whole file)")
+    i.set_defaults(func=cmd_ingest)
+
+    q = sub.add_parser("query", help="run one retrieval and print it")
+    q.add_argument("--user", required=True)
+    q.add_argument("--phrase", action="append", help="a key phrase (repeatable)")
+    q.add_argument("--query", help="a free-text query, used when no --phrase is given")
+    q.add_argument("--as-of", help="ISO timestamp; pin it for byte-identical output")
+    q.add_argument("--depth", type=int)
+    q.add_argument("--preset", help="weights preset: balanced, semantic, recent, salient, personal")
+    q.add_argument("--rerank", action="store_true")
+    q.add_argument("--json", action="store_true", help="print the AugmentedMemoryContext V9.4 JSON")
+    q.add_argument("--db")
+    q.set_defaults(func=cmd_query)
+
+    m = sub.add_parser("migrate", help="create or upgrade the store's schema (idempotent)")
+    m.add_argument("--db")
+    m.set_defaults(func=cmd_migrate)
+
+    e = sub.add_parser("export-schema", help="write the JSON Schemas of the request and the response")
+    e.add_argument("--out", default="hrt/schema")
+    e.set_defaults(func=cmd_export_schema)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args))
+    except HRTError as exc:
+        where = f" (field {exc.field})" if exc.field else ""
+        print(f"hrt: error: {exc.message}{where}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        from pydantic import ValidationError
+
+        if isinstance(exc, ValidationError):
+            err = exc.errors()[0]
+            field = ".".join(str(x) for x in err["loc"])
+            print(f"hrt: error: field '{field}': {err['msg']}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

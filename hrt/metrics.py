@@ -1,0 +1,46 @@
+"""Prometheus metrics, one registry per service instance (tests build many)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0)
+COUNT_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
+THRESHOLD_BUCKETS = (0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.stage_seconds = Histogram(
+            "hrt_stage_seconds", "Latency of one pipeline stage", ["stage"],
+            buckets=STAGE_BUCKETS, registry=self.registry,
+        )
+        self.retrieve_seconds = Histogram(
+            "hrt_retrieve_seconds", "End-to-end latency of one retrieval", buckets=STAGE_BUCKETS,
+            registry=self.registry,
+        )
+        self.requests = Counter(
+            "hrt_requests", "HTTP requests by route and status", ["route", "status"], registry=self.registry
+        )
+        self.candidates = Histogram(
+            "hrt_candidates", "Candidates per retrieval, by stage", ["stage"], buckets=COUNT_BUCKETS,
+            registry=self.registry,
+        )
+        self.unmatched_phrases = Counter(
+            "hrt_unmatched_key_phrases", "Key phrases that grounded to nothing", registry=self.registry
+        )
+        self.phrases = Counter("hrt_key_phrases", "Key phrases processed", registry=self.registry)
+        self.threshold = Histogram(
+            "hrt_adaptive_threshold", "Final adaptive similarity threshold per phrase",
+            buckets=THRESHOLD_BUCKETS, registry=self.registry,
+        )
+        self.degraded = Counter(
+            "hrt_degraded_responses", "Responses marked degraded, by stage", ["stage"], registry=self.registry
+        )
+        self.ingested = Counter(
+            "hrt_ingested_records", "Records written by ingest, by kind", ["kind"], registry=self.registry
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

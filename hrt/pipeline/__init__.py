@@ -1,0 +1,171 @@
+"""The HybridRetrievalTool: eight stages, one module each, composed here.
+
+    intake -> grounding -> expansion -> scoring -> shortlist + hydration -> rerank -> selection
+    -> assembly
+
+Hydration reads the shortlist (per kind ``limit x shortlist_factor``) in one batched read per kind
+before rerank and selection, because both need the entities' text.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+
+from hrt.config import Settings
+from hrt.contract import AugmentedMemoryContext, RetrieveRequest
+from hrt.embedder import Embedder
+from hrt.errors import NotFound
+from hrt.metrics import Metrics
+from hrt.pipeline.assembly import assemble
+from hrt.pipeline.expansion import run_expansion
+from hrt.pipeline.grounding import run_grounding
+from hrt.pipeline.hydration import run_hydration
+from hrt.pipeline.intake import run_intake
+from hrt.pipeline.rerank import run_rerank
+from hrt.pipeline.scoring import PreferenceBook, score_candidates
+from hrt.pipeline.selection import passes_filters, select, shortlist
+from hrt.records import EdgeType, Kind, entity_text
+from hrt.reranker import NoopReranker, Reranker
+from hrt.stores.base import GraphStore, RecordStore, VectorIndex
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+class HybridRetrievalTool:
+    def __init__(
+        self,
+        settings: Settings,
+        embedder: Embedder,
+        vectors: VectorIndex,
+        graph: GraphStore,
+        records: RecordStore,
+        reranker: Reranker | None = None,
+        metrics: Metrics | None = None,
+        deployment: str = "embedded",
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self.settings = settings
+        self.embedder = embedder
+        self.vectors = vectors
+        self.graph = graph
+        self.records = records
+        self.reranker = reranker or NoopReranker()
+        self.metrics = metrics or Metrics()
+        self.deployment = deployment
+        self.clock = clock
+        self._config_hash = settings.fingerprint()
+        self.last_timings: dict[str, float] = {}
+
+    @contextmanager
+    def _stage(self, name: str, timings: dict[str, float]) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed = time.perf_counter() - start
+            timings[name] = elapsed
+            self.metrics.stage_seconds.labels(stage=name).observe(elapsed)
+
+    async def retrieve(self, request: RetrieveRequest) -> AugmentedMemoryContext:
+        s = self.settings
+        timings: dict[str, float] = {}
+        started = time.perf_counter()
+        stages: dict[str, str] = {}
+        degraded: list[str] = []
+
+        with self._stage("intake", timings):
+            intake = run_intake(request, s, self.clock())
+            if not await self.records.user_exists(intake.user_id):
+                raise NotFound(f"unknown user_id {intake.user_id!r}: nothing was ingested for it", field="user_id")
+            phrase_vectors = self.embedder.embed(list(intake.phrases))
+        stages["intake"] = "ok"
+
+        with self._stage("grounding", timings):
+            grounding = await run_grounding(intake, phrase_vectors, self.vectors, s)
+        stages["grounding"] = "ok"
+
+        with self._stage("expansion", timings):
+            candidates = await run_expansion(intake, grounding, self.graph, s)
+        stages["expansion"] = "ok" if intake.depth > 0 else "skipped"
+
+        with self._stage("scoring", timings):
+            book = PreferenceBook.build(await self.records.preferences(intake.user_id), s.neutral_preference)
+            scored = score_candidates(
+                candidates, grounding.similarity, book, intake.weights, intake.as_of.timestamp(),
+                s.recency_half_life_days,
+            )
+            scored = [x for x in scored if passes_filters(x, intake.filters)]
+            short = shortlist(scored, intake.limits, s.shortlist_factor)
+        stages["scoring"] = "ok"
+
+        with self._stage("hydration", timings):
+            entities, missing = await run_hydration(intake.user_id, short, self.records)
+        stages["hydration"] = "ok"
+        if missing:
+            degraded.append(
+                "records missing for " + ", ".join(f"{len(v)} {k}" for k, v in sorted(missing.items()))
+            )
+
+        with self._stage("rerank", timings):
+            outcome = await run_rerank(intake, short, entities, self.reranker, s.rerank_blend)
+        stages["rerank"] = outcome.status
+        if outcome.status == "degraded" and outcome.reason:
+            degraded.append(outcome.reason)
+            self.metrics.degraded.labels(stage="rerank").inc()
+
+        with self._stage("selection", timings):
+            texts = {i: entity_text(e) for i, e in entities.items()}
+            selected, removed = select(outcome.items, texts, intake.limits, s.dedup_jaccard)
+        stages["selection"] = "ok"
+
+        with self._stage("assembly", timings):
+            not_after = intake.as_of.timestamp()
+            mu_ids = [x.id for x in selected[Kind.MEMORY_UNIT]]
+            concept_ids = [x.id for x in selected[Kind.CONCEPT]]
+            mu_concepts = (
+                await self.graph.neighbors(intake.user_id, mu_ids, EdgeType.MENTIONS, True, 50, not_after)
+                if mu_ids else {}
+            )
+            concept_mus = (
+                await self.graph.neighbors(intake.user_id, concept_ids, EdgeType.MENTIONS, False, 50, not_after)
+                if concept_ids else {}
+            )
+            stages["assembly"] = "ok"
+            response = assemble(
+                intake=intake,
+                grounding=grounding,
+                n_candidates=len(scored),
+                selected=selected,
+                entities=entities,
+                mu_concepts=mu_concepts,
+                concept_mus=concept_mus,
+                missing=missing,
+                stages=stages,
+                degraded_reasons=degraded,
+                rerank_applied=outcome.applied,
+                near_duplicates_removed=removed,
+                snippet_chars=s.snippet_chars,
+                related_items=s.related_items,
+                decimals=s.score_decimals,
+                deployment=self.deployment,
+                config_hash=self._config_hash,
+            )
+
+        total = time.perf_counter() - started
+        timings["total"] = total
+        self.last_timings = timings
+        m = self.metrics
+        m.retrieve_seconds.observe(total)
+        m.candidates.labels(stage="seeds").observe(len(grounding.seeds))
+        m.candidates.labels(stage="expansion").observe(len(candidates))
+        m.candidates.labels(stage="scored").observe(len(scored))
+        m.phrases.inc(len(intake.phrases))
+        m.unmatched_phrases.inc(len(grounding.unmatched))
+        for p in grounding.phrases:
+            m.threshold.observe(p.threshold)
+        return response

@@ -1,0 +1,239 @@
+"""Stage 8, assembly: the AugmentedMemoryContext V9.4, deterministic to the byte.
+
+Snippets: a text that fits in ``snippet_chars`` is kept whole. A longer one is cut to a window
+around the earliest occurrence of a key phrase (whole phrase first, else its first content word
+found), starting about a third of the window before it, snapped to word boundaries, with "…"
+marking each cut. With no occurrence, the window is the text's beginning.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+from hrt.contract import (
+    CONTRACT_VERSION,
+    AugmentedMemoryContext,
+    IdName,
+    IdTitle,
+    PhraseGrounding,
+    RetrievalMetadata,
+    RetrievedArtifact,
+    RetrievedConcept,
+    RetrievedMemoryUnit,
+    ScoreBreakdown,
+    ScoringDetails,
+    WeightsUsed,
+)
+from hrt.pipeline.grounding import Grounding
+from hrt.pipeline.intake import Intake
+from hrt.pipeline.scoring import Scored
+from hrt.records import Artifact, Concept, Entity, Kind, MemoryUnit, iso
+from hrt.stores.base import GraphNode
+from hrt.text import STOPWORDS, WORD
+
+ELLIPSIS = "…"
+
+
+def find_anchor(text: str, phrases: Sequence[str]) -> int | None:
+    lowered = text.casefold()
+    positions = [pos for p in phrases if (pos := lowered.find(p.casefold())) >= 0]
+    if positions:
+        return min(positions)
+    for p in phrases:
+        for word in WORD.findall(p):
+            if word.lower() in STOPWORDS or len(word) < 3:
+                continue
+            m = re.search(r"\b" + re.escape(word.casefold()), lowered)
+            if m:
+                positions.append(m.start())
+        if positions:
+            return min(positions)
+    return None
+
+
+def make_snippet(text: str, phrases: Sequence[str], max_chars: int) -> str:
+    text = " ".join(text.split())
+    if len(text) <= max_chars:
+        return text
+    anchor = find_anchor(text, phrases)
+    start = 0 if anchor is None else max(0, anchor - max_chars // 3)
+    if start > 0:
+        space = text.rfind(" ", 0, start + 1)
+        start = space + 1 if space >= 0 else start
+    end = min(len(text), start + max_chars)
+    if end < len(text):
+        space = text.rfind(" ", start, end)
+        if space > start:
+            end = space
+    body = text[start:end].strip()
+    return (ELLIPSIS if start > 0 else "") + body + (ELLIPSIS if end < len(text) else "")
+
+
+def rounder(decimals: int):  # type: ignore[no-untyped-def]
+    def r(x: float) -> float:
+        value = round(float(x), decimals)
+        return 0.0 if value == 0 else value  # no "-0.0" in the output
+
+    return r
+
+
+def summary_text(
+    n_phrases: int, n_seeds: int, n_candidates: int, depth: int, counts: Mapping[Kind, int],
+    unmatched: Sequence[str], rerank_applied: bool, degraded_reasons: Sequence[str],
+) -> str:
+    unmatched_text = "[" + ", ".join(repr(p) for p in unmatched) + "]" if unmatched else "none"
+    parts = [
+        f"HRT: Processed {n_phrases} key phrase{'s' if n_phrases != 1 else ''}.",
+        f"Found {n_seeds} seed entit{'ies' if n_seeds != 1 else 'y'} via hybrid search.",
+        f"Expanded to {n_candidates} graph candidate{'s' if n_candidates != 1 else ''} at depth {depth}.",
+        f"Prioritized and returned top {counts[Kind.MEMORY_UNIT]} MemoryUnits, "
+        f"{counts[Kind.CONCEPT]} Concepts, {counts[Kind.ARTIFACT]} Artifacts.",
+        f"Unmatched phrases: {unmatched_text}.",
+    ]
+    if rerank_applied:
+        parts.append("Reranked.")
+    if degraded_reasons:
+        parts.append("Degraded: " + "; ".join(degraded_reasons) + ".")
+    return " ".join(parts)
+
+
+def assemble(
+    *,
+    intake: Intake,
+    grounding: Grounding,
+    n_candidates: int,
+    selected: Mapping[Kind, Sequence[Scored]],
+    entities: Mapping[str, Entity],
+    mu_concepts: Mapping[str, Sequence[GraphNode]],
+    concept_mus: Mapping[str, Sequence[GraphNode]],
+    missing: Mapping[str, list[str]],
+    stages: Mapping[str, str],
+    degraded_reasons: Sequence[str],
+    rerank_applied: bool,
+    near_duplicates_removed: int,
+    snippet_chars: int,
+    related_items: int,
+    decimals: int,
+    deployment: str,
+    config_hash: str,
+) -> AugmentedMemoryContext:
+    r = rounder(decimals)
+    phrases = list(intake.phrases)
+
+    def breakdown(s: Scored) -> ScoreBreakdown:
+        return ScoreBreakdown(
+            semantic=r(s.semantic), recency=r(s.recency), salience=r(s.salience), preference=r(s.preference),
+            rerank=None if s.rerank is None else r(s.rerank),
+        )
+
+    mus: list[RetrievedMemoryUnit] = []
+    for s in selected.get(Kind.MEMORY_UNIT, ()):
+        mu = entities[s.id]
+        assert isinstance(mu, MemoryUnit)
+        mus.append(
+            RetrievedMemoryUnit(
+                muid=mu.muid,
+                title=mu.title,
+                content_snippet=make_snippet(mu.content, phrases, snippet_chars),
+                creation_ts=iso(mu.creation_ts),
+                source_type=mu.source_type,
+                importance_score=r(mu.importance_score),
+                final_retrieval_score=r(s.final),
+                score_breakdown=breakdown(s),
+                connected_concept_ids_and_names=[
+                    IdName(id=n.id, name=n.label) for n in mu_concepts.get(s.id, ())
+                ],
+            )
+        )
+
+    selected_mu_rank = {s.id: i for i, s in enumerate(selected.get(Kind.MEMORY_UNIT, ()))}
+    concepts: list[RetrievedConcept] = []
+    for s in selected.get(Kind.CONCEPT, ()):
+        c = entities[s.id]
+        assert isinstance(c, Concept)
+        neighbours = list(concept_mus.get(s.id, ()))
+        # memory units this response also returns come first (in its order), then the newest
+        neighbours.sort(key=lambda n: (selected_mu_rank.get(n.id, len(selected_mu_rank)),))
+        concepts.append(
+            RetrievedConcept(
+                id=c.id,
+                name=c.name,
+                type=c.type,
+                description_snippet=make_snippet(c.description, phrases, snippet_chars),
+                status=c.status,
+                salience=r(c.salience),
+                final_retrieval_score=r(s.final),
+                score_breakdown=breakdown(s),
+                related_top_memory_unit_ids_and_titles=[
+                    IdTitle(id=n.id, title=n.label) for n in neighbours[:related_items]
+                ],
+                key_properties_values={k: c.properties[k] for k in sorted(c.properties)},
+            )
+        )
+
+    artifacts: list[RetrievedArtifact] = []
+    for s in selected.get(Kind.ARTIFACT, ()):
+        a = entities[s.id]
+        assert isinstance(a, Artifact)
+        artifacts.append(
+            RetrievedArtifact(
+                id=a.id,
+                artifact_type=a.artifact_type,
+                title=a.title,
+                content_snippet=make_snippet(a.content, phrases, snippet_chars),
+                created_at=iso(a.created_at),
+                final_retrieval_score=r(s.final),
+                score_breakdown=breakdown(s),
+            )
+        )
+
+    unmatched = grounding.unmatched
+    counts = {Kind.MEMORY_UNIT: len(mus), Kind.CONCEPT: len(concepts), Kind.ARTIFACT: len(artifacts)}
+    w = intake.weights
+    return AugmentedMemoryContext(
+        retrieved_memory_units=mus,
+        retrieved_concepts=concepts,
+        retrieved_artifacts=artifacts,
+        retrieval_summary=summary_text(
+            len(phrases), len(grounding.seeds), n_candidates, intake.depth, counts, unmatched,
+            rerank_applied, degraded_reasons,
+        ),
+        scoring_details=ScoringDetails(
+            total_candidates_considered=n_candidates,
+            seed_entities_identified_from_key_phrases=len(grounding.seeds),
+            graph_traversal_depth_used=intake.depth,
+            weights_used=WeightsUsed(
+                alpha_semantic_similarity=r(w.alpha_semantic_similarity),
+                beta_recency=r(w.beta_recency),
+                gamma_salience=r(w.gamma_salience),
+                delta_user_preference=r(w.delta_user_preference),
+            ),
+        ),
+        unmatched_key_phrases=unmatched,
+        retrieval_metadata=RetrievalMetadata(
+            contract_version=CONTRACT_VERSION,
+            user_id=intake.user_id,
+            as_of=iso(intake.as_of),
+            key_phrases_processed=phrases,
+            key_phrase_source=intake.phrase_source,  # type: ignore[arg-type]
+            phrase_grounding=[
+                PhraseGrounding(
+                    key_phrase=p.phrase,
+                    threshold=r(p.threshold),
+                    best_similarity=r(p.best_similarity),
+                    seed_ids=list(p.seed_ids),
+                    matched=p.matched,
+                )
+                for p in grounding.phrases
+            ],
+            stages=dict(stages),  # type: ignore[arg-type]
+            degraded=bool(degraded_reasons),
+            degraded_reasons=list(degraded_reasons),
+            rerank_applied=rerank_applied,
+            missing_records={k: list(missing[k]) for k in sorted(missing)},
+            near_duplicates_removed=near_duplicates_removed,
+            deployment=deployment,
+            config_hash=config_hash,
+        ),
+    )

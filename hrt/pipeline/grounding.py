@@ -1,0 +1,118 @@
+"""Stage 2, grounding: hybrid vector + lexical search per phrase, fused by RRF, with seed 002's
+adaptive threshold decided in one pass over the scores the search already returned.
+
+Adaptive threshold (per phrase). Thresholds run from ``threshold_max`` down to ``threshold_min``
+in ``threshold_step`` steps; the first one that admits at least ``target = ceil(ratio x
+seeds_per_phrase)`` hits is kept, else the floor. Seed 002 re-queries at each step; counting the
+already returned similarities gives the same answer without another round trip.
+
+Admission: a hit is admitted when its cosine similarity reaches the phrase's threshold, or when it
+is among the ``target`` best lexical hits and reaches the floor (exact words matter even when the
+embedding is lukewarm). Admitted hits are ordered by RRF over their vector and lexical ranks,
+ties by id, and the first ``seeds_per_phrase`` become seeds. A phrase with no admitted hit is
+unmatched.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from hrt.config import Settings
+from hrt.pipeline.intake import Intake
+from hrt.records import Kind
+from hrt.stores.base import Vector, VectorHit, VectorIndex
+
+EPS = 1e-9
+
+
+def rrf_score(ranks: Sequence[int | None], k: int = 60) -> float:
+    """Reciprocal Rank Fusion: sum of 1/(k + rank) over the lists an item appears in."""
+    return sum(1.0 / (k + r) for r in ranks if r is not None)
+
+
+def threshold_ladder(high: float, low: float, step: float) -> list[float]:
+    steps = int(math.floor((high - low) / step + EPS))
+    return [round(high - i * step, 6) for i in range(steps + 1)]
+
+
+def adaptive_threshold(similarities: Sequence[float], target: int, high: float, low: float, step: float) -> float:
+    """The highest threshold on the ladder that admits at least ``target`` similarities, else
+    ``low``: what seed 002's lowering loop converges to, computed in one pass."""
+    ordered = sorted(similarities, reverse=True)
+    for threshold in threshold_ladder(high, low, step):
+        count = sum(1 for s in ordered if s >= threshold - EPS)
+        if count >= target:
+            return threshold
+    return low
+
+
+@dataclass(frozen=True, slots=True)
+class PhraseResult:
+    phrase: str
+    threshold: float
+    best_similarity: float
+    seed_ids: tuple[str, ...]
+
+    @property
+    def matched(self) -> bool:
+        return bool(self.seed_ids)
+
+
+@dataclass(slots=True)
+class Grounding:
+    phrases: list[PhraseResult]
+    seeds: dict[str, float] = field(default_factory=dict)  # seed id -> semantic score in [0, 1]
+    kinds: dict[str, Kind] = field(default_factory=dict)  # every hit seen
+    similarity: dict[str, float] = field(default_factory=dict)  # best cosine per hit seen
+    phrases_of: dict[str, list[str]] = field(default_factory=dict)  # seed id -> phrases grounding it
+
+    @property
+    def unmatched(self) -> list[str]:
+        return [p.phrase for p in self.phrases if not p.matched]
+
+
+def ground_phrase(phrase: str, hits: Sequence[VectorHit], settings: Settings) -> tuple[PhraseResult, list[VectorHit]]:
+    target = max(1, math.ceil(settings.threshold_target_ratio * settings.seeds_per_phrase - EPS))
+    threshold = adaptive_threshold(
+        [h.similarity for h in hits], target, settings.threshold_max, settings.threshold_min, settings.threshold_step
+    )
+    admitted = [
+        h
+        for h in hits
+        if h.similarity >= threshold - EPS
+        or (
+            settings.lexical_admits_at_floor
+            and h.lexical_rank is not None
+            and h.lexical_rank <= target
+            and h.similarity >= settings.threshold_min - EPS
+        )
+    ]
+    admitted.sort(key=lambda h: (-rrf_score((h.vector_rank, h.lexical_rank), settings.rrf_k), h.id))
+    chosen = admitted[: settings.seeds_per_phrase]
+    best = max((h.similarity for h in hits), default=0.0)
+    return PhraseResult(phrase, threshold, best, tuple(h.id for h in chosen)), chosen
+
+
+async def run_grounding(intake: Intake, vectors: Vector, index: VectorIndex, settings: Settings) -> Grounding:
+    per_phrase = await index.search(
+        intake.user_id,
+        list(intake.phrases),
+        vectors,
+        kinds=list(Kind),
+        k=settings.search_k,
+        not_after=intake.as_of.timestamp(),
+    )
+    grounding = Grounding(phrases=[])
+    for phrase, hits in zip(intake.phrases, per_phrase, strict=True):
+        result, chosen = ground_phrase(phrase, hits, settings)
+        grounding.phrases.append(result)
+        for h in hits:
+            grounding.kinds[h.id] = h.kind
+            grounding.similarity[h.id] = max(grounding.similarity.get(h.id, -1.0), h.similarity)
+        for h in chosen:
+            score = min(1.0, max(0.0, h.similarity))
+            grounding.seeds[h.id] = max(grounding.seeds.get(h.id, 0.0), score)
+            grounding.phrases_of.setdefault(h.id, []).append(phrase)
+    return grounding

@@ -1,0 +1,30 @@
+"""Stage 7, hydration: one batched read per kind from the record store.
+
+An id that the graph or the vector index returned but the record store lacks is reported in
+``retrieval_metadata.missing_records``, never silently dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from hrt.pipeline.scoring import Scored
+from hrt.records import Entity, Kind
+from hrt.stores.base import RecordStore
+
+
+async def run_hydration(
+    user_id: str, shortlisted: Mapping[Kind, Sequence[Scored]], records: RecordStore
+) -> tuple[dict[str, Entity], dict[str, list[str]]]:
+    entities: dict[str, Entity] = {}
+    missing: dict[str, list[str]] = {}
+    for kind in Kind:
+        ids = [s.id for s in shortlisted.get(kind, ())]
+        if not ids:
+            continue
+        found = await records.get_many(user_id, kind, ids)
+        entities.update(found)
+        lacking = sorted(set(ids) - set(found))
+        if lacking:
+            missing[kind.value] = lacking
+    return entities, missing

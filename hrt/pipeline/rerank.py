@@ -1,0 +1,61 @@
+"""Stage 5, rerank (optional): the shortlisted items go to the Reranker in one call.
+
+Blend rule: ``final = (1 - rerank_blend) x scorer_final + rerank_blend x reranker_score``; the
+reranker's score is shown in ``score_breakdown.rerank``. When rerank is not requested the stage is
+``skipped``; when the reranker does not score or fails, the scorer's order stands and the
+response says so.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from hrt.pipeline.intake import Intake
+from hrt.pipeline.scoring import Scored
+from hrt.records import Entity, Kind, entity_text
+from hrt.reranker import Reranker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RerankOutcome:
+    items: dict[Kind, list[Scored]]
+    status: str  # ok | skipped | degraded
+    reason: str | None
+    applied: bool
+
+
+async def run_rerank(
+    intake: Intake,
+    shortlisted: Mapping[Kind, Sequence[Scored]],
+    entities: Mapping[str, Entity],
+    reranker: Reranker,
+    blend: float,
+) -> RerankOutcome:
+    unchanged = {k: list(v) for k, v in shortlisted.items()}
+    if not intake.rerank:
+        return RerankOutcome(unchanged, "skipped", None, False)
+    flat = [s for k in Kind for s in shortlisted.get(k, ()) if s.id in entities]
+    if not flat:
+        return RerankOutcome(unchanged, "skipped", None, False)
+    query = "; ".join(intake.phrases)
+    try:
+        scores = await reranker.score(query, [entity_text(entities[s.id]) for s in flat])
+    except Exception as exc:  # any failure of an optional stage degrades, never fails, the request
+        log.warning("rerank failed (%s): %s", type(exc).__name__, str(exc)[:200])
+        return RerankOutcome(unchanged, "degraded", f"rerank failed: {type(exc).__name__}", False)
+    if scores is None:
+        return RerankOutcome(unchanged, "skipped", f"rerank requested but the reranker is {reranker.name!r}", False)
+    if len(scores) != len(flat):
+        return RerankOutcome(unchanged, "degraded", "rerank returned a wrong number of scores", False)
+    by_id = {s.id: max(0.0, min(1.0, float(sc))) for s, sc in zip(flat, scores, strict=True)}
+    out: dict[Kind, list[Scored]] = {}
+    for kind, items in shortlisted.items():
+        out[kind] = [
+            s.with_rerank(by_id[s.id], (1.0 - blend) * s.final + blend * by_id[s.id]) if s.id in by_id else s
+            for s in items
+        ]
+    return RerankOutcome(out, "ok", None, True)

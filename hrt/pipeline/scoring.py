@@ -1,0 +1,140 @@
+"""Stage 4, scoring: the EntityScorer, pure functions with explicit inputs.
+
+    final = alpha * semantic + beta * recency + gamma * salience + delta * preference
+
+with the weights normalised to sum 1 and every term in [0, 1]:
+
+- semantic:   max(cosine similarity of the entity to any key phrase, when search returned it;
+              its best path score: seed similarity x (hop_decay x edge weight) per hop),
+              clamped to [0, 1].
+- recency:    0.5 ** (age_days / half_life_days), age measured back from ``as_of`` (never
+              negative). Memory units use ``creation_ts``, artifacts ``created_at``, concepts the
+              newest memory unit that mentions them; with no timestamp, 0.5 (neutral).
+- salience:   memory units importance_score / 10, concepts salience, artifacts confidence.
+- preference: the user's preference weights (0.5 is neutral). Concepts: the concept's own weight,
+              else its type's. Artifacts: their artifact_type's. Memory units: the mean of their
+              source_type's weight and the strongest weight among the concepts they mention,
+              over the signals that exist; neutral when none does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from hrt.config import Weights
+from hrt.records import Kind, Preference
+from hrt.stores.base import GraphCandidate, GraphNode
+
+SECONDS_PER_DAY = 86_400.0
+
+
+def clamp01(x: float) -> float:
+    return 0.0 if x < 0.0 else 1.0 if x > 1.0 else x
+
+
+def recency_score(ts: float | None, as_of: float, half_life_days: float) -> float:
+    if ts is None:
+        return 0.5
+    age_days = max(0.0, as_of - ts) / SECONDS_PER_DAY
+    return float(0.5 ** (age_days / half_life_days))
+
+
+def semantic_score(direct_similarity: float | None, path_score: float) -> float:
+    return clamp01(max(direct_similarity if direct_similarity is not None else 0.0, path_score))
+
+
+@dataclass(frozen=True, slots=True)
+class PreferenceBook:
+    """A user's preference records, indexed by what they target."""
+
+    concepts: Mapping[str, float]
+    concept_types: Mapping[str, float]
+    source_types: Mapping[str, float]
+    artifact_types: Mapping[str, float]
+    neutral: float = 0.5
+
+    @classmethod
+    def build(cls, prefs: Iterable[Preference], neutral: float = 0.5) -> PreferenceBook:
+        tables: dict[str, dict[str, float]] = {
+            "concept": {}, "concept_type": {}, "source_type": {}, "artifact_type": {}
+        }
+        for p in prefs:
+            tables[p.target_kind][p.target] = p.weight
+        return cls(
+            tables["concept"], tables["concept_type"], tables["source_type"], tables["artifact_type"], neutral
+        )
+
+
+def preference_score(node: GraphNode, mentions: Iterable[str], book: PreferenceBook, concept_types: Mapping[str, str]) -> float:
+    if node.kind is Kind.CONCEPT:
+        if node.id in book.concepts:
+            return book.concepts[node.id]
+        return book.concept_types.get(node.category, book.neutral)
+    if node.kind is Kind.ARTIFACT:
+        return book.artifact_types.get(node.category, book.neutral)
+    signals: list[float] = []
+    if node.category in book.source_types:
+        signals.append(book.source_types[node.category])
+    concept_weights = [
+        w
+        for cid in mentions
+        if (w := book.concepts.get(cid, book.concept_types.get(concept_types.get(cid, ""), -1.0))) >= 0.0
+    ]
+    if concept_weights:
+        signals.append(max(concept_weights))
+    return sum(signals) / len(signals) if signals else book.neutral
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    candidate: GraphCandidate
+    semantic: float
+    recency: float
+    salience: float
+    preference: float
+    final: float
+    rerank: float | None = None
+
+    @property
+    def id(self) -> str:
+        return self.candidate.node.id
+
+    @property
+    def kind(self) -> Kind:
+        return self.candidate.node.kind
+
+    def with_rerank(self, rerank: float, final: float) -> Scored:
+        return replace(self, rerank=rerank, final=final)
+
+
+def combine(weights: Weights, semantic: float, recency: float, salience: float, preference: float) -> float:
+    return (
+        weights.alpha_semantic_similarity * semantic
+        + weights.beta_recency * recency
+        + weights.gamma_salience * salience
+        + weights.delta_user_preference * preference
+    )
+
+
+def score_candidates(
+    candidates: Iterable[GraphCandidate],
+    similarity: Mapping[str, float],
+    book: PreferenceBook,
+    weights: Weights,
+    as_of: float,
+    half_life_days: float,
+) -> list[Scored]:
+    """Score every candidate; returned best first, ties broken by id."""
+    cands = list(candidates)
+    concept_types = {c.node.id: c.node.category for c in cands if c.node.kind is Kind.CONCEPT}
+    out: list[Scored] = []
+    for c in cands:
+        ts = c.last_mention_ts if c.node.kind is Kind.CONCEPT else c.node.ts
+        sem = semantic_score(similarity.get(c.node.id), c.path_score)
+        rec = recency_score(ts, as_of, half_life_days)
+        sal = clamp01(c.node.salience)
+        pref = clamp01(preference_score(c.node, c.mentions, book, concept_types))
+        out.append(Scored(c, sem, rec, sal, pref, combine(weights, sem, rec, sal, pref)))
+    out.sort(key=lambda s: (-s.final, s.id))
+    return out

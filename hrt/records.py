@@ -1,0 +1,166 @@
+"""The data model (ARCHITECTURE §2) as validated records: what ingest accepts and stores return.
+
+Every record belongs to exactly one ``user_id``. Entity ids are unique per user across kinds, so a
+relation names its endpoints by id alone and the relation type fixes which kinds they must be.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@\-]{0,127}$"
+_ID_RE = re.compile(ID_PATTERN)
+
+EntityId = Annotated[str, Field(pattern=ID_PATTERN, description="1-128 chars: letters, digits, _ . : @ -")]
+UserId = Annotated[str, Field(pattern=ID_PATTERN, description="the tenant; 1-128 chars")]
+ShortText = Annotated[str, Field(max_length=500)]
+
+
+class Kind(StrEnum):
+    MEMORY_UNIT = "memory_unit"
+    CONCEPT = "concept"
+    ARTIFACT = "artifact"
+
+
+class EdgeType(StrEnum):
+    MENTIONS = "MENTIONS"  # memory_unit -> concept
+    RELATED_TO = "RELATED_TO"  # concept -> concept
+    DERIVED_FROM = "DERIVED_FROM"  # artifact -> memory_unit | concept
+    FOLLOWS = "FOLLOWS"  # memory_unit -> memory_unit (later -> earlier)
+
+
+EDGE_ENDPOINTS: dict[EdgeType, tuple[frozenset[Kind], frozenset[Kind]]] = {
+    EdgeType.MENTIONS: (frozenset({Kind.MEMORY_UNIT}), frozenset({Kind.CONCEPT})),
+    EdgeType.RELATED_TO: (frozenset({Kind.CONCEPT}), frozenset({Kind.CONCEPT})),
+    EdgeType.DERIVED_FROM: (frozenset({Kind.ARTIFACT}), frozenset({Kind.MEMORY_UNIT, Kind.CONCEPT})),
+    EdgeType.FOLLOWS: (frozenset({Kind.MEMORY_UNIT}), frozenset({Kind.MEMORY_UNIT})),
+}
+
+
+def utc(ts: datetime) -> datetime:
+    """Naive timestamps are taken as UTC; aware ones are converted to UTC."""
+    if ts.tzinfo is None:
+        return ts.replace(tzinfo=UTC)
+    return ts.astimezone(UTC)
+
+
+def iso(ts: datetime) -> str:
+    """Canonical timestamp text: UTC, seconds precision unless sub-second data exists, ``Z``."""
+    ts = utc(ts)
+    if ts.microsecond:
+        return ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return ts.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def valid_id(value: str) -> bool:
+    return bool(_ID_RE.match(value))
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    user_id: UserId
+
+
+class MemoryUnit(_Record):
+    kind: Literal["memory_unit"] = "memory_unit"
+    muid: EntityId
+    title: str = Field("", max_length=500)
+    content: str = Field(..., min_length=1, max_length=100_000)
+    creation_ts: datetime
+    source_type: str = Field("unknown", max_length=64)
+    importance_score: float = Field(5.0, ge=0.0, le=10.0)
+    source_agent_id: str | None = Field(None, max_length=128)
+    tags: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(default_factory=list, max_length=64)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    _utc = field_validator("creation_ts")(utc)
+
+    @property
+    def id(self) -> str:
+        return self.muid
+
+
+class Concept(_Record):
+    kind: Literal["concept"] = "concept"
+    id: EntityId
+    name: str = Field(..., min_length=1, max_length=500)
+    type: str = Field("topic", max_length=64)
+    description: str = Field("", max_length=100_000)
+    status: str = Field("active", max_length=64)
+    salience: float = Field(0.5, ge=0.0, le=1.0)
+    properties: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+
+
+class Artifact(_Record):
+    kind: Literal["artifact"] = "artifact"
+    id: EntityId
+    artifact_type: str = Field(..., min_length=1, max_length=64)
+    title: str = Field("", max_length=500)
+    content: str = Field(..., min_length=1, max_length=100_000)
+    created_at: datetime
+    confidence: float = Field(0.5, ge=0.0, le=1.0)
+
+    _utc = field_validator("created_at")(utc)
+
+
+Entity = MemoryUnit | Concept | Artifact
+
+
+class Relation(_Record):
+    kind: Literal["relation"] = "relation"
+    type: EdgeType
+    source: EntityId
+    target: EntityId
+    weight: float = Field(1.0, ge=0.0, le=1.0)
+    relation_type: str | None = Field(None, max_length=64)
+
+
+class Preference(_Record):
+    kind: Literal["preference"] = "preference"
+    target_kind: Literal["concept", "concept_type", "source_type", "artifact_type"]
+    target: str = Field(..., min_length=1, max_length=128)
+    weight: float = Field(..., ge=0.0, le=1.0)
+
+
+class Deletion(_Record):
+    """``{"op": "delete", "kind": ..., "user_id": ..., ...}``: what to remove, by key."""
+
+    op: Literal["delete"]
+    kind: Literal["memory_unit", "concept", "artifact", "relation", "preference"]
+    id: EntityId | None = None
+    muid: EntityId | None = None
+    type: EdgeType | None = None
+    source: EntityId | None = None
+    target: str | None = Field(None, max_length=128)
+    target_kind: Literal["concept", "concept_type", "source_type", "artifact_type"] | None = None
+
+    def entity_id(self) -> str | None:
+        return self.muid or self.id
+
+
+def entity_text(entity: Entity) -> str:
+    """The text an entity is embedded and lexically indexed by."""
+    if isinstance(entity, Concept):
+        return f"{entity.name}. {entity.type}. {entity.description}".strip()
+    return f"{entity.title}. {entity.content}".strip(". ")
+
+
+def entity_label(entity: Entity) -> str:
+    """What an operator sees on a graph node: a concept's name, otherwise the title."""
+    if isinstance(entity, Concept):
+        return entity.name
+    return entity.title or entity.content[:80]
+
+
+def entity_ts(entity: Entity) -> datetime | None:
+    if isinstance(entity, MemoryUnit):
+        return entity.creation_ts
+    if isinstance(entity, Artifact):
+        return entity.created_at
+    return None

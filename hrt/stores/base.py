@@ -1,0 +1,175 @@
+"""The three store ports, and the values that cross them.
+
+Every method takes ``user_id`` and every adapter enforces it inside its own queries: no caller can
+reach another user's data through a port. Methods are async so that network adapters (PostgreSQL,
+Neo4j, Weaviate) and the in-process embedded adapters share one signature.
+
+Timestamps cross the ports as epoch seconds (float, UTC) so adapters need no datetime handling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from hrt.records import Deletion, EdgeType, Entity, Kind, Preference, Relation
+
+Vector = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class GraphNode:
+    """A node of the graph projection, carrying what scoring and filtering need during traversal."""
+
+    id: str
+    kind: Kind
+    label: str  # concept name, or title
+    ts: float | None  # memory unit creation_ts / artifact created_at; None for concepts
+    salience: float  # in [0, 1]: importance_score/10, concept salience, artifact confidence
+    category: str  # source_type / concept type / artifact_type
+    tags: tuple[str, ...] = ()
+    source_agent_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GraphEdge:
+    source: str
+    target: str
+    type: EdgeType
+    weight: float = 1.0
+    relation_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PathStep:
+    edge: EdgeType
+    node_id: str
+    forward: bool  # True when the edge points from the previous node to node_id
+
+
+@dataclass(frozen=True, slots=True)
+class GraphCandidate:
+    """One node reached by expansion (seeds included at hop 0), with its best path."""
+
+    node: GraphNode
+    hops: int
+    seed_id: str
+    path: tuple[PathStep, ...]
+    path_score: float  # seed score x product over edges of (hop_decay x edge weight)
+    mentions: tuple[str, ...] = ()  # memory units: ids of concepts they mention
+    last_mention_ts: float | None = None  # concepts: newest memory unit mentioning them
+
+
+@dataclass(frozen=True, slots=True)
+class ExpansionCaps:
+    depth: int
+    fanout_per_node: int
+    max_per_kind: int
+    hop_decay: float
+
+
+@dataclass(frozen=True, slots=True)
+class VectorDoc:
+    id: str
+    kind: Kind
+    text: str
+    vector: Vector
+    ts: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class VectorHit:
+    """One entity found for one phrase. ``similarity`` is the cosine similarity for every hit,
+    including those found only by the lexical leg; ranks are 1-based, None when absent."""
+
+    id: str
+    kind: Kind
+    similarity: float
+    vector_rank: int | None
+    lexical_rank: int | None
+
+
+@dataclass(slots=True)
+class WriteBatch:
+    """One transaction's worth of writes for any number of users."""
+
+    entities: list[Entity] = field(default_factory=list)
+    relations: list[Relation] = field(default_factory=list)
+    preferences: list[Preference] = field(default_factory=list)
+    deletions: list[Deletion] = field(default_factory=list)
+    vectors: dict[tuple[str, str], Vector] = field(default_factory=dict)  # (user_id, id) -> vector
+
+    def __len__(self) -> int:
+        return len(self.entities) + len(self.relations) + len(self.preferences) + len(self.deletions)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    upserted: int
+    deleted: int
+
+
+@runtime_checkable
+class VectorIndex(Protocol):
+    async def upsert(self, user_id: str, docs: Sequence[VectorDoc]) -> None: ...
+
+    async def delete(self, user_id: str, ids: Sequence[str]) -> None: ...
+
+    async def search(
+        self,
+        user_id: str,
+        phrases: Sequence[str],
+        vectors: Vector,
+        kinds: Sequence[Kind],
+        k: int,
+        not_after: float | None = None,
+    ) -> list[list[VectorHit]]:
+        """Per phrase, the union of the top ``k`` vector hits and top ``k`` lexical hits, each with
+        its cosine similarity and both ranks, in one call for all phrases."""
+        ...
+
+
+@runtime_checkable
+class GraphStore(Protocol):
+    async def upsert_nodes(self, user_id: str, nodes: Sequence[GraphNode]) -> None: ...
+
+    async def delete_nodes(self, user_id: str, ids: Sequence[str]) -> None: ...
+
+    async def upsert_edges(self, user_id: str, edges: Sequence[GraphEdge]) -> None: ...
+
+    async def delete_edges(self, user_id: str, edges: Sequence[GraphEdge]) -> None: ...
+
+    async def expand(
+        self,
+        user_id: str,
+        seeds: Mapping[str, float],
+        caps: ExpansionCaps,
+        not_after: float | None = None,
+    ) -> list[GraphCandidate]:
+        """All nodes within ``caps.depth`` hops of the seeds (seeds included), one call for all
+        seeds, each with its best path. Nodes with ``ts > not_after`` are neither returned nor
+        traversed. Neighbours are visited by edge weight, then id, at most ``fanout_per_node``
+        per node and ``max_per_kind`` per kind in all."""
+        ...
+
+    async def neighbors(
+        self, user_id: str, ids: Sequence[str], edge: EdgeType, outgoing: bool, limit: int,
+        not_after: float | None = None,
+    ) -> dict[str, list[GraphNode]]:
+        """For each id, its neighbours along ``edge`` (newest first, then id), at most ``limit``."""
+        ...
+
+
+@runtime_checkable
+class RecordStore(Protocol):
+    async def get_many(self, user_id: str, kind: Kind, ids: Sequence[str]) -> dict[str, Entity]: ...
+
+    async def preferences(self, user_id: str) -> list[Preference]: ...
+
+    async def user_exists(self, user_id: str) -> bool: ...
+
+    async def counts(self, user_id: str) -> dict[str, int]: ...

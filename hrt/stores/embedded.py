@@ -1,0 +1,382 @@
+"""The embedded deployment: one SQLite file holding records, the graph projection and the lexical
+index, with vectors stored as BLOBs and served from an in-memory numpy matrix per user.
+
+Everything a write touches (records, nodes, edges, vectors, FTS rows) commits in one SQLite
+transaction, so the three embedded "stores" can never drift apart. In-memory caches (adjacency
+lists, vector matrices) are per user and are dropped for the users a write touched, after commit.
+
+Schema changes are numbered below and applied by :meth:`EmbeddedStore.migrate` (``hrt migrate``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from hrt.errors import Conflict, InvalidInput, StoreError, StoreUnavailable
+from hrt.records import (
+    EDGE_ENDPOINTS,
+    Artifact,
+    Concept,
+    Entity,
+    Kind,
+    MemoryUnit,
+    entity_label,
+    entity_text,
+    entity_ts,
+)
+from hrt.stores.base import WriteBatch, WriteResult
+
+log = logging.getLogger(__name__)
+
+SCHEMA: list[tuple[int, str]] = [
+    (
+        1,
+        """
+        CREATE TABLE entities (
+            user_id TEXT NOT NULL, id TEXT NOT NULL, kind TEXT NOT NULL,
+            data TEXT NOT NULL, version INTEGER NOT NULL DEFAULT 1,
+            PRIMARY KEY (user_id, id)
+        ) WITHOUT ROWID;
+        CREATE INDEX entities_kind ON entities (user_id, kind);
+        CREATE TABLE preferences (
+            user_id TEXT NOT NULL, target_kind TEXT NOT NULL, target TEXT NOT NULL, weight REAL NOT NULL,
+            PRIMARY KEY (user_id, target_kind, target)
+        ) WITHOUT ROWID;
+        CREATE TABLE nodes (
+            user_id TEXT NOT NULL, id TEXT NOT NULL, kind TEXT NOT NULL, label TEXT NOT NULL,
+            ts REAL, salience REAL NOT NULL, category TEXT NOT NULL, tags TEXT NOT NULL,
+            source_agent_id TEXT,
+            PRIMARY KEY (user_id, id)
+        ) WITHOUT ROWID;
+        CREATE TABLE edges (
+            user_id TEXT NOT NULL, source TEXT NOT NULL, target TEXT NOT NULL, type TEXT NOT NULL,
+            weight REAL NOT NULL, relation_type TEXT,
+            PRIMARY KEY (user_id, source, target, type)
+        ) WITHOUT ROWID;
+        CREATE INDEX edges_target ON edges (user_id, target);
+        CREATE TABLE docs (
+            rowid INTEGER PRIMARY KEY, user_id TEXT NOT NULL, id TEXT NOT NULL, kind TEXT NOT NULL,
+            ts REAL, vec BLOB NOT NULL,
+            UNIQUE (user_id, id)
+        );
+        CREATE VIRTUAL TABLE fts USING fts5(text, scope, tokenize = 'porter unicode61');
+        """,
+    ),
+]
+
+KIND_CODES: dict[Kind, int] = {Kind.MEMORY_UNIT: 0, Kind.CONCEPT: 1, Kind.ARTIFACT: 2}
+KINDS_BY_CODE: list[Kind] = [Kind.MEMORY_UNIT, Kind.CONCEPT, Kind.ARTIFACT]
+
+
+def user_scope_token(user_id: str) -> str:
+    """The FTS token that scopes lexical matches to one user (checked again against user_id)."""
+    return "u" + hashlib.sha256(user_id.encode()).hexdigest()[:20]
+
+
+def entity_salience(entity: Entity) -> float:
+    if isinstance(entity, MemoryUnit):
+        return entity.importance_score / 10.0
+    if isinstance(entity, Concept):
+        return entity.salience
+    return entity.confidence
+
+
+def entity_category(entity: Entity) -> str:
+    if isinstance(entity, MemoryUnit):
+        return entity.source_type
+    if isinstance(entity, Concept):
+        return entity.type
+    return entity.artifact_type
+
+
+ENTITY_MODELS: dict[Kind, type[MemoryUnit] | type[Concept] | type[Artifact]] = {
+    Kind.MEMORY_UNIT: MemoryUnit,
+    Kind.CONCEPT: Concept,
+    Kind.ARTIFACT: Artifact,
+}
+
+
+class EmbeddedStore:
+    """Owns the SQLite connection; its three adapters implement the ports over it."""
+
+    def __init__(self, path: Path | str, dim: int | None) -> None:
+        """``dim`` is the embedder's; None opens the store for schema work only."""
+        from hrt.stores.embedded_graph import EmbeddedGraphStore
+        from hrt.stores.embedded_records import EmbeddedRecordStore
+        from hrt.stores.embedded_vectors import EmbeddedVectorIndex
+
+        self.path = Path(path)
+        self.dim = dim or 0
+        self.lock = threading.RLock()
+        try:
+            if str(path) != ":memory:":
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.execute("PRAGMA foreign_keys=OFF")
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreUnavailable(f"cannot open the embedded store at {path}: {exc}") from exc
+        self.migrate()
+        if dim is not None:
+            self._check_dim()
+        self.records = EmbeddedRecordStore(self)
+        self.graph = EmbeddedGraphStore(self)
+        self.vectors = EmbeddedVectorIndex(self)
+
+    # ---------------------------------------------------------------------------------------
+    # schema
+    # ---------------------------------------------------------------------------------------
+
+    def migrate(self) -> list[int]:
+        """Apply pending schema steps; returns the versions applied (none when up to date)."""
+        with self.lock:
+            self.db.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT)"
+            )
+            self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            done = {row[0] for row in self.db.execute("SELECT version FROM schema_migrations")}
+            applied = []
+            for version, sql in SCHEMA:
+                if version in done:
+                    continue
+                with self.transaction():
+                    for statement in sql.split(";"):
+                        if statement.strip():
+                            self.db.execute(statement)
+                    self.db.execute(
+                        "INSERT INTO schema_migrations VALUES (?, datetime('now'))", (version,)
+                    )
+                applied.append(version)
+            return applied
+
+    def _check_dim(self) -> None:
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'embedding_dim'").fetchone()
+        if row is None:
+            self.db.execute("INSERT INTO meta VALUES ('embedding_dim', ?)", (str(self.dim),))
+        elif int(row[0]) != self.dim:
+            raise StoreError(
+                f"the store at {self.path} holds {row[0]}-dimensional vectors but the embedder makes "
+                f"{self.dim}; use the same HRT_EMBEDDING_MODEL or a new HRT_DB_PATH"
+            )
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        with self.lock:
+            if self.db.in_transaction:
+                yield self.db
+                return
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.db
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+
+    def close(self) -> None:
+        with self.lock:
+            self.db.close()
+
+    # ---------------------------------------------------------------------------------------
+    # writes
+    # ---------------------------------------------------------------------------------------
+
+    def apply(self, batch: WriteBatch) -> WriteResult:
+        """Validate and write one batch in one transaction; nothing of it is written on error."""
+        touched: set[str] = set()
+        upserted = deleted = 0
+        try:
+            with self.transaction() as db:
+                self._check_kinds(db, batch)
+                for entity in batch.entities:
+                    vector = batch.vectors.get((entity.user_id, entity.id))
+                    if vector is None:
+                        raise StoreError(f"no vector was computed for {entity.user_id}/{entity.id}")
+                    self._upsert_entity(db, entity, vector)
+                    touched.add(entity.user_id)
+                    upserted += 1
+                self._check_edges(db, batch)
+                for rel in batch.relations:
+                    db.execute(
+                        "INSERT INTO edges VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (user_id, source, target, type) "
+                        "DO UPDATE SET weight = excluded.weight, relation_type = excluded.relation_type",
+                        (rel.user_id, rel.source, rel.target, rel.type.value, rel.weight, rel.relation_type),
+                    )
+                    touched.add(rel.user_id)
+                    upserted += 1
+                for pref in batch.preferences:
+                    db.execute(
+                        "INSERT INTO preferences VALUES (?, ?, ?, ?) ON CONFLICT (user_id, target_kind, target) "
+                        "DO UPDATE SET weight = excluded.weight",
+                        (pref.user_id, pref.target_kind, pref.target, pref.weight),
+                    )
+                    touched.add(pref.user_id)
+                    upserted += 1
+                for d in batch.deletions:
+                    deleted += self._delete(db, d)
+                    touched.add(d.user_id)
+        except sqlite3.Error as exc:
+            raise StoreError(f"embedded store write failed: {exc}") from exc
+        finally:
+            for user_id in touched:
+                self.graph.invalidate(user_id)
+                self.vectors.invalidate(user_id)
+        return WriteResult(upserted=upserted, deleted=deleted)
+
+    def _check_kinds(self, db: sqlite3.Connection, batch: WriteBatch) -> None:
+        """An id names one entity of one kind per user, in the store and within the batch."""
+        seen: dict[tuple[str, str], Kind] = {}
+        for entity in batch.entities:
+            key = (entity.user_id, entity.id)
+            kind = Kind(entity.kind)
+            if seen.setdefault(key, kind) != kind:
+                raise Conflict(f"id {entity.id!r} is given as both {seen[key]} and {kind}", field="id")
+        for (user_id, ident), kind in seen.items():
+            row = db.execute("SELECT kind FROM entities WHERE user_id = ? AND id = ?", (user_id, ident)).fetchone()
+            if row is not None and row[0] != kind.value:
+                raise Conflict(f"id {ident!r} already names a {row[0]} of user {user_id!r}", field="id")
+
+    def _check_edges(self, db: sqlite3.Connection, batch: WriteBatch) -> None:
+        for rel in batch.relations:
+            allowed_src, allowed_dst = EDGE_ENDPOINTS[rel.type]
+            for end, ident, allowed in (("source", rel.source, allowed_src), ("target", rel.target, allowed_dst)):
+                row = db.execute(
+                    "SELECT kind FROM entities WHERE user_id = ? AND id = ?", (rel.user_id, ident)
+                ).fetchone()
+                if row is None:
+                    raise InvalidInput(
+                        f"{rel.type.value} {end} {ident!r} is not an entity of user {rel.user_id!r}", field=end
+                    )
+                if Kind(row[0]) not in allowed:
+                    raise InvalidInput(
+                        f"{rel.type.value} {end} must be {' or '.join(sorted(allowed))}, "
+                        f"but {ident!r} is a {row[0]}",
+                        field=end,
+                    )
+
+    def _upsert_entity(self, db: sqlite3.Connection, entity: Entity, vector: np.ndarray) -> None:
+        data = entity.model_dump_json()
+        kind = Kind(entity.kind)
+        ts_dt = entity_ts(entity)
+        ts = ts_dt.timestamp() if ts_dt is not None else None
+        db.execute(
+            "INSERT INTO entities VALUES (?, ?, ?, ?, 1) ON CONFLICT (user_id, id) "
+            "DO UPDATE SET data = excluded.data, version = version + 1",
+            (entity.user_id, entity.id, kind.value, data),
+        )
+        tags = entity.tags if isinstance(entity, MemoryUnit) else []
+        agent = entity.source_agent_id if isinstance(entity, MemoryUnit) else None
+        db.execute(
+            "INSERT OR REPLACE INTO nodes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                entity.user_id,
+                entity.id,
+                kind.value,
+                entity_label(entity),
+                ts,
+                entity_salience(entity),
+                entity_category(entity),
+                json.dumps(sorted(tags)),
+                agent,
+            ),
+        )
+        vec = np.ascontiguousarray(vector, dtype=np.float32)
+        if vec.shape != (self.dim,):
+            raise StoreError(f"vector for {entity.id!r} has shape {vec.shape}, expected ({self.dim},)")
+        row = db.execute(
+            "SELECT rowid FROM docs WHERE user_id = ? AND id = ?", (entity.user_id, entity.id)
+        ).fetchone()
+        if row is None:
+            cur = db.execute(
+                "INSERT INTO docs (user_id, id, kind, ts, vec) VALUES (?, ?, ?, ?, ?)",
+                (entity.user_id, entity.id, kind.value, ts, vec.tobytes()),
+            )
+            rowid = cur.lastrowid
+        else:
+            rowid = row[0]
+            db.execute("UPDATE docs SET kind = ?, ts = ?, vec = ? WHERE rowid = ?", (kind.value, ts, vec.tobytes(), rowid))
+            db.execute("DELETE FROM fts WHERE rowid = ?", (rowid,))
+        db.execute(
+            "INSERT INTO fts (rowid, text, scope) VALUES (?, ?, ?)",
+            (rowid, entity_text(entity), user_scope_token(entity.user_id)),
+        )
+
+    def _delete(self, db: sqlite3.Connection, d: object) -> int:
+        from hrt.records import Deletion
+
+        assert isinstance(d, Deletion)
+        if d.kind in ("memory_unit", "concept", "artifact"):
+            ident = d.entity_id()
+            if ident is None:
+                raise InvalidInput("a delete of an entity needs its id (muid for memory units)", field="id")
+            row = db.execute(
+                "SELECT kind FROM entities WHERE user_id = ? AND id = ?", (d.user_id, ident)
+            ).fetchone()
+            if row is None:
+                return 0
+            if row[0] != d.kind:
+                raise Conflict(f"{ident!r} is a {row[0]}, not a {d.kind}", field="kind")
+            db.execute("DELETE FROM entities WHERE user_id = ? AND id = ?", (d.user_id, ident))
+            db.execute("DELETE FROM nodes WHERE user_id = ? AND id = ?", (d.user_id, ident))
+            db.execute(
+                "DELETE FROM edges WHERE user_id = ? AND (source = ? OR target = ?)", (d.user_id, ident, ident)
+            )
+            doc = db.execute("SELECT rowid FROM docs WHERE user_id = ? AND id = ?", (d.user_id, ident)).fetchone()
+            if doc is not None:
+                db.execute("DELETE FROM fts WHERE rowid = ?", (doc[0],))
+                db.execute("DELETE FROM docs WHERE rowid = ?", (doc[0],))
+            return 1
+        if d.kind == "relation":
+            if d.type is None or d.source is None or d.target is None:
+                raise InvalidInput("a delete of a relation needs type, source and target", field="type")
+            cur = db.execute(
+                "DELETE FROM edges WHERE user_id = ? AND source = ? AND target = ? AND type = ?",
+                (d.user_id, d.source, d.target, d.type.value),
+            )
+            return cur.rowcount
+        if d.target_kind is None or d.target is None:
+            raise InvalidInput("a delete of a preference needs target_kind and target", field="target_kind")
+        cur = db.execute(
+            "DELETE FROM preferences WHERE user_id = ? AND target_kind = ? AND target = ?",
+            (d.user_id, d.target_kind, d.target),
+        )
+        return cur.rowcount
+
+    def delete_user(self, user_id: str) -> int:
+        """Remove every record of one user from every table (the right to be forgotten)."""
+        with self.transaction() as db:
+            n = db.execute("SELECT count(*) FROM entities WHERE user_id = ?", (user_id,)).fetchone()[0]
+            rowids = [r[0] for r in db.execute("SELECT rowid FROM docs WHERE user_id = ?", (user_id,))]
+            db.executemany("DELETE FROM fts WHERE rowid = ?", [(r,) for r in rowids])
+            for table in ("entities", "preferences", "nodes", "edges", "docs"):
+                db.execute(f"DELETE FROM {table} WHERE user_id = ?", (user_id,))  # noqa: S608 - fixed names
+        self.graph.invalidate(user_id)
+        self.vectors.invalidate(user_id)
+        return int(n)
+
+    def kinds_of(self, user_id: str, ids: Sequence[str]) -> dict[str, Kind]:
+        out: dict[str, Kind] = {}
+        with self.lock:
+            for chunk in chunks(list(ids), 500):
+                marks = ",".join("?" * len(chunk))
+                for ident, kind in self.db.execute(
+                    f"SELECT id, kind FROM entities WHERE user_id = ? AND id IN ({marks})",  # noqa: S608
+                    (user_id, *chunk),
+                ):
+                    out[ident] = Kind(kind)
+        return out
+
+
+def chunks(items: list[str], size: int) -> Iterator[list[str]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]

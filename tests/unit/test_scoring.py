@@ -1,0 +1,105 @@
+import math
+
+import pytest
+
+from hrt.config import WEIGHT_PRESETS, Weights
+from hrt.pipeline.scoring import (
+    PreferenceBook,
+    combine,
+    preference_score,
+    recency_score,
+    score_candidates,
+    semantic_score,
+)
+from hrt.records import Kind, Preference
+from hrt.stores.base import GraphCandidate, GraphNode
+
+DAY = 86_400.0
+AS_OF = 1_000 * DAY
+
+
+@pytest.mark.parametrize(
+    ("ts", "half_life", "expected"),
+    [
+        (AS_OF, 30, 1.0),  # now
+        (AS_OF - 30 * DAY, 30, 0.5),  # one half-life
+        (AS_OF - 60 * DAY, 30, 0.25),  # two
+        (AS_OF - 7 * DAY, 7, 0.5),
+        (AS_OF + 5 * DAY, 30, 1.0),  # future timestamps never exceed 1
+        (None, 30, 0.5),  # no timestamp: neutral
+    ],
+)
+def test_recency_halves_every_half_life(ts, half_life, expected):
+    assert recency_score(ts, AS_OF, half_life) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("direct", "path", "expected"),
+    [(0.8, 0.3, 0.8), (None, 0.3, 0.3), (0.2, 0.5, 0.5), (-0.4, 0.0, 0.0), (1.3, 0.0, 1.0)],
+)
+def test_semantic_is_best_of_direct_and_path_clamped(direct, path, expected):
+    assert semantic_score(direct, path) == pytest.approx(expected)
+
+
+def node(ident, kind, category="x", salience=0.5, ts=None):
+    return GraphNode(id=ident, kind=kind, label=ident, ts=ts, salience=salience, category=category)
+
+
+BOOK = PreferenceBook.build(
+    [
+        Preference(user_id="u", target_kind="concept", target="c1", weight=0.9),
+        Preference(user_id="u", target_kind="concept_type", target="project", weight=0.7),
+        Preference(user_id="u", target_kind="source_type", target="email", weight=0.1),
+        Preference(user_id="u", target_kind="artifact_type", target="plan", weight=0.8),
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("n", "mentions", "expected"),
+    [
+        (node("c1", Kind.CONCEPT, "project"), (), 0.9),  # own weight beats its type's
+        (node("c2", Kind.CONCEPT, "project"), (), 0.7),  # type weight
+        (node("c3", Kind.CONCEPT, "person"), (), 0.5),  # neutral
+        (node("a1", Kind.ARTIFACT, "plan"), (), 0.8),
+        (node("a2", Kind.ARTIFACT, "digest"), (), 0.5),
+        (node("m1", Kind.MEMORY_UNIT, "email"), (), 0.1),  # source type only
+        (node("m2", Kind.MEMORY_UNIT, "email"), ("c1",), (0.1 + 0.9) / 2),  # mean of both signals
+        (node("m3", Kind.MEMORY_UNIT, "chat"), ("c1", "c9"), 0.9),  # strongest mentioned concept
+        (node("m4", Kind.MEMORY_UNIT, "chat"), ("c9",), 0.5),  # no signal: neutral
+    ],
+)
+def test_preference_table(n, mentions, expected):
+    assert preference_score(n, mentions, BOOK, {}) == pytest.approx(expected)
+
+
+def test_weights_normalise_and_presets_sum_to_one():
+    w = Weights(alpha_semantic_similarity=2, beta_recency=1, gamma_salience=1, delta_user_preference=0).normalised()
+    assert (w.alpha_semantic_similarity, w.beta_recency, w.gamma_salience, w.delta_user_preference) == (
+        0.5, 0.25, 0.25, 0.0,
+    )
+    for preset in WEIGHT_PRESETS.values():
+        assert math.isclose(preset.normalised().total(), 1.0)
+    with pytest.raises(ValueError):
+        Weights(alpha_semantic_similarity=0, beta_recency=0, gamma_salience=0, delta_user_preference=0)
+
+
+def test_combine_is_the_weighted_sum():
+    w = Weights(alpha_semantic_similarity=0.4, beta_recency=0.3, gamma_salience=0.2, delta_user_preference=0.1)
+    assert combine(w, 1.0, 0.5, 0.25, 0.0) == pytest.approx(0.4 + 0.15 + 0.05)
+
+
+def test_score_candidates_orders_by_score_then_id_and_uses_last_mention_for_concepts():
+    w = Weights().normalised()
+    book = PreferenceBook.build([])
+    recent = AS_OF - 1 * DAY
+    cands = [
+        GraphCandidate(node(i, Kind.MEMORY_UNIT, ts=recent), 0, i, (), 0.5) for i in ("b", "a")
+    ] + [
+        GraphCandidate(node("c", Kind.CONCEPT), 1, "a", (), 0.3, last_mention_ts=recent),
+        GraphCandidate(node("d", Kind.CONCEPT), 1, "a", (), 0.3, last_mention_ts=None),
+    ]
+    out = score_candidates(cands, {}, book, w, AS_OF, 30)
+    assert [s.id for s in out] == ["a", "b", "c", "d"]  # a/b tie -> id; c newer than d
+    assert out[2].recency > out[3].recency == 0.5
+    assert all(0.0 <= s.final <= 1.0 for s in out)
