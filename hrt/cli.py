@@ -78,8 +78,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     t1 = time.perf_counter()
     up, _ = ingest_file(service, sample_data_path(), None)
     t2 = time.perf_counter()
-    print(f"# HRT demo: embedded store at {db}; model loaded in {t1 - t0:.1f}s; "
-          f"{up} sample records ingested in {t2 - t1:.1f}s", file=sys.stderr)
+    print(
+        f"# HRT demo: embedded store at {db}; model loaded in {t1 - t0:.1f}s; "
+        f"{up} sample records ingested in {t2 - t1:.1f}s",
+        file=sys.stderr,
+    )
     out_dir = Path(args.out) if args.out else None
     if out_dir:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -29,12 +29,7 @@ class Weights(BaseModel):
         return self
 
     def total(self) -> float:
-        return (
-            self.alpha_semantic_similarity
-            + self.beta_recency
-            + self.gamma_salience
-            + self.delta_user_preference
-        )
+        return self.alpha_semantic_similarity + self.beta_recency + self.gamma_salience + self.delta_user_preference
 
     def normalised(self) -> Weights:
         t = self.total()
@@ -49,12 +44,8 @@ class Weights(BaseModel):
 # Named presets ("recipes"). `balanced` is seed 001's example weighting.
 WEIGHT_PRESETS: dict[str, Weights] = {
     "balanced": Weights(),
-    "semantic": Weights(
-        alpha_semantic_similarity=0.7, beta_recency=0.1, gamma_salience=0.1, delta_user_preference=0.1
-    ),
-    "recent": Weights(
-        alpha_semantic_similarity=0.35, beta_recency=0.45, gamma_salience=0.1, delta_user_preference=0.1
-    ),
+    "semantic": Weights(alpha_semantic_similarity=0.7, beta_recency=0.1, gamma_salience=0.1, delta_user_preference=0.1),
+    "recent": Weights(alpha_semantic_similarity=0.35, beta_recency=0.45, gamma_salience=0.1, delta_user_preference=0.1),
     "salient": Weights(
         alpha_semantic_similarity=0.35, beta_recency=0.1, gamma_salience=0.45, delta_user_preference=0.1
     ),
@@ -128,9 +119,7 @@ class Settings(BaseSettings):
 
     def fingerprint(self) -> str:
         """A short hash of everything that can change a response (echoed as ``config_hash``)."""
-        relevant = self.model_dump(
-            mode="json", exclude={"host", "port", "log_level", "db_path", "max_body_bytes"}
-        )
+        relevant = self.model_dump(mode="json", exclude={"host", "port", "log_level", "db_path", "max_body_bytes"})
         raw = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
 

@@ -13,18 +13,26 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.stage_seconds = Histogram(
-            "hrt_stage_seconds", "Latency of one pipeline stage", ["stage"],
-            buckets=STAGE_BUCKETS, registry=self.registry,
+            "hrt_stage_seconds",
+            "Latency of one pipeline stage",
+            ["stage"],
+            buckets=STAGE_BUCKETS,
+            registry=self.registry,
         )
         self.retrieve_seconds = Histogram(
-            "hrt_retrieve_seconds", "End-to-end latency of one retrieval", buckets=STAGE_BUCKETS,
+            "hrt_retrieve_seconds",
+            "End-to-end latency of one retrieval",
+            buckets=STAGE_BUCKETS,
             registry=self.registry,
         )
         self.requests = Counter(
             "hrt_requests", "HTTP requests by route and status", ["route", "status"], registry=self.registry
         )
         self.candidates = Histogram(
-            "hrt_candidates", "Candidates per retrieval, by stage", ["stage"], buckets=COUNT_BUCKETS,
+            "hrt_candidates",
+            "Candidates per retrieval, by stage",
+            ["stage"],
+            buckets=COUNT_BUCKETS,
             registry=self.registry,
         )
         self.unmatched_phrases = Counter(
@@ -32,8 +40,10 @@ class Metrics:
         )
         self.phrases = Counter("hrt_key_phrases", "Key phrases processed", registry=self.registry)
         self.threshold = Histogram(
-            "hrt_adaptive_threshold", "Final adaptive similarity threshold per phrase",
-            buckets=THRESHOLD_BUCKETS, registry=self.registry,
+            "hrt_adaptive_threshold",
+            "Final adaptive similarity threshold per phrase",
+            buckets=THRESHOLD_BUCKETS,
+            registry=self.registry,
         )
         self.degraded = Counter(
             "hrt_degraded_responses", "Responses marked degraded, by stage", ["stage"], registry=self.registry

@@ -151,6 +151,13 @@ def entity_text(entity: Entity) -> str:
     return f"{entity.title}. {entity.content}".strip(". ")
 
 
+def entity_body(entity: Entity) -> str:
+    """The text near-duplicate removal compares: the content, or a concept's name and description."""
+    if isinstance(entity, Concept):
+        return f"{entity.name}. {entity.description}"
+    return entity.content
+
+
 def entity_label(entity: Entity) -> str:
     """What an operator sees on a graph node: a concept's name, otherwise the title."""
     if isinstance(entity, Concept):

@@ -66,7 +66,7 @@ class HRTService:
     def delete_entity(self, user_id: str, kind: Kind, ident: str) -> int:
         if not valid_id(ident):
             raise InvalidInput(f"{ident!r} is not a valid id", field="id")
-        deletion = Deletion(op="delete", kind=kind.value, user_id=user_id, id=ident)
+        deletion = Deletion(op="delete", kind=Kind(kind).value, user_id=user_id, id=ident)
         return self.ingest([deletion]).deleted
 
     def delete_user(self, user_id: str) -> int:

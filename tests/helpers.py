@@ -41,8 +41,15 @@ def jsonl(records: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def mu(user: str, muid: str, content: str, ts: str = "2025-06-01T10:00:00Z", **extra: Any) -> dict[str, Any]:
-    return {"kind": "memory_unit", "user_id": user, "muid": muid, "title": extra.pop("title", muid),
-            "content": content, "creation_ts": ts, **extra}
+    return {
+        "kind": "memory_unit",
+        "user_id": user,
+        "muid": muid,
+        "title": extra.pop("title", muid),
+        "content": content,
+        "creation_ts": ts,
+        **extra,
+    }
 
 
 def concept(user: str, cid: str, name: str, description: str = "", **extra: Any) -> dict[str, Any]:
@@ -50,8 +57,16 @@ def concept(user: str, cid: str, name: str, description: str = "", **extra: Any)
 
 
 def artifact(user: str, aid: str, content: str, ts: str = "2025-06-02T10:00:00Z", **extra: Any) -> dict[str, Any]:
-    return {"kind": "artifact", "user_id": user, "id": aid, "artifact_type": extra.pop("artifact_type", "insight_summary"),
-            "title": extra.pop("title", aid), "content": content, "created_at": ts, **extra}
+    return {
+        "kind": "artifact",
+        "user_id": user,
+        "id": aid,
+        "artifact_type": extra.pop("artifact_type", "insight_summary"),
+        "title": extra.pop("title", aid),
+        "content": content,
+        "created_at": ts,
+        **extra,
+    }
 
 
 def rel(user: str, type_: str, source: str, target: str, **extra: Any) -> dict[str, Any]:
@@ -62,26 +77,78 @@ def small_graph(user: str = "u1", prefix: str = "") -> list[dict[str, Any]]:
     """A product-team graph small enough to reason about by hand."""
     p = prefix
     return [
-        concept(user, f"{p}c-phx", "Project Phoenix", "Next-generation analytics platform due in December.",
-                type="project", salience=0.9, properties={"lead": "Maya", "due": "2025-12-31"}),
-        concept(user, f"{p}c-bw", "Team bandwidth", "How much work the platform team can take on.",
-                type="topic", salience=0.6),
-        concept(user, f"{p}c-pg", "Postgres", "The relational database behind billing.", type="technology",
-                salience=0.5),
-        mu(user, f"{p}m1", "Brainstorm on Project Phoenix: timeline adjustments and resource allocation.",
-           "2025-06-10T10:00:00Z", title="Phoenix brainstorm", importance_score=8.5, source_type="meeting_note",
-           tags=["phoenix"], source_agent_id="meeting-agent"),
-        mu(user, f"{p}m2", "Ben says the team is stretched thin; bandwidth is the constraint for Q3.",
-           "2025-06-12T10:00:00Z", title="1:1 with Ben", importance_score=6, source_type="meeting_note",
-           tags=["people"], source_agent_id="dialogue-agent"),
-        mu(user, f"{p}m3", "Migrated the billing tables to Postgres 16 over the weekend without downtime.",
-           "2025-07-01T10:00:00Z", title="Postgres upgrade", importance_score=5, source_type="incident_report",
-           tags=["infra"], source_agent_id="dialogue-agent"),
-        mu(user, f"{p}m4", "Migrated the billing tables to Postgres 16 over the weekend without any downtime.",
-           "2025-07-01T11:00:00Z", title="Postgres upgrade (copy)", importance_score=5,
-           source_type="incident_report", tags=["infra"], source_agent_id="dialogue-agent"),
-        artifact(user, f"{p}a1", "Phoenix is at risk because the team's bandwidth is limited in Q3.",
-                 "2025-06-15T10:00:00Z", title="Phoenix risk summary", confidence=0.8),
+        concept(
+            user,
+            f"{p}c-phx",
+            "Project Phoenix",
+            "Next-generation analytics platform due in December.",
+            type="project",
+            salience=0.9,
+            properties={"lead": "Maya", "due": "2025-12-31"},
+        ),
+        concept(
+            user,
+            f"{p}c-bw",
+            "Team bandwidth",
+            "How much work the platform team can take on.",
+            type="topic",
+            salience=0.6,
+        ),
+        concept(
+            user, f"{p}c-pg", "Postgres", "The relational database behind billing.", type="technology", salience=0.5
+        ),
+        mu(
+            user,
+            f"{p}m1",
+            "Brainstorm on Project Phoenix: timeline adjustments and resource allocation.",
+            "2025-06-10T10:00:00Z",
+            title="Phoenix brainstorm",
+            importance_score=8.5,
+            source_type="meeting_note",
+            tags=["phoenix"],
+            source_agent_id="meeting-agent",
+        ),
+        mu(
+            user,
+            f"{p}m2",
+            "Ben says the team is stretched thin; bandwidth is the constraint for Q3.",
+            "2025-06-12T10:00:00Z",
+            title="1:1 with Ben",
+            importance_score=6,
+            source_type="meeting_note",
+            tags=["people"],
+            source_agent_id="dialogue-agent",
+        ),
+        mu(
+            user,
+            f"{p}m3",
+            "Migrated the billing tables to Postgres 16 over the weekend without downtime.",
+            "2025-07-01T10:00:00Z",
+            title="Postgres upgrade",
+            importance_score=5,
+            source_type="incident_report",
+            tags=["infra"],
+            source_agent_id="dialogue-agent",
+        ),
+        mu(
+            user,
+            f"{p}m4",
+            "Migrated the billing tables to Postgres 16 over the weekend without any downtime.",
+            "2025-07-01T11:00:00Z",
+            title="Postgres upgrade (copy)",
+            importance_score=5,
+            source_type="incident_report",
+            tags=["infra"],
+            source_agent_id="dialogue-agent",
+        ),
+        artifact(
+            user,
+            f"{p}a1",
+            "Phoenix is at risk because the team's bandwidth is limited in Q3.",
+            "2025-06-15T10:00:00Z",
+            title="Phoenix risk summary",
+            confidence=0.8,
+        ),
         rel(user, "MENTIONS", f"{p}m1", f"{p}c-phx"),
         rel(user, "MENTIONS", f"{p}m2", f"{p}c-bw"),
         rel(user, "MENTIONS", f"{p}m3", f"{p}c-pg"),
@@ -91,6 +158,11 @@ def small_graph(user: str = "u1", prefix: str = "") -> list[dict[str, Any]]:
         rel(user, "DERIVED_FROM", f"{p}a1", f"{p}m2"),
         rel(user, "FOLLOWS", f"{p}m2", f"{p}m1"),
         {"kind": "preference", "user_id": user, "target_kind": "concept", "target": f"{p}c-phx", "weight": 0.9},
-        {"kind": "preference", "user_id": user, "target_kind": "source_type", "target": "incident_report",
-         "weight": 0.2},
+        {
+            "kind": "preference",
+            "user_id": user,
+            "target_kind": "source_type",
+            "target": "incident_report",
+            "weight": 0.2,
+        },
     ]

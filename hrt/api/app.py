@@ -67,8 +67,13 @@ async def _send_413(send: Send, limit: int) -> None:
     body = json.dumps(
         {"error": {"code": "payload_too_large", "message": f"the body is over {limit} bytes", "field": "body"}}
     ).encode()
-    await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -202,8 +207,11 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
         except Exception as exc:  # readiness reports, it never raises
             log.warning("readiness check failed: %s", exc)
             ok = False
-        body = {"status": "ready" if ok else "unavailable", "embedder": svc().embedder.name,
-                "backend": settings.backend}
+        body = {
+            "status": "ready" if ok else "unavailable",
+            "embedder": svc().embedder.name,
+            "backend": settings.backend,
+        }
         return Response(json.dumps(body), status_code=200 if ok else 503, media_type="application/json")
 
     @app.get("/metrics")
@@ -211,7 +219,7 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
         return Response(svc().metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     app.add_middleware(
-        BodyLimit,  # type: ignore[arg-type]
+        BodyLimit,
         default_limit=settings.max_body_bytes,
         limits={"/v1/ingest": settings.max_ingest_body_bytes},
     )

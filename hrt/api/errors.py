@@ -35,6 +35,11 @@ def _field(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "body"
 
 
+def _ctx_error(error: dict[str, Any]) -> str:
+    ctx = error.get("ctx")
+    return str(ctx.get("error", "")) if isinstance(ctx, dict) else ""
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(HRTError)
     async def _hrt_error(request: Request, exc: HRTError) -> JSONResponse:
@@ -45,15 +50,18 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = exc.errors()
+        errors: list[dict[str, Any]] = [dict(e) for e in exc.errors()]
         first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request", "type": "invalid"}
+        body: dict[str, Any]
         if first.get("type") == "json_invalid":
-            body = {"code": "malformed_json", "message": f"the body is not valid JSON: {first.get('ctx', {}).get('error', '')}".strip(), "field": "body"}
+            body = {
+                "code": "malformed_json",
+                "message": f"the body is not valid JSON: {_ctx_error(first)}".strip(),
+                "field": "body",
+            }
             return JSONResponse(status_code=400, content={"error": body})
         field = _field(tuple(first.get("loc", ())))
-        detail = [
-            {"field": _field(tuple(e.get("loc", ()))), "message": str(e.get("msg", ""))} for e in errors[:20]
-        ]
+        detail = [{"field": _field(tuple(e.get("loc", ()))), "message": str(e.get("msg", ""))} for e in errors[:20]]
         body = {
             "code": "invalid_input",
             "message": f"field '{field}': {first.get('msg', 'invalid')}",

@@ -27,7 +27,7 @@ from hrt.pipeline.intake import run_intake
 from hrt.pipeline.rerank import run_rerank
 from hrt.pipeline.scoring import PreferenceBook, score_candidates
 from hrt.pipeline.selection import passes_filters, select, shortlist
-from hrt.records import EdgeType, Kind, entity_text
+from hrt.records import EdgeType, Kind, entity_body
 from hrt.reranker import NoopReranker, Reranker
 from hrt.stores.base import GraphStore, RecordStore, VectorIndex
 
@@ -96,7 +96,11 @@ class HybridRetrievalTool:
         with self._stage("scoring", timings):
             book = PreferenceBook.build(await self.records.preferences(intake.user_id), s.neutral_preference)
             scored = score_candidates(
-                candidates, grounding.similarity, book, intake.weights, intake.as_of.timestamp(),
+                candidates,
+                grounding.similarity,
+                book,
+                intake.weights,
+                intake.as_of.timestamp(),
                 s.recency_half_life_days,
             )
             scored = [x for x in scored if passes_filters(x, intake.filters)]
@@ -107,9 +111,7 @@ class HybridRetrievalTool:
             entities, missing = await run_hydration(intake.user_id, short, self.records)
         stages["hydration"] = "ok"
         if missing:
-            degraded.append(
-                "records missing for " + ", ".join(f"{len(v)} {k}" for k, v in sorted(missing.items()))
-            )
+            degraded.append("records missing for " + ", ".join(f"{len(v)} {k}" for k, v in sorted(missing.items())))
 
         with self._stage("rerank", timings):
             outcome = await run_rerank(intake, short, entities, self.reranker, s.rerank_blend)
@@ -119,7 +121,7 @@ class HybridRetrievalTool:
             self.metrics.degraded.labels(stage="rerank").inc()
 
         with self._stage("selection", timings):
-            texts = {i: entity_text(e) for i, e in entities.items()}
+            texts = {i: entity_body(e) for i, e in entities.items()}
             selected, removed = select(outcome.items, texts, intake.limits, s.dedup_jaccard)
         stages["selection"] = "ok"
 
@@ -129,11 +131,13 @@ class HybridRetrievalTool:
             concept_ids = [x.id for x in selected[Kind.CONCEPT]]
             mu_concepts = (
                 await self.graph.neighbors(intake.user_id, mu_ids, EdgeType.MENTIONS, True, 50, not_after)
-                if mu_ids else {}
+                if mu_ids
+                else {}
             )
             concept_mus = (
                 await self.graph.neighbors(intake.user_id, concept_ids, EdgeType.MENTIONS, False, 50, not_after)
-                if concept_ids else {}
+                if concept_ids
+                else {}
             )
             stages["assembly"] = "ok"
             response = assemble(

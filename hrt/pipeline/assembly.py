@@ -79,8 +79,14 @@ def rounder(decimals: int):  # type: ignore[no-untyped-def]
 
 
 def summary_text(
-    n_phrases: int, n_seeds: int, n_candidates: int, depth: int, counts: Mapping[Kind, int],
-    unmatched: Sequence[str], rerank_applied: bool, degraded_reasons: Sequence[str],
+    n_phrases: int,
+    n_seeds: int,
+    n_candidates: int,
+    depth: int,
+    counts: Mapping[Kind, int],
+    unmatched: Sequence[str],
+    rerank_applied: bool,
+    degraded_reasons: Sequence[str],
 ) -> str:
     unmatched_text = "[" + ", ".join(repr(p) for p in unmatched) + "]" if unmatched else "none"
     parts = [
@@ -123,7 +129,10 @@ def assemble(
 
     def breakdown(s: Scored) -> ScoreBreakdown:
         return ScoreBreakdown(
-            semantic=r(s.semantic), recency=r(s.recency), salience=r(s.salience), preference=r(s.preference),
+            semantic=r(s.semantic),
+            recency=r(s.recency),
+            salience=r(s.salience),
+            preference=r(s.preference),
             rerank=None if s.rerank is None else r(s.rerank),
         )
 
@@ -141,9 +150,7 @@ def assemble(
                 importance_score=r(mu.importance_score),
                 final_retrieval_score=r(s.final),
                 score_breakdown=breakdown(s),
-                connected_concept_ids_and_names=[
-                    IdName(id=n.id, name=n.label) for n in mu_concepts.get(s.id, ())
-                ],
+                connected_concept_ids_and_names=[IdName(id=n.id, name=n.label) for n in mu_concepts.get(s.id, ())],
             )
         )
 
@@ -196,8 +203,14 @@ def assemble(
         retrieved_concepts=concepts,
         retrieved_artifacts=artifacts,
         retrieval_summary=summary_text(
-            len(phrases), len(grounding.seeds), n_candidates, intake.depth, counts, unmatched,
-            rerank_applied, degraded_reasons,
+            len(phrases),
+            len(grounding.seeds),
+            n_candidates,
+            intake.depth,
+            counts,
+            unmatched,
+            rerank_applied,
+            degraded_reasons,
         ),
         scoring_details=ScoringDetails(
             total_candidates_considered=n_candidates,
@@ -216,7 +229,7 @@ def assemble(
             user_id=intake.user_id,
             as_of=iso(intake.as_of),
             key_phrases_processed=phrases,
-            key_phrase_source=intake.phrase_source,  # type: ignore[arg-type]
+            key_phrase_source=intake.phrase_source,
             phrase_grounding=[
                 PhraseGrounding(
                     key_phrase=p.phrase,
@@ -227,7 +240,7 @@ def assemble(
                 )
                 for p in grounding.phrases
             ],
-            stages=dict(stages),  # type: ignore[arg-type]
+            stages=dict(stages),
             degraded=bool(degraded_reasons),
             degraded_reasons=list(degraded_reasons),
             rerank_applied=rerank_applied,

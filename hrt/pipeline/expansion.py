@@ -14,7 +14,9 @@ from hrt.pipeline.intake import Intake
 from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphStore
 
 
-async def run_expansion(intake: Intake, grounding: Grounding, graph: GraphStore, settings: Settings) -> list[GraphCandidate]:
+async def run_expansion(
+    intake: Intake, grounding: Grounding, graph: GraphStore, settings: Settings
+) -> list[GraphCandidate]:
     if not grounding.seeds:
         return []
     caps = ExpansionCaps(

@@ -33,7 +33,7 @@ def rrf_score(ranks: Sequence[int | None], k: int = 60) -> float:
 
 
 def threshold_ladder(high: float, low: float, step: float) -> list[float]:
-    steps = int(math.floor((high - low) / step + EPS))
+    steps = math.floor((high - low) / step + EPS)
     return [round(high - i * step, 6) for i in range(steps + 1)]
 
 

@@ -57,16 +57,19 @@ class PreferenceBook:
     @classmethod
     def build(cls, prefs: Iterable[Preference], neutral: float = 0.5) -> PreferenceBook:
         tables: dict[str, dict[str, float]] = {
-            "concept": {}, "concept_type": {}, "source_type": {}, "artifact_type": {}
+            "concept": {},
+            "concept_type": {},
+            "source_type": {},
+            "artifact_type": {},
         }
         for p in prefs:
             tables[p.target_kind][p.target] = p.weight
-        return cls(
-            tables["concept"], tables["concept_type"], tables["source_type"], tables["artifact_type"], neutral
-        )
+        return cls(tables["concept"], tables["concept_type"], tables["source_type"], tables["artifact_type"], neutral)
 
 
-def preference_score(node: GraphNode, mentions: Iterable[str], book: PreferenceBook, concept_types: Mapping[str, str]) -> float:
+def preference_score(
+    node: GraphNode, mentions: Iterable[str], book: PreferenceBook, concept_types: Mapping[str, str]
+) -> float:
     if node.kind is Kind.CONCEPT:
         if node.id in book.concepts:
             return book.concepts[node.id]

@@ -4,9 +4,10 @@
 - The shortlist keeps, per kind, the best ``limit x shortlist_factor`` by score then id: enough
   for near-duplicate removal and rerank to choose from, few enough to hydrate in one read.
 - Near-duplicate removal: two items of one kind are duplicates when the Jaccard similarity of
-  their word 3-gram shingles reaches ``dedup_jaccard`` (seed 000 compared 200-character prefix
-  hashes, which misses a changed first word and flags shared boilerplate openings). The better
-  scored item stays.
+  their word sets reaches ``dedup_jaccard`` and that of their word-bigram sets reaches
+  ``dedup_jaccard - 0.1`` (same words, mostly in the same order). Seed 000 compared 200-character
+  prefix hashes, which misses a changed first word and flags texts that merely open alike. The
+  better scored item stays.
 - Top-N per kind, ties broken by id.
 """
 
@@ -55,17 +56,28 @@ def shortlist(scored: Sequence[Scored], limits: Limits, factor: int) -> dict[Kin
     return out
 
 
-def shingles(text: str, n: int = 3) -> frozenset[str]:
-    words = tokenize(text)
-    if len(words) < n:
-        return frozenset(words)
-    return frozenset(" ".join(words[i : i + n]) for i in range(len(words) - n + 1))
+def shingles(text: str, n: int) -> frozenset[str]:
+    ws = tokenize(text)
+    if len(ws) < n:
+        return frozenset([" ".join(ws)])
+    return frozenset(" ".join(ws[i : i + n]) for i in range(len(ws) - n + 1))
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     if not a and not b:
         return 1.0
     return len(a & b) / len(a | b)
+
+
+class Fingerprint:
+    __slots__ = ("bigrams", "words")
+
+    def __init__(self, text: str) -> None:
+        self.words = shingles(text, 1)
+        self.bigrams = shingles(text, 2)
+
+    def near_duplicate(self, other: Fingerprint, threshold: float) -> bool:
+        return jaccard(self.words, other.words) >= threshold and jaccard(self.bigrams, other.bigrams) >= threshold - 0.1
 
 
 def select(
@@ -75,23 +87,24 @@ def select(
     dedup_threshold: float,
 ) -> tuple[dict[Kind, list[Scored]], int]:
     """Per kind, the best items in order, skipping near-duplicates and items without a text
-    (not hydrated); returns the selection and how many near-duplicates were removed."""
+    (not hydrated); ``texts`` holds each item's body (content, or a concept's name and
+    description). Returns the selection and how many near-duplicates were removed."""
     selected: dict[Kind, list[Scored]] = {}
     removed = 0
     for kind in Kind:
         keep: list[Scored] = []
-        kept_shingles: list[frozenset[str]] = []
+        kept: list[Fingerprint] = []
         for item in order(shortlisted.get(kind, ())):
             if len(keep) >= limit_for(limits, kind):
                 break
             text = texts.get(item.id)
             if text is None:
                 continue
-            sh = shingles(text)
-            if any(jaccard(sh, other) >= dedup_threshold for other in kept_shingles):
+            fp = Fingerprint(text)
+            if any(fp.near_duplicate(other, dedup_threshold) for other in kept):
                 removed += 1
                 continue
             keep.append(item)
-            kept_shingles.append(sh)
+            kept.append(fp)
         selected[kind] = keep
     return selected, removed

@@ -157,7 +157,12 @@ class GraphStore(Protocol):
         ...
 
     async def neighbors(
-        self, user_id: str, ids: Sequence[str], edge: EdgeType, outgoing: bool, limit: int,
+        self,
+        user_id: str,
+        ids: Sequence[str],
+        edge: EdgeType,
+        outgoing: bool,
+        limit: int,
         not_after: float | None = None,
     ) -> dict[str, list[GraphNode]]:
         """For each id, its neighbours along ``edge`` (newest first, then id), at most ``limit``."""

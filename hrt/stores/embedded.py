@@ -153,9 +153,7 @@ class EmbeddedStore:
                     for statement in sql.split(";"):
                         if statement.strip():
                             self.db.execute(statement)
-                    self.db.execute(
-                        "INSERT INTO schema_migrations VALUES (?, datetime('now'))", (version,)
-                    )
+                    self.db.execute("INSERT INTO schema_migrations VALUES (?, datetime('now'))", (version,))
                 applied.append(version)
             return applied
 
@@ -259,8 +257,7 @@ class EmbeddedStore:
                     )
                 if Kind(row[0]) not in allowed:
                     raise InvalidInput(
-                        f"{rel.type.value} {end} must be {' or '.join(sorted(allowed))}, "
-                        f"but {ident!r} is a {row[0]}",
+                        f"{rel.type.value} {end} must be {' or '.join(sorted(allowed))}, but {ident!r} is a {row[0]}",
                         field=end,
                     )
 
@@ -293,9 +290,7 @@ class EmbeddedStore:
         vec = np.ascontiguousarray(vector, dtype=np.float32)
         if vec.shape != (self.dim,):
             raise StoreError(f"vector for {entity.id!r} has shape {vec.shape}, expected ({self.dim},)")
-        row = db.execute(
-            "SELECT rowid FROM docs WHERE user_id = ? AND id = ?", (entity.user_id, entity.id)
-        ).fetchone()
+        row = db.execute("SELECT rowid FROM docs WHERE user_id = ? AND id = ?", (entity.user_id, entity.id)).fetchone()
         if row is None:
             cur = db.execute(
                 "INSERT INTO docs (user_id, id, kind, ts, vec) VALUES (?, ?, ?, ?, ?)",
@@ -304,7 +299,9 @@ class EmbeddedStore:
             rowid = cur.lastrowid
         else:
             rowid = row[0]
-            db.execute("UPDATE docs SET kind = ?, ts = ?, vec = ? WHERE rowid = ?", (kind.value, ts, vec.tobytes(), rowid))
+            db.execute(
+                "UPDATE docs SET kind = ?, ts = ?, vec = ? WHERE rowid = ?", (kind.value, ts, vec.tobytes(), rowid)
+            )
             db.execute("DELETE FROM fts WHERE rowid = ?", (rowid,))
         db.execute(
             "INSERT INTO fts (rowid, text, scope) VALUES (?, ?, ?)",
@@ -319,18 +316,14 @@ class EmbeddedStore:
             ident = d.entity_id()
             if ident is None:
                 raise InvalidInput("a delete of an entity needs its id (muid for memory units)", field="id")
-            row = db.execute(
-                "SELECT kind FROM entities WHERE user_id = ? AND id = ?", (d.user_id, ident)
-            ).fetchone()
+            row = db.execute("SELECT kind FROM entities WHERE user_id = ? AND id = ?", (d.user_id, ident)).fetchone()
             if row is None:
                 return 0
             if row[0] != d.kind:
                 raise Conflict(f"{ident!r} is a {row[0]}, not a {d.kind}", field="kind")
             db.execute("DELETE FROM entities WHERE user_id = ? AND id = ?", (d.user_id, ident))
             db.execute("DELETE FROM nodes WHERE user_id = ? AND id = ?", (d.user_id, ident))
-            db.execute(
-                "DELETE FROM edges WHERE user_id = ? AND (source = ? OR target = ?)", (d.user_id, ident, ident)
-            )
+            db.execute("DELETE FROM edges WHERE user_id = ? AND (source = ? OR target = ?)", (d.user_id, ident, ident))
             doc = db.execute("SELECT rowid FROM docs WHERE user_id = ? AND id = ?", (d.user_id, ident)).fetchone()
             if doc is not None:
                 db.execute("DELETE FROM fts WHERE rowid = ?", (doc[0],))
@@ -359,7 +352,7 @@ class EmbeddedStore:
             rowids = [r[0] for r in db.execute("SELECT rowid FROM docs WHERE user_id = ?", (user_id,))]
             db.executemany("DELETE FROM fts WHERE rowid = ?", [(r,) for r in rowids])
             for table in ("entities", "preferences", "nodes", "edges", "docs"):
-                db.execute(f"DELETE FROM {table} WHERE user_id = ?", (user_id,))  # noqa: S608 - fixed names
+                db.execute(f"DELETE FROM {table} WHERE user_id = ?", (user_id,))
         self.graph.invalidate(user_id)
         self.vectors.invalidate(user_id)
         return int(n)
@@ -370,7 +363,7 @@ class EmbeddedStore:
             for chunk in chunks(list(ids), 500):
                 marks = ",".join("?" * len(chunk))
                 for ident, kind in self.db.execute(
-                    f"SELECT id, kind FROM entities WHERE user_id = ? AND id IN ({marks})",  # noqa: S608
+                    f"SELECT id, kind FROM entities WHERE user_id = ? AND id IN ({marks})",
                     (user_id, *chunk),
                 ):
                     out[ident] = Kind(kind)

@@ -97,8 +97,17 @@ class EmbeddedGraphStore:
             db.executemany(
                 "INSERT OR REPLACE INTO nodes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
-                    (user_id, n.id, n.kind.value, n.label, n.ts, n.salience, n.category,
-                     json.dumps(sorted(n.tags)), n.source_agent_id)
+                    (
+                        user_id,
+                        n.id,
+                        n.kind.value,
+                        n.label,
+                        n.ts,
+                        n.salience,
+                        n.category,
+                        json.dumps(sorted(n.tags)),
+                        n.source_agent_id,
+                    )
                     for n in nodes
                 ],
             )
@@ -108,7 +117,9 @@ class EmbeddedGraphStore:
         with self._store.transaction() as db:
             for ident in ids:
                 db.execute("DELETE FROM nodes WHERE user_id = ? AND id = ?", (user_id, ident))
-                db.execute("DELETE FROM edges WHERE user_id = ? AND (source = ? OR target = ?)", (user_id, ident, ident))
+                db.execute(
+                    "DELETE FROM edges WHERE user_id = ? AND (source = ? OR target = ?)", (user_id, ident, ident)
+                )
         self.invalidate(user_id)
 
     async def upsert_edges(self, user_id: str, edges: Sequence[GraphEdge]) -> None:
@@ -190,22 +201,26 @@ class EmbeddedGraphStore:
             last_mention: float | None = None
             links = graph.adjacency.get(ident, ())
             if node.kind is Kind.MEMORY_UNIT:
-                mentions = tuple(
-                    lk.other for lk in links if lk.edge is EdgeType.MENTIONS and lk.forward
-                )
+                mentions = tuple(lk.other for lk in links if lk.edge is EdgeType.MENTIONS and lk.forward)
             elif node.kind is Kind.CONCEPT:
                 stamps = [
                     ts
                     for lk in links
-                    if lk.edge is EdgeType.MENTIONS and not lk.forward
+                    if lk.edge is EdgeType.MENTIONS
+                    and not lk.forward
                     and (ts := graph.nodes[lk.other].ts) is not None
                     and (not_after is None or ts <= not_after)
                 ]
                 last_mention = max(stamps) if stamps else None
             out.append(
                 GraphCandidate(
-                    node=node, hops=hops, seed_id=seed_id, path=path, path_score=score,
-                    mentions=mentions, last_mention_ts=last_mention,
+                    node=node,
+                    hops=hops,
+                    seed_id=seed_id,
+                    path=path,
+                    path_score=score,
+                    mentions=mentions,
+                    last_mention_ts=last_mention,
                 )
             )
         return out
@@ -220,6 +235,7 @@ class EmbeddedGraphStore:
         not_after: float | None = None,
     ) -> dict[str, list[GraphNode]]:
         graph = self._graph(user_id)
+        edge = EdgeType(edge)
         out: dict[str, list[GraphNode]] = {}
         for ident in ids:
             found = [

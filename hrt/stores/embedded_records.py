@@ -17,13 +17,14 @@ class EmbeddedRecordStore:
         self._store = store
 
     async def get_many(self, user_id: str, kind: Kind, ids: Sequence[str]) -> dict[str, Entity]:
+        kind = Kind(kind)
         model = ENTITY_MODELS[kind]
         out: dict[str, Entity] = {}
         with self._store.lock:
             for chunk in chunks(sorted(set(ids)), 500):
                 marks = ",".join("?" * len(chunk))
                 rows = self._store.db.execute(
-                    f"SELECT id, data FROM entities WHERE user_id = ? AND kind = ? AND id IN ({marks})",  # noqa: S608
+                    f"SELECT id, data FROM entities WHERE user_id = ? AND kind = ? AND id IN ({marks})",
                     (user_id, kind.value, *chunk),
                 ).fetchall()
                 for ident, data in rows:
@@ -36,15 +37,11 @@ class EmbeddedRecordStore:
                 "SELECT target_kind, target, weight FROM preferences WHERE user_id = ? ORDER BY target_kind, target",
                 (user_id,),
             ).fetchall()
-        return [
-            Preference(user_id=user_id, target_kind=tk, target=t, weight=w) for tk, t, w in rows
-        ]
+        return [Preference(user_id=user_id, target_kind=tk, target=t, weight=w) for tk, t, w in rows]
 
     async def user_exists(self, user_id: str) -> bool:
         with self._store.lock:
-            row = self._store.db.execute(
-                "SELECT 1 FROM entities WHERE user_id = ? LIMIT 1", (user_id,)
-            ).fetchone()
+            row = self._store.db.execute("SELECT 1 FROM entities WHERE user_id = ? LIMIT 1", (user_id,)).fetchone()
         return row is not None
 
     async def counts(self, user_id: str) -> dict[str, int]:
@@ -52,12 +49,10 @@ class EmbeddedRecordStore:
             rows = self._store.db.execute(
                 "SELECT kind, count(*) FROM entities WHERE user_id = ? GROUP BY kind", (user_id,)
             ).fetchall()
-            edges = self._store.db.execute(
-                "SELECT count(*) FROM edges WHERE user_id = ?", (user_id,)
-            ).fetchone()[0]
-            prefs = self._store.db.execute(
-                "SELECT count(*) FROM preferences WHERE user_id = ?", (user_id,)
-            ).fetchone()[0]
+            edges = self._store.db.execute("SELECT count(*) FROM edges WHERE user_id = ?", (user_id,)).fetchone()[0]
+            prefs = self._store.db.execute("SELECT count(*) FROM preferences WHERE user_id = ?", (user_id,)).fetchone()[
+                0
+            ]
         out = {k.value: 0 for k in Kind}
         out.update({kind: n for kind, n in rows})
         out["relation"] = int(edges)

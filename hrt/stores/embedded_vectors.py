@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hrt.records import Kind
-from hrt.text import content_words
 from hrt.stores.base import Vector, VectorDoc, VectorHit
 from hrt.stores.embedded import KIND_CODES, KINDS_BY_CODE, user_scope_token
+from hrt.text import content_words
 
 if TYPE_CHECKING:
     from hrt.stores.embedded import EmbeddedStore
+
 
 def lexical_query(phrase: str) -> str | None:
     """An FTS5 expression matching any content word of the phrase (all words if none is content)."""
@@ -86,10 +87,14 @@ class EmbeddedVectorIndex:
                     ).lastrowid
                 else:
                     rowid = row[0]
-                    db.execute("UPDATE docs SET kind = ?, ts = ?, vec = ? WHERE rowid = ?", (doc.kind.value, doc.ts, vec, rowid))
+                    db.execute(
+                        "UPDATE docs SET kind = ?, ts = ?, vec = ? WHERE rowid = ?",
+                        (doc.kind.value, doc.ts, vec, rowid),
+                    )
                     db.execute("DELETE FROM fts WHERE rowid = ?", (rowid,))
                 db.execute(
-                    "INSERT INTO fts (rowid, text, scope) VALUES (?, ?, ?)", (rowid, doc.text, user_scope_token(user_id))
+                    "INSERT INTO fts (rowid, text, scope) VALUES (?, ?, ?)",
+                    (rowid, doc.text, user_scope_token(user_id)),
                 )
         self.invalidate(user_id)
 
@@ -117,7 +122,7 @@ class EmbeddedVectorIndex:
         n = len(um.ids)
         if n == 0 or not phrases:
             return [[] for _ in phrases]
-        allowed = np.isin(um.codes, [KIND_CODES[kind] for kind in kinds])
+        allowed = np.isin(um.codes, [KIND_CODES[Kind(kind)] for kind in kinds])
         if not_after is not None:
             allowed &= ~(um.ts > not_after)  # NaN (no timestamp) compares False: always allowed
         sims = np.asarray(vectors, dtype=np.float32) @ um.matrix.T  # (phrases, n)
@@ -127,9 +132,7 @@ class EmbeddedVectorIndex:
         for p, phrase in enumerate(phrases):
             row = masked[p]
             idx = np.argpartition(-row, top - 1)[:top] if top < n else np.arange(n)
-            ranked = sorted(
-                (int(i) for i in idx if np.isfinite(row[i])), key=lambda i: (-float(row[i]), um.ids[i])
-            )
+            ranked = sorted((int(i) for i in idx if np.isfinite(row[i])), key=lambda i: (-float(row[i]), um.ids[i]))
             vector_rank = {i: r + 1 for r, i in enumerate(ranked)}
             lexical_rank = self._lexical(user_id, um, phrase, allowed, k)
             hits = []

@@ -76,7 +76,10 @@ def test_preference_table(n, mentions, expected):
 def test_weights_normalise_and_presets_sum_to_one():
     w = Weights(alpha_semantic_similarity=2, beta_recency=1, gamma_salience=1, delta_user_preference=0).normalised()
     assert (w.alpha_semantic_similarity, w.beta_recency, w.gamma_salience, w.delta_user_preference) == (
-        0.5, 0.25, 0.25, 0.0,
+        0.5,
+        0.25,
+        0.25,
+        0.0,
     )
     for preset in WEIGHT_PRESETS.values():
         assert math.isclose(preset.normalised().total(), 1.0)
@@ -93,9 +96,7 @@ def test_score_candidates_orders_by_score_then_id_and_uses_last_mention_for_conc
     w = Weights().normalised()
     book = PreferenceBook.build([])
     recent = AS_OF - 1 * DAY
-    cands = [
-        GraphCandidate(node(i, Kind.MEMORY_UNIT, ts=recent), 0, i, (), 0.5) for i in ("b", "a")
-    ] + [
+    cands = [GraphCandidate(node(i, Kind.MEMORY_UNIT, ts=recent), 0, i, (), 0.5) for i in ("b", "a")] + [
         GraphCandidate(node("c", Kind.CONCEPT), 1, "a", (), 0.3, last_mention_ts=recent),
         GraphCandidate(node("d", Kind.CONCEPT), 1, "a", (), 0.3, last_mention_ts=None),
     ]

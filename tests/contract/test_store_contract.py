@@ -1,0 +1,149 @@
+"""One suite of store behaviour, run against every adapter of the three ports.
+
+The ``deployment`` fixture is parametrised by adapter family; the services family (PostgreSQL,
+Neo4j, Weaviate) joins the parameter list when its adapters land.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from hrt.config import Settings
+from hrt.ingest import parse_jsonl
+from hrt.records import EdgeType, Kind
+from hrt.service import HRTService
+from hrt.stores.base import ExpansionCaps, GraphStore, RecordStore, VectorIndex
+from tests.conftest import FIXED_NOW
+from tests.helpers import HashingEmbedder, concept, jsonl, mu, rel, small_graph
+
+ALL_KINDS = [Kind.MEMORY_UNIT, Kind.CONCEPT, Kind.ARTIFACT]
+
+
+@dataclass
+class Deployment:
+    records: RecordStore
+    graph: GraphStore
+    vectors: VectorIndex
+    service: HRTService
+
+    def embed(self, text: str):
+        return self.service.embedder.embed([text])
+
+
+@pytest.fixture(params=["embedded"])
+def deployment(request, tmp_path) -> Iterator[Deployment]:
+    svc = HRTService(Settings(db_path=tmp_path / "c.db"), embedder=HashingEmbedder(), clock=lambda: FIXED_NOW)
+    svc.ingest(parse_jsonl(jsonl(small_graph("u1") + small_graph("u2", prefix="x"))))
+    yield Deployment(svc.store.records, svc.store.graph, svc.store.vectors, svc)
+    svc.close()
+
+
+def test_adapters_implement_the_ports(deployment):
+    assert isinstance(deployment.records, RecordStore)
+    assert isinstance(deployment.graph, GraphStore)
+    assert isinstance(deployment.vectors, VectorIndex)
+
+
+async def test_get_many_is_scoped_by_user_and_kind(deployment):
+    got = await deployment.records.get_many("u1", Kind.CONCEPT, ["c-phx", "xc-phx", "m1", "nope"])
+    assert sorted(got) == ["c-phx"]
+    assert got["c-phx"].user_id == "u1" and got["c-phx"].properties == {"due": "2025-12-31", "lead": "Maya"}
+    assert await deployment.records.get_many("u2", Kind.CONCEPT, ["c-phx"]) == {}
+
+
+async def test_preferences_and_counts(deployment):
+    prefs = await deployment.records.preferences("u1")
+    assert [(p.target_kind, p.target, p.weight) for p in prefs] == [
+        ("concept", "c-phx", 0.9),
+        ("source_type", "incident_report", 0.2),
+    ]
+    assert await deployment.records.counts("u1") == {
+        "memory_unit": 4,
+        "concept": 3,
+        "artifact": 1,
+        "relation": 8,
+        "preference": 2,
+    }
+    assert await deployment.records.user_exists("u1") and not await deployment.records.user_exists("nobody")
+
+
+async def test_search_returns_per_phrase_hits_with_both_ranks(deployment):
+    phrases = ["Postgres billing tables", "bandwidth"]
+    vecs = deployment.service.embedder.embed(phrases)
+    hits = await deployment.vectors.search("u1", phrases, vecs, ALL_KINDS, k=5)
+    assert len(hits) == 2
+    first = {h.id: h for h in hits[0]}
+    assert {"m3", "m4"} <= set(first)
+    assert first["m3"].lexical_rank is not None and first["m3"].vector_rank is not None
+    assert all(-1.0001 <= h.similarity <= 1.0001 for row in hits for h in row)
+    assert all(not h.id.startswith("x") for row in hits for h in row), "another user's entity leaked"
+
+
+async def test_search_filters_kinds_and_future(deployment):
+    vec = deployment.embed("Postgres")
+    only_concepts = await deployment.vectors.search("u1", ["Postgres"], vec, [Kind.CONCEPT], k=10)
+    assert {h.kind for h in only_concepts[0]} == {Kind.CONCEPT}
+    cutoff = 1750000000.0  # 2025-06-15: m3/m4 (July) are in the future
+    past = await deployment.vectors.search("u1", ["Postgres"], vec, ALL_KINDS, k=10, not_after=cutoff)
+    assert not {"m3", "m4"} & {h.id for h in past[0]}
+
+
+async def test_search_on_an_unknown_user_is_empty(deployment):
+    assert await deployment.vectors.search("ghost", ["Postgres"], deployment.embed("Postgres"), ALL_KINDS, 5) == [[]]
+
+
+CAPS = ExpansionCaps(depth=2, fanout_per_node=25, max_per_kind=100, hop_decay=0.5)
+
+
+async def test_expand_depth_zero_returns_seeds_with_attributes(deployment):
+    out = await deployment.graph.expand("u1", {"m1": 0.8}, ExpansionCaps(0, 25, 100, 0.5))
+    assert [(c.node.id, c.hops, c.path_score) for c in out] == [("m1", 0, 0.8)]
+    node = out[0].node
+    assert node.kind is Kind.MEMORY_UNIT and node.salience == pytest.approx(0.85)
+    assert node.tags == ("phoenix",) and node.source_agent_id == "meeting-agent"
+    assert out[0].mentions == ("c-phx",)
+
+
+async def test_expand_walks_both_directions_with_decay_and_best_paths(deployment):
+    out = {c.node.id: c for c in await deployment.graph.expand("u1", {"m1": 0.8}, CAPS)}
+    assert out["c-phx"].hops == 1 and out["c-phx"].path_score == pytest.approx(0.4)
+    assert out["m2"].hops == 1  # FOLLOWS, walked backwards
+    assert out["a1"].hops == 1  # DERIVED_FROM, walked backwards
+    assert out["c-bw"].hops == 2
+    # via m2 (0.8*.5*.5=0.2) or via c-phx with weight 0.8 (0.8*.5*.5*.8=0.16): the best path wins
+    assert out["c-bw"].path_score == pytest.approx(0.2)
+    assert [s.node_id for s in out["c-bw"].path] == ["m2", "c-bw"]
+    assert out["c-bw"].path[0].edge is EdgeType.FOLLOWS and out["c-bw"].path[0].forward is False
+    assert "m3" not in out and not any(i.startswith("x") for i in out)
+    assert out["c-phx"].last_mention_ts is not None
+
+
+async def test_expand_respects_fanout_and_kind_caps(deployment, tmp_path):
+    svc = deployment.service
+    hub = [concept("u3", "hub", "Hub")] + [
+        mu("u3", f"m{i:02d}", f"note {i}", f"2025-01-{i + 1:02d}T00:00:00Z") for i in range(20)
+    ]
+    hub += [rel("u3", "MENTIONS", f"m{i:02d}", "hub") for i in range(20)]
+    svc.ingest(parse_jsonl(jsonl(hub)))
+    out = await deployment.graph.expand("u3", {"hub": 1.0}, ExpansionCaps(1, 5, 100, 0.5))
+    reached = sorted(c.node.id for c in out if c.hops == 1)
+    assert reached == ["m15", "m16", "m17", "m18", "m19"]  # newest first under the fan-out cap
+    capped = await deployment.graph.expand("u3", {"hub": 1.0}, ExpansionCaps(1, 50, 3, 0.5))
+    assert sum(1 for c in capped if c.node.kind is Kind.MEMORY_UNIT) == 3
+
+
+async def test_expand_never_crosses_users_or_into_the_future(deployment):
+    assert await deployment.graph.expand("u1", {"xm1": 1.0}, CAPS) == []
+    out = await deployment.graph.expand("u1", {"c-pg": 1.0}, CAPS, not_after=1750000000.0)
+    assert [c.node.id for c in out] == ["c-pg"]  # m3/m4 are after the cutoff
+
+
+async def test_neighbors_newest_first(deployment):
+    nb = await deployment.graph.neighbors("u1", ["c-pg", "c-phx"], EdgeType.MENTIONS, False, 10)
+    assert [n.id for n in nb["c-pg"]] == ["m4", "m3"]
+    assert [n.id for n in nb["c-phx"]] == ["m1"]
+    out = await deployment.graph.neighbors("u1", ["m1"], EdgeType.MENTIONS, True, 10)
+    assert [(n.id, n.label) for n in out["m1"]] == [("c-phx", "Project Phoenix")]

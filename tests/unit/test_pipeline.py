@@ -1,0 +1,210 @@
+"""The HybridRetrievalTool end to end on the embedded store (hashing embedder: the subject here is
+the pipeline, not embedding quality)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from hrt.contract import AugmentedMemoryContext, RetrieveRequest
+from hrt.errors import NotFound
+from hrt.ingest import parse_jsonl
+from hrt.service import HRTService
+from tests.conftest import FIXED_NOW
+from tests.helpers import HashingEmbedder, jsonl, small_graph
+
+AS_OF = "2025-08-01T00:00:00Z"
+
+
+def req(**body) -> RetrieveRequest:
+    body.setdefault("user_id", "u1")
+    body.setdefault("as_of", AS_OF)
+    return RetrieveRequest.model_validate(body)
+
+
+async def test_same_request_twice_is_byte_identical(loaded_service):
+    r = req(key_phrases=["Project Phoenix timeline", "team bandwidth", "Postgres"])
+    a = (await loaded_service.retrieve(r)).canonical_json()
+    b = (await loaded_service.retrieve(r)).canonical_json()
+    assert a == b
+    AugmentedMemoryContext.model_validate_json(a)
+
+
+async def test_byte_identical_after_restart(settings):
+    r = req(key_phrases=["Project Phoenix timeline", "bandwidth"])
+    svc = HRTService(settings, embedder=HashingEmbedder(), clock=lambda: FIXED_NOW)
+    svc.ingest(parse_jsonl(jsonl(small_graph("u1"))))
+    before = (await svc.retrieve(r)).canonical_json()
+    svc.close()
+    reopened = HRTService(settings, embedder=HashingEmbedder())  # a new process would do the same
+    try:
+        assert (await reopened.retrieve(r)).canonical_json() == before
+    finally:
+        reopened.close()
+
+
+async def test_as_of_defaults_to_now_and_is_echoed(loaded_service):
+    out = await loaded_service.retrieve(RetrieveRequest(user_id="u1", key_phrases=["Postgres"]))
+    assert out.retrieval_metadata.as_of == "2025-08-01T00:00:00Z"
+
+
+async def test_as_of_hides_what_did_not_exist_yet(loaded_service):
+    now = await loaded_service.retrieve(req(key_phrases=["Postgres billing tables"]))
+    assert {"m3", "m4"} & {m.muid for m in now.retrieved_memory_units}
+    before = await loaded_service.retrieve(req(key_phrases=["Postgres billing tables"], as_of="2025-06-20T00:00:00Z"))
+    assert not {"m3", "m4"} & {m.muid for m in before.retrieved_memory_units}
+    assert before.retrieval_metadata.as_of == "2025-06-20T00:00:00Z"
+
+
+async def test_summary_numbers_equal_the_documents_counts(loaded_service):
+    out = await loaded_service.retrieve(req(key_phrases=["Project Phoenix", "bandwidth", "zzzz qqqq"]))
+    s = out.retrieval_summary
+    nums = [int(x) for x in re.findall(r"\b\d+\b", s)]
+    sd = out.scoring_details
+    assert f"Processed {len(out.retrieval_metadata.key_phrases_processed)} key phrases" in s
+    assert f"Found {sd.seed_entities_identified_from_key_phrases} seed" in s
+    assert (
+        f"Expanded to {sd.total_candidates_considered} graph candidates at depth {sd.graph_traversal_depth_used}" in s
+    )
+    assert (
+        f"top {len(out.retrieved_memory_units)} MemoryUnits, {len(out.retrieved_concepts)} Concepts, "
+        f"{len(out.retrieved_artifacts)} Artifacts"
+    ) in s
+    assert out.unmatched_key_phrases == ["zzzz qqqq"] and "['zzzz qqqq']" in s
+    assert len(nums) >= 6
+    grounding = out.retrieval_metadata.phrase_grounding
+    assert sum(1 for g in grounding if not g.matched) == len(out.unmatched_key_phrases)
+    assert len({i for g in grounding for i in g.seed_ids}) == sd.seed_entities_identified_from_key_phrases
+
+
+async def test_every_item_carries_a_consistent_breakdown(loaded_service):
+    out = await loaded_service.retrieve(req(key_phrases=["Project Phoenix", "Postgres"]))
+    w = out.scoring_details.weights_used
+    items = [*out.retrieved_memory_units, *out.retrieved_concepts, *out.retrieved_artifacts]
+    assert items
+    for it in items:
+        b = it.score_breakdown
+        expected = (
+            w.alpha_semantic_similarity * b.semantic
+            + w.beta_recency * b.recency
+            + w.gamma_salience * b.salience
+            + w.delta_user_preference * b.preference
+        )
+        assert it.final_retrieval_score == pytest.approx(expected, abs=2e-4)
+        assert all(0.0 <= v <= 1.0 for v in (b.semantic, b.recency, b.salience, b.preference))
+    for group in (out.retrieved_memory_units, out.retrieved_concepts, out.retrieved_artifacts):
+        scores = [g.final_retrieval_score for g in group]
+        assert scores == sorted(scores, reverse=True)
+
+
+async def test_near_duplicates_are_removed(loaded_service):
+    out = await loaded_service.retrieve(req(key_phrases=["Postgres billing tables migrated"]))
+    ids = [m.muid for m in out.retrieved_memory_units]
+    assert ("m3" in ids) != ("m4" in ids), ids
+    assert out.retrieval_metadata.near_duplicates_removed >= 1
+
+
+async def test_weights_override_is_normalised_and_echoed(loaded_service):
+    out = await loaded_service.retrieve(
+        req(
+            key_phrases=["Phoenix"],
+            weights={
+                "alpha_semantic_similarity": 2,
+                "beta_recency": 1,
+                "gamma_salience": 1,
+                "delta_user_preference": 0,
+            },
+        )
+    )
+    w = out.scoring_details.weights_used
+    assert (w.alpha_semantic_similarity, w.beta_recency, w.gamma_salience, w.delta_user_preference) == (
+        0.5,
+        0.25,
+        0.25,
+        0.0,
+    )
+    preset = await loaded_service.retrieve(req(key_phrases=["Phoenix"], weights_preset="recent"))
+    assert preset.scoring_details.weights_used.beta_recency == pytest.approx(0.45)
+
+
+async def test_filters(loaded_service):
+    out = await loaded_service.retrieve(
+        req(key_phrases=["Phoenix", "Postgres", "bandwidth"], filters={"kinds": ["memory_unit"], "tags": ["infra"]})
+    )
+    assert out.retrieved_concepts == [] and out.retrieved_artifacts == []
+    assert {m.muid for m in out.retrieved_memory_units} <= {"m3", "m4"}
+    agents = await loaded_service.retrieve(
+        req(key_phrases=["Phoenix", "bandwidth"], filters={"source_agent_ids": ["meeting-agent"]})
+    )
+    assert [m.muid for m in agents.retrieved_memory_units] == ["m1"]
+    window = await loaded_service.retrieve(
+        req(
+            key_phrases=["Phoenix", "bandwidth", "Postgres"],
+            filters={"time_range": {"start": "2025-06-11T00:00:00Z", "end": "2025-06-30T00:00:00Z"}},
+        )
+    )
+    assert {m.muid for m in window.retrieved_memory_units} == {"m2"}
+
+
+async def test_limits_and_depth_zero(loaded_service):
+    out = await loaded_service.retrieve(
+        req(key_phrases=["Phoenix"], limits={"memory_units": 1, "concepts": 0, "artifacts": 0}, max_depth=0)
+    )
+    assert len(out.retrieved_memory_units) <= 1 and out.retrieved_concepts == []
+    assert out.scoring_details.graph_traversal_depth_used == 0
+    assert out.retrieval_metadata.stages["expansion"] == "skipped"
+    assert (
+        out.scoring_details.total_candidates_considered == out.scoring_details.seed_entities_identified_from_key_phrases
+    )
+
+
+async def test_connected_concepts_and_related_memory_units(loaded_service):
+    out = await loaded_service.retrieve(req(key_phrases=["Project Phoenix brainstorm"]))
+    m1 = next(m for m in out.retrieved_memory_units if m.muid == "m1")
+    assert [(c.id, c.name) for c in m1.connected_concept_ids_and_names] == [("c-phx", "Project Phoenix")]
+    phx = next(c for c in out.retrieved_concepts if c.id == "c-phx")
+    assert [(r.id, r.title) for r in phx.related_top_memory_unit_ids_and_titles] == [("m1", "Phoenix brainstorm")]
+    assert phx.key_properties_values == {"due": "2025-12-31", "lead": "Maya"}
+
+
+async def test_missing_records_are_reported_not_dropped(loaded_service):
+    svc = loaded_service
+    with svc.store.transaction() as db:  # simulate a projection that outlived its record
+        db.execute("DELETE FROM entities WHERE user_id = 'u1' AND id = 'm1'")
+    out = await svc.retrieve(req(key_phrases=["Project Phoenix brainstorm"]))
+    md = out.retrieval_metadata
+    assert md.missing_records == {"memory_unit": ["m1"]}
+    assert md.degraded and "records missing for 1 memory_unit" in md.degraded_reasons[0]
+    assert "m1" not in {m.muid for m in out.retrieved_memory_units}
+
+
+async def test_unknown_user_is_not_found(loaded_service):
+    with pytest.raises(NotFound) as info:
+        await loaded_service.retrieve(req(user_id="nobody", key_phrases=["x"]))
+    assert info.value.field == "user_id"
+
+
+async def test_query_and_messages_build_phrases(loaded_service):
+    q = await loaded_service.retrieve(req(query="  What about   Postgres?  "))
+    assert q.retrieval_metadata.key_phrases_processed == ["What about Postgres?"]
+    assert q.retrieval_metadata.key_phrase_source == "query"
+    msgs = [{"role": "user", "content": f"message {i} " + "x" * 300} for i in range(5)]
+    m = await loaded_service.retrieve(req(messages=msgs))
+    processed = m.retrieval_metadata.key_phrases_processed
+    assert len(processed) == 3 and processed[0].startswith("message 2") and all(len(p) <= 200 for p in processed)
+
+
+async def test_phrases_are_deduplicated_case_insensitively(loaded_service):
+    out = await loaded_service.retrieve(req(key_phrases=["Postgres", "postgres ", "POSTGRES", "Phoenix"]))
+    assert out.retrieval_metadata.key_phrases_processed == ["Postgres", "Phoenix"]
+
+
+async def test_canonical_json_has_no_nan_and_rounded_scores(loaded_service):
+    out = await loaded_service.retrieve(req(key_phrases=["Phoenix", "Postgres"]))
+    text = out.canonical_json()
+    data = json.loads(text)
+    for item in data["retrieved_memory_units"]:
+        for v in item["score_breakdown"].values():
+            assert v is None or round(v, 4) == v
