@@ -14,10 +14,10 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
 from hrt import __version__
-from hrt.api.errors import install_error_handlers, status_for
+from hrt.api.errors import install_error_handlers
 from hrt.config import Settings
 from hrt.contract import AugmentedMemoryContext, RetrieveRequest
-from hrt.errors import HRTError, InvalidInput, PayloadTooLarge
+from hrt.errors import InvalidInput
 from hrt.ingest import parse_record
 from hrt.records import Kind, valid_id
 from hrt.service import HRTService
@@ -50,17 +50,32 @@ class BodyLimit:
                 await _send_413(send, limit)
                 return
         seen = 0
+        rejected = False
 
         async def limited() -> Message:
-            nonlocal seen
+            nonlocal seen, rejected
+            if rejected:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
-                    raise PayloadTooLarge(f"the body is over {limit} bytes", field="body")
+                    # Answer 413 now and tell the app the client went away; what the app sends
+                    # afterwards is dropped.
+                    rejected = True
+                    await _send_413(send, limit)
+                    return {"type": "http.disconnect"}
             return message
 
-        await self.app(scope, limited, send)
+        async def guarded_send(message: Message) -> None:
+            if not rejected:
+                await send(message)
+
+        try:
+            await self.app(scope, limited, guarded_send)
+        except Exception:
+            if not rejected:
+                raise
 
 
 async def _send_413(send: Send, limit: int) -> None:
@@ -118,12 +133,7 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
 
     @app.middleware("http")
     async def count_requests(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        try:
-            response = await call_next(request)
-        except HRTError as exc:  # raised by the body limit while a handler read the body
-            response = Response(
-                content=json.dumps({"error": exc.to_dict()}), status_code=status_for(exc), media_type="application/json"
-            )
+        response = await call_next(request)
         route = request.scope.get("route")
         path = getattr(route, "path", "unmatched")
         if "svc" in state:

@@ -1,0 +1,135 @@
+"""The HTTP API through httpx's ASGI transport (in process; the real-process test is under
+tests/integration)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from hrt.api import create_app
+from hrt.contract import AugmentedMemoryContext
+from tests.helpers import concept, mu, rel
+
+AS_OF = "2025-08-01T00:00:00Z"
+
+
+@pytest.fixture
+async def client(loaded_service, settings):
+    app = create_app(settings, service=loaded_service)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://hrt") as c:
+        yield c
+
+
+async def snapshot(client) -> dict[str, dict[str, int]]:
+    return {u: (await client.get(f"/v1/users/{u}/stats")).json() for u in ("u1", "u2")}
+
+
+async def test_retrieve_returns_canonical_v94(client):
+    body = {"user_id": "u1", "key_phrases": ["Project Phoenix", "bandwidth"], "as_of": AS_OF}
+    r1 = await client.post("/v1/retrieve", json=body)
+    r2 = await client.post("/v1/retrieve", json=body)
+    assert r1.status_code == 200, r1.text
+    assert r1.headers["content-type"] == "application/json"
+    assert r1.content == r2.content
+    doc = AugmentedMemoryContext.model_validate_json(r1.content)
+    assert doc.retrieval_metadata.contract_version == "9.4"
+    assert "total;dur=" in r1.headers["server-timing"]
+
+
+async def test_ingest_json_and_ndjson_then_delete(client):
+    recs = [concept("u9", "c1", "Kubernetes", "Container orchestration"), mu("u9", "m1", "Upgraded Kubernetes to 1.31"),
+            rel("u9", "MENTIONS", "m1", "c1")]
+    r = await client.post("/v1/ingest", json={"records": recs})
+    assert r.status_code == 200 and r.json() == {"upserted": 3, "deleted": 0}
+    nd = "\n".join(json.dumps(x) for x in [mu("u9", "m2", "Kubernetes node pool resized")]) + "\n"
+    r = await client.post("/v1/ingest", content=nd, headers={"content-type": "application/x-ndjson"})
+    assert r.status_code == 200 and r.json()["upserted"] == 1
+    assert (await client.get("/v1/users/u9/stats")).json()["memory_unit"] == 2
+    r = await client.delete("/v1/users/u9/entities/memory_unit/m1")
+    assert r.json() == {"upserted": 0, "deleted": 1}
+    assert (await client.get("/v1/users/u9/stats")).json() == {
+        "memory_unit": 1, "concept": 1, "artifact": 0, "relation": 0, "preference": 0}
+    r = await client.delete("/v1/users/u9")
+    assert r.json()["deleted"] == 2
+    r = await client.post("/v1/retrieve", json={"user_id": "u9", "key_phrases": ["Kubernetes"]})
+    assert r.status_code == 404
+
+
+async def test_bad_ingest_line_names_its_position_and_writes_nothing(client):
+    before = await snapshot(client)
+    recs = [concept("u1", "c-new", "New"), mu("u1", "m-new", "x") | {"importance_score": 42}]
+    r = await client.post("/v1/ingest", json={"records": recs})
+    assert r.status_code == 422
+    err = r.json()["error"]
+    assert err["field"] == "records[1].importance_score" and "records[1]" in err["message"]
+    nd = json.dumps(concept("u1", "c-new", "New")) + "\n{broken\n"
+    r = await client.post("/v1/ingest", content=nd, headers={"content-type": "application/x-ndjson"})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "line 2"
+    assert await snapshot(client) == before
+
+
+async def test_health_ready_metrics_openapi(client):
+    assert (await client.get("/healthz")).json() == {"status": "ok"}
+    ready = await client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["status"] == "ready"
+    await client.post("/v1/retrieve", json={"user_id": "u1", "key_phrases": ["Phoenix", "zzzz qqqq"]})
+    text = (await client.get("/metrics")).text
+    for name in ("hrt_stage_seconds_bucket", 'stage="grounding"', "hrt_candidates_bucket",
+                 "hrt_unmatched_key_phrases_total 1.0", "hrt_adaptive_threshold_bucket", "hrt_retrieve_seconds",
+                 'hrt_requests_total{route="/v1/retrieve",status="200"}'):
+        assert name in text, name
+    spec = (await client.get("/openapi.json")).json()
+    assert "/v1/retrieve" in spec["paths"] and "/v1/ingest" in spec["paths"]
+
+
+BAD_INPUTS = [
+    # (name, request kwargs, status, field)
+    ("no phrases", {"json": {"user_id": "u1"}}, 422, "body"),
+    ("empty phrases", {"json": {"user_id": "u1", "key_phrases": []}}, 422, "key_phrases"),
+    ("10k-char phrase", {"json": {"user_id": "u1", "key_phrases": ["x" * 10_000]}}, 422, "key_phrases"),
+    ("depth 99", {"json": {"user_id": "u1", "key_phrases": ["a"], "max_depth": 99}}, 422, "max_depth"),
+    ("negative weights", {"json": {"user_id": "u1", "key_phrases": ["a"],
+                                   "weights": {"alpha_semantic_similarity": -0.5}}}, 422,
+     "weights.alpha_semantic_similarity"),
+    ("all-zero weights", {"json": {"user_id": "u1", "key_phrases": ["a"], "weights": {
+        "alpha_semantic_similarity": 0, "beta_recency": 0, "gamma_salience": 0, "delta_user_preference": 0}}},
+     422, "weights"),
+    ("limit 500", {"json": {"user_id": "u1", "key_phrases": ["a"], "limits": {"concepts": 500}}}, 422,
+     "limits.concepts"),
+    ("unknown user", {"json": {"user_id": "nobody", "key_phrases": ["a"]}}, 404, "user_id"),
+    ("bad user id", {"json": {"user_id": "../etc", "key_phrases": ["a"]}}, 422, "user_id"),
+    ("malformed JSON", {"content": b'{"user_id": "u1", "key_phrases": [', "headers": {
+        "content-type": "application/json"}}, 400, "body"),
+    ("not an object", {"json": ["u1"]}, 422, "body"),
+    ("huge body", {"content": b'{"user_id": "u1", "query": "' + b"x" * 2_000_000 + b'"}',
+                   "headers": {"content-type": "application/json"}}, 413, "body"),
+]
+
+
+@pytest.mark.parametrize(("name", "kwargs", "status", "field"), BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+async def test_bad_input_gets_a_clear_4xx_and_changes_nothing(client, name, kwargs, status, field):
+    before = await snapshot(client)
+    r = await client.post("/v1/retrieve", **kwargs)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert err["field"] == field and err["message"]
+    assert await snapshot(client) == before
+
+
+async def test_huge_body_without_content_length_is_413(client):
+    async def chunks():
+        yield b'{"user_id": "u1", "query": "'
+        for _ in range(40):
+            yield b"x" * 65536
+        yield b'"}'
+
+    r = await client.post("/v1/retrieve", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413
+
+
+async def test_bad_delete_path(client):
+    r = await client.delete("/v1/users/u1/entities/person/x")
+    assert r.status_code == 422 and r.json()["error"]["field"] == "kind"
