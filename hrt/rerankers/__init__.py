@@ -1,0 +1,7 @@
+"""Reranker adapters behind :class:`hrt.reranker.Reranker`; the no-op one lives in :mod:`hrt.reranker`."""
+
+from hrt.rerankers.breaker import CircuitBreaker
+from hrt.rerankers.metrics import RerankMetrics
+from hrt.rerankers.qwen3 import DEFAULT_INSTRUCTION, Qwen3Reranker, RerankPrompt, load_prompt
+
+__all__ = ["DEFAULT_INSTRUCTION", "CircuitBreaker", "Qwen3Reranker", "RerankMetrics", "RerankPrompt", "load_prompt"]
