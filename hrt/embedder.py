@@ -43,6 +43,12 @@ class SentenceTransformerEmbedder:
 
         path = bundled_model_path() if model == "bundled" else model
         try:
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()  # no weight-loading bars on the CLI's stderr
+        except ImportError:  # pragma: no cover - transformers ships with sentence-transformers
+            pass
+        try:
             self._model = SentenceTransformer(path, device=device)
         except Exception as exc:  # the library raises many kinds; report one
             raise StoreError(f"cannot load the embedding model {model!r}: {exc}") from exc

@@ -56,6 +56,9 @@ class HRTService:
     async def retrieve(self, request: RetrieveRequest) -> AugmentedMemoryContext:
         return await self.tool.retrieve(request)
 
+    async def retrieve_timed(self, request: RetrieveRequest) -> tuple[AugmentedMemoryContext, dict[str, float]]:
+        return await self.tool.run(request)
+
     def ingest(self, records: Sequence[Record], progress: Callable[[int], None] | None = None) -> WriteResult:
         batch = build_batch(records, self.embedder, progress=progress)
         result = self.store.apply(batch)

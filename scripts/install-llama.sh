@@ -51,11 +51,11 @@ EOF
 if llama_installed; then
   log "llama-cpp-python $LLAMA_VERSION [server] already installed"
 else
-  PY_TAG="$("$PYTHON" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
-  find_wheel() { compgen -G "$WHEEL_DIR/llama_cpp_python-$LLAMA_VERSION-$PY_TAG-*.whl" | head -n 1 || true; }
+  # The wheel is tagged py3-none-linux_x86_64 (ctypes bindings, no CPython ABI), so one per version and platform.
+  find_wheel() { compgen -G "$WHEEL_DIR/llama_cpp_python-$LLAMA_VERSION-*.whl" | head -n 1 || true; }
   WHEEL="$(find_wheel)"
   if [[ -z "$WHEEL" ]]; then
-    log "building llama-cpp-python $LLAMA_VERSION wheel for $PY_TAG (one time, several minutes on 2 cores)"
+    log "building the llama-cpp-python $LLAMA_VERSION wheel (one time, several minutes on 2 cores)"
     BUILD_TMP="$(mktemp -d "$CACHE/wheels/.build-XXXXXX")"
     trap 'rm -rf "$BUILD_TMP"' EXIT
     CMAKE_ARGS="$BUILD_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
@@ -65,6 +65,7 @@ else
     [[ -n "$built" ]] || { log "ERROR: pip wheel produced no llama_cpp_python wheel"; exit 1; }
     mv "$built" "$WHEEL_DIR/"  # same filesystem: the cached wheel appears whole or not at all
     WHEEL="$(find_wheel)"
+    [[ -n "$WHEEL" ]] || { log "ERROR: the built wheel is not in $WHEEL_DIR"; exit 1; }
   else
     log "using cached wheel $WHEEL"
   fi

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any, Literal
@@ -147,13 +146,12 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
         summary="Ground key phrases, expand, score and return the AugmentedMemoryContext V9.4",
     )
     async def retrieve(request: RetrieveRequest) -> Response:
-        start = time.perf_counter()
-        result = await svc().retrieve(request)
-        elapsed_ms = (time.perf_counter() - start) * 1000
+        result, timings = await svc().retrieve_timed(request)
+        server_timing = ", ".join(f"{stage};dur={sec * 1000:.2f}" for stage, sec in timings.items())
         return Response(
             content=result.canonical_json().encode(),
             media_type="application/json",
-            headers={"Server-Timing": f"total;dur={elapsed_ms:.2f}"},
+            headers={"Server-Timing": server_timing},
         )
 
     @app.post("/v1/ingest", response_model=WriteSummary, summary="Upsert or delete records (one transaction)")

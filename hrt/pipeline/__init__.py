@@ -59,7 +59,6 @@ class HybridRetrievalTool:
         self.deployment = deployment
         self.clock = clock
         self._config_hash = settings.fingerprint()
-        self.last_timings: dict[str, float] = {}
 
     @contextmanager
     def _stage(self, name: str, timings: dict[str, float]) -> Iterator[None]:
@@ -72,6 +71,10 @@ class HybridRetrievalTool:
             self.metrics.stage_seconds.labels(stage=name).observe(elapsed)
 
     async def retrieve(self, request: RetrieveRequest) -> AugmentedMemoryContext:
+        return (await self.run(request))[0]
+
+    async def run(self, request: RetrieveRequest) -> tuple[AugmentedMemoryContext, dict[str, float]]:
+        """The response and the seconds each stage took (timings never enter the response)."""
         s = self.settings
         timings: dict[str, float] = {}
         started = time.perf_counter()
@@ -162,7 +165,6 @@ class HybridRetrievalTool:
 
         total = time.perf_counter() - started
         timings["total"] = total
-        self.last_timings = timings
         m = self.metrics
         m.retrieve_seconds.observe(total)
         m.candidates.labels(stage="seeds").observe(len(grounding.seeds))
@@ -172,4 +174,4 @@ class HybridRetrievalTool:
         m.unmatched_phrases.inc(len(grounding.unmatched))
         for p in grounding.phrases:
             m.threshold.observe(p.threshold)
-        return response
+        return response, timings

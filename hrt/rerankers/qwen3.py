@@ -245,6 +245,10 @@ def map_httpx_errors(what: str, on_error: Callable[[str], None] | None = None) -
         raise StoreError(f"rerank request failed ({what}): {type(exc).__name__}: {_preview(exc)}") from exc
 
 
+class _Skipped(Exception):
+    """Internal: a queued document not sent because its call had already failed."""
+
+
 class _ScoreCache:
     """LRU of ``(query, document) -> score``; size 0 disables it."""
 
@@ -378,9 +382,11 @@ class Qwen3Reranker:
         if self._metrics is not None:
             self._metrics.server_errors.labels(error_type=error_type).inc()
 
-    async def _score_one(self, query: str, document: str) -> float:
+    async def _score_one(self, query: str, document: str, abort: asyncio.Event) -> float:
         body = self.payload(query, document)
         async with self._semaphore:
+            if abort.is_set():  # another document of this call failed while this one queued
+                raise _Skipped
             log.debug("rerank POST %s doc=%r", self._url, _preview(document, 80))
             with map_httpx_errors(self._url, self._server_error):
                 # asyncio.timeout bounds the whole exchange; httpx's own timeout bounds each phase
@@ -406,7 +412,16 @@ class Qwen3Reranker:
 
     async def _score_all(self, query: str, documents: Sequence[str]) -> dict[str, float]:
         """Score distinct documents concurrently; the first failure cancels the rest and is raised."""
-        tasks = [asyncio.ensure_future(self._score_one(query, d)) for d in documents]
+        abort = asyncio.Event()
+
+        async def one(document: str) -> float:
+            try:
+                return await self._score_one(query, document, abort)
+            except BaseException:
+                abort.set()
+                raise
+
+        tasks = [asyncio.ensure_future(one(d)) for d in documents]
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         finally:
@@ -420,6 +435,8 @@ class Qwen3Reranker:
             if task.cancelled():
                 continue
             exc = task.exception()
+            if isinstance(exc, _Skipped):
+                continue
             if exc is not None:
                 failures.append(exc)
                 continue
@@ -428,7 +445,7 @@ class Qwen3Reranker:
         if failures:
             first = next((e for e in failures if isinstance(e, HRTError)), failures[0])
             log.warning(
-                "rerank call failed: %d of %d documents failed, %d scored, %d cancelled; first: %s",
+                "rerank call failed: %d of %d documents failed, %d scored, %d not asked; first: %s",
                 len(failures),
                 len(documents),
                 len(out),

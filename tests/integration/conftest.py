@@ -52,7 +52,9 @@ def start_hrt_server(db_path: Path, log_path: Path, timeout: float = 120.0) -> S
     log = log_path.open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "hrt.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-        stdout=log, stderr=subprocess.STDOUT, env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
     )
     server = ServerProcess(proc, f"http://127.0.0.1:{port}", log_path)
     deadline = time.monotonic() + timeout

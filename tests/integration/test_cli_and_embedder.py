@@ -16,8 +16,9 @@ pytestmark = pytest.mark.integration
 
 
 def run_hrt(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hrt.cli", *args], capture_output=True, text=True, timeout=600,
-                          env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "hrt.cli", *args], capture_output=True, text=True, timeout=600, env=env
+    )
 
 
 def test_demo_prints_valid_deterministic_v94(tmp_path):
@@ -39,13 +40,31 @@ def test_demo_prints_valid_deterministic_v94(tmp_path):
 def test_ingest_query_and_a_bad_line(tmp_path):
     db = str(tmp_path / "cli.db")
     good = tmp_path / "good.jsonl"
-    good.write_text("\n".join(json.dumps(r) for r in [
-        {"kind": "concept", "user_id": "me", "id": "c1", "name": "Sourdough", "type": "habit",
-         "description": "Weekend bread baking"},
-        {"kind": "memory_unit", "user_id": "me", "muid": "m1", "title": "Starter", "content":
-         "Fed the sourdough starter at 8am; it doubled by noon.", "creation_ts": "2025-03-01T08:00:00Z"},
-        {"kind": "relation", "user_id": "me", "type": "MENTIONS", "source": "m1", "target": "c1"},
-    ]) + "\n")
+    good.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {
+                    "kind": "concept",
+                    "user_id": "me",
+                    "id": "c1",
+                    "name": "Sourdough",
+                    "type": "habit",
+                    "description": "Weekend bread baking",
+                },
+                {
+                    "kind": "memory_unit",
+                    "user_id": "me",
+                    "muid": "m1",
+                    "title": "Starter",
+                    "content": "Fed the sourdough starter at 8am; it doubled by noon.",
+                    "creation_ts": "2025-03-01T08:00:00Z",
+                },
+                {"kind": "relation", "user_id": "me", "type": "MENTIONS", "source": "m1", "target": "c1"},
+            ]
+        )
+        + "\n"
+    )
     r = run_hrt("ingest", str(good), "--db", db)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == {"upserted": 3, "deleted": 0}
@@ -53,8 +72,18 @@ def test_ingest_query_and_a_bad_line(tmp_path):
     bad.write_text(good.read_text() + '{"kind": "memory_unit", "user_id": "me", "muid": "m2"}\n')
     r = run_hrt("ingest", str(bad), "--db", db)
     assert r.returncode == 2 and "line 4: field 'content'" in r.stderr
-    q = run_hrt("query", "--user", "me", "--phrase", "sourdough starter", "--as-of", "2025-04-01T00:00:00Z",
-                "--json", "--db", db)
+    q = run_hrt(
+        "query",
+        "--user",
+        "me",
+        "--phrase",
+        "sourdough starter",
+        "--as-of",
+        "2025-04-01T00:00:00Z",
+        "--json",
+        "--db",
+        db,
+    )
     assert q.returncode == 0, q.stderr
     doc = AugmentedMemoryContext.model_validate_json(q.stdout)
     assert [m.muid for m in doc.retrieved_memory_units] == ["m1"]

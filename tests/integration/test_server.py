@@ -11,14 +11,16 @@ from tests.integration.conftest import start_hrt_server
 
 pytestmark = pytest.mark.integration
 
-BODY = {"user_id": "u-maya", "key_phrases": ["Project Phoenix timeline", "team bandwidth"],
-        "as_of": "2025-12-31T00:00:00Z"}
+BODY = {
+    "user_id": "u-maya",
+    "key_phrases": ["Project Phoenix timeline", "team bandwidth"],
+    "as_of": "2025-12-31T00:00:00Z",
+}
 
 
 def ingest_sample(base_url: str) -> None:
     data = sample_data_path().read_bytes()
-    r = httpx.post(f"{base_url}/v1/ingest", content=data, headers={"content-type": "application/x-ndjson"},
-                   timeout=120)
+    r = httpx.post(f"{base_url}/v1/ingest", content=data, headers={"content-type": "application/x-ndjson"}, timeout=120)
     assert r.status_code == 200, r.text
     assert r.json()["upserted"] == sum(1 for line in data.splitlines() if line.strip())
 
@@ -52,9 +54,16 @@ def test_serve_ingest_retrieve_and_restart_is_byte_identical(tmp_path):
 def test_tenants_sharing_concept_names_stay_apart(hrt_server):
     ingest_sample(hrt_server.base_url)
     for user, prefix in (("u-maya", "maya-"), ("u-tom", "tom-"), ("u-sara", "sara-")):
-        r = httpx.post(f"{hrt_server.base_url}/v1/retrieve", timeout=30, json={
-            "user_id": user, "key_phrases": ["Project Phoenix", "Lumen Labs", "Postgres"], "max_depth": 3,
-            "limits": {"memory_units": 50, "concepts": 50, "artifacts": 50}})
+        r = httpx.post(
+            f"{hrt_server.base_url}/v1/retrieve",
+            timeout=30,
+            json={
+                "user_id": user,
+                "key_phrases": ["Project Phoenix", "Lumen Labs", "Postgres"],
+                "max_depth": 3,
+                "limits": {"memory_units": 50, "concepts": 50, "artifacts": 50},
+            },
+        )
         doc = AugmentedMemoryContext.model_validate_json(r.content)
         ids = [m.muid for m in doc.retrieved_memory_units] + [c.id for c in doc.retrieved_concepts]
         ids += [a.id for a in doc.retrieved_artifacts]

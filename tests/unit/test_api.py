@@ -40,8 +40,11 @@ async def test_retrieve_returns_canonical_v94(client):
 
 
 async def test_ingest_json_and_ndjson_then_delete(client):
-    recs = [concept("u9", "c1", "Kubernetes", "Container orchestration"), mu("u9", "m1", "Upgraded Kubernetes to 1.31"),
-            rel("u9", "MENTIONS", "m1", "c1")]
+    recs = [
+        concept("u9", "c1", "Kubernetes", "Container orchestration"),
+        mu("u9", "m1", "Upgraded Kubernetes to 1.31"),
+        rel("u9", "MENTIONS", "m1", "c1"),
+    ]
     r = await client.post("/v1/ingest", json={"records": recs})
     assert r.status_code == 200 and r.json() == {"upserted": 3, "deleted": 0}
     nd = "\n".join(json.dumps(x) for x in [mu("u9", "m2", "Kubernetes node pool resized")]) + "\n"
@@ -51,7 +54,12 @@ async def test_ingest_json_and_ndjson_then_delete(client):
     r = await client.delete("/v1/users/u9/entities/memory_unit/m1")
     assert r.json() == {"upserted": 0, "deleted": 1}
     assert (await client.get("/v1/users/u9/stats")).json() == {
-        "memory_unit": 1, "concept": 1, "artifact": 0, "relation": 0, "preference": 0}
+        "memory_unit": 1,
+        "concept": 1,
+        "artifact": 0,
+        "relation": 0,
+        "preference": 0,
+    }
     r = await client.delete("/v1/users/u9")
     assert r.json()["deleted"] == 2
     r = await client.post("/v1/retrieve", json={"user_id": "u9", "key_phrases": ["Kubernetes"]})
@@ -77,9 +85,15 @@ async def test_health_ready_metrics_openapi(client):
     assert ready.status_code == 200 and ready.json()["status"] == "ready"
     await client.post("/v1/retrieve", json={"user_id": "u1", "key_phrases": ["Phoenix", "zzzz qqqq"]})
     text = (await client.get("/metrics")).text
-    for name in ("hrt_stage_seconds_bucket", 'stage="grounding"', "hrt_candidates_bucket",
-                 "hrt_unmatched_key_phrases_total 1.0", "hrt_adaptive_threshold_bucket", "hrt_retrieve_seconds",
-                 'hrt_requests_total{route="/v1/retrieve",status="200"}'):
+    for name in (
+        "hrt_stage_seconds_bucket",
+        'stage="grounding"',
+        "hrt_candidates_bucket",
+        "hrt_unmatched_key_phrases_total 1.0",
+        "hrt_adaptive_threshold_bucket",
+        "hrt_retrieve_seconds",
+        'hrt_requests_total{route="/v1/retrieve",status="200"}',
+    ):
         assert name in text, name
     spec = (await client.get("/openapi.json")).json()
     assert "/v1/retrieve" in spec["paths"] and "/v1/ingest" in spec["paths"]
@@ -91,21 +105,53 @@ BAD_INPUTS = [
     ("empty phrases", {"json": {"user_id": "u1", "key_phrases": []}}, 422, "key_phrases"),
     ("10k-char phrase", {"json": {"user_id": "u1", "key_phrases": ["x" * 10_000]}}, 422, "key_phrases"),
     ("depth 99", {"json": {"user_id": "u1", "key_phrases": ["a"], "max_depth": 99}}, 422, "max_depth"),
-    ("negative weights", {"json": {"user_id": "u1", "key_phrases": ["a"],
-                                   "weights": {"alpha_semantic_similarity": -0.5}}}, 422,
-     "weights.alpha_semantic_similarity"),
-    ("all-zero weights", {"json": {"user_id": "u1", "key_phrases": ["a"], "weights": {
-        "alpha_semantic_similarity": 0, "beta_recency": 0, "gamma_salience": 0, "delta_user_preference": 0}}},
-     422, "weights"),
-    ("limit 500", {"json": {"user_id": "u1", "key_phrases": ["a"], "limits": {"concepts": 500}}}, 422,
-     "limits.concepts"),
+    (
+        "negative weights",
+        {"json": {"user_id": "u1", "key_phrases": ["a"], "weights": {"alpha_semantic_similarity": -0.5}}},
+        422,
+        "weights.alpha_semantic_similarity",
+    ),
+    (
+        "all-zero weights",
+        {
+            "json": {
+                "user_id": "u1",
+                "key_phrases": ["a"],
+                "weights": {
+                    "alpha_semantic_similarity": 0,
+                    "beta_recency": 0,
+                    "gamma_salience": 0,
+                    "delta_user_preference": 0,
+                },
+            }
+        },
+        422,
+        "weights",
+    ),
+    (
+        "limit 500",
+        {"json": {"user_id": "u1", "key_phrases": ["a"], "limits": {"concepts": 500}}},
+        422,
+        "limits.concepts",
+    ),
     ("unknown user", {"json": {"user_id": "nobody", "key_phrases": ["a"]}}, 404, "user_id"),
     ("bad user id", {"json": {"user_id": "../etc", "key_phrases": ["a"]}}, 422, "user_id"),
-    ("malformed JSON", {"content": b'{"user_id": "u1", "key_phrases": [', "headers": {
-        "content-type": "application/json"}}, 400, "body"),
+    (
+        "malformed JSON",
+        {"content": b'{"user_id": "u1", "key_phrases": [', "headers": {"content-type": "application/json"}},
+        400,
+        "body",
+    ),
     ("not an object", {"json": ["u1"]}, 422, "body"),
-    ("huge body", {"content": b'{"user_id": "u1", "query": "' + b"x" * 2_000_000 + b'"}',
-                   "headers": {"content-type": "application/json"}}, 413, "body"),
+    (
+        "huge body",
+        {
+            "content": b'{"user_id": "u1", "query": "' + b"x" * 2_000_000 + b'"}',
+            "headers": {"content-type": "application/json"},
+        },
+        413,
+        "body",
+    ),
 ]
 
 

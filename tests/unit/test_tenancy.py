@@ -34,8 +34,15 @@ def user_graph(draw, user: str) -> list[dict]:
         recs.append(concept(user, cid, f"{w} of [{user}]", f"[{user}] owns this {w} concept"))
     for i, mid in enumerate(mu_ids):
         ws = draw(st.lists(st.sampled_from(WORDS), min_size=1, max_size=4))
-        recs.append(mu(user, mid, f"[{user}] wrote about {' '.join(ws)}", f"2025-0{1 + i % 9}-10T10:00:00Z",
-                       title=f"[{user}] note {mid}"))
+        recs.append(
+            mu(
+                user,
+                mid,
+                f"[{user}] wrote about {' '.join(ws)}",
+                f"2025-0{1 + i % 9}-10T10:00:00Z",
+                title=f"[{user}] note {mid}",
+            )
+        )
         for cid in draw(st.lists(st.sampled_from(concept_ids), max_size=2, unique=True)):
             recs.append(rel(user, "MENTIONS", mid, cid))
     if len(concept_ids) > 1:
@@ -56,7 +63,7 @@ def owner_marks(doc, user: str) -> list[str]:
 @given(
     graphs=st.tuples(*(user_graph(u) for u in USERS)),
     target=st.sampled_from(USERS),
-    phrases=st.lists(st.sampled_from(WORDS + ["ua", "ub", "uc"]), min_size=1, max_size=4, unique=True),
+    phrases=st.lists(st.sampled_from([*WORDS, "ua", "ub", "uc"]), min_size=1, max_size=4, unique=True),
     depth=st.integers(0, 3),
 )
 def test_no_request_returns_another_users_data(graphs, target, phrases, depth):
@@ -64,9 +71,13 @@ def test_no_request_returns_another_users_data(graphs, target, phrases, depth):
         svc = HRTService(Settings(db_path=Path(tmp) / "t.db"), embedder=HashingEmbedder())
         try:
             svc.ingest(parse_jsonl(jsonl([r for g in graphs for r in g])))
-            request = RetrieveRequest(user_id=target, key_phrases=phrases, max_depth=depth,
-                                      limits={"memory_units": 50, "concepts": 50, "artifacts": 50},
-                                      as_of="2026-01-01T00:00:00Z")
+            request = RetrieveRequest(
+                user_id=target,
+                key_phrases=phrases,
+                max_depth=depth,
+                limits={"memory_units": 50, "concepts": 50, "artifacts": 50},
+                as_of="2026-01-01T00:00:00Z",
+            )
             doc = asyncio.run(svc.retrieve(request))
         finally:
             svc.close()
