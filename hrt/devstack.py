@@ -316,6 +316,7 @@ def start_neo4j(root: Path, timeout: float = 180.0) -> ServiceInfo:
             "server.default_listen_address=127.0.0.1",
             "server.bolt.enabled=true",
             f"server.bolt.listen_address=127.0.0.1:{bolt}",
+            f"server.bolt.advertised_address=127.0.0.1:{bolt}",
             "server.http.enabled=true",
             f"server.http.listen_address=127.0.0.1:{http}",
             "server.https.enabled=false",
