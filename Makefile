@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: install install-test demo test test-unit lint typecheck schema serve
+.PHONY: install install-test install-llama demo test test-unit lint typecheck schema serve
 
 install:
 	$(PIP) install -q -e .
@@ -13,7 +13,11 @@ install-test:
 demo: install
 	hrt demo
 
-test: install-test
+# llama-cpp-python compiles from source once; the wheel and the test GGUF are cached by version
+install-llama:
+	PYTHON=$(PYTHON) bash scripts/install-llama.sh
+
+test: install-test install-llama
 	$(PYTHON) -m pytest -q
 
 test-unit: install-test

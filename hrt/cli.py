@@ -40,13 +40,13 @@ def _settings(args: argparse.Namespace) -> Settings:
     return load_settings(**overrides)
 
 
-def _service(settings: Settings):  # type: ignore[no-untyped-def]
+async def _service(settings: Settings) -> Any:
     from hrt.service import HRTService
 
-    return HRTService(settings)
+    return await HRTService(settings).start()
 
 
-def ingest_file(service: Any, path: Path, batch_size: int | None) -> tuple[int, int]:
+async def ingest_file(service: Any, path: Path, batch_size: int | None) -> tuple[int, int]:
     """Validate the whole file first, then write it (one transaction per ``batch_size`` lines)."""
     from tqdm import tqdm
 
@@ -57,7 +57,7 @@ def ingest_file(service: Any, path: Path, batch_size: int | None) -> tuple[int, 
     with tqdm(total=len(records), desc=f"ingest {path.name}", unit="rec", file=sys.stderr, disable=None) as bar:
         for i in range(0, len(records), size):
             part = records[i : i + size]
-            result = service.ingest(part)
+            result = await service.ingest(part)
             upserted += result.upserted
             deleted += result.deleted
             bar.update(len(part))
@@ -65,6 +65,10 @@ def ingest_file(service: Any, path: Path, batch_size: int | None) -> tuple[int, 
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    return asyncio.run(_demo(args))
+
+
+async def _demo(args: argparse.Namespace) -> int:
     tmp = None
     if args.db:
         db = Path(args.db)
@@ -74,9 +78,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     for suffix in ("", "-wal", "-shm"):
         Path(str(db) + suffix).unlink(missing_ok=True)
     t0 = time.perf_counter()
-    service = _service(load_settings(db_path=db))
+    service = await _service(load_settings(db_path=db))
     t1 = time.perf_counter()
-    up, _ = ingest_file(service, sample_data_path(), None)
+    up, _ = await ingest_file(service, sample_data_path(), None)
     t2 = time.perf_counter()
     print(
         f"# HRT demo: embedded store at {db}; model loaded in {t1 - t0:.1f}s; "
@@ -90,7 +94,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         for i, body in enumerate(DEMO_REQUESTS, start=1):
             request = RetrieveRequest.model_validate({**body, "as_of": DEMO_AS_OF})
             start = time.perf_counter()
-            result = asyncio.run(service.retrieve(request))
+            result = await service.retrieve(request)
             ms = (time.perf_counter() - start) * 1000
             print(f"# request {i}: {json.dumps(body)} ({ms:.1f} ms)", file=sys.stderr)
             text = result.canonical_json(indent=2)
@@ -98,7 +102,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             if out_dir:
                 (out_dir / f"demo-{i}.json").write_text(text + "\n", encoding="utf-8")
     finally:
-        service.close()
+        await service.close()
         if tmp is not None:
             tmp.cleanup()
     return 0
@@ -117,11 +121,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    service = _service(_settings(args))
-    try:
-        up, deleted = ingest_file(service, Path(args.file), args.batch_size)
-    finally:
-        service.close()
+    async def run() -> tuple[int, int]:
+        service = await _service(_settings(args))
+        try:
+            return await ingest_file(service, Path(args.file), args.batch_size)
+        finally:
+            await service.close()
+
+    up, deleted = asyncio.run(run())
     print(json.dumps({"upserted": up, "deleted": deleted}))
     return 0
 
@@ -152,26 +159,118 @@ def cmd_query(args: argparse.Namespace) -> int:
     if args.rerank:
         body["rerank"] = True
     request = RetrieveRequest.model_validate(body)
-    service = _service(_settings(args))
-    try:
-        result = asyncio.run(service.retrieve(request))
-    finally:
-        service.close()
+
+    async def run() -> AugmentedMemoryContext:
+        service = await _service(_settings(args))
+        try:
+            result: AugmentedMemoryContext = await service.retrieve(request)
+            return result
+        finally:
+            await service.close()
+
+    result = asyncio.run(run())
     print(result.canonical_json(indent=2) if args.json else render_text(result))
     return 0
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from hrt.stores.embedded import EmbeddedStore
-
+    """Schema of every configured store: SQLite steps, PostgreSQL migrations, Neo4j constraints and
+    indexes (graph_schema/), the Weaviate collection. Idempotent."""
     settings = _settings(args)
-    store = EmbeddedStore(settings.db_path, dim=None)
+    report: dict[str, Any] = {}
+    if "embedded" in (settings.record_store, settings.graph_store, settings.vector_index):
+        from hrt.stores.embedded import EmbeddedStore
+
+        store = EmbeddedStore(settings.db_path, dim=None)
+        try:
+            versions = [r[0] for r in store.db.execute("SELECT version FROM schema_migrations ORDER BY version")]
+        finally:
+            store.close()
+        report["embedded"] = {
+            "db_path": str(settings.db_path),
+            "applied_now": store.applied_on_open,
+            "schema_versions": versions,
+        }
+    if settings.record_store == "postgres":
+        from hrt.stores.postgres_migrate import applied_versions, migrate
+
+        applied = migrate(settings.postgres_dsn)
+        report["postgres"] = {"applied_now": applied, "schema_versions": applied_versions(settings.postgres_dsn)}
+    if settings.graph_store == "neo4j" or settings.vector_index == "weaviate":
+        report.update(asyncio.run(_migrate_projections(settings)))
+    print(json.dumps(report))
+    return 0
+
+
+async def _migrate_projections(settings: Settings) -> dict[str, Any]:
+    from hrt.service import HRTService
+
+    out: dict[str, Any] = {}
+    service = HRTService(settings, embedder=_NoEmbedder())
     try:
-        applied = store.migrate()  # the constructor applied pending steps; report what exists
-        versions = [r[0] for r in store.db.execute("SELECT version FROM schema_migrations ORDER BY version")]
+        await service.start()
+        for name, part in (("neo4j", service.graph), ("weaviate", service.vectors)):
+            apply = getattr(part, "apply_schema", None) or getattr(part, "ensure_schema", None)
+            if apply is not None:
+                await apply()
+                out[name] = "ok"
     finally:
-        store.close()
-    print(json.dumps({"db_path": str(settings.db_path), "applied_now": applied, "schema_versions": versions}))
+        await service.close()
+    return out
+
+
+class _NoEmbedder:
+    """Schema work embeds nothing; this avoids loading the model for ``hrt migrate``."""
+
+    name = "none"
+    dim = 384
+
+    def embed(self, texts: Any) -> Any:
+        raise RuntimeError("hrt migrate embeds nothing")
+
+
+def cmd_project(args: argparse.Namespace) -> int:
+    """Drain the outbox once into the graph store and vector index."""
+
+    async def run() -> dict[str, Any]:
+        from hrt.service import HRTService
+
+        service = await HRTService(_settings(args), embedder=_NoEmbedder()).start()
+        try:
+            if service.projector is None:
+                return {"projected": {}, "note": "the embedded record store projects in its own transaction"}
+            report = await service.projector.drain()
+            return {"projected": report.delivered, "failed": report.failed}
+        finally:
+            await service.close()
+
+    result = asyncio.run(run())
+    print(json.dumps(result))
+    return 0 if not result.get("failed") else 1
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from hrt import devstack
+
+    directory = Path(args.dir)
+    if args.action == "up":
+        t0 = time.perf_counter()
+        stack = devstack.up(directory, tuple(args.services or devstack.SERVICES))
+        print(
+            json.dumps(
+                {
+                    "started_in_s": round(time.perf_counter() - t0, 1),
+                    "env_file": str(directory / "stack.env"),
+                    "env": stack.env(),
+                    "neo4j_browser": stack.neo4j_browser if "neo4j" in stack.services else None,
+                },
+                indent=2,
+            )
+        )
+    elif args.action == "down":
+        print(json.dumps({"stopped": devstack.down(directory)}))
+    else:
+        print(json.dumps(devstack.status(directory), indent=2))
     return 0
 
 
@@ -226,6 +325,16 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("migrate", help="create or upgrade the store's schema (idempotent)")
     m.add_argument("--db")
     m.set_defaults(func=cmd_migrate)
+
+    pr = sub.add_parser("project", help="deliver pending outbox events to the graph store and vector index once")
+    pr.add_argument("--db")
+    pr.set_defaults(func=cmd_project)
+
+    dv = sub.add_parser("dev", help="start, stop or inspect the local PostgreSQL + Neo4j + Weaviate dev stack")
+    dv.add_argument("action", choices=["up", "down", "status"])
+    dv.add_argument("--dir", default=".hrt-dev", help="where the stack keeps data, logs and stack.env")
+    dv.add_argument("--services", nargs="*", choices=["postgres", "neo4j", "weaviate"])
+    dv.set_defaults(func=cmd_dev)
 
     e = sub.add_parser("export-schema", help="write the JSON Schemas of the request and the response")
     e.add_argument("--out", default="hrt/schema")

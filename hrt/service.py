@@ -1,22 +1,31 @@
-"""The HRT service: one object wiring settings, embedder, stores, reranker and metrics, used by
-the CLI and the HTTP API alike."""
+"""The HRT service: one object wiring settings, embedder, stores, projector, reranker and metrics,
+used by the CLI and the HTTP API alike.
+
+Backends are chosen per store (``HRT_RECORD_STORE``, ``HRT_GRAPH_STORE``, ``HRT_VECTOR_INDEX``).
+The embedded record store writes its projections in the same SQLite transaction. With PostgreSQL
+as the record store, writes commit records plus outbox rows, and the projector delivers them to the
+graph store and vector index (embedded ones, or Neo4j and Weaviate).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import Any, Protocol
 
 from hrt.config import Settings
 from hrt.contract import AugmentedMemoryContext, RetrieveRequest
 from hrt.embedder import CachedEmbedder, Embedder, SentenceTransformerEmbedder
-from hrt.errors import InvalidInput
+from hrt.errors import InvalidInput, StoreError
 from hrt.ingest import Record, build_batch
 from hrt.metrics import Metrics
 from hrt.pipeline import HybridRetrievalTool, utc_now
 from hrt.records import Deletion, Kind, valid_id
 from hrt.reranker import NoopReranker, Reranker
-from hrt.stores.base import WriteResult
+from hrt.stores.base import GraphStore, RecordStore, VectorIndex, WriteBatch, WriteResult
 from hrt.stores.embedded import EmbeddedStore
 
 log = logging.getLogger(__name__)
@@ -27,6 +36,25 @@ def load_embedder(settings: Settings) -> Embedder:
         settings.embedding_model, device=settings.embedding_device, batch_size=settings.embedding_batch_size
     )
     return CachedEmbedder(inner, settings.embedding_cache_size)
+
+
+class Writer(Protocol):
+    async def apply(self, batch: WriteBatch) -> WriteResult: ...
+
+    async def delete_user(self, user_id: str) -> int: ...
+
+
+class _EmbeddedWriter:
+    """The embedded store writes records and projections in one SQLite transaction."""
+
+    def __init__(self, store: EmbeddedStore) -> None:
+        self._store = store
+
+    async def apply(self, batch: WriteBatch) -> WriteResult:
+        return self._store.apply(batch)
+
+    async def delete_user(self, user_id: str) -> int:
+        return self._store.delete_user(user_id)
 
 
 class HRTService:
@@ -40,18 +68,117 @@ class HRTService:
         self.settings = settings
         self.embedder = embedder or load_embedder(settings)
         self.metrics = Metrics()
-        self.store = EmbeddedStore(settings.db_path, self.embedder.dim)
+        self._closers: list[Callable[[], Any]] = []
+        self.projector: Any = None
+        self._projector_task: asyncio.Task[None] | None = None
+        self._projector_stop = asyncio.Event()
+
+        self.embedded: EmbeddedStore | None = None
+        if "embedded" in (settings.record_store, settings.graph_store, settings.vector_index):
+            self.embedded = EmbeddedStore(settings.db_path, self.embedder.dim)
+            self._closers.append(self.embedded.close)
+
+        graph: GraphStore
+        vectors: VectorIndex
+        records: RecordStore
+        if settings.graph_store == "embedded":
+            assert self.embedded is not None
+            graph = self.embedded.graph
+        else:
+            graph = self._neo4j()
+        if settings.vector_index == "embedded":
+            assert self.embedded is not None
+            vectors = self.embedded.vectors
+        else:
+            vectors = self._weaviate()
+        if settings.record_store == "embedded":
+            assert self.embedded is not None
+            if settings.graph_store != "embedded" or settings.vector_index != "embedded":
+                raise StoreError(
+                    "the embedded record store projects only into the embedded graph and vector stores; "
+                    "use HRT_RECORD_STORE=postgres with Neo4j or Weaviate"
+                )
+            records = self.embedded.records
+            self.writer: Writer = _EmbeddedWriter(self.embedded)
+        else:
+            from hrt.projector import Projector
+            from hrt.stores.postgres_records import PostgresRecordStore
+
+            if not settings.postgres_dsn:
+                raise StoreError("HRT_RECORD_STORE=postgres needs HRT_POSTGRES_DSN")
+            pg = PostgresRecordStore(settings.postgres_dsn, max_size=settings.postgres_pool_size)
+            records = pg
+            self.writer = pg
+            self.projector = Projector(pg, graph, vectors)
+        self.records = records
+        self.graph = graph
+        self.vectors = vectors
+        self.deployment = "+".join(dict.fromkeys([settings.record_store, settings.graph_store, settings.vector_index]))
         self.tool = HybridRetrievalTool(
             settings,
             self.embedder,
-            vectors=self.store.vectors,
-            graph=self.store.graph,
-            records=self.store.records,
+            vectors=vectors,
+            graph=graph,
+            records=records,
             reranker=reranker or NoopReranker(),
             metrics=self.metrics,
-            deployment=settings.backend,
+            deployment=self.deployment,
             clock=clock,
         )
+
+    def _neo4j(self) -> GraphStore:
+        from hrt.stores.neo4j_graph import Neo4jGraphStore
+
+        if not self.settings.neo4j_uri:
+            raise StoreError("HRT_GRAPH_STORE=neo4j needs HRT_NEO4J_URI")
+        store: GraphStore = Neo4jGraphStore(self.settings.neo4j_uri, database=self.settings.neo4j_database)
+        return store
+
+    def _weaviate(self) -> VectorIndex:
+        from hrt.stores.weaviate_vectors import WeaviateVectorIndex
+
+        s = self.settings
+        index: VectorIndex = WeaviateVectorIndex(
+            host=s.weaviate_host,
+            http_port=s.weaviate_http_port,
+            grpc_port=s.weaviate_grpc_port,
+            collection=s.weaviate_collection,
+        )
+        return index
+
+    # ---------------------------------------------------------------------------------------
+    # lifecycle
+    # ---------------------------------------------------------------------------------------
+
+    async def start(self, *, background_projector: bool = False) -> HRTService:
+        """Open pools and connections; with ``background_projector`` (``hrt serve``) also start
+        the outbox projector loop."""
+        for part in (self.records, self.graph, self.vectors):
+            opener = getattr(part, "open", None) or getattr(part, "connect", None)
+            if opener is not None and callable(opener):
+                await opener()
+                closer = getattr(part, "close", None)
+                if closer is not None:
+                    self._closers.insert(0, closer)
+        if self.projector is not None and background_projector:
+            self._projector_task = asyncio.create_task(self.projector.run(self._projector_stop))
+        return self
+
+    async def close(self) -> None:
+        if self._projector_task is not None:
+            self._projector_stop.set()
+            with contextlib.suppress(Exception):
+                await self._projector_task
+        for closer in self._closers:
+            result = closer()
+            if asyncio.iscoroutine(result):
+                with contextlib.suppress(Exception):
+                    await result
+        self._closers.clear()
+
+    # ---------------------------------------------------------------------------------------
+    # reads and writes
+    # ---------------------------------------------------------------------------------------
 
     async def retrieve(self, request: RetrieveRequest) -> AugmentedMemoryContext:
         return await self.tool.retrieve(request)
@@ -59,21 +186,30 @@ class HRTService:
     async def retrieve_timed(self, request: RetrieveRequest) -> tuple[AugmentedMemoryContext, dict[str, float]]:
         return await self.tool.run(request)
 
-    def ingest(self, records: Sequence[Record], progress: Callable[[int], None] | None = None) -> WriteResult:
+    async def ingest(self, records: Sequence[Record], progress: Callable[[int], None] | None = None) -> WriteResult:
         batch = build_batch(records, self.embedder, progress=progress)
-        result = self.store.apply(batch)
+        result = await self.writer.apply(batch)
         for r in records:
             self.metrics.ingested.labels(kind=r.kind).inc()
+        await self._project_now()
         return result
 
-    def delete_entity(self, user_id: str, kind: Kind, ident: str) -> int:
+    async def _project_now(self) -> None:
+        """Read-your-writes when the targets are up; otherwise the outbox keeps the events for the
+        background projector (or ``hrt project``)."""
+        if self.projector is None:
+            return
+        report = await self.projector.drain()
+        if not report.ok:
+            log.warning("projection delayed: %s", report.failed)
+
+    async def delete_entity(self, user_id: str, kind: Kind, ident: str) -> int:
         if not valid_id(ident):
             raise InvalidInput(f"{ident!r} is not a valid id", field="id")
         deletion = Deletion(op="delete", kind=Kind(kind).value, user_id=user_id, id=ident)
-        return self.ingest([deletion]).deleted
+        return (await self.ingest([deletion])).deleted
 
-    def delete_user(self, user_id: str) -> int:
-        return self.store.delete_user(user_id)
-
-    def close(self) -> None:
-        self.store.close()
+    async def delete_user(self, user_id: str) -> int:
+        n = await self.writer.delete_user(user_id)
+        await self._project_now()
+        return n

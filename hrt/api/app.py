@@ -9,7 +9,6 @@ from contextlib import asynccontextmanager
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request, Response
-from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
 from hrt import __version__
@@ -110,12 +109,13 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = service is None
-        state["svc"] = service or HRTService(settings)
+        if owned:
+            state["svc"] = await HRTService(settings).start(background_projector=True)
         try:
             yield
         finally:
             if owned:
-                state["svc"].close()
+                await state["svc"].close()
 
     app = FastAPI(
         title="HRT: Hybrid Retrieval Tool",
@@ -183,25 +183,25 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
                 records.append(parse_record(obj, w))
             except InvalidInput as exc:
                 raise InvalidInput(exc.message, field=f"{w}.{exc.field}") from exc
-        result = await run_in_threadpool(svc().ingest, records)
+        result = await svc().ingest(records)
         return WriteSummary(upserted=result.upserted, deleted=result.deleted)
 
     @app.delete("/v1/users/{user_id}/entities/{kind}/{entity_id}", response_model=WriteSummary)
     async def delete_entity(user_id: str, kind: EntityKindPath, entity_id: str) -> WriteSummary:
         _check_id(user_id, "user_id")
-        n = await run_in_threadpool(svc().delete_entity, user_id, Kind(kind), entity_id)
+        n = await svc().delete_entity(user_id, Kind(kind), entity_id)
         return WriteSummary(upserted=0, deleted=n)
 
     @app.delete("/v1/users/{user_id}", response_model=WriteSummary, summary="Delete everything of one user")
     async def delete_user(user_id: str) -> WriteSummary:
         _check_id(user_id, "user_id")
-        n = await run_in_threadpool(svc().delete_user, user_id)
+        n = await svc().delete_user(user_id)
         return WriteSummary(upserted=0, deleted=n)
 
     @app.get("/v1/users/{user_id}/stats")
     async def user_stats(user_id: str) -> dict[str, int]:
         _check_id(user_id, "user_id")
-        return await svc().store.records.counts(user_id)
+        return await svc().records.counts(user_id)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -209,16 +209,28 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
 
     @app.get("/readyz")
     async def readyz() -> Response:
-        try:
-            await svc().store.records.user_exists("readyz-probe")
-            ok = True
-        except Exception as exc:  # readiness reports, it never raises
-            log.warning("readiness check failed: %s", exc)
-            ok = False
+        service = svc()
+        checks: dict[str, str] = {}
+        for name, probe in (
+            ("records", lambda: service.records.user_exists("readyz-probe")),
+            ("graph", getattr(service.graph, "ping", None)),
+            ("vectors", getattr(service.vectors, "ping", None)),
+        ):
+            if probe is None:
+                checks[name] = "ok"
+                continue
+            try:
+                await probe()
+                checks[name] = "ok"
+            except Exception as exc:  # readiness reports, it never raises
+                log.warning("readiness check of %s failed: %s", name, exc)
+                checks[name] = "unavailable"
+        ok = all(v == "ok" for v in checks.values())
         body = {
             "status": "ready" if ok else "unavailable",
-            "embedder": svc().embedder.name,
-            "backend": settings.backend,
+            "stores": checks,
+            "embedder": service.embedder.name,
+            "deployment": service.deployment,
         }
         return Response(json.dumps(body), status_code=200 if ok else 503, media_type="application/json")
 

@@ -29,6 +29,15 @@ order for every item. A partial result is never returned: blending reranker scor
 and not others would mix two scales in one ranking. Successful scores are cached (LRU on
 ``(query, document)``), so a retry after a partial failure only re-asks the failed documents.
 A circuit breaker (:mod:`hrt.rerankers.breaker`) stops calling a server that keeps failing.
+
+Determinism: temperature 0 and 6-decimal rounding are not enough on their own. A llama.cpp server
+reuses the KV cache of the prompt prefix shared with its previous request, and a prefix evaluated in
+a different batch split yields slightly different logits (measured with llama-cpp-python: 0.249195
+vs 0.257705 for one pair). Within one process the score cache makes repeated calls identical; for
+scores that do not depend on the server's history, run llama-cpp-python with ``--n_batch 1`` (about
+1.5x slower per document in our measurement).
+
+One instance belongs to one event loop (its semaphore and HTTP client are loop-bound).
 """
 
 from __future__ import annotations
@@ -387,7 +396,8 @@ class Qwen3Reranker:
         async with self._semaphore:
             if abort.is_set():  # another document of this call failed while this one queued
                 raise _Skipped
-            log.debug("rerank POST %s doc=%r", self._url, _preview(document, 80))
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("rerank POST %s doc=%r", self._url, _preview(document, 80))
             with map_httpx_errors(self._url, self._server_error):
                 # asyncio.timeout bounds the whole exchange; httpx's own timeout bounds each phase
                 async with asyncio.timeout(self.timeout_s):

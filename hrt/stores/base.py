@@ -111,6 +111,7 @@ class WriteBatch:
 class WriteResult:
     upserted: int
     deleted: int
+    versions: dict[tuple[str, str], int] = field(default_factory=dict)  # (user_id, id) -> entity version
 
 
 @runtime_checkable
@@ -118,6 +119,10 @@ class VectorIndex(Protocol):
     async def upsert(self, user_id: str, docs: Sequence[VectorDoc]) -> None: ...
 
     async def delete(self, user_id: str, ids: Sequence[str]) -> None: ...
+
+    async def delete_user(self, user_id: str) -> None:
+        """Remove every document of one user."""
+        ...
 
     async def search(
         self,
@@ -142,6 +147,10 @@ class GraphStore(Protocol):
     async def upsert_edges(self, user_id: str, edges: Sequence[GraphEdge]) -> None: ...
 
     async def delete_edges(self, user_id: str, edges: Sequence[GraphEdge]) -> None: ...
+
+    async def delete_user(self, user_id: str) -> None:
+        """Remove every node and edge of one user."""
+        ...
 
     async def expand(
         self,

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from hrt.errors import Conflict, InvalidInput, StoreError, StoreUnavailable
+from hrt.projection import graph_node
 from hrt.records import (
     EDGE_ENDPOINTS,
     Artifact,
@@ -29,9 +30,7 @@ from hrt.records import (
     Entity,
     Kind,
     MemoryUnit,
-    entity_label,
     entity_text,
-    entity_ts,
 )
 from hrt.stores.base import WriteBatch, WriteResult
 
@@ -82,22 +81,6 @@ def user_scope_token(user_id: str) -> str:
     return "u" + hashlib.sha256(user_id.encode()).hexdigest()[:20]
 
 
-def entity_salience(entity: Entity) -> float:
-    if isinstance(entity, MemoryUnit):
-        return entity.importance_score / 10.0
-    if isinstance(entity, Concept):
-        return entity.salience
-    return entity.confidence
-
-
-def entity_category(entity: Entity) -> str:
-    if isinstance(entity, MemoryUnit):
-        return entity.source_type
-    if isinstance(entity, Concept):
-        return entity.type
-    return entity.artifact_type
-
-
 ENTITY_MODELS: dict[Kind, type[MemoryUnit] | type[Concept] | type[Artifact]] = {
     Kind.MEMORY_UNIT: MemoryUnit,
     Kind.CONCEPT: Concept,
@@ -126,7 +109,7 @@ class EmbeddedStore:
             self.db.execute("PRAGMA foreign_keys=OFF")
         except (sqlite3.Error, OSError) as exc:
             raise StoreUnavailable(f"cannot open the embedded store at {path}: {exc}") from exc
-        self.migrate()
+        self.applied_on_open = self.migrate()
         if dim is not None:
             self._check_dim()
         self.records = EmbeddedRecordStore(self)
@@ -264,27 +247,25 @@ class EmbeddedStore:
     def _upsert_entity(self, db: sqlite3.Connection, entity: Entity, vector: np.ndarray) -> None:
         data = entity.model_dump_json()
         kind = Kind(entity.kind)
-        ts_dt = entity_ts(entity)
-        ts = ts_dt.timestamp() if ts_dt is not None else None
+        node = graph_node(entity)
+        ts = node.ts
         db.execute(
             "INSERT INTO entities VALUES (?, ?, ?, ?, 1) ON CONFLICT (user_id, id) "
             "DO UPDATE SET data = excluded.data, version = version + 1",
             (entity.user_id, entity.id, kind.value, data),
         )
-        tags = entity.tags if isinstance(entity, MemoryUnit) else []
-        agent = entity.source_agent_id if isinstance(entity, MemoryUnit) else None
         db.execute(
             "INSERT OR REPLACE INTO nodes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 entity.user_id,
-                entity.id,
+                node.id,
                 kind.value,
-                entity_label(entity),
+                node.label,
                 ts,
-                entity_salience(entity),
-                entity_category(entity),
-                json.dumps(sorted(tags)),
-                agent,
+                node.salience,
+                node.category,
+                json.dumps(list(node.tags)),
+                node.source_agent_id,
             ),
         )
         vec = np.ascontiguousarray(vector, dtype=np.float32)

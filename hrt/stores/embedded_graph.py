@@ -1,7 +1,8 @@
 """GraphStore over the embedded SQLite file, with a per-user in-memory adjacency cache.
 
 A user's adjacency is loaded in two queries on first use and dropped when a write touches that
-user, so expansion itself runs without any query.
+user, so expansion itself runs without any query. The walk is :func:`hrt.stores.graph_walk.expand_graph`,
+shared with the Neo4j adapter.
 """
 
 from __future__ import annotations
@@ -9,34 +10,22 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hrt.records import EdgeType, Kind
-from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphEdge, GraphNode, PathStep
+from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphEdge, GraphNode
+from hrt.stores.graph_walk import Link, expand_graph, link_order, neighbour_order, visible
 
 if TYPE_CHECKING:
     from hrt.stores.embedded import EmbeddedStore
 
 
-@dataclass(frozen=True, slots=True)
-class _Link:
-    other: str
-    edge: EdgeType
-    weight: float
-    forward: bool
-
-
 class _UserGraph:
     __slots__ = ("adjacency", "nodes")
 
-    def __init__(self, nodes: dict[str, GraphNode], adjacency: dict[str, list[_Link]]) -> None:
+    def __init__(self, nodes: dict[str, GraphNode], adjacency: dict[str, list[Link]]) -> None:
         self.nodes = nodes
         self.adjacency = adjacency
-
-
-def _newest_first(node: GraphNode | None) -> float:
-    return -(node.ts or 0.0) if node is not None else 0.0
 
 
 class EmbeddedGraphStore:
@@ -75,16 +64,15 @@ class EmbeddedGraphStore:
             )
             for r in node_rows
         }
-        adjacency: dict[str, list[_Link]] = {}
+        adjacency: dict[str, list[Link]] = {}
         for source, target, etype, weight in edge_rows:
             if source not in nodes or target not in nodes:
                 continue
             edge = EdgeType(etype)
-            adjacency.setdefault(source, []).append(_Link(target, edge, weight, True))
-            adjacency.setdefault(target, []).append(_Link(source, edge, weight, False))
-        # Visit order for fan-out caps: strongest edge, then newest neighbour, then id.
-        for links in adjacency.values():
-            links.sort(key=lambda lk: (-lk.weight, _newest_first(nodes.get(lk.other)), lk.other, lk.edge.value))
+            adjacency.setdefault(source, []).append(Link(target, edge, weight, True))
+            adjacency.setdefault(target, []).append(Link(source, edge, weight, False))
+        for ident, links in adjacency.items():
+            links.sort(key=lambda lk, ident=ident: link_order(ident, lk, nodes))
         graph = _UserGraph(nodes, adjacency)
         with self._cache_lock:
             self._cache[user_id] = graph
@@ -138,6 +126,12 @@ class EmbeddedGraphStore:
             )
         self.invalidate(user_id)
 
+    async def delete_user(self, user_id: str) -> None:
+        with self._store.transaction() as db:
+            db.execute("DELETE FROM nodes WHERE user_id = ?", (user_id,))
+            db.execute("DELETE FROM edges WHERE user_id = ?", (user_id,))
+        self.invalidate(user_id)
+
     # --- reads ---
 
     async def expand(
@@ -148,82 +142,7 @@ class EmbeddedGraphStore:
         not_after: float | None = None,
     ) -> list[GraphCandidate]:
         graph = self._graph(user_id)
-
-        def visible(node: GraphNode | None) -> bool:
-            return node is not None and (not_after is None or node.ts is None or node.ts <= not_after)
-
-        # best[id] = (score, hops, seed, path)
-        best: dict[str, tuple[float, int, str, tuple[PathStep, ...]]] = {}
-        per_kind: dict[Kind, int] = {}
-        for seed_id, score in sorted(seeds.items(), key=lambda kv: (-kv[1], kv[0])):
-            node = graph.nodes.get(seed_id)
-            if not visible(node) or seed_id in best:
-                continue
-            assert node is not None
-            best[seed_id] = (score, 0, seed_id, ())
-            per_kind[node.kind] = per_kind.get(node.kind, 0) + 1
-
-        frontier = sorted(best, key=lambda i: (-best[i][0], i))
-        for hop in range(1, caps.depth + 1):
-            reached: set[str] = set()
-            for current in frontier:
-                score, _, seed_id, path = best[current]
-                taken = 0
-                for link in graph.adjacency.get(current, ()):
-                    if taken >= caps.fanout_per_node:
-                        break
-                    node = graph.nodes.get(link.other)
-                    if not visible(node):
-                        continue
-                    assert node is not None
-                    taken += 1
-                    candidate_score = score * caps.hop_decay * link.weight
-                    previous = best.get(link.other)
-                    if previous is not None:
-                        if previous[0] >= candidate_score:
-                            continue
-                    elif per_kind.get(node.kind, 0) >= caps.max_per_kind:
-                        continue
-                    else:
-                        per_kind[node.kind] = per_kind.get(node.kind, 0) + 1
-                    step = PathStep(edge=link.edge, node_id=link.other, forward=link.forward)
-                    best[link.other] = (candidate_score, hop, seed_id, (*path, step))
-                    reached.add(link.other)
-            frontier = sorted(reached, key=lambda i: (-best[i][0], i))
-            if not frontier:
-                break
-
-        out: list[GraphCandidate] = []
-        for ident in sorted(best):
-            score, hops, seed_id, path = best[ident]
-            node = graph.nodes[ident]
-            mentions: tuple[str, ...] = ()
-            last_mention: float | None = None
-            links = graph.adjacency.get(ident, ())
-            if node.kind is Kind.MEMORY_UNIT:
-                mentions = tuple(lk.other for lk in links if lk.edge is EdgeType.MENTIONS and lk.forward)
-            elif node.kind is Kind.CONCEPT:
-                stamps = [
-                    ts
-                    for lk in links
-                    if lk.edge is EdgeType.MENTIONS
-                    and not lk.forward
-                    and (ts := graph.nodes[lk.other].ts) is not None
-                    and (not_after is None or ts <= not_after)
-                ]
-                last_mention = max(stamps) if stamps else None
-            out.append(
-                GraphCandidate(
-                    node=node,
-                    hops=hops,
-                    seed_id=seed_id,
-                    path=path,
-                    path_score=score,
-                    mentions=mentions,
-                    last_mention_ts=last_mention,
-                )
-            )
-        return out
+        return expand_graph(graph.nodes, graph.adjacency, seeds, caps, not_after)
 
     async def neighbors(
         self,
@@ -243,7 +162,7 @@ class EmbeddedGraphStore:
                 for lk in graph.adjacency.get(ident, ())
                 if lk.edge is edge and lk.forward == outgoing
             ]
-            found = [n for n in found if not_after is None or n.ts is None or n.ts <= not_after]
-            found.sort(key=lambda n: (_newest_first(n), -n.salience, n.id))
+            found = [n for n in found if visible(n, not_after)]
+            found.sort(key=neighbour_order)
             out[ident] = found[:limit]
         return out

@@ -107,6 +107,13 @@ class EmbeddedVectorIndex:
                     db.execute("DELETE FROM docs WHERE rowid = ?", (row[0],))
         self.invalidate(user_id)
 
+    async def delete_user(self, user_id: str) -> None:
+        with self._store.transaction() as db:
+            rowids = [r[0] for r in db.execute("SELECT rowid FROM docs WHERE user_id = ?", (user_id,))]
+            db.executemany("DELETE FROM fts WHERE rowid = ?", [(r,) for r in rowids])
+            db.execute("DELETE FROM docs WHERE user_id = ?", (user_id,))
+        self.invalidate(user_id)
+
     # --- reads ---
 
     async def search(

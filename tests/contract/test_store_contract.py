@@ -6,7 +6,7 @@ Neo4j, Weaviate) joins the parameter list when its adapters land.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
@@ -34,11 +34,11 @@ class Deployment:
 
 
 @pytest.fixture(params=["embedded"])
-def deployment(request, tmp_path) -> Iterator[Deployment]:
+async def deployment(request, tmp_path) -> AsyncIterator[Deployment]:
     svc = HRTService(Settings(db_path=tmp_path / "c.db"), embedder=HashingEmbedder(), clock=lambda: FIXED_NOW)
-    svc.ingest(parse_jsonl(jsonl(small_graph("u1") + small_graph("u2", prefix="x"))))
-    yield Deployment(svc.store.records, svc.store.graph, svc.store.vectors, svc)
-    svc.close()
+    await svc.ingest(parse_jsonl(jsonl(small_graph("u1") + small_graph("u2", prefix="x"))))
+    yield Deployment(svc.records, svc.graph, svc.vectors, svc)
+    await svc.close()
 
 
 def test_adapters_implement_the_ports(deployment):
@@ -127,7 +127,7 @@ async def test_expand_respects_fanout_and_kind_caps(deployment, tmp_path):
         mu("u3", f"m{i:02d}", f"note {i}", f"2025-01-{i + 1:02d}T00:00:00Z") for i in range(20)
     ]
     hub += [rel("u3", "MENTIONS", f"m{i:02d}", "hub") for i in range(20)]
-    svc.ingest(parse_jsonl(jsonl(hub)))
+    await svc.ingest(parse_jsonl(jsonl(hub)))
     out = await deployment.graph.expand("u3", {"hub": 1.0}, ExpansionCaps(1, 5, 100, 0.5))
     reached = sorted(c.node.id for c in out if c.hops == 1)
     assert reached == ["m15", "m16", "m17", "m18", "m19"]  # newest first under the fan-out cap

@@ -8,7 +8,7 @@ from tests.helpers import concept, jsonl, mu, rel
 
 
 async def counts(svc, user="u1"):
-    return await svc.store.records.counts(user)
+    return await svc.records.counts(user)
 
 
 @pytest.mark.parametrize(
@@ -40,9 +40,9 @@ async def test_ingest_is_idempotent_by_id(hashing_service):
     records = parse_jsonl(
         jsonl([concept("u1", "c1", "Alpha"), mu("u1", "m1", "about alpha"), rel("u1", "MENTIONS", "m1", "c1")])
     )
-    hashing_service.ingest(records)
+    await hashing_service.ingest(records)
     first = await counts(hashing_service)
-    hashing_service.ingest(records)
+    await hashing_service.ingest(records)
     assert (
         await counts(hashing_service)
         == first
@@ -54,8 +54,8 @@ async def test_ingest_is_idempotent_by_id(hashing_service):
             "preference": 0,
         }
     )
-    hashing_service.ingest(parse_jsonl(jsonl([concept("u1", "c1", "Alpha v2")])))
-    got = await hashing_service.store.records.get_many("u1", "concept", ["c1"])
+    await hashing_service.ingest(parse_jsonl(jsonl([concept("u1", "c1", "Alpha v2")])))
+    got = await hashing_service.records.get_many("u1", "concept", ["c1"])
     assert got["c1"].name == "Alpha v2"
 
 
@@ -64,7 +64,7 @@ async def test_a_batch_with_a_dangling_relation_writes_nothing(hashing_service):
         jsonl([concept("u1", "c1", "Alpha"), mu("u1", "m1", "about alpha"), rel("u1", "MENTIONS", "m1", "c-missing")])
     )
     with pytest.raises(InvalidInput) as info:
-        hashing_service.ingest(records)
+        await hashing_service.ingest(records)
     assert info.value.field == "target" and "c-missing" in info.value.message
     assert await counts(hashing_service) == {
         k: 0 for k in ("memory_unit", "concept", "artifact", "relation", "preference")
@@ -76,35 +76,35 @@ async def test_relation_endpoints_must_have_the_right_kinds(hashing_service):
         jsonl([concept("u1", "c1", "Alpha"), concept("u1", "c2", "Beta"), rel("u1", "MENTIONS", "c1", "c2")])
     )
     with pytest.raises(InvalidInput, match="MENTIONS source must be memory_unit"):
-        hashing_service.ingest(records)
+        await hashing_service.ingest(records)
 
 
 async def test_an_id_cannot_change_kind(hashing_service):
-    hashing_service.ingest(parse_jsonl(jsonl([concept("u1", "x1", "Alpha")])))
+    await hashing_service.ingest(parse_jsonl(jsonl([concept("u1", "x1", "Alpha")])))
     with pytest.raises(Conflict):
-        hashing_service.ingest(parse_jsonl(jsonl([mu("u1", "x1", "now a memory")])))
+        await hashing_service.ingest(parse_jsonl(jsonl([mu("u1", "x1", "now a memory")])))
     # the same id under another user is another entity
-    hashing_service.ingest(parse_jsonl(jsonl([mu("u2", "x1", "u2's memory")])))
+    await hashing_service.ingest(parse_jsonl(jsonl([mu("u2", "x1", "u2's memory")])))
     assert (await counts(hashing_service, "u2"))["memory_unit"] == 1
 
 
 async def test_deletes_reach_records_graph_and_index(loaded_service):
     svc = loaded_service
-    assert svc.delete_entity("u1", "concept", "c-pg") == 1
-    assert await svc.store.records.get_many("u1", "concept", ["c-pg"]) == {}
-    nbrs = await svc.store.graph.neighbors("u1", ["m3"], "MENTIONS", True, 10)
+    assert await svc.delete_entity("u1", "concept", "c-pg") == 1
+    assert await svc.records.get_many("u1", "concept", ["c-pg"]) == {}
+    nbrs = await svc.graph.neighbors("u1", ["m3"], "MENTIONS", True, 10)
     assert nbrs["m3"] == []
-    hits = await svc.store.vectors.search("u1", ["postgres"], svc.embedder.embed(["postgres"]), list(("concept",)), 10)
+    hits = await svc.vectors.search("u1", ["postgres"], svc.embedder.embed(["postgres"]), list(("concept",)), 10)
     assert all(h.id != "c-pg" for h in hits[0])
-    assert svc.delete_entity("u1", "concept", "c-pg") == 0  # idempotent
+    assert await svc.delete_entity("u1", "concept", "c-pg") == 0  # idempotent
     # the other user's same-named concept is untouched
-    assert await svc.store.records.get_many("u2", "concept", ["xc-pg"])
+    assert await svc.records.get_many("u2", "concept", ["xc-pg"])
 
 
 async def test_delete_records_by_key(loaded_service):
     svc = loaded_service
     before = await counts(svc)
-    svc.ingest(
+    await svc.ingest(
         parse_jsonl(
             jsonl(
                 [
@@ -134,10 +134,10 @@ async def test_delete_records_by_key(loaded_service):
 
 async def test_delete_user_removes_everything_of_that_user_only(loaded_service):
     svc = loaded_service
-    assert svc.delete_user("u1") == 8
-    assert not await svc.store.records.user_exists("u1")
-    assert await svc.store.records.user_exists("u2")
-    hits = await svc.store.vectors.search(
+    assert await svc.delete_user("u1") == 8
+    assert not await svc.records.user_exists("u1")
+    assert await svc.records.user_exists("u2")
+    hits = await svc.vectors.search(
         "u1", ["postgres"], svc.embedder.embed(["postgres"]), ["memory_unit", "concept", "artifact"], 10
     )
     assert hits == [[]]

@@ -35,14 +35,14 @@ async def test_same_request_twice_is_byte_identical(loaded_service):
 async def test_byte_identical_after_restart(settings):
     r = req(key_phrases=["Project Phoenix timeline", "bandwidth"])
     svc = HRTService(settings, embedder=HashingEmbedder(), clock=lambda: FIXED_NOW)
-    svc.ingest(parse_jsonl(jsonl(small_graph("u1"))))
+    await svc.ingest(parse_jsonl(jsonl(small_graph("u1"))))
     before = (await svc.retrieve(r)).canonical_json()
-    svc.close()
+    await svc.close()
     reopened = HRTService(settings, embedder=HashingEmbedder())  # a new process would do the same
     try:
         assert (await reopened.retrieve(r)).canonical_json() == before
     finally:
-        reopened.close()
+        await reopened.close()
 
 
 async def test_as_of_defaults_to_now_and_is_echoed(loaded_service):
@@ -171,7 +171,7 @@ async def test_connected_concepts_and_related_memory_units(loaded_service):
 
 async def test_missing_records_are_reported_not_dropped(loaded_service):
     svc = loaded_service
-    with svc.store.transaction() as db:  # simulate a projection that outlived its record
+    with svc.embedded.transaction() as db:  # simulate a projection that outlived its record
         db.execute("DELETE FROM entities WHERE user_id = 'u1' AND id = 'm1'")
     out = await svc.retrieve(req(key_phrases=["Project Phoenix brainstorm"]))
     md = out.retrieval_metadata

@@ -67,20 +67,24 @@ def owner_marks(doc, user: str) -> list[str]:
     depth=st.integers(0, 3),
 )
 def test_no_request_returns_another_users_data(graphs, target, phrases, depth):
-    with tempfile.TemporaryDirectory() as tmp:
+    request = RetrieveRequest(
+        user_id=target,
+        key_phrases=phrases,
+        max_depth=depth,
+        limits={"memory_units": 50, "concepts": 50, "artifacts": 50},
+        as_of="2026-01-01T00:00:00Z",
+    )
+
+    async def run(tmp: str):
         svc = HRTService(Settings(db_path=Path(tmp) / "t.db"), embedder=HashingEmbedder())
         try:
-            svc.ingest(parse_jsonl(jsonl([r for g in graphs for r in g])))
-            request = RetrieveRequest(
-                user_id=target,
-                key_phrases=phrases,
-                max_depth=depth,
-                limits={"memory_units": 50, "concepts": 50, "artifacts": 50},
-                as_of="2026-01-01T00:00:00Z",
-            )
-            doc = asyncio.run(svc.retrieve(request))
+            await svc.ingest(parse_jsonl(jsonl([r for g in graphs for r in g])))
+            return await svc.retrieve(request)
         finally:
-            svc.close()
+            await svc.close()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        doc = asyncio.run(run(tmp))
     own_ids = {r.get("muid") or r.get("id") for r in graphs[USERS.index(target)] if r["kind"] != "relation"}
     returned = {m.muid for m in doc.retrieved_memory_units} | {c.id for c in doc.retrieved_concepts}
     returned |= {i for g in doc.retrieval_metadata.phrase_grounding for i in g.seed_ids}

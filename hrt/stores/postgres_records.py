@@ -1,0 +1,387 @@
+"""RecordStore over PostgreSQL (psycopg 3, async pool): the source of truth of the services
+deployment, with the transactional outbox that feeds the graph and vector projections.
+
+A write batch commits its records and one outbox row per change in one transaction. Entity keys
+are written in sorted order so concurrent batches over overlapping ids lock rows in the same
+order; a deadlock or serialisation failure retries the whole batch. Every statement is
+parameterised and filters on ``user_id``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from hrt.errors import Conflict, InvalidInput, StoreError, StoreUnavailable
+from hrt.records import EDGE_ENDPOINTS, Deletion, Entity, Kind, Preference, Relation, entity_ts
+from hrt.stores.base import WriteBatch, WriteResult
+from hrt.stores.embedded import ENTITY_MODELS
+
+log = logging.getLogger(__name__)
+
+RETRIES = 5
+
+
+@contextmanager
+def translate_errors(action: str) -> Iterator[None]:
+    """psycopg errors become HRT errors at this edge."""
+    try:
+        yield
+    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        raise StoreUnavailable(f"PostgreSQL unavailable during {action}: {str(exc)[:300]}") from exc
+    except psycopg.Error as exc:
+        raise StoreError(f"PostgreSQL error during {action}: {str(exc)[:300]}") from exc
+
+
+class PostgresRecordStore:
+    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 4, timeout: float = 10.0) -> None:
+        self._dsn = dsn
+        self._timeout = timeout
+        self.pool = AsyncConnectionPool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            open=False,
+            timeout=timeout,
+            kwargs={"autocommit": False},
+            check=AsyncConnectionPool.check_connection,
+            name="hrt-records",
+        )
+
+    async def open(self) -> None:
+        with translate_errors("connect"):
+            await self.pool.open(wait=True, timeout=self._timeout)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    @asynccontextmanager
+    async def connection(self, action: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        with translate_errors(action):
+            async with self.pool.connection() as conn:
+                yield conn
+
+    # ---------------------------------------------------------------------------------------
+    # reads (RecordStore port)
+    # ---------------------------------------------------------------------------------------
+
+    async def get_many(self, user_id: str, kind: Kind, ids: Sequence[str]) -> dict[str, Entity]:
+        kind = Kind(kind)
+        model = ENTITY_MODELS[kind]
+        if not ids:
+            return {}
+        async with self.connection("get_many") as conn:
+            cur = await conn.execute(
+                "SELECT id, data FROM hrt_entities WHERE user_id = %s AND kind = %s AND id = ANY(%s)",
+                (user_id, kind.value, sorted(set(ids))),
+            )
+            rows = await cur.fetchall()
+        return {ident: model.model_validate(data) for ident, data in rows}
+
+    async def preferences(self, user_id: str) -> list[Preference]:
+        async with self.connection("preferences") as conn:
+            cur = await conn.execute(
+                "SELECT target_kind, target, weight FROM hrt_preferences WHERE user_id = %s "
+                "ORDER BY target_kind, target",
+                (user_id,),
+            )
+            rows = await cur.fetchall()
+        return [Preference(user_id=user_id, target_kind=tk, target=t, weight=w) for tk, t, w in rows]
+
+    async def user_exists(self, user_id: str) -> bool:
+        async with self.connection("user_exists") as conn:
+            cur = await conn.execute("SELECT 1 FROM hrt_entities WHERE user_id = %s LIMIT 1", (user_id,))
+            return await cur.fetchone() is not None
+
+    async def counts(self, user_id: str) -> dict[str, int]:
+        async with self.connection("counts") as conn:
+            cur = await conn.execute(
+                "SELECT kind, count(*) FROM hrt_entities WHERE user_id = %s GROUP BY kind", (user_id,)
+            )
+            rows = await cur.fetchall()
+            rel = await (
+                await conn.execute("SELECT count(*) FROM hrt_relations WHERE user_id = %s", (user_id,))
+            ).fetchone()
+            pref = await (
+                await conn.execute("SELECT count(*) FROM hrt_preferences WHERE user_id = %s", (user_id,))
+            ).fetchone()
+        out = {k.value: 0 for k in Kind}
+        out.update({kind: int(n) for kind, n in rows})
+        out["relation"] = int(rel[0]) if rel else 0
+        out["preference"] = int(pref[0]) if pref else 0
+        return out
+
+    async def ids(self, user_id: str) -> dict[str, str]:
+        """id -> kind of every entity of a user (for drift checks)."""
+        async with self.connection("ids") as conn:
+            cur = await conn.execute("SELECT id, kind FROM hrt_entities WHERE user_id = %s", (user_id,))
+            return {i: k for i, k in await cur.fetchall()}
+
+    async def users(self) -> list[str]:
+        async with self.connection("users") as conn:
+            cur = await conn.execute("SELECT DISTINCT user_id FROM hrt_entities ORDER BY user_id")
+            return [r[0] for r in await cur.fetchall()]
+
+    async def entity_rows(self, user_id: str, ids: Sequence[str]) -> dict[str, tuple[Entity, np.ndarray, int]]:
+        """Current entity, vector and version for the projector."""
+        async with self.connection("entity_rows") as conn:
+            cur = await conn.execute(
+                "SELECT id, kind, data, vector, version FROM hrt_entities WHERE user_id = %s AND id = ANY(%s)",
+                (user_id, list(ids)),
+            )
+            rows = await cur.fetchall()
+        return {
+            ident: (ENTITY_MODELS[Kind(kind)].model_validate(data), np.frombuffer(vec, dtype=np.float32), version)
+            for ident, kind, data, vec, version in rows
+        }
+
+    async def relation_rows(
+        self, user_id: str, keys: Sequence[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], Relation]:
+        """Current relations by (source, target, type) for the projector."""
+        if not keys:
+            return {}
+        async with self.connection("relation_rows") as conn:
+            cur = await conn.execute(
+                "SELECT r.source, r.target, r.type, r.weight, r.relation_type FROM hrt_relations r "
+                "JOIN unnest(%s::text[], %s::text[], %s::text[]) AS k(source, target, type) "
+                "ON r.source = k.source AND r.target = k.target AND r.type = k.type WHERE r.user_id = %s",
+                ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], user_id),
+            )
+            rows = await cur.fetchall()
+        return {
+            (s, t, ty): Relation(user_id=user_id, type=ty, source=s, target=t, weight=w, relation_type=rt)
+            for s, t, ty, w, rt in rows
+        }
+
+    # ---------------------------------------------------------------------------------------
+    # writes
+    # ---------------------------------------------------------------------------------------
+
+    async def apply(self, batch: WriteBatch) -> WriteResult:
+        """Records and outbox rows in one transaction; nothing of the batch on error."""
+        for attempt in range(RETRIES):
+            try:
+                async with self.connection("write") as conn, conn.transaction():
+                    return await self._apply(conn, batch)
+            except StoreError as exc:
+                cause = exc.__cause__
+                if isinstance(cause, pg_errors.DeadlockDetected | pg_errors.SerializationFailure) and (
+                    attempt < RETRIES - 1
+                ):
+                    log.info("write batch retried after %s", type(cause).__name__)
+                    await asyncio.sleep(0.02 * (attempt + 1))
+                    continue
+                raise
+        raise StoreError("write batch failed after retries")  # pragma: no cover - loop always returns/raises
+
+    async def _apply(self, conn: psycopg.AsyncConnection[Any], batch: WriteBatch) -> WriteResult:
+        upserted = deleted = 0
+        versions: dict[tuple[str, str], int] = {}
+        entities = sorted(batch.entities, key=lambda e: (e.user_id, e.id))
+        await self._check_kinds(conn, entities)
+        for e in entities:
+            vec = batch.vectors.get((e.user_id, e.id))
+            if vec is None:
+                raise StoreError(f"no vector was computed for {e.user_id}/{e.id}")
+            ts = entity_ts(e)
+            cur = await conn.execute(
+                "INSERT INTO hrt_entities (user_id, id, kind, data, vector, ts) VALUES (%s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (user_id, id) DO UPDATE SET data = excluded.data, vector = excluded.vector, "
+                "ts = excluded.ts, version = hrt_entities.version + 1, updated_at = now() RETURNING version",
+                (
+                    e.user_id,
+                    e.id,
+                    e.kind,
+                    Jsonb(e.model_dump(mode="json")),
+                    np.ascontiguousarray(vec, dtype=np.float32).tobytes(),
+                    ts.timestamp() if ts else None,
+                ),
+            )
+            row = await cur.fetchone()
+            versions[(e.user_id, e.id)] = row[0] if row else 1
+            await self._event(
+                conn, e.user_id, "upsert_entity", {"id": e.id, "kind": e.kind}, versions[(e.user_id, e.id)]
+            )
+            upserted += 1
+        for rel in sorted(batch.relations, key=lambda r: (r.user_id, r.source, r.target, r.type.value)):
+            await self._check_edge(conn, rel)
+            cur = await conn.execute(
+                "INSERT INTO hrt_relations (user_id, source, target, type, weight, relation_type) "
+                "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (user_id, source, target, type) DO UPDATE SET "
+                "weight = excluded.weight, relation_type = excluded.relation_type, "
+                "version = hrt_relations.version + 1, updated_at = now() RETURNING version",
+                (rel.user_id, rel.source, rel.target, rel.type.value, rel.weight, rel.relation_type),
+            )
+            row = await cur.fetchone()
+            await self._event(
+                conn,
+                rel.user_id,
+                "upsert_relation",
+                {"source": rel.source, "target": rel.target, "type": rel.type.value},
+                row[0] if row else 1,
+            )
+            upserted += 1
+        for pref in batch.preferences:
+            await conn.execute(
+                "INSERT INTO hrt_preferences VALUES (%s, %s, %s, %s) ON CONFLICT (user_id, target_kind, target) "
+                "DO UPDATE SET weight = excluded.weight",
+                (pref.user_id, pref.target_kind, pref.target, pref.weight),
+            )
+            upserted += 1
+        for d in batch.deletions:
+            deleted += await self._delete(conn, d)
+        return WriteResult(upserted=upserted, deleted=deleted, versions=versions)
+
+    async def _event(
+        self, conn: psycopg.AsyncConnection[Any], user_id: str, op: str, key: dict[str, str], version: int
+    ) -> None:
+        relation_only = op in ("upsert_relation", "delete_relation")
+        await conn.execute(
+            "INSERT INTO hrt_outbox (user_id, op, key, version, vector_done) VALUES (%s, %s, %s, %s, %s)",
+            (user_id, op, Jsonb(key), version, relation_only),
+        )
+
+    async def _check_kinds(self, conn: psycopg.AsyncConnection[Any], entities: Sequence[Entity]) -> None:
+        seen: dict[tuple[str, str], str] = {}
+        for e in entities:
+            if seen.setdefault((e.user_id, e.id), e.kind) != e.kind:
+                raise Conflict(f"id {e.id!r} is given as both {seen[(e.user_id, e.id)]} and {e.kind}", field="id")
+        by_user: dict[str, list[str]] = {}
+        for user_id, ident in seen:
+            by_user.setdefault(user_id, []).append(ident)
+        for user_id, ids in by_user.items():
+            cur = await conn.execute(
+                "SELECT id, kind FROM hrt_entities WHERE user_id = %s AND id = ANY(%s)", (user_id, ids)
+            )
+            for ident, kind in await cur.fetchall():
+                if kind != seen[(user_id, ident)]:
+                    raise Conflict(f"id {ident!r} already names a {kind} of user {user_id!r}", field="id")
+
+    async def _check_edge(self, conn: psycopg.AsyncConnection[Any], rel: Relation) -> None:
+        allowed_src, allowed_dst = EDGE_ENDPOINTS[rel.type]
+        cur = await conn.execute(
+            "SELECT id, kind FROM hrt_entities WHERE user_id = %s AND id = ANY(%s)",
+            (rel.user_id, [rel.source, rel.target]),
+        )
+        kinds = {i: Kind(k) for i, k in await cur.fetchall()}
+        for end, ident, allowed in (("source", rel.source, allowed_src), ("target", rel.target, allowed_dst)):
+            if ident not in kinds:
+                raise InvalidInput(
+                    f"{rel.type.value} {end} {ident!r} is not an entity of user {rel.user_id!r}", field=end
+                )
+            if kinds[ident] not in allowed:
+                raise InvalidInput(
+                    f"{rel.type.value} {end} must be {' or '.join(sorted(allowed))}, but {ident!r} is a {kinds[ident]}",
+                    field=end,
+                )
+
+    async def _delete(self, conn: psycopg.AsyncConnection[Any], d: Deletion) -> int:
+        if d.kind in ("memory_unit", "concept", "artifact"):
+            ident = d.entity_id()
+            if ident is None:
+                raise InvalidInput("a delete of an entity needs its id (muid for memory units)", field="id")
+            cur = await conn.execute(
+                "SELECT kind FROM hrt_entities WHERE user_id = %s AND id = %s FOR UPDATE", (d.user_id, ident)
+            )
+            row = await cur.fetchone()
+            if row is None:
+                return 0
+            if row[0] != d.kind:
+                raise Conflict(f"{ident!r} is a {row[0]}, not a {d.kind}", field="kind")
+            await conn.execute("DELETE FROM hrt_entities WHERE user_id = %s AND id = %s", (d.user_id, ident))
+            await conn.execute(
+                "DELETE FROM hrt_relations WHERE user_id = %s AND (source = %s OR target = %s)",
+                (d.user_id, ident, ident),
+            )
+            await self._event(conn, d.user_id, "delete_entity", {"id": ident, "kind": d.kind}, 0)
+            return 1
+        if d.kind == "relation":
+            if d.type is None or d.source is None or d.target is None:
+                raise InvalidInput("a delete of a relation needs type, source and target", field="type")
+            cur = await conn.execute(
+                "DELETE FROM hrt_relations WHERE user_id = %s AND source = %s AND target = %s AND type = %s",
+                (d.user_id, d.source, d.target, d.type.value),
+            )
+            if cur.rowcount:
+                await self._event(
+                    conn,
+                    d.user_id,
+                    "delete_relation",
+                    {"source": d.source, "target": d.target, "type": d.type.value},
+                    0,
+                )
+            return cur.rowcount
+        if d.target_kind is None or d.target is None:
+            raise InvalidInput("a delete of a preference needs target_kind and target", field="target_kind")
+        cur = await conn.execute(
+            "DELETE FROM hrt_preferences WHERE user_id = %s AND target_kind = %s AND target = %s",
+            (d.user_id, d.target_kind, d.target),
+        )
+        return cur.rowcount
+
+    async def delete_user(self, user_id: str) -> int:
+        async with self.connection("delete_user") as conn, conn.transaction():
+            cur = await conn.execute("DELETE FROM hrt_entities WHERE user_id = %s", (user_id,))
+            n = cur.rowcount
+            await conn.execute("DELETE FROM hrt_relations WHERE user_id = %s", (user_id,))
+            await conn.execute("DELETE FROM hrt_preferences WHERE user_id = %s", (user_id,))
+            await self._event(conn, user_id, "delete_user", {}, 0)
+        return int(n)
+
+    # ---------------------------------------------------------------------------------------
+    # outbox access for the projector
+    # ---------------------------------------------------------------------------------------
+
+    async def pending(self, target: str, limit: int) -> list[dict[str, Any]]:
+        column = _done_column(target)
+        async with self.connection("outbox read") as conn:
+            cur = await conn.execute(
+                f"SELECT seq, user_id, op, key, version FROM hrt_outbox WHERE NOT {column} ORDER BY seq LIMIT %s",
+                (limit,),
+            )
+            rows = await cur.fetchall()
+        return [{"seq": s, "user_id": u, "op": op, "key": k, "version": v} for s, u, op, k, v in rows]
+
+    async def mark_done(self, target: str, seqs: Sequence[int]) -> None:
+        if not seqs:
+            return
+        column = _done_column(target)
+        async with self.connection("outbox mark") as conn, conn.transaction():
+            await conn.execute(f"UPDATE hrt_outbox SET {column} = true WHERE seq = ANY(%s)", (list(seqs),))
+            await conn.execute(
+                "DELETE FROM hrt_outbox WHERE graph_done AND vector_done AND seq = ANY(%s)", (list(seqs),)
+            )
+
+    async def mark_failed(self, seq: int, error: str) -> None:
+        async with self.connection("outbox fail") as conn, conn.transaction():
+            await conn.execute(
+                "UPDATE hrt_outbox SET attempts = attempts + 1, last_error = %s WHERE seq = %s", (error[:500], seq)
+            )
+
+    async def outbox_size(self) -> int:
+        async with self.connection("outbox size") as conn:
+            row = await (await conn.execute("SELECT count(*) FROM hrt_outbox")).fetchone()
+        return int(row[0]) if row else 0
+
+
+def _done_column(target: str) -> str:
+    if target == "graph":
+        return "graph_done"
+    if target == "vector":
+        return "vector_done"
+    raise ValueError(f"unknown projection target {target!r}")
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,254 @@
+"""PostgreSQL as the record store: migrations, concurrent writers, the outbox and the projector,
+against a real PostgreSQL started by the fixtures."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import random
+import subprocess
+import sys
+
+import numpy as np
+import psycopg
+import pytest
+
+from hrt.config import Settings
+from hrt.contract import RetrieveRequest
+from hrt.errors import StoreError, StoreUnavailable
+from hrt.ingest import build_batch, parse_jsonl
+from hrt.projector import Projector
+from hrt.records import Concept, Kind
+from hrt.service import HRTService
+from hrt.stores.base import WriteBatch
+from hrt.stores.embedded import EmbeddedStore
+from hrt.stores.postgres_migrate import Migration, applied_versions, bundled_migrations, migrate
+from hrt.stores.postgres_records import PostgresRecordStore
+from tests.conftest import FIXED_NOW
+from tests.helpers import HashingEmbedder, jsonl, small_graph
+
+pytestmark = pytest.mark.integration
+
+
+def test_migrations_from_empty_rerun_and_refusals(postgres_dsn):
+    assert migrate(postgres_dsn) == [1]
+    assert migrate(postgres_dsn) == []  # idempotent
+    assert applied_versions(postgres_dsn) == [1]
+    with psycopg.connect(postgres_dsn) as conn:
+        tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+    assert {"hrt_entities", "hrt_relations", "hrt_preferences", "hrt_outbox", "hrt_schema_migrations"} <= tables
+    changed = [Migration(1, "records_and_outbox", bundled_migrations()[0].sql + "\n-- edited")]
+    with pytest.raises(StoreError, match="changed after it was applied"):
+        migrate(postgres_dsn, changed)
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO hrt_schema_migrations (version, name, checksum) VALUES (2, 'half', 'x')")
+    with pytest.raises(StoreError, match="not finished"):
+        migrate(postgres_dsn)
+
+
+def test_a_failing_migration_leaves_nothing_behind(postgres_dsn):
+    migrate(postgres_dsn)
+    bad = [*bundled_migrations(), Migration(2, "broken", "CREATE TABLE t_ok (x int); SELECT * FROM no_such_table;")]
+    with pytest.raises(psycopg.Error):
+        migrate(postgres_dsn, bad)
+    with psycopg.connect(postgres_dsn) as conn:
+        assert conn.execute("SELECT to_regclass('t_ok')").fetchone() == (None,)
+    assert applied_versions(postgres_dsn) == [1]
+
+
+def test_unreachable_postgres_is_store_unavailable():
+    with pytest.raises(StoreUnavailable):
+        migrate("host=127.0.0.1 port=1 user=postgres dbname=postgres connect_timeout=2")
+
+
+# ------------------------------------------------------------------------------------------
+# concurrent writers (separate OS processes)
+# ------------------------------------------------------------------------------------------
+
+IDS = [f"c{i:02d}" for i in range(12)]
+
+
+def _writer(dsn: str, worker: int, rounds: int, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    async def main() -> list[tuple[str, int, str]]:
+        store = PostgresRecordStore(dsn, max_size=1)
+        await store.open()
+        rng = random.Random(worker)
+        log = []
+        try:
+            for r in range(rounds):
+                batch = WriteBatch()
+                for ident in rng.sample(IDS, 4):
+                    name = f"w{worker}-r{r}-{ident}"
+                    batch.entities.append(Concept(user_id="race", id=ident, name=name))
+                    batch.vectors[("race", ident)] = np.ones(8, dtype=np.float32) / np.sqrt(8)
+                result = await store.apply(batch)
+                log += [(i, v, f"w{worker}-r{r}-{i}") for (_, i), v in result.versions.items()]
+        finally:
+            await store.close()
+        return log
+
+    out.put(asyncio.run(main()))
+
+
+def test_concurrent_writers_end_with_the_last_write_per_id(postgres_dsn):
+    migrate(postgres_dsn)
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_writer, args=(postgres_dsn, w, 25, queue)) for w in range(4)]
+    for p in procs:
+        p.start()
+    writes = [entry for _ in procs for entry in queue.get(timeout=120)]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    with psycopg.connect(postgres_dsn) as conn:
+        rows = {i: (v, d["name"]) for i, v, d in conn.execute(
+            "SELECT id, version, data FROM hrt_entities WHERE user_id = 'race'")}
+        events = conn.execute("SELECT key->>'id', version FROM hrt_outbox WHERE user_id = 'race'").fetchall()
+    assert len(writes) == 4 * 25 * 4
+    for ident in IDS:
+        mine = sorted((v, name) for i, v, name in writes if i == ident)
+        if not mine:
+            assert ident not in rows
+            continue
+        versions = [v for v, _ in mine]
+        assert versions == list(range(1, len(mine) + 1)), f"lost or duplicated writes on {ident}"
+        assert rows[ident] == mine[-1], "the stored row is not the last committed write"
+        assert sorted(v for i, v in events if i == ident) == versions  # one outbox event per write
+
+
+# ------------------------------------------------------------------------------------------
+# outbox and projector
+# ------------------------------------------------------------------------------------------
+
+
+class FlakyGraph:
+    """Wraps a real graph store; fails the first ``failures`` write calls as if it were down."""
+
+    def __init__(self, inner, failures: int) -> None:
+        self.inner = inner
+        self.failures = failures
+        self.calls = 0
+
+    def __getattr__(self, name):
+        attr = getattr(self.inner, name)
+        if name not in ("upsert_nodes", "upsert_edges", "delete_nodes", "delete_edges", "delete_user"):
+            return attr
+
+        async def call(*args, **kwargs):
+            self.calls += 1
+            if self.failures > 0:
+                self.failures -= 1
+                raise StoreUnavailable("graph store down (injected)")
+            return await attr(*args, **kwargs)
+
+        return call
+
+
+async def projected_state(store: EmbeddedStore, user: str) -> tuple[set[str], set[tuple[str, str, str]], set[str]]:
+    nodes = {r[0] for r in store.db.execute("SELECT id FROM nodes WHERE user_id = ?", (user,))}
+    edges = {tuple(r) for r in store.db.execute("SELECT source, target, type FROM edges WHERE user_id = ?", (user,))}
+    docs = {r[0] for r in store.db.execute("SELECT id FROM docs WHERE user_id = ?", (user,))}
+    return nodes, edges, docs
+
+
+async def test_projector_delivers_everything_once_in_effect_after_a_target_outage(pg_records, tmp_path):
+    embedder = HashingEmbedder()
+    target = EmbeddedStore(tmp_path / "proj.db", embedder.dim)
+    flaky = FlakyGraph(target.graph, failures=3)
+    projector = Projector(pg_records, flaky, target.vectors)
+    records = parse_jsonl(jsonl(small_graph("u1")))
+    await pg_records.apply(build_batch(records, embedder))
+    for _ in range(3):  # the graph is down: the vector target is not held back by it
+        report = await projector.drain()
+        assert not report.ok and "graph" in report.failed
+    assert (await projected_state(target, "u1"))[2] == {"c-phx", "c-bw", "c-pg", "m1", "m2", "m3", "m4", "a1"}
+    report = await projector.drain()  # recovered
+    assert report.ok and report.delivered["graph"] > 0
+    nodes, edges, docs = await projected_state(target, "u1")
+    assert nodes == docs == set(await pg_records.ids("u1"))
+    with psycopg.connect(pg_records._dsn) as conn:
+        pg_edges = {tuple(r) for r in conn.execute("SELECT source, target, type FROM hrt_relations WHERE user_id = 'u1'")}
+    assert edges == pg_edges
+    assert await pg_records.outbox_size() == 0
+    # replaying everything again changes nothing (idempotent)
+    await pg_records.apply(build_batch(records, embedder))
+    assert (await projector.drain()).ok
+    assert await projected_state(target, "u1") == (nodes, edges, docs)
+    target.close()
+
+
+async def test_deletes_reach_every_projection(pg_records, tmp_path):
+    embedder = HashingEmbedder()
+    target = EmbeddedStore(tmp_path / "proj.db", embedder.dim)
+    projector = Projector(pg_records, target.graph, target.vectors)
+    await pg_records.apply(build_batch(parse_jsonl(jsonl(small_graph("u1") + small_graph("u2", "x"))), embedder))
+    await projector.drain()
+    await pg_records.apply(build_batch(parse_jsonl(jsonl([
+        {"op": "delete", "kind": "concept", "user_id": "u1", "id": "c-pg"},
+        {"op": "delete", "kind": "relation", "user_id": "u1", "type": "FOLLOWS", "source": "m2", "target": "m1"},
+    ])), embedder))
+    await projector.drain()
+    nodes, edges, docs = await projected_state(target, "u1")
+    assert "c-pg" not in nodes | docs and ("m2", "m1", "FOLLOWS") not in edges
+    assert not any("c-pg" in e for e in edges)
+    await pg_records.delete_user("u1")
+    await projector.drain()
+    assert await projected_state(target, "u1") == (set(), set(), set())
+    assert (await projected_state(target, "u2"))[0]  # the other user is untouched
+    target.close()
+
+
+CRASHING_WRITER = """
+import asyncio, os, sys
+from hrt.ingest import build_batch, parse_jsonl
+from hrt.stores.postgres_records import PostgresRecordStore
+from tests.helpers import HashingEmbedder, jsonl, small_graph
+
+async def main():
+    store = PostgresRecordStore(sys.argv[1])
+    await store.open()
+    await store.apply(build_batch(parse_jsonl(jsonl(small_graph("u7"))), HashingEmbedder()))
+    os._exit(9)  # dies after the commit, before any projection
+
+asyncio.run(main())
+"""
+
+
+async def test_a_crash_between_commit_and_projection_loses_nothing(pg_records, tmp_path):
+    proc = subprocess.run([sys.executable, "-c", CRASHING_WRITER, pg_records._dsn], capture_output=True, text=True,
+                          timeout=120, cwd=str(__import__("pathlib").Path(__file__).resolve().parents[2]))
+    assert proc.returncode == 9, proc.stderr
+    assert await pg_records.outbox_size() > 0  # the events survived the crash
+    target = EmbeddedStore(tmp_path / "proj.db", HashingEmbedder().dim)
+    report = await Projector(pg_records, target.graph, target.vectors).drain()  # "restart"
+    assert report.ok
+    nodes, _, docs = await projected_state(target, "u7")
+    assert nodes == docs == set(await pg_records.ids("u7")) and len(nodes) == 8
+    target.close()
+
+
+async def test_postgres_deployment_answers_like_the_embedded_one(postgres_dsn, tmp_path):
+    migrate(postgres_dsn)
+    data = parse_jsonl(jsonl(small_graph("u1") + small_graph("u2", "x")))
+    embedded = HRTService(Settings(db_path=tmp_path / "e.db"), embedder=HashingEmbedder(), clock=lambda: FIXED_NOW)
+    services = await HRTService(
+        Settings(db_path=tmp_path / "p.db", record_store="postgres", postgres_dsn=postgres_dsn),
+        embedder=HashingEmbedder(), clock=lambda: FIXED_NOW,
+    ).start()
+    try:
+        await embedded.ingest(data)
+        await services.ingest(data)
+        for phrases in (["Project Phoenix", "bandwidth"], ["Postgres billing"], ["nothing like this"]):
+            req = RetrieveRequest(user_id="u1", key_phrases=phrases, as_of="2025-08-01T00:00:00Z")
+            a = (await embedded.retrieve(req)).model_dump()
+            b = (await services.retrieve(req)).model_dump()
+            assert a["retrieval_metadata"].pop("deployment") == "embedded"
+            assert b["retrieval_metadata"].pop("deployment") == "postgres+embedded"
+            assert a == b
+        assert await services.records.counts("u1") == await embedded.records.counts("u1")
+        got = await services.records.get_many("u1", Kind.CONCEPT, ["c-phx", "xc-phx"])
+        assert list(got) == ["c-phx"]
+    finally:
+        await embedded.close()
+        await services.close()
