@@ -58,10 +58,30 @@ WEIGHT_PRESETS: dict[str, Weights] = {
 # Where things run and how they are reached: they never change a response, so they stay out of the
 # ``config_hash`` (two deployments holding the same data answer with the same hash).
 NOT_IN_FINGERPRINT = (
-    "record_store", "graph_store", "vector_index", "db_path", "postgres_dsn", "postgres_pool_size", "neo4j_uri",
-    "neo4j_database", "weaviate_host", "weaviate_http_port", "weaviate_grpc_port", "weaviate_collection",
-    "embedding_device", "embedding_batch_size", "embedding_cache_size", "host", "port", "max_body_bytes",
-    "max_ingest_body_bytes", "log_level",
+    "record_store",
+    "graph_store",
+    "vector_index",
+    "db_path",
+    "postgres_dsn",
+    "postgres_pool_size",
+    "neo4j_uri",
+    "neo4j_database",
+    "weaviate_host",
+    "weaviate_http_port",
+    "weaviate_grpc_port",
+    "weaviate_collection",
+    "embedding_device",
+    "embedding_batch_size",
+    "embedding_cache_size",
+    "host",
+    "port",
+    "max_body_bytes",
+    "max_ingest_body_bytes",
+    "log_level",
+    "reranker_base_url",
+    "reranker_timeout_s",
+    "reranker_max_concurrency",
+    "rerank_budget_s",
 )
 
 
@@ -116,6 +136,18 @@ class Settings(BaseSettings):
     neutral_preference: float = Field(0.5, ge=0.0, le=1.0)
 
     # --- rerank ---------------------------------------------------------------------------------
+    # Unset base URL: the no-op reranker (requests asking for rerank get the scorer's order, and
+    # the response says so). Set it to a llama.cpp server running a Qwen3-Reranker GGUF.
+    reranker_base_url: str | None = None
+    reranker_model: str = "qwen3-reranker"
+    reranker_instruction: str = "Given a web search query, retrieve relevant passages that answer the query"
+    reranker_mode: Literal["completion", "chat"] = "completion"
+    reranker_timeout_s: float = Field(10.0, gt=0.0, le=600.0)
+    reranker_max_concurrency: int = Field(2, ge=1, le=64)
+    reranker_top_logprobs: int = Field(20, ge=1, le=5000)
+    reranker_oversample: int = Field(3, ge=1, le=10)  # rerank the top limit x oversample per kind
+    reranker_max_candidates: int = Field(60, ge=1, le=500)  # bound on M across kinds
+    rerank_budget_s: float = Field(15.0, gt=0.0, le=600.0)  # the stage's time budget
     rerank_blend: float = Field(0.5, ge=0.0, le=1.0)
 
     # --- selection and assembly ----------------------------------------------------------------

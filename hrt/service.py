@@ -31,6 +31,24 @@ from hrt.stores.embedded import EmbeddedStore
 log = logging.getLogger(__name__)
 
 
+def load_reranker(settings: Settings, metrics: Metrics) -> Reranker:
+    """The Qwen3 reranker over llama.cpp when ``HRT_RERANKER_BASE_URL`` is set, else the no-op one."""
+    if not settings.reranker_base_url:
+        return NoopReranker()
+    from hrt.rerankers import Qwen3Reranker, RerankMetrics
+
+    return Qwen3Reranker(
+        base_url=settings.reranker_base_url,
+        model=settings.reranker_model,
+        instruction=settings.reranker_instruction,
+        timeout_s=settings.reranker_timeout_s,
+        max_concurrency=settings.reranker_max_concurrency,
+        mode=settings.reranker_mode,
+        top_logprobs=settings.reranker_top_logprobs,
+        metrics=RerankMetrics(metrics.registry),
+    )
+
+
 def load_embedder(settings: Settings) -> Embedder:
     inner = SentenceTransformerEmbedder(
         settings.embedding_model, device=settings.embedding_device, batch_size=settings.embedding_batch_size
@@ -120,11 +138,18 @@ class HRTService:
             vectors=vectors,
             graph=graph,
             records=records,
-            reranker=reranker or NoopReranker(),
+            reranker=reranker or self._own_reranker(),
             metrics=self.metrics,
             deployment=self.deployment,
             clock=clock,
         )
+
+    def _own_reranker(self) -> Reranker:
+        reranker = load_reranker(self.settings, self.metrics)
+        closer = getattr(reranker, "aclose", None)
+        if closer is not None:
+            self._closers.insert(0, closer)
+        return reranker
 
     def _neo4j(self) -> GraphStore:
         from hrt.stores.neo4j_graph import Neo4jGraphStore

@@ -107,7 +107,8 @@ class HybridRetrievalTool:
                 s.recency_half_life_days,
             )
             scored = [x for x in scored if passes_filters(x, intake.filters)]
-            short = shortlist(scored, intake.limits, s.shortlist_factor)
+            factor = max(s.shortlist_factor, s.reranker_oversample) if intake.rerank else s.shortlist_factor
+            short = shortlist(scored, intake.limits, factor)
         stages["scoring"] = "ok"
 
         with self._stage("hydration", timings):
@@ -117,9 +118,18 @@ class HybridRetrievalTool:
             degraded.append("records missing for " + ", ".join(f"{len(v)} {k}" for k, v in sorted(missing.items())))
 
         with self._stage("rerank", timings):
-            outcome = await run_rerank(intake, short, entities, self.reranker, s.rerank_blend)
+            outcome = await run_rerank(
+                intake,
+                short,
+                entities,
+                self.reranker,
+                s.rerank_blend,
+                oversample=s.reranker_oversample,
+                max_candidates=s.reranker_max_candidates,
+                budget_s=s.rerank_budget_s,
+            )
         stages["rerank"] = outcome.status
-        if outcome.status == "degraded" and outcome.reason:
+        if outcome.status in ("degraded", "timeout") and outcome.reason:
             degraded.append(outcome.reason)
             self.metrics.degraded.labels(stage="rerank").inc()
 

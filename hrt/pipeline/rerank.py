@@ -1,19 +1,26 @@
 """Stage 5, rerank (optional): the shortlisted items go to the Reranker in one call.
 
+Which items: per kind the best ``limit x reranker_oversample`` of the shortlist, at most
+``reranker_max_candidates`` in all (taken round-robin over kinds by rank, so no kind is starved).
+
 Blend rule: ``final = (1 - rerank_blend) x scorer_final + rerank_blend x reranker_score``; the
-reranker's score is shown in ``score_breakdown.rerank``. When rerank is not requested the stage is
-``skipped``; when the reranker does not score or fails, the scorer's order stands and the
-response says so.
+reranker's score is shown in ``score_breakdown.rerank``. Items past M keep their scorer score.
+When rerank is not requested the stage is ``skipped``; when the reranker does not score, fails or
+runs past ``rerank_budget_s``, the scorer's order stands for every item and the response says
+so (``degraded`` or ``timeout``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from hrt.contract import Limits
 from hrt.pipeline.intake import Intake
 from hrt.pipeline.scoring import Scored
+from hrt.pipeline.selection import limit_for
 from hrt.records import Entity, Kind, entity_text
 from hrt.reranker import Reranker
 
@@ -28,22 +35,48 @@ class RerankOutcome:
     applied: bool
 
 
+def rerank_candidates(
+    shortlisted: Mapping[Kind, Sequence[Scored]],
+    entities: Mapping[str, Entity],
+    limits: Limits,
+    oversample: int,
+    max_candidates: int,
+) -> list[Scored]:
+    per_kind = [
+        [s for s in shortlisted.get(k, ()) if s.id in entities][: limit_for(limits, k) * oversample] for k in Kind
+    ]
+    out: list[Scored] = []
+    for rank in range(max((len(p) for p in per_kind), default=0)):
+        for bucket in per_kind:
+            if rank < len(bucket) and len(out) < max_candidates:
+                out.append(bucket[rank])
+    return out
+
+
 async def run_rerank(
     intake: Intake,
     shortlisted: Mapping[Kind, Sequence[Scored]],
     entities: Mapping[str, Entity],
     reranker: Reranker,
     blend: float,
+    oversample: int = 3,
+    max_candidates: int = 60,
+    budget_s: float = 15.0,
 ) -> RerankOutcome:
     unchanged = {k: list(v) for k, v in shortlisted.items()}
     if not intake.rerank:
         return RerankOutcome(unchanged, "skipped", None, False)
-    flat = [s for k in Kind for s in shortlisted.get(k, ()) if s.id in entities]
+    flat = rerank_candidates(shortlisted, entities, intake.limits, oversample, max_candidates)
     if not flat:
         return RerankOutcome(unchanged, "skipped", None, False)
     query = "; ".join(intake.phrases)
     try:
-        scores = await reranker.score(query, [entity_text(entities[s.id]) for s in flat])
+        scores = await asyncio.wait_for(
+            reranker.score(query, [entity_text(entities[s.id]) for s in flat]), timeout=budget_s
+        )
+    except TimeoutError:
+        log.warning("rerank ran past its %.1fs budget", budget_s)
+        return RerankOutcome(unchanged, "timeout", f"rerank exceeded its {budget_s:g}s budget", False)
     except Exception as exc:  # any failure of an optional stage degrades, never fails, the request
         log.warning("rerank failed (%s): %s", type(exc).__name__, str(exc)[:200])
         return RerankOutcome(unchanged, "degraded", f"rerank failed: {type(exc).__name__}", False)

@@ -1,0 +1,73 @@
+"""The pipeline with ``rerank: true`` against a real llama.cpp server (the small gemma GGUF: it is
+not a reranker, so this checks protocol and behaviour, not relevance)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from hrt.config import Settings
+from hrt.contract import AugmentedMemoryContext, RetrieveRequest
+from hrt.ingest import parse_jsonl
+from hrt.service import HRTService
+from tests.conftest import FIXED_NOW
+from tests.helpers import HashingEmbedder, jsonl, small_graph
+from tests.integration.llama_server import LlamaServer, llama_server, require_llama
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def exact_llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    # --n_batch 1: scores do not depend on the server's prompt-cache history (see test_llama_reranker)
+    with llama_server(require_llama(), log_dir=tmp_path_factory.mktemp("llama"), extra_args=("--n_batch", "1")) as s:
+        yield s
+
+
+def settings_for(server: LlamaServer, tmp_path) -> Settings:
+    # gemma never puts yes/no in its top 20, so ask for more logprobs than a real reranker needs
+    return Settings(db_path=tmp_path / "r.db", reranker_base_url=server.base_url, reranker_top_logprobs=1000,
+                    reranker_timeout_s=60, rerank_budget_s=120, reranker_max_candidates=8)
+
+
+def request(phrases: list[str], rerank: bool = True) -> RetrieveRequest:
+    return RetrieveRequest(user_id="u1", key_phrases=phrases, rerank=rerank, as_of="2025-08-01T00:00:00Z",
+                           limits={"memory_units": 3, "concepts": 2, "artifacts": 1})
+
+
+async def test_rerank_true_is_valid_v94_and_deterministic_across_processes(exact_llama, tmp_path):
+    outputs = []
+    for run in range(2):  # two services: nothing shared but the server
+        svc = await HRTService(settings_for(exact_llama, tmp_path / str(run)), embedder=HashingEmbedder(),
+                               clock=lambda: FIXED_NOW).start()
+        try:
+            await svc.ingest(parse_jsonl(jsonl(small_graph("u1"))))
+            outputs.append((await svc.retrieve(request(["Project Phoenix", "Postgres"]))).canonical_json())
+        finally:
+            await svc.close()
+    assert outputs[0] == outputs[1]
+    doc = AugmentedMemoryContext.model_validate_json(outputs[0])
+    md = doc.retrieval_metadata
+    assert md.rerank_applied and md.stages["rerank"] == "ok" and not md.degraded
+    reranked = [m.score_breakdown.rerank for m in doc.retrieved_memory_units]
+    assert reranked and all(r is not None and 0.0 <= r <= 1.0 for r in reranked)
+
+
+async def test_killing_the_server_mid_run_gives_the_degraded_fallback(tmp_path):
+    with llama_server(require_llama(), log_dir=tmp_path) as server:
+        svc = await HRTService(settings_for(server, tmp_path), embedder=HashingEmbedder(),
+                               clock=lambda: FIXED_NOW).start()
+        try:
+            await svc.ingest(parse_jsonl(jsonl(small_graph("u1"))))
+            ok = await svc.retrieve(request(["Phoenix brainstorm"]))
+            assert ok.retrieval_metadata.rerank_applied
+            server.kill()
+            out = await svc.retrieve(request(["bandwidth constraint"]))  # new documents: no cache hit
+            plain = await svc.retrieve(request(["bandwidth constraint"], rerank=False))
+        finally:
+            await svc.close()
+    md = out.retrieval_metadata
+    assert md.stages["rerank"] == "degraded" and md.degraded and not md.rerank_applied
+    assert md.degraded_reasons[0].startswith("rerank failed")
+    assert [m.muid for m in out.retrieved_memory_units] == [m.muid for m in plain.retrieved_memory_units]
