@@ -22,6 +22,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -502,6 +503,12 @@ def start_weaviate(root: Path, timeout: float = 120.0) -> ServiceInfo:
     )
 
 
+INSTALLERS: dict[str, Callable[[], object]] = {
+    "postgres": ensure_postgres,
+    "neo4j": lambda: (ensure_java17(), ensure_neo4j_jars()),
+    "weaviate": ensure_weaviate,
+}
+
 STARTERS: dict[str, Callable[[Path], ServiceInfo]] = {
     "postgres": start_postgres,
     "neo4j": start_neo4j,
@@ -533,13 +540,21 @@ def up(directory: Path, services: tuple[str, ...] = SERVICES) -> Stack:
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o755)  # PostgreSQL runs as another user and must traverse it
     stack = Stack.load(directory) or Stack(dir=str(directory))
-    for name in services:
-        info = stack.services.get(name)
-        if info is not None and _alive(info.pid):
-            continue
-        stack.services[name] = STARTERS[name](directory)
-        stack.save()
+    missing = [n for n in services if n not in stack.services or not _alive(stack.services[n].pid)]
+    # Installs first, one at a time (apt and maven must not race), then the servers in parallel.
+    for name in missing:
+        INSTALLERS[name]()
+    errors: list[str] = []
+    with ThreadPoolExecutor(max_workers=max(1, len(missing))) as pool:
+        futures = {name: pool.submit(STARTERS[name], directory) for name in missing}
+        for name, future in futures.items():
+            try:
+                stack.services[name] = future.result()
+            except Exception as exc:  # report every service that failed, not just the first
+                errors.append(f"{name}: {exc}")
     stack.save()
+    if errors:
+        raise DevStackError("\n".join(errors))
     return stack
 
 
