@@ -249,6 +249,41 @@ def cmd_project(args: argparse.Namespace) -> int:
     return 0 if not result.get("failed") else 1
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Report drift between the record store and the projections; with --repair, rebuild them."""
+
+    async def run() -> dict[str, Any]:
+        from hrt.doctor import check, repair_user
+        from hrt.service import HRTService
+
+        service = await HRTService(_settings(args), embedder=_NoEmbedder()).start()
+        try:
+            if not hasattr(service.records, "entity_rows"):
+                drift = await check(service.records, service.graph, service.vectors, args.user)
+                return {
+                    "drift": [d.as_dict() for d in drift if not d.clean],
+                    "users_checked": len(drift),
+                    "note": "the embedded store writes records and projections in one transaction",
+                }
+            drift = await check(service.records, service.graph, service.vectors, args.user)
+            dirty = [d for d in drift if not d.clean]
+            out: dict[str, Any] = {"users_checked": len(drift), "drift": [d.as_dict() for d in dirty]}
+            if args.repair and dirty:
+                for d in dirty:
+                    await repair_user(service.records, service.graph, service.vectors, d)
+                after = await check(service.records, service.graph, service.vectors, [d.user_id for d in dirty])
+                out["repaired"] = [d.user_id for d in dirty]
+                out["drift_after_repair"] = [d.as_dict() for d in after if not d.clean]
+            return out
+        finally:
+            await service.close()
+
+    result = asyncio.run(run())
+    print(json.dumps(result, indent=2))
+    remaining = result.get("drift_after_repair", result["drift"] if not args.repair else [])
+    return 1 if remaining else 0
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
     from hrt import devstack
 
@@ -329,6 +364,12 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("project", help="deliver pending outbox events to the graph store and vector index once")
     pr.add_argument("--db")
     pr.set_defaults(func=cmd_project)
+
+    dr = sub.add_parser("doctor", help="report ids missing from or orphaned in the graph and vector projections")
+    dr.add_argument("--user", action="append", help="check only these users (repeatable)")
+    dr.add_argument("--repair", action="store_true", help="rebuild the projections of drifted users from records")
+    dr.add_argument("--db")
+    dr.set_defaults(func=cmd_doctor)
 
     dv = sub.add_parser("dev", help="start, stop or inspect the local PostgreSQL + Neo4j + Weaviate dev stack")
     dv.add_argument("action", choices=["up", "down", "status"])

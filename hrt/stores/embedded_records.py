@@ -58,3 +58,13 @@ class EmbeddedRecordStore:
         out["relation"] = int(edges)
         out["preference"] = int(prefs)
         return out
+
+    async def ids(self, user_id: str) -> dict[str, str]:
+        with self._store.lock:
+            rows = self._store.db.execute("SELECT id, kind FROM entities WHERE user_id = ?", (user_id,)).fetchall()
+        return {i: k for i, k in rows}
+
+    async def users(self) -> list[str]:
+        with self._store.lock:
+            rows = self._store.db.execute("SELECT DISTINCT user_id FROM entities ORDER BY user_id").fetchall()
+        return [r[0] for r in rows]

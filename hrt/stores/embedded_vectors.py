@@ -107,6 +107,11 @@ class EmbeddedVectorIndex:
                     db.execute("DELETE FROM docs WHERE rowid = ?", (row[0],))
         self.invalidate(user_id)
 
+    async def ids(self, user_id: str) -> dict[str, str]:
+        with self._store.lock:
+            rows = self._store.db.execute("SELECT id, kind FROM docs WHERE user_id = ?", (user_id,)).fetchall()
+        return {i: k for i, k in rows}
+
     async def delete_user(self, user_id: str) -> None:
         with self._store.transaction() as db:
             rowids = [r[0] for r in db.execute("SELECT rowid FROM docs WHERE user_id = ?", (user_id,))]

@@ -145,6 +145,19 @@ class PostgresRecordStore:
             for ident, kind, data, vec, version in rows
         }
 
+    async def all_relations(self, user_id: str) -> list[Relation]:
+        async with self.connection("all_relations") as conn:
+            cur = await conn.execute(
+                "SELECT source, target, type, weight, relation_type FROM hrt_relations WHERE user_id = %s "
+                "ORDER BY source, target, type",
+                (user_id,),
+            )
+            rows = await cur.fetchall()
+        return [
+            Relation(user_id=user_id, type=ty, source=s, target=t, weight=w, relation_type=rt)
+            for s, t, ty, w, rt in rows
+        ]
+
     async def relation_rows(
         self, user_id: str, keys: Sequence[tuple[str, str, str]]
     ) -> dict[tuple[str, str, str], Relation]:

@@ -252,3 +252,57 @@ async def test_postgres_deployment_answers_like_the_embedded_one(postgres_dsn, t
     finally:
         await embedded.close()
         await services.close()
+
+
+async def test_doctor_reports_drift_and_repair_rebuilds_from_postgres(pg_records, tmp_path):
+    from hrt.doctor import check, repair_user
+    from hrt.stores.base import VectorDoc
+
+    embedder = HashingEmbedder()
+    target = EmbeddedStore(tmp_path / "proj.db", embedder.dim)
+    await pg_records.apply(build_batch(parse_jsonl(jsonl(small_graph("u1") + small_graph("u2", "x"))), embedder))
+    assert (await Projector(pg_records, target.graph, target.vectors).drain()).ok
+    assert all(d.clean for d in await check(pg_records, target.graph, target.vectors))
+    # drift: a node lost from the graph, an edge lost, a stray document in the index
+    await target.graph.delete_nodes("u1", ["m1"])
+    await target.vectors.upsert("u1", [VectorDoc("ghost", Kind.MEMORY_UNIT, "ghost", embedder.embed(["g"])[0], None)])
+    drift = {d.user_id: d for d in await check(pg_records, target.graph, target.vectors)}
+    assert drift["u1"].missing_in_graph == {"memory_unit": ["m1"]}
+    assert drift["u1"].orphans_in_vectors == {"memory_unit": ["ghost"]}
+    assert drift["u2"].clean
+    await repair_user(pg_records, target.graph, target.vectors, drift["u1"])
+    assert all(d.clean for d in await check(pg_records, target.graph, target.vectors))
+    nodes, edges, docs = await projected_state(target, "u1")
+    assert ("m1", "c-phx", "MENTIONS") in edges and ("m2", "m1", "FOLLOWS") in edges and "ghost" not in docs
+    target.close()
+
+
+def test_hrt_doctor_and_project_commands(postgres_dsn, tmp_path):
+    import json
+    import os
+
+    migrate(postgres_dsn)
+    env = {**os.environ, "HRT_RECORD_STORE": "postgres", "HRT_POSTGRES_DSN": postgres_dsn,
+           "HRT_DB_PATH": str(tmp_path / "proj.db")}
+    data = tmp_path / "g.jsonl"
+    data.write_text("\n".join(jsonl(small_graph("u1"))) + "\n")
+
+    def hrt(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "hrt.cli", *args], capture_output=True, text=True, env=env,
+                              timeout=300)
+
+    assert hrt("ingest", str(data)).returncode == 0
+    clean = hrt("doctor")
+    assert clean.returncode == 0, clean.stderr
+    assert json.loads(clean.stdout)["drift"] == []
+    store = EmbeddedStore(tmp_path / "proj.db", 384)
+    with store.transaction() as db:
+        db.execute("DELETE FROM nodes WHERE user_id = 'u1' AND id = 'a1'")
+    store.close()
+    dirty = hrt("doctor")
+    assert dirty.returncode == 1 and json.loads(dirty.stdout)["drift"][0]["missing_in_graph"] == {"artifact": ["a1"]}
+    fixed = hrt("doctor", "--repair")
+    assert fixed.returncode == 0, fixed.stdout
+    assert json.loads(fixed.stdout)["drift_after_repair"] == []
+    projected = hrt("project")
+    assert projected.returncode == 0 and json.loads(projected.stdout)["failed"] == {}
