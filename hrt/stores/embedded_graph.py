@@ -126,6 +126,11 @@ class EmbeddedGraphStore:
             )
         self.invalidate(user_id)
 
+    async def ids(self, user_id: str) -> dict[str, str]:
+        with self._store.lock:
+            rows = self._store.db.execute("SELECT id, kind FROM nodes WHERE user_id = ?", (user_id,)).fetchall()
+        return {i: k for i, k in rows}
+
     async def delete_user(self, user_id: str) -> None:
         with self._store.transaction() as db:
             db.execute("DELETE FROM nodes WHERE user_id = ?", (user_id,))
