@@ -185,6 +185,10 @@ class HRTService:
                 closer = getattr(part, "close", None)
                 if closer is not None:
                     self._closers.insert(0, closer)
+            # projection schemas are idempotent and cheap: a fresh Neo4j or Weaviate is usable at once
+            schema = getattr(part, "apply_schema", None) or getattr(part, "ensure_schema", None)
+            if schema is not None:
+                await schema()
         if self.projector is not None and background_projector:
             self._projector_task = asyncio.create_task(self.projector.run(self._projector_stop))
         return self

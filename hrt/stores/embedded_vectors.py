@@ -143,8 +143,14 @@ class EmbeddedVectorIndex:
         results: list[list[VectorHit]] = []
         for p, phrase in enumerate(phrases):
             row = masked[p]
-            idx = np.argpartition(-row, top - 1)[:top] if top < n else np.arange(n)
-            ranked = sorted((int(i) for i in idx if np.isfinite(row[i])), key=lambda i: (-float(row[i]), um.ids[i]))
+            if top < n:  # every item tied with the k-th score competes, so ties break by id, not position
+                kth = np.partition(-row, top - 1)[top - 1]
+                idx = np.flatnonzero(-row <= kth)
+            else:
+                idx = np.arange(n)
+            ranked = sorted(
+                (int(i) for i in idx if np.isfinite(row[i])), key=lambda i: (-float(row[i]), um.ids[i])
+            )[:top]
             vector_rank = {i: r + 1 for r, i in enumerate(ranked)}
             lexical_rank = self._lexical(user_id, um, phrase, allowed, k)
             hits = []

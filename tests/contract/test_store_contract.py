@@ -33,9 +33,16 @@ class Deployment:
         return self.service.embedder.embed([text])
 
 
-@pytest.fixture(params=["embedded"])
+@pytest.fixture(params=["embedded", pytest.param("postgres", marks=pytest.mark.integration)])
 async def deployment(request, tmp_path) -> AsyncIterator[Deployment]:
-    svc = HRTService(Settings(db_path=tmp_path / "c.db"), embedder=HashingEmbedder(), clock=lambda: FIXED_NOW)
+    settings = Settings(db_path=tmp_path / "c.db")
+    if request.param == "postgres":  # PostgreSQL records; projections delivered by the outbox projector
+        from hrt.stores.postgres_migrate import migrate
+
+        dsn = request.getfixturevalue("postgres_dsn")
+        migrate(dsn)
+        settings = settings.model_copy(update={"record_store": "postgres", "postgres_dsn": dsn})
+    svc = await HRTService(settings, embedder=HashingEmbedder(), clock=lambda: FIXED_NOW).start()
     await svc.ingest(parse_jsonl(jsonl(small_graph("u1") + small_graph("u2", prefix="x"))))
     yield Deployment(svc.records, svc.graph, svc.vectors, svc)
     await svc.close()

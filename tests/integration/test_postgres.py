@@ -102,8 +102,10 @@ def test_concurrent_writers_end_with_the_last_write_per_id(postgres_dsn):
         p.join(timeout=60)
         assert p.exitcode == 0
     with psycopg.connect(postgres_dsn) as conn:
-        rows = {i: (v, d["name"]) for i, v, d in conn.execute(
-            "SELECT id, version, data FROM hrt_entities WHERE user_id = 'race'")}
+        rows = {
+            i: (v, d["name"])
+            for i, v, d in conn.execute("SELECT id, version, data FROM hrt_entities WHERE user_id = 'race'")
+        }
         events = conn.execute("SELECT key->>'id', version FROM hrt_outbox WHERE user_id = 'race'").fetchall()
     assert len(writes) == 4 * 25 * 4
     for ident in IDS:
@@ -168,7 +170,9 @@ async def test_projector_delivers_everything_once_in_effect_after_a_target_outag
     nodes, edges, docs = await projected_state(target, "u1")
     assert nodes == docs == set(await pg_records.ids("u1"))
     with psycopg.connect(pg_records._dsn) as conn:
-        pg_edges = {tuple(r) for r in conn.execute("SELECT source, target, type FROM hrt_relations WHERE user_id = 'u1'")}
+        pg_edges = {
+            tuple(r) for r in conn.execute("SELECT source, target, type FROM hrt_relations WHERE user_id = 'u1'")
+        }
     assert edges == pg_edges
     assert await pg_records.outbox_size() == 0
     # replaying everything again changes nothing (idempotent)
@@ -184,10 +188,26 @@ async def test_deletes_reach_every_projection(pg_records, tmp_path):
     projector = Projector(pg_records, target.graph, target.vectors)
     await pg_records.apply(build_batch(parse_jsonl(jsonl(small_graph("u1") + small_graph("u2", "x"))), embedder))
     await projector.drain()
-    await pg_records.apply(build_batch(parse_jsonl(jsonl([
-        {"op": "delete", "kind": "concept", "user_id": "u1", "id": "c-pg"},
-        {"op": "delete", "kind": "relation", "user_id": "u1", "type": "FOLLOWS", "source": "m2", "target": "m1"},
-    ])), embedder))
+    await pg_records.apply(
+        build_batch(
+            parse_jsonl(
+                jsonl(
+                    [
+                        {"op": "delete", "kind": "concept", "user_id": "u1", "id": "c-pg"},
+                        {
+                            "op": "delete",
+                            "kind": "relation",
+                            "user_id": "u1",
+                            "type": "FOLLOWS",
+                            "source": "m2",
+                            "target": "m1",
+                        },
+                    ]
+                )
+            ),
+            embedder,
+        )
+    )
     await projector.drain()
     nodes, edges, docs = await projected_state(target, "u1")
     assert "c-pg" not in nodes | docs and ("m2", "m1", "FOLLOWS") not in edges
@@ -216,8 +236,13 @@ asyncio.run(main())
 
 
 async def test_a_crash_between_commit_and_projection_loses_nothing(pg_records, tmp_path):
-    proc = subprocess.run([sys.executable, "-c", CRASHING_WRITER, pg_records._dsn], capture_output=True, text=True,
-                          timeout=120, cwd=str(__import__("pathlib").Path(__file__).resolve().parents[2]))
+    proc = subprocess.run(
+        [sys.executable, "-c", CRASHING_WRITER, pg_records._dsn],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(__import__("pathlib").Path(__file__).resolve().parents[2]),
+    )
     assert proc.returncode == 9, proc.stderr
     assert await pg_records.outbox_size() > 0  # the events survived the crash
     target = EmbeddedStore(tmp_path / "proj.db", HashingEmbedder().dim)
@@ -234,7 +259,8 @@ async def test_postgres_deployment_answers_like_the_embedded_one(postgres_dsn, t
     embedded = HRTService(Settings(db_path=tmp_path / "e.db"), embedder=HashingEmbedder(), clock=lambda: FIXED_NOW)
     services = await HRTService(
         Settings(db_path=tmp_path / "p.db", record_store="postgres", postgres_dsn=postgres_dsn),
-        embedder=HashingEmbedder(), clock=lambda: FIXED_NOW,
+        embedder=HashingEmbedder(),
+        clock=lambda: FIXED_NOW,
     ).start()
     try:
         await embedded.ingest(data)
@@ -272,7 +298,7 @@ async def test_doctor_reports_drift_and_repair_rebuilds_from_postgres(pg_records
     assert drift["u2"].clean
     await repair_user(pg_records, target.graph, target.vectors, drift["u1"])
     assert all(d.clean for d in await check(pg_records, target.graph, target.vectors))
-    nodes, edges, docs = await projected_state(target, "u1")
+    _nodes, edges, docs = await projected_state(target, "u1")
     assert ("m1", "c-phx", "MENTIONS") in edges and ("m2", "m1", "FOLLOWS") in edges and "ghost" not in docs
     target.close()
 
@@ -282,14 +308,19 @@ def test_hrt_doctor_and_project_commands(postgres_dsn, tmp_path):
     import os
 
     migrate(postgres_dsn)
-    env = {**os.environ, "HRT_RECORD_STORE": "postgres", "HRT_POSTGRES_DSN": postgres_dsn,
-           "HRT_DB_PATH": str(tmp_path / "proj.db")}
+    env = {
+        **os.environ,
+        "HRT_RECORD_STORE": "postgres",
+        "HRT_POSTGRES_DSN": postgres_dsn,
+        "HRT_DB_PATH": str(tmp_path / "proj.db"),
+    }
     data = tmp_path / "g.jsonl"
     data.write_text("\n".join(jsonl(small_graph("u1"))) + "\n")
 
     def hrt(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "hrt.cli", *args], capture_output=True, text=True, env=env,
-                              timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "hrt.cli", *args], capture_output=True, text=True, env=env, timeout=300
+        )
 
     assert hrt("ingest", str(data)).returncode == 0
     clean = hrt("doctor")

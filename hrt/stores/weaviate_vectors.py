@@ -1,0 +1,554 @@
+"""VectorIndex over Weaviate (HNSW + BM25), spoken to with the async client over gRPC.
+
+One collection (``HRTEntity`` by default) holds one object per (user, entity): properties
+``entity_id``, ``kind``, ``text`` (the BM25-searchable text, ``hrt.records.entity_text``) and
+``ts``, plus HRT's own vector (self-provided, cosine distance, no vectorizer module). Object UUIDs
+are ``uuid5(user_id, entity id)``, so a repeated upsert overwrites instead of duplicating, and
+the outbox projector can deliver at least once.
+
+Tenancy: one Weaviate tenant per HRT user (native multi-tenancy, tenants created on first write).
+An enforced ``user_id`` filter on one shared index was the alternative; tenants win on every
+count that matters for HRT:
+
+- *Isolation is structural.* A tenant is its own shard (own HNSW graph, own inverted index); the
+  server refuses a query on the collection without a tenant, so forgetting a filter cannot leak.
+- *BM25 statistics are per user.* Document frequencies and average lengths come from the user's
+  own shard, so one large user's vocabulary neither skews a small user's lexical ranking nor
+  becomes a side channel (a shared index computes IDF over everyone's text).
+- *Thousands of small users.* A filtered search on a shared HNSW index must walk a graph built
+  over everyone to find a user's handful of entities (ACORN or a flat fallback helps, at a cost);
+  in a tenant, a query touches only that user's objects, and a filtered query on a small tenant is
+  an exact flat scan (``flat_search_cutoff``). Idle users' tenants can be deactivated or
+  offloaded (``auto_tenant_activation`` wakes them on use), which a filter cannot do.
+- *Few large users.* Each gets its own index sized to it, and tenants spread across the nodes of a
+  cluster like shards.
+- *Deleting a user* (the right to be forgotten) drops one tenant: its files go at once, with no
+  tombstones left in a shared graph and no delete-by-filter capped at the query limit.
+
+The cost is some fixed memory and files per active tenant; Weaviate documents multi-tenancy for
+this shape (many isolated users) and it needs nothing of HRT beyond :func:`tenant_name`.
+
+Tenant names: Weaviate allows ``[A-Za-z0-9_-]{1,64}``; HRT user ids allow ``.``, ``:``, ``@`` and
+128 characters. A user id that already is a valid name and starts with a letter or digit is used
+as is (operators see ``u-maya``); any other becomes ``_<slug>_<32 hex of sha256>``, which starts
+with ``_`` and so can never equal an id used as is.
+
+Timestamps: ``ts`` is epoch seconds; an entity without one (a concept) stores :data:`NO_TS`, a
+sentinel before any real date, so ``ts <= not_after`` alone admits it (no null-state index and
+no OR in every filter). :meth:`WeaviateVectorIndex.ids` never exposes the sentinel.
+
+Search: per phrase, one ``near_vector`` and one ``bm25`` query, all 2 x phrases queries issued
+concurrently over the client's single HTTP/2 gRPC channel (``asyncio.gather``). Weaviate's gRPC
+API has no multi-query call, and a ``hybrid`` query returns only the fused score, not the two
+ranks grounding needs. Kinds and ``not_after`` are server-side filters. The lexical query is the
+phrase's content words (``hrt.text.content_words``), de-duplicated, with the BM25 ``Or`` operator
+(Weaviate's default, set explicitly) and the collection's stopword preset ``none``: HRT removes
+its own stopwords so both deployments use one list. BM25 hits come back with their stored vector,
+so a lexical-only hit gets its cosine without another round trip. Each leg is ordered by
+(-score, id) like the embedded adapter; a leg fetches a few more than ``k`` and, when a run of
+equal scores reaches the end of the page, fetches again with a larger page, so the id tie-break
+at the ``k`` cut is exact.
+
+Differences from the embedded adapter that a reader of congruence results should know (the
+vector legs agree; the lexical legs mostly do): the embedded FTS5 index stems words (porter:
+"migrate table" finds "Migrated the billing tables"), Weaviate has no stemmer (both fold
+diacritics); FTS5 keeps one set of BM25 statistics over all users and scores with its own BM25
+variant, Weaviate scores BM25F per tenant, so equal sets may come in a different order; and the
+embedded lexical leg filters kinds and ``not_after`` after fetching ``2k``, Weaviate before.
+
+Errors: client, gRPC and HTTP failures are translated at this edge by :meth:`_guard`:
+unreachable, timed out or closed become :class:`~hrt.errors.StoreUnavailable`, anything else
+:class:`~hrt.errors.StoreError`. Every call also runs under an ``asyncio`` deadline, because the
+client retries an unavailable gRPC server with exponential backoff for about a minute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import re
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import numpy as np
+import weaviate
+from grpc import StatusCode
+from grpc.aio import AioRpcError
+from weaviate.classes.config import (
+    Configure,
+    DataType,
+    Property,
+    StopwordsPreset,
+    Tokenization,
+    VectorDistances,
+)
+from weaviate.classes.data import DataObject
+from weaviate.classes.init import AdditionalConfig, Auth, Timeout
+from weaviate.classes.query import BM25Operator, Filter, FilterReturn, MetadataQuery
+from weaviate.collections import CollectionAsync
+from weaviate.exceptions import (
+    UnexpectedStatusCodeError,
+    WeaviateBaseError,
+    WeaviateClosedClientError,
+    WeaviateConnectionError,
+    WeaviateGRPCUnavailableError,
+    WeaviateQueryError,
+    WeaviateRetryError,
+    WeaviateStartUpError,
+    WeaviateTimeoutError,
+)
+
+from hrt.errors import HRTError, StoreError, StoreUnavailable
+from hrt.records import Kind
+from hrt.stores.base import Vector, VectorDoc, VectorHit
+from hrt.text import content_words
+
+log = logging.getLogger(__name__)
+
+DEFAULT_COLLECTION = "HRTEntity"
+NO_TS = -1.0e18  # "no timestamp": before any real date, so `ts <= not_after` always admits it
+PROPERTIES = ("entity_id", "kind", "text", "ts")
+RETURNED = ["entity_id", "kind"]
+TIE_SLACK = 4  # extra hits fetched per leg so that ties at the k cut can be broken by id
+MAX_FETCH = 10_000  # Weaviate's default QUERY_MAXIMUM_RESULTS
+WRITE_CHUNK = 500  # objects per gRPC batch request; ids per delete request
+_NAMESPACE = uuid.UUID("5f0b6f5e-2d1c-5a57-9a43-6872742d7665")  # fixed forever: object ids derive from it
+_RAW_TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+_ALL_KINDS = frozenset(Kind)
+
+
+def tenant_name(user_id: str) -> str:
+    """The Weaviate tenant of one HRT user (see the module docstring for the scheme)."""
+    if _RAW_TENANT.fullmatch(user_id):
+        return user_id
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", user_id).strip("-")[:29]
+    return f"_{slug}_{hashlib.sha256(user_id.encode()).hexdigest()[:32]}"
+
+
+def object_uuid(user_id: str, ident: str) -> uuid.UUID:
+    """Deterministic object id, so that upserts are idempotent (unit separator avoids ambiguity)."""
+    return uuid.uuid5(_NAMESPACE, f"{user_id}\x1f{ident}")
+
+
+def lexical_query(phrase: str) -> str | None:
+    """The BM25 query: the phrase's distinct content words (the embedded adapter ORs the same)."""
+    chosen = sorted(set(content_words(phrase)))
+    return " ".join(chosen) if chosen else None
+
+
+def _cosine(a: Vector, b: Sequence[float]) -> float:
+    v = np.asarray(b, dtype=np.float32)
+    if v.shape != a.shape:
+        return 0.0
+    denom = float(np.linalg.norm(a)) * float(np.linalg.norm(v))
+    return float(np.dot(a, v)) / denom if denom > 0.0 else 0.0
+
+
+def _unavailable(exc: BaseException) -> bool:
+    """True when the failure means Weaviate cannot be reached (or answered too late), walking the
+    chain because the client re-raises gRPC errors as WeaviateQueryError inside ``except``."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(
+            current,
+            TimeoutError
+            | ConnectionError
+            | httpx.TransportError
+            | WeaviateConnectionError
+            | WeaviateTimeoutError
+            | WeaviateGRPCUnavailableError
+            | WeaviateClosedClientError
+            | WeaviateStartUpError
+            | WeaviateRetryError,
+        ):
+            return True
+        if isinstance(current, AioRpcError) and current.code() in (
+            StatusCode.UNAVAILABLE,
+            StatusCode.DEADLINE_EXCEEDED,
+        ):
+            return True
+        if isinstance(current, UnexpectedStatusCodeError) and current.status_code in (502, 503, 504):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _missing_tenant_candidate(exc: BaseException) -> bool:
+    """A query error that may mean "this user has no tenant yet" (confirmed with one more call;
+    the error's wording is not relied on)."""
+    return isinstance(exc, WeaviateQueryError) and not _unavailable(exc)
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """One object of one leg: ``score`` orders the leg (cosine, or BM25 score)."""
+
+    id: str
+    kind: Kind
+    score: float
+    similarity: float
+
+
+class WeaviateVectorIndex:
+    """The services deployment's VectorIndex. Create, ``await connect()``, ``await ensure_schema()``
+    once per process (idempotent), use, ``await close()``; or ``async with``."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        http_port: int = 8080,
+        grpc_port: int = 50051,
+        *,
+        collection: str = DEFAULT_COLLECTION,
+        secure: bool = False,
+        api_key: str | None = None,
+        connect_timeout: float = 10.0,
+        query_timeout: float = 10.0,
+        write_timeout: float = 60.0,
+        client: weaviate.WeaviateAsyncClient | None = None,
+    ) -> None:
+        """``client``: an injected async client (connected or not); it is then neither configured
+        nor closed here. The timeouts are also this adapter's deadlines around each call."""
+        self.collection_name = collection
+        self._connect_timeout = connect_timeout
+        self._query_timeout = query_timeout
+        self._write_timeout = write_timeout
+        self._owns_client = client is None
+        if client is None:
+            client = weaviate.use_async_with_custom(
+                http_host=host,
+                http_port=http_port,
+                http_secure=secure,
+                grpc_host=host,
+                grpc_port=grpc_port,
+                grpc_secure=secure,
+                auth_credentials=Auth.api_key(api_key) if api_key else None,
+                additional_config=AdditionalConfig(
+                    timeout=Timeout(init=connect_timeout, query=query_timeout, insert=write_timeout)
+                ),
+            )
+        self._client = client
+        self._collection: CollectionAsync[Any, Any] = client.collections.use(collection)
+
+    # ------------------------------------------------------------------------------------------
+    # lifecycle
+    # ------------------------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        if self._client.is_connected():
+            return
+        async with self._guard("connect", self._connect_timeout):
+            await self._client.connect()
+
+    async def close(self) -> None:
+        if self._owns_client:
+            await self._client.close()
+
+    async def __aenter__(self) -> WeaviateVectorIndex:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def ping(self) -> None:
+        """Raise StoreUnavailable unless the node is ready to serve."""
+        async with self._guard("ping", self._connect_timeout):
+            ready = await self._client.is_ready()
+        if not ready:
+            raise StoreUnavailable("Weaviate is not ready")
+
+    async def ensure_schema(self) -> None:
+        """Create the collection when missing (a concurrent creator may win the race), then check
+        that an existing one has what HRT relies on. Safe to call on every start."""
+        async with self._guard("ensure the schema", self._write_timeout):
+            if not await self._client.collections.exists(self.collection_name):
+                try:
+                    await self._create_collection()
+                except WeaviateBaseError:
+                    if not await self._client.collections.exists(self.collection_name):
+                        raise
+                    log.info("collection %s was created concurrently", self.collection_name)
+            config = await self._collection.config.get()
+        problems = []
+        if not config.multi_tenancy_config.enabled:
+            problems.append("multi-tenancy is off")
+        if not config.multi_tenancy_config.auto_tenant_creation:
+            problems.append("auto tenant creation is off")
+        missing = set(PROPERTIES) - {p.name for p in config.properties}
+        if missing:
+            problems.append(f"properties {sorted(missing)} are missing")
+        vector_configs = config.vector_config or {}
+        default = vector_configs.get("default")
+        metric = getattr(getattr(default, "vector_index_config", None), "distance_metric", None)
+        if metric is not VectorDistances.COSINE:
+            problems.append(f"the default vector's distance is {metric}, not cosine")
+        if problems:
+            raise StoreError(
+                f"Weaviate collection {self.collection_name!r} exists but does not fit HRT: {'; '.join(problems)}; "
+                "drop it or set another HRT_WEAVIATE_COLLECTION, then run `hrt migrate` and `hrt doctor --repair`"
+            )
+
+    async def _create_collection(self) -> None:
+        await self._client.collections.create(
+            self.collection_name,
+            description="HRT entities: one object per (user, entity); one tenant per user",
+            properties=[
+                Property(
+                    name="entity_id",
+                    data_type=DataType.TEXT,
+                    tokenization=Tokenization.FIELD,
+                    index_searchable=False,
+                ),
+                Property(
+                    name="kind",
+                    data_type=DataType.TEXT,
+                    tokenization=Tokenization.FIELD,
+                    index_searchable=False,
+                ),
+                Property(
+                    name="text",
+                    data_type=DataType.TEXT,
+                    tokenization=Tokenization.WORD,
+                    index_filterable=False,
+                    text_analyzer=Configure.text_analyzer(ascii_fold=True),  # as FTS5 unicode61 folds diacritics
+                ),
+                Property(name="ts", data_type=DataType.NUMBER, index_range_filters=True),
+            ],
+            vector_config=Configure.Vectors.self_provided(
+                vector_index_config=Configure.VectorIndex.hnsw(distance_metric=VectorDistances.COSINE)
+            ),
+            inverted_index_config=Configure.inverted_index(stopwords_preset=StopwordsPreset.NONE),
+            multi_tenancy_config=Configure.multi_tenancy(
+                enabled=True, auto_tenant_creation=True, auto_tenant_activation=True
+            ),
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # writes
+    # ------------------------------------------------------------------------------------------
+
+    async def upsert(self, user_id: str, docs: Sequence[VectorDoc]) -> None:
+        latest: dict[str, VectorDoc] = {doc.id: doc for doc in docs}  # the last write of an id wins
+        if not latest:
+            return
+        objects = [
+            DataObject(
+                properties={
+                    "entity_id": doc.id,
+                    "kind": Kind(doc.kind).value,
+                    "text": doc.text,
+                    "ts": NO_TS if doc.ts is None else float(doc.ts),
+                },
+                uuid=object_uuid(user_id, doc.id),
+                vector=np.asarray(doc.vector, dtype=np.float32).tolist(),
+            )
+            for doc in latest.values()
+        ]
+        tenant = self._collection.with_tenant(tenant_name(user_id))
+        async with self._guard("upsert", self._write_timeout):
+            for start in range(0, len(objects), WRITE_CHUNK):
+                result = await tenant.data.insert_many(objects[start : start + WRITE_CHUNK])
+                if result.has_errors:
+                    first = next(iter(result.errors.values()))
+                    raise StoreError(
+                        f"Weaviate rejected {len(result.errors)} of {len(objects)} objects of user {user_id!r}: "
+                        f"{first.message[:300]}"
+                    )
+
+    async def delete(self, user_id: str, ids: Sequence[str]) -> None:
+        uuids = sorted({object_uuid(user_id, ident) for ident in ids})
+        if not uuids:
+            return
+        name = tenant_name(user_id)
+        tenant = self._collection.with_tenant(name)
+        async with self._guard("delete", self._write_timeout):
+            for start in range(0, len(uuids), WRITE_CHUNK):
+                try:
+                    await tenant.data.delete_many(where=Filter.by_id().contains_any(uuids[start : start + WRITE_CHUNK]))
+                except WeaviateQueryError as exc:
+                    if _missing_tenant_candidate(exc) and not await self._collection.tenants.exists(name):
+                        return  # nothing was ever written for this user
+                    raise
+
+    async def delete_user(self, user_id: str) -> None:
+        """Drop the user's tenant: every object, vector and index file of the user, at once."""
+        async with self._guard("delete a user", self._write_timeout):
+            await self._collection.tenants.remove([tenant_name(user_id)])
+
+    # ------------------------------------------------------------------------------------------
+    # reads
+    # ------------------------------------------------------------------------------------------
+
+    async def ids(self, user_id: str) -> dict[str, str]:
+        """Every entity id of the user with its kind, for drift checks against the record store."""
+        name = tenant_name(user_id)
+        out: dict[str, str] = {}
+        async with self._guard("list ids", self._write_timeout):
+            if not await self._collection.tenants.exists(name):
+                return out
+            async for obj in self._collection.with_tenant(name).iterator(return_properties=RETURNED):
+                out[str(obj.properties["entity_id"])] = str(obj.properties["kind"])
+        return out
+
+    async def search(
+        self,
+        user_id: str,
+        phrases: Sequence[str],
+        vectors: Vector,
+        kinds: Sequence[Kind],
+        k: int,
+        not_after: float | None = None,
+    ) -> list[list[VectorHit]]:
+        """Per phrase, the union of the top ``k`` vector hits and top ``k`` BM25 hits, each with its
+        cosine similarity and both 1-based ranks; hits ordered by similarity, then id."""
+        if not phrases:
+            return []
+        queries = np.asarray(vectors, dtype=np.float32)
+        if queries.ndim == 1:
+            queries = queries[None, :]
+        if queries.shape[0] != len(phrases):
+            raise ValueError(f"{len(phrases)} phrases but {queries.shape[0]} vectors")
+        empty: list[list[VectorHit]] = [[] for _ in phrases]
+        if k < 1 or not kinds:
+            return empty
+        name = tenant_name(user_id)
+        tenant = self._collection.with_tenant(name)
+        filters = self._filters(kinds, not_after)
+        legs: list[Awaitable[list[_Found]]] = []
+        for phrase, query in zip(phrases, queries, strict=True):
+            legs.append(self._vector_leg(tenant, query, filters, k))
+            legs.append(self._lexical_leg(tenant, phrase, query, filters, k))
+        async with self._guard("search", self._query_timeout):
+            results = await asyncio.gather(*legs, return_exceptions=True)
+            failures = [r for r in results if isinstance(r, BaseException)]
+            if failures:
+                if all(_missing_tenant_candidate(f) for f in failures) and not (
+                    await self._collection.tenants.exists(name)
+                ):
+                    return empty  # a user with nothing indexed yet
+                raise failures[0]
+        found = [r for r in results if not isinstance(r, BaseException)]
+        return [self._merge(found[2 * p], found[2 * p + 1]) for p in range(len(phrases))]
+
+    @staticmethod
+    def _merge(by_vector: list[_Found], by_lexical: list[_Found]) -> list[VectorHit]:
+        vector_rank = {f.id: r for r, f in enumerate(by_vector, start=1)}
+        lexical_rank = {f.id: r for r, f in enumerate(by_lexical, start=1)}
+        first: dict[str, _Found] = {}
+        for f in (*by_vector, *by_lexical):  # the vector leg's similarity (from distance) wins
+            first.setdefault(f.id, f)
+        hits = [
+            VectorHit(
+                id=f.id,
+                kind=f.kind,
+                similarity=f.similarity,
+                vector_rank=vector_rank.get(f.id),
+                lexical_rank=lexical_rank.get(f.id),
+            )
+            for f in first.values()
+        ]
+        hits.sort(key=lambda h: (-h.similarity, h.id))
+        return hits
+
+    @staticmethod
+    def _filters(kinds: Sequence[Kind], not_after: float | None) -> FilterReturn | None:
+        parts: list[FilterReturn] = []
+        wanted = {Kind(kind) for kind in kinds}
+        if wanted != _ALL_KINDS:  # no filter at all keeps the unfiltered (HNSW) path
+            parts.append(Filter.by_property("kind").contains_any(sorted(kind.value for kind in wanted)))
+        if not_after is not None:
+            parts.append(Filter.by_property("ts").less_or_equal(float(not_after)))
+        if not parts:
+            return None
+        return parts[0] if len(parts) == 1 else Filter.all_of(parts)
+
+    async def _vector_leg(
+        self, tenant: CollectionAsync[Any, Any], query: Vector, filters: FilterReturn | None, k: int
+    ) -> list[_Found]:
+        near = query.tolist()
+
+        async def fetch(limit: int) -> list[_Found]:
+            res = await tenant.query.near_vector(
+                near_vector=near,
+                limit=limit,
+                filters=filters,
+                return_metadata=MetadataQuery(distance=True),
+                return_properties=RETURNED,
+            )
+            out = []
+            for obj in res.objects:
+                cos = 1.0 - float(obj.metadata.distance if obj.metadata.distance is not None else 2.0)
+                out.append(_Found(str(obj.properties["entity_id"]), Kind(obj.properties["kind"]), cos, cos))
+            return out
+
+        return await _top_k(fetch, k)
+
+    async def _lexical_leg(
+        self,
+        tenant: CollectionAsync[Any, Any],
+        phrase: str,
+        query: Vector,
+        filters: FilterReturn | None,
+        k: int,
+    ) -> list[_Found]:
+        text = lexical_query(phrase)
+        if text is None:
+            return []
+
+        async def fetch(limit: int) -> list[_Found]:
+            res = await tenant.query.bm25(
+                query=text,
+                query_properties=["text"],
+                operator=BM25Operator.or_(minimum_match=1),
+                limit=limit,
+                filters=filters,
+                include_vector=True,
+                return_metadata=MetadataQuery(score=True),
+                return_properties=RETURNED,
+            )
+            out = []
+            for obj in res.objects:
+                stored = obj.vector.get("default")
+                similarity = _cosine(query, stored) if isinstance(stored, list) else 0.0  # type: ignore[arg-type]
+                score = float(obj.metadata.score or 0.0)
+                out.append(_Found(str(obj.properties["entity_id"]), Kind(obj.properties["kind"]), score, similarity))
+            return out
+
+        return await _top_k(fetch, k)
+
+    # ------------------------------------------------------------------------------------------
+    # the edge
+    # ------------------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _guard(self, action: str, timeout: float) -> AsyncIterator[None]:
+        """A deadline around one adapter call, and Weaviate's errors translated into HRT's."""
+        try:
+            async with asyncio.timeout(timeout):
+                yield
+        except HRTError:
+            raise
+        except (WeaviateBaseError, AioRpcError, httpx.HTTPError, OSError, TimeoutError) as exc:
+            detail = str(exc)[:300] or type(exc).__name__
+            if _unavailable(exc):
+                raise StoreUnavailable(f"Weaviate unavailable during {action}: {detail}") from exc
+            raise StoreError(f"Weaviate error during {action}: {detail}") from exc
+
+
+async def _top_k(fetch: Callable[[int], Awaitable[list[_Found]]], k: int) -> list[_Found]:
+    """The first ``k`` by (-score, id). A page is complete for that order unless a run of equal
+    scores reaches its last row; then the page grows until the run ends or the server cap."""
+    limit = min(k + TIE_SLACK, MAX_FETCH)
+    while True:
+        page = sorted(await fetch(limit), key=lambda f: (-f.score, f.id))
+        if len(page) < limit or len(page) <= k or page[k - 1].score != page[-1].score or limit >= MAX_FETCH:
+            return page[:k]
+        limit = min(limit * 4, MAX_FETCH)

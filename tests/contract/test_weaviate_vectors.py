@@ -1,0 +1,406 @@
+"""The VectorIndex behaviours of the store contract, against a real Weaviate, plus congruence with
+the embedded adapter on the same data (same documents, same hashing embedder).
+
+For now the Weaviate of a running dev stack is used (``hrt dev up``; ``HRT_DEV_DIR``, default
+/tmp/devtest): missing, these tests skip locally and fail in CI. Each module run works in its own
+collection and drops it afterwards.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import pytest_asyncio
+import weaviate
+from weaviate.classes.config import Configure
+
+from hrt.config import Settings
+from hrt.errors import StoreError, StoreUnavailable
+from hrt.ingest import parse_jsonl
+from hrt.projection import vector_doc
+from hrt.records import Artifact, Concept, Kind, MemoryUnit, entity_text
+from hrt.service import HRTService
+from hrt.stores.base import VectorDoc, VectorHit, VectorIndex
+from hrt.stores.embedded_vectors import EmbeddedVectorIndex
+from hrt.stores.weaviate_vectors import NO_TS, WeaviateVectorIndex, object_uuid, tenant_name
+from tests.conftest import FIXED_NOW, StackManager
+from tests.helpers import HashingEmbedder, jsonl, small_graph
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+ALL_KINDS = [Kind.MEMORY_UNIT, Kind.CONCEPT, Kind.ARTIFACT]
+TWIN = "u-twin"  # the same entity ids as u1, other texts and vectors
+EMAIL_USER = "maya@lumen.io"  # not a valid Weaviate tenant name as is
+
+# phrases that exercise every entity of small_graph, through words, stems and near-misses
+CONGRUENCE_PHRASES = [
+    "Postgres billing tables",
+    "bandwidth",
+    "Project Phoenix timeline",
+    "team bandwidth constraint Q3",
+    "analytics platform due December",
+    "relational database",
+    "migrated without downtime",
+    "risk summary",
+    "resource allocation brainstorm",
+    "Ben",
+    "what is the plan for the weekend",
+    "Maya",
+    "Ben Q3",
+    "Q3 Postgres",
+    "weekend Phoenix",
+    "migrate table",  # stems: FTS5 (porter) matches "migrated", "tables"; Weaviate's word tokenizer does not
+    "platforms",
+]
+TIE = 1e-6  # similarities closer than this are a tie: float32 noise differs between the two engines
+
+
+@dataclass
+class Loaded:
+    index: WeaviateVectorIndex
+    embedded: EmbeddedVectorIndex
+    embedder: HashingEmbedder
+    docs: dict[str, dict[str, VectorDoc]]  # user -> id -> doc
+
+
+def _docs(records: Sequence[object], embedder: HashingEmbedder) -> dict[str, dict[str, VectorDoc]]:
+    entities = [r for r in records if isinstance(r, MemoryUnit | Concept | Artifact)]
+    vectors = embedder.embed([entity_text(e) for e in entities])
+    out: dict[str, dict[str, VectorDoc]] = {}
+    for entity, vector in zip(entities, vectors, strict=True):
+        out.setdefault(entity.user_id, {})[entity.id] = vector_doc(entity, vector)
+    return out
+
+
+def _twin_graph() -> list[dict[str, object]]:
+    """u1's ids with unrelated texts: a leak between tenants would show up as a wrong hit."""
+    out = []
+    for record in small_graph(TWIN):
+        if record["kind"] == "concept":
+            record = {**record, "name": f"Lunar rover {record['id']}", "description": "Telemetry from the crater."}
+        elif record["kind"] in ("memory_unit", "artifact"):
+            record = {**record, "title": "Orbit notes", "content": "Orbital mechanics lecture about Jupiter moons."}
+        out.append(record)
+    return out
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def loaded(tmp_path_factory: pytest.TempPathFactory, stack_manager: StackManager) -> AsyncIterator[Loaded]:
+    stack = stack_manager.need("weaviate")  # started by the fixtures when not running: never a skip
+    name = f"HRTTest{uuid.uuid4().hex[:10]}"
+    client = weaviate.use_async_with_custom(
+        http_host="127.0.0.1",
+        http_port=stack.weaviate_http_port,
+        http_secure=False,
+        grpc_host="127.0.0.1",
+        grpc_port=stack.weaviate_grpc_port,
+        grpc_secure=False,
+    )
+    await client.connect()
+    index = WeaviateVectorIndex(client=client, collection=name)  # an injected client: not closed by the index
+    embedder = HashingEmbedder()
+    records = parse_jsonl(jsonl(small_graph("u1") + small_graph("u2", prefix="x") + _twin_graph()))
+    svc = HRTService(
+        Settings(db_path=tmp_path_factory.mktemp("wv") / "c.db"), embedder=HashingEmbedder(), clock=lambda: FIXED_NOW
+    )
+    try:
+        await index.connect()
+        await index.ensure_schema()
+        await index.ensure_schema()  # idempotent
+        docs = _docs(records, embedder)
+        docs[EMAIL_USER] = {i: d for i, d in docs["u1"].items() if i in ("m3", "c-pg")}
+        for user, by_id in docs.items():
+            await index.upsert(user, list(by_id.values()))
+        await svc.ingest(records)
+        assert isinstance(svc.vectors, EmbeddedVectorIndex)
+        yield Loaded(index, svc.vectors, embedder, docs)
+    finally:
+        await svc.close()
+        await client.collections.delete(name)
+        await client.close()
+
+
+def _exact_cosine(query: np.ndarray, doc: VectorDoc) -> float:
+    v = np.asarray(doc.vector, dtype=np.float64)
+    q = np.asarray(query, dtype=np.float64)
+    return float(q @ v / (np.linalg.norm(q) * np.linalg.norm(v)))
+
+
+def _leg(hits: Sequence[VectorHit], lexical: bool) -> list[str]:
+    ranked = [(h.lexical_rank if lexical else h.vector_rank, h.id) for h in hits]
+    return [i for r, i in sorted((r, i) for r, i in ranked if r is not None)]
+
+
+def _vector_leg(hits: Sequence[VectorHit]) -> list[tuple[str, float]]:
+    """(id, similarity) in vector-rank order."""
+    return [(h.id, h.similarity) for h in sorted(hits, key=lambda h: h.vector_rank or 0) if h.vector_rank is not None]
+
+
+def _compare_vector_legs(remote: Sequence[VectorHit], local: Sequence[VectorHit], phrase: str) -> bool:
+    """Same length and the same similarity at every rank; the same ids at every rank, except that
+    ids within a tie (similarities closer than TIE, where float32 noise decides) may swap, and the
+    tie at the k cut may pick different members. Returns whether the id orders differed at all."""
+    r, e = _vector_leg(remote), _vector_leg(local)
+    assert len(r) == len(e), f"vector legs of {phrase!r} differ in length: {r} vs {e}"
+    for (_, rs), (_, es) in zip(r, e, strict=True):
+        assert rs == pytest.approx(es, abs=1e-5), f"vector legs of {phrase!r}: {r} vs {e}"
+    groups: list[list[int]] = []
+    for i, (_, sim) in enumerate(e):
+        if groups and abs(sim - e[groups[-1][0]][1]) <= TIE:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    for group in groups[:-1]:
+        assert {r[i][0] for i in group} == {e[i][0] for i in group}, f"vector legs of {phrase!r}: {r} vs {e}"
+    return [i for i, _ in r] != [i for i, _ in e]
+
+
+# ----------------------------------------------------------------------------------------------
+# the contract
+# ----------------------------------------------------------------------------------------------
+
+
+async def test_the_adapter_implements_the_port(loaded: Loaded) -> None:
+    assert isinstance(loaded.index, VectorIndex)
+    await loaded.index.ping()
+
+
+async def test_search_returns_per_phrase_hits_with_both_ranks(loaded: Loaded) -> None:
+    phrases = ["Postgres billing tables", "bandwidth"]
+    hits = await loaded.index.search("u1", phrases, loaded.embedder.embed(phrases), ALL_KINDS, k=5)
+    assert len(hits) == 2
+    first = {h.id: h for h in hits[0]}
+    assert {"m3", "m4"} <= set(first)
+    assert first["m3"].lexical_rank is not None and first["m3"].vector_rank is not None
+    assert all(not h.id.startswith("x") for row in hits for h in row), "another user's entity leaked"
+    for row in hits:
+        vector_ranks = sorted(h.vector_rank for h in row if h.vector_rank is not None)
+        lexical_ranks = sorted(h.lexical_rank for h in row if h.lexical_rank is not None)
+        assert vector_ranks == list(range(1, len(vector_ranks) + 1)) and len(vector_ranks) == 5
+        assert lexical_ranks == list(range(1, len(lexical_ranks) + 1)) and 1 <= len(lexical_ranks) <= 5
+        assert len({h.id for h in row}) == len(row)
+
+
+async def test_every_hit_carries_its_exact_cosine(loaded: Loaded) -> None:
+    """Lexical-only hits included: their cosine comes from the stored vector, not the distance."""
+    phrases = ["billing", "team", "Ben Q3", "Q3 Postgres", "Postgres billing tables"]
+    vectors = loaded.embedder.embed(phrases)
+    hits = await loaded.index.search("u1", phrases, vectors, ALL_KINDS, k=2)
+    lexical_only = 0
+    for p, row in enumerate(hits):
+        for h in row:
+            assert -1.0001 <= h.similarity <= 1.0001
+            assert h.similarity == pytest.approx(_exact_cosine(vectors[p], loaded.docs["u1"][h.id]), abs=1e-5)
+            lexical_only += h.vector_rank is None
+    assert lexical_only >= 3, "these phrases have lexical-only hits at k=2"
+
+
+async def test_ids_are_scoped_by_user_even_when_shared(loaded: Loaded) -> None:
+    u1_ids = await loaded.index.ids("u1")
+    assert u1_ids == {i: d.kind.value for i, d in loaded.docs["u1"].items()}
+    assert set(await loaded.index.ids(TWIN)) == set(u1_ids)
+    assert set(await loaded.index.ids("u2")) == {"x" + i for i in u1_ids}
+    phrase = ["Postgres billing tables"]
+    twin = await loaded.index.search(TWIN, phrase, loaded.embedder.embed(phrase), ALL_KINDS, k=5)
+    assert not any(h.lexical_rank is not None for h in twin[0]), "u1's text answered in the twin's tenant"
+    lunar = ["lunar rover telemetry"]
+    mine = await loaded.index.search("u1", lunar, loaded.embedder.embed(lunar), ALL_KINDS, k=5)
+    assert not any(h.lexical_rank is not None for h in mine[0]), "the twin's text answered in u1's tenant"
+
+
+async def test_user_ids_that_are_not_tenant_names(loaded: Loaded) -> None:
+    assert tenant_name("u-maya") == "u-maya"
+    assert tenant_name(EMAIL_USER).startswith("_maya-lumen-io_") and len(tenant_name(EMAIL_USER)) <= 64
+    assert tenant_name("a" * 128) != tenant_name("a" * 127)
+    assert await loaded.index.ids(EMAIL_USER) == {"m3": "memory_unit", "c-pg": "concept"}
+    phrase = ["Postgres"]
+    hits = await loaded.index.search(EMAIL_USER, phrase, loaded.embedder.embed(phrase), ALL_KINDS, k=5)
+    assert {h.id for h in hits[0]} == {"m3", "c-pg"}
+
+
+async def test_search_filters_kinds_and_future(loaded: Loaded) -> None:
+    vec = loaded.embedder.embed(["Postgres"])
+    only_concepts = await loaded.index.search("u1", ["Postgres"], vec, [Kind.CONCEPT], k=10)
+    assert {h.kind for h in only_concepts[0]} == {Kind.CONCEPT}
+    cutoff = 1750000000.0  # 2025-06-15: m3/m4 (July) are in the future
+    past = await loaded.index.search("u1", ["Postgres"], vec, ALL_KINDS, k=10, not_after=cutoff)
+    past_ids = {h.id for h in past[0]}
+    assert not {"m3", "m4"} & past_ids
+    assert {"c-pg", "c-phx", "c-bw"} <= past_ids, "entities without a timestamp are never in the future"
+    assert await loaded.index.search("u1", ["Postgres"], vec, [], k=10) == [[]]
+
+
+async def test_search_on_an_unknown_user_is_empty(loaded: Loaded) -> None:
+    vec = loaded.embedder.embed(["Postgres"])
+    assert await loaded.index.search("ghost", ["Postgres"], vec, ALL_KINDS, 5) == [[]]
+    assert await loaded.index.ids("ghost") == {}
+    await loaded.index.delete("ghost", ["m1"])  # a no-op, not an error
+    await loaded.index.delete_user("ghost")
+
+
+async def test_delete_removes_from_both_legs_and_delete_user_drops_everything(loaded: Loaded) -> None:
+    user = f"scratch-{uuid.uuid4().hex[:8]}"
+    docs = list(loaded.docs["u1"].values())
+    await loaded.index.upsert(user, docs)
+    phrase = ["Postgres billing tables"]
+    vec = loaded.embedder.embed(phrase)
+    before = {h.id for h in (await loaded.index.search(user, phrase, vec, ALL_KINDS, k=10))[0]}
+    assert {"m3", "m4"} <= before
+    await loaded.index.delete(user, ["m3", "not-there"])
+    after = (await loaded.index.search(user, phrase, vec, ALL_KINDS, k=10))[0]
+    assert "m3" not in {h.id for h in after} and "m4" in {h.id for h in after}
+    assert "m3" not in await loaded.index.ids(user)
+    assert "m3" in await loaded.index.ids("u1"), "a delete reached another user"
+    await loaded.index.delete_user(user)
+    assert await loaded.index.ids(user) == {}
+    assert await loaded.index.search(user, phrase, vec, ALL_KINDS, k=10) == [[]]
+
+
+async def test_upsert_is_idempotent_and_overwrites(loaded: Loaded) -> None:
+    user = f"scratch-{uuid.uuid4().hex[:8]}"
+    docs = list(loaded.docs["u1"].values())
+    phrases = ["Postgres billing tables", "bandwidth"]
+    vecs = loaded.embedder.embed(phrases)
+    try:
+        await loaded.index.upsert(user, docs)
+        first = await loaded.index.search(user, phrases, vecs, ALL_KINDS, k=10)
+        await loaded.index.upsert(user, docs)
+        assert len(await loaded.index.ids(user)) == len(docs)
+        assert await loaded.index.search(user, phrases, vecs, ALL_KINDS, k=10) == first
+        text = "Kubernetes cluster autoscaling notes"
+        changed = VectorDoc("m3", Kind.MEMORY_UNIT, text, loaded.embedder.embed([text])[0], None)
+        await loaded.index.upsert(user, [changed])
+        assert len(await loaded.index.ids(user)) == len(docs)
+        hits = await loaded.index.search(user, ["Kubernetes"], loaded.embedder.embed(["Kubernetes"]), ALL_KINDS, k=3)
+        top = {h.id: h for h in hits[0]}
+        assert top["m3"].lexical_rank == 1 and top["m3"].vector_rank == 1
+        future = await loaded.index.search(user, ["Kubernetes"], vecs[:1], ALL_KINDS, k=10, not_after=0.0)
+        assert "m3" in {h.id for h in future[0]}, "a doc without ts is stored with the NO_TS sentinel"
+    finally:
+        await loaded.index.delete_user(user)
+    assert object_uuid("u1", "m3") != object_uuid(TWIN, "m3") and object_uuid("a", "bc") != object_uuid("ab", "c")
+    assert NO_TS < 0.0
+
+
+async def test_ties_are_broken_by_id_at_the_k_cut(loaded: Loaded) -> None:
+    """Twelve identical documents: more than a first page (k + slack), so the page has to grow."""
+    user = f"scratch-{uuid.uuid4().hex[:8]}"
+    text = "identical twin document about llamas"
+    vector = loaded.embedder.embed([text])[0]
+    ids = [f"d{i:02d}" for i in range(12)][::-1]
+    try:
+        await loaded.index.upsert(user, [VectorDoc(i, Kind.CONCEPT, text, vector, None) for i in ids])
+        hits = (await loaded.index.search(user, ["llamas"], loaded.embedder.embed(["llamas"]), ALL_KINDS, k=3))[0]
+        assert _leg(hits, lexical=False) == ["d00", "d01", "d02"]
+        assert _leg(hits, lexical=True) == ["d00", "d01", "d02"]
+    finally:
+        await loaded.index.delete_user(user)
+
+
+# ----------------------------------------------------------------------------------------------
+# errors at the edge
+# ----------------------------------------------------------------------------------------------
+
+
+async def test_an_unreachable_weaviate_is_store_unavailable() -> None:
+    from hrt.devstack import free_port
+
+    index = WeaviateVectorIndex("127.0.0.1", free_port(), free_port(), connect_timeout=3.0)
+    with pytest.raises(StoreUnavailable):
+        await index.connect()
+    await index.close()
+
+
+async def test_a_dead_grpc_port_hits_the_adapter_deadline(loaded: Loaded, stack_manager: StackManager) -> None:
+    """The client retries UNAVAILABLE with backoff for about a minute; the adapter's deadline wins."""
+    from hrt.devstack import free_port
+
+    stack = stack_manager.need("weaviate")
+    client = weaviate.use_async_with_custom(
+        http_host="127.0.0.1",
+        http_port=stack.weaviate_http_port,
+        http_secure=False,
+        grpc_host="127.0.0.1",
+        grpc_port=free_port(),
+        grpc_secure=False,
+        skip_init_checks=True,
+    )
+    await client.connect()
+    try:
+        index = WeaviateVectorIndex(client=client, collection=loaded.index.collection_name, query_timeout=1.0)
+        with pytest.raises(StoreUnavailable) as info:
+            await index.search("u1", ["Postgres"], loaded.embedder.embed(["Postgres"]), ALL_KINDS, 5)
+        assert isinstance(info.value.__cause__, TimeoutError)
+    finally:
+        await client.close()
+
+
+async def test_a_bad_request_is_a_store_error(loaded: Loaded) -> None:
+    with pytest.raises(StoreError) as info:
+        await loaded.index.search("u1", ["Postgres"], np.ones((1, 3), dtype=np.float32), ALL_KINDS, 5)
+    assert not isinstance(info.value, StoreUnavailable)
+    assert info.value.__cause__ is not None
+
+
+async def test_ensure_schema_refuses_a_collection_that_does_not_fit(loaded: Loaded) -> None:
+    client = loaded.index._client
+    name = f"HRTTestBad{uuid.uuid4().hex[:8]}"
+    await client.collections.create(name, multi_tenancy_config=Configure.multi_tenancy(enabled=False))
+    try:
+        with pytest.raises(StoreError, match="multi-tenancy is off"):
+            await WeaviateVectorIndex(client=client, collection=name).ensure_schema()
+    finally:
+        await client.collections.delete(name)
+
+
+# ----------------------------------------------------------------------------------------------
+# congruence with the embedded adapter
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("user", "kinds", "not_after", "k"),
+    [
+        ("u1", ALL_KINDS, None, 5),
+        ("u1", ALL_KINDS, None, 10),
+        ("u2", ALL_KINDS, None, 3),
+        ("u1", [Kind.MEMORY_UNIT, Kind.ARTIFACT], None, 4),
+        ("u1", ALL_KINDS, 1750000000.0, 5),
+    ],
+)
+async def test_congruent_with_the_embedded_adapter(
+    loaded: Loaded, user: str, kinds: list[Kind], not_after: float | None, k: int, record_property: object
+) -> None:
+    """Vector legs: the same ids in the same order (exact cosine vs HNSW/flat on tiny data).
+    Similarities: equal within float32 noise. Lexical legs: reported, and mostly the same set."""
+    vectors = loaded.embedder.embed(CONGRUENCE_PHRASES)
+    remote = await loaded.index.search(user, CONGRUENCE_PHRASES, vectors, kinds, k, not_after)
+    local = await loaded.embedded.search(user, CONGRUENCE_PHRASES, vectors, kinds, k, not_after)
+    overlaps: list[float] = []
+    same_order = 0
+    cut_ties: list[str] = []
+    for phrase, r, e in zip(CONGRUENCE_PHRASES, remote, local, strict=True):
+        if _compare_vector_legs(r, e, phrase):
+            cut_ties.append(phrase)
+        e_sim = {h.id: h.similarity for h in e}
+        for h in r:
+            if h.id in e_sim:
+                assert h.similarity == pytest.approx(e_sim[h.id], abs=1e-5)
+        r_lex, e_lex = _leg(r, lexical=True), _leg(e, lexical=True)
+        union = set(r_lex) | set(e_lex)
+        overlaps.append(len(set(r_lex) & set(e_lex)) / len(union) if union else 1.0)
+        same_order += r_lex == e_lex
+    mean = sum(overlaps) / len(overlaps)
+    if callable(record_property):
+        record_property("lexical_jaccard_mean", round(mean, 3))
+        record_property("lexical_same_order", f"{same_order}/{len(overlaps)}")
+        record_property("vector_cut_ties", cut_ties)
+    print(
+        f"\n{user} kinds={len(kinds)} not_after={not_after} k={k}: lexical mean Jaccard {mean:.3f}, "
+        f"same order {same_order}/{len(overlaps)}; vector id orders differ only inside float ties in {cut_ties}"
+    )
+    assert mean >= 0.7, f"lexical legs diverge: {overlaps}"
