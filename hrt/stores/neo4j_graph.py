@@ -1,0 +1,445 @@
+"""GraphStore over Neo4j 5.26 (the services deployment), with the official async driver.
+
+The projection an operator sees in Neo4j Browser::
+
+    (:Entity:MemoryUnit {id, user_id, kind, label, title, ts, salience, category, tags, source_agent_id})
+    (:Entity:Concept {id, user_id, kind, label, name, salience, category})
+    (:Entity:DerivedArtifact {id, user_id, kind, label, title, ts, salience, category})
+    (:MemoryUnit)-[:MENTIONS]->(:Concept)        (:Concept)-[:RELATED_TO]->(:Concept)
+    (:DerivedArtifact)-[:DERIVED_FROM]->(:MemoryUnit|Concept)
+    (:MemoryUnit)-[:FOLLOWS]->(:MemoryUnit)      every relationship: {user_id, weight, relation_type}
+
+``ts`` is epoch seconds (float), as on the ports. Ids are unique per user across kinds, so the
+``:Entity(user_id, id)`` uniqueness constraint (``graph_schema/``) keys every node and serves every
+lookup. Every query is parameterised and matches ``user_id`` itself; the only text that varies is
+schema tokens taken from closed enums (relationship type, direction) and the number of levels of
+an expansion, never a value.
+
+Expansion is one round trip for all seeds: one Cypher query fetches the bounded neighbourhood (per
+level, each node's first ``fanout_per_node`` visible links in the shared visit order, with the
+attributes, mentions and newest mention of every node reached), and the best-path walk runs in
+Python in :func:`hrt.stores.graph_walk.expand_graph`, the same function the embedded adapter runs,
+so both deployments return identical candidates for identical data.
+
+Driver errors are translated at this edge: connection loss and unavailable databases become
+:class:`~hrt.errors.StoreUnavailable`, any other driver or server error :class:`~hrt.errors.StoreError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from neo4j import AsyncDriver, AsyncGraphDatabase, Auth, EagerResult, Query, RoutingControl
+from neo4j.exceptions import (
+    ConnectionPoolError,
+    DatabaseUnavailable,
+    DriverError,
+    Neo4jError,
+    ServiceUnavailable,
+    SessionExpired,
+)
+
+from hrt.errors import InvalidInput, StoreError, StoreUnavailable
+from hrt.records import EdgeType, Kind
+from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphEdge, GraphNode
+from hrt.stores.graph_walk import Link, expand_graph
+
+log = logging.getLogger(__name__)
+
+KIND_LABELS: dict[Kind, str] = {
+    Kind.MEMORY_UNIT: "MemoryUnit",
+    Kind.CONCEPT: "Concept",
+    Kind.ARTIFACT: "DerivedArtifact",
+}
+MAX_DEPTH = 3
+_EDGE_TYPES = "|".join(e.value for e in EdgeType)
+_VISIBLE = "($not_after IS NULL OR %(v)s.ts IS NULL OR %(v)s.ts <= $not_after)"
+_SCHEMA_FILE = re.compile(r"^\d{3}_[a-z0-9_]+\.cypher$")
+
+
+@contextmanager
+def translate_errors(action: str) -> Iterator[None]:
+    """Map driver exceptions raised in the block to HRT's error tree."""
+    try:
+        yield
+    except (ServiceUnavailable, SessionExpired, ConnectionPoolError, DatabaseUnavailable) as exc:
+        raise StoreUnavailable(f"Neo4j is unavailable ({action}): {exc}") from exc
+    except Neo4jError as exc:
+        raise StoreError(f"Neo4j failed ({action}): {exc.code}: {exc.message}") from exc
+    except DriverError as exc:
+        raise StoreError(f"Neo4j driver failed ({action}): {exc}") from exc
+    except OSError as exc:
+        raise StoreUnavailable(f"Neo4j is unreachable ({action}): {exc}") from exc
+
+
+# --- Cypher ----------------------------------------------------------------------------------
+
+_UPSERT_NODES = """
+UNWIND $rows AS row
+MERGE (n:Entity {user_id: $user_id, id: row.id})
+REMOVE n:MemoryUnit:Concept:DerivedArtifact
+SET n:$(row.node_label)
+SET n.kind = row.kind, n.label = row.label, n.name = row.name, n.title = row.title, n.ts = row.ts,
+    n.salience = row.salience, n.category = row.category, n.tags = row.tags,
+    n.source_agent_id = row.source_agent_id
+"""
+
+_DELETE_NODES = """
+UNWIND $ids AS ident
+MATCH (n:Entity {user_id: $user_id, id: ident})
+DETACH DELETE n
+"""
+
+# Edges need both ends: an edge whose endpoint is not projected yet is skipped (and logged); the
+# projector writes entities before the relations of the same batch.
+_UPSERT_EDGES = """
+UNWIND $rows AS row
+MATCH (s:Entity {user_id: $user_id, id: row.source})
+MATCH (t:Entity {user_id: $user_id, id: row.target})
+MERGE (s)-[r:$(row.type)]->(t)
+SET r.user_id = $user_id, r.weight = row.weight, r.relation_type = row.relation_type
+RETURN count(r) AS written
+"""
+
+_DELETE_EDGES = """
+UNWIND $rows AS row
+MATCH (:Entity {user_id: $user_id, id: row.source})-[r]->(:Entity {user_id: $user_id, id: row.target})
+WHERE type(r) = row.type
+DELETE r
+"""
+
+_DELETE_USER = """
+MATCH (n:Entity {user_id: $user_id})
+CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 1000 ROWS
+"""
+
+_IDS = "MATCH (n:Entity {user_id: $user_id}) RETURN n.id AS id, n.kind AS kind"
+
+_NODE_FIELDS = (
+    "[%(v)s.id, %(v)s.kind, %(v)s.label, %(v)s.ts, %(v)s.salience, %(v)s.category, %(v)s.tags, %(v)s.source_agent_id]"
+)
+
+_SEEDS = f"""
+UNWIND $seeds AS seed_id
+MATCH (s:Entity {{user_id: $user_id, id: seed_id}})
+WHERE {_VISIBLE % {"v": "s"}}
+WITH collect(DISTINCT s) AS level0
+"""
+
+# One level: for every node of the previous level, its first $fanout visible links in the visit
+# order of graph_walk.link_order (weight, newest neighbour, neighbour id, edge type, the edge's
+# source and target ids, forward first), then the distinct nodes they reach. Both directions are
+# matched separately so a self-loop yields its two ends, as in the embedded adjacency.
+_LEVEL = f"""
+CALL (level%(prev)d) {{
+  UNWIND level%(prev)d AS n
+  CALL (n) {{
+    CALL (n) {{
+      MATCH (n)-[r:{_EDGE_TYPES}]->(m:Entity {{user_id: $user_id}})
+      WHERE {_VISIBLE % {"v": "m"}}
+      RETURN r, m, true AS forward
+      UNION ALL
+      MATCH (n)<-[r:{_EDGE_TYPES}]-(m:Entity {{user_id: $user_id}})
+      WHERE {_VISIBLE % {"v": "m"}}
+      RETURN r, m, false AS forward
+    }}
+    WITH r, m, forward,
+         CASE WHEN forward THEN n.id ELSE m.id END AS source,
+         CASE WHEN forward THEN m.id ELSE n.id END AS target
+    ORDER BY r.weight DESC, coalesce(m.ts, 0.0) DESC, m.id, type(r), source, target, forward DESC
+    LIMIT $fanout
+    RETURN collect([m.id, type(r), r.weight, forward]) AS links, collect(m) AS reached
+  }}
+  RETURN collect([n.id, links]) AS adjacency%(this)d, collect(reached) AS nested%(this)d
+}}
+CALL (nested%(this)d) {{
+  UNWIND nested%(this)d AS reached
+  UNWIND reached AS m
+  RETURN collect(DISTINCT m) AS level%(this)d
+}}
+"""
+
+# Every node fetched, with its attributes, the concepts it mentions (in visit order) and the
+# newest visible memory unit mentioning it.
+_NODES = f"""
+WITH %(adjacency)s AS adjacency, %(levels)s AS fetched
+CALL (fetched) {{
+  UNWIND fetched AS x
+  WITH DISTINCT x
+  CALL (x) {{
+    OPTIONAL MATCH (x)-[r:MENTIONS]->(c:Entity {{user_id: $user_id}})
+    WITH r, c ORDER BY r.weight DESC, coalesce(c.ts, 0.0) DESC, c.id
+    RETURN collect(c.id) AS mentions
+  }}
+  CALL (x) {{
+    OPTIONAL MATCH (x)<-[:MENTIONS]-(u:Entity {{user_id: $user_id}})
+    WHERE u.ts IS NOT NULL AND ($not_after IS NULL OR u.ts <= $not_after)
+    RETURN max(u.ts) AS last_mention
+  }}
+  RETURN collect({_NODE_FIELDS % {"v": "x"}} + [mentions, last_mention]) AS nodes
+}}
+RETURN adjacency, nodes
+"""
+
+
+def expand_query(depth: int) -> str:
+    """The expansion query for ``depth`` levels (0 to 3); all values are parameters."""
+    if not 0 <= depth <= MAX_DEPTH:
+        raise ValueError(f"depth must be 0 to {MAX_DEPTH}, got {depth}")
+    parts = [_SEEDS]
+    parts += [_LEVEL % {"prev": level - 1, "this": level} for level in range(1, depth + 1)]
+    adjacency = " + ".join(f"adjacency{level}" for level in range(1, depth + 1)) or "[]"
+    levels = " + ".join(f"level{level}" for level in range(depth + 1))
+    parts.append(_NODES % {"adjacency": adjacency, "levels": levels})
+    return "".join(parts)
+
+
+_NEIGHBORS = f"""
+UNWIND $ids AS ident
+CALL (ident) {{
+  MATCH (:Entity {{user_id: $user_id, id: ident}})%(pattern)s(m:Entity {{user_id: $user_id}})
+  WHERE {_VISIBLE % {"v": "m"}}
+  WITH m ORDER BY coalesce(m.ts, 0.0) DESC, m.salience DESC, m.id LIMIT $limit
+  RETURN collect({_NODE_FIELDS % {"v": "m"}}) AS found
+}}
+RETURN ident, found
+"""
+
+_NEIGHBOR_QUERIES: dict[tuple[EdgeType, bool], str] = {
+    (edge, outgoing): _NEIGHBORS % {"pattern": f"-[:{edge.value}]->" if outgoing else f"<-[:{edge.value}]-"}
+    for edge in EdgeType
+    for outgoing in (True, False)
+}
+
+
+def _node(row: Sequence[Any]) -> GraphNode:
+    ident, kind, label, ts, salience, category, tags, agent = row[:8]
+    return GraphNode(
+        id=ident,
+        kind=Kind(kind),
+        label=label,
+        ts=ts,
+        salience=salience,
+        category=category,
+        tags=tuple(tags or ()),
+        source_agent_id=agent,
+    )
+
+
+def _node_row(node: GraphNode) -> dict[str, Any]:
+    kind = Kind(node.kind)
+    return {
+        "id": node.id,
+        "kind": kind.value,
+        "node_label": KIND_LABELS[kind],
+        "label": node.label,
+        # Browser captions nodes by name or title: concepts have a name, the others a title.
+        "name": node.label if kind is Kind.CONCEPT else None,
+        "title": None if kind is Kind.CONCEPT else node.label,
+        "ts": float(node.ts) if node.ts is not None else None,
+        "salience": float(node.salience),
+        "category": node.category,
+        "tags": sorted(node.tags),
+        "source_agent_id": node.source_agent_id,
+    }
+
+
+def _edge_row(edge: GraphEdge) -> dict[str, Any]:
+    return {
+        "source": edge.source,
+        "target": edge.target,
+        "type": EdgeType(edge.type).value,
+        "weight": float(edge.weight),
+        "relation_type": edge.relation_type,
+    }
+
+
+def bundled_schema_dir() -> Path:
+    """``graph_schema/``: packaged as ``hrt.graph_schema`` when installed, else the source tree's."""
+    try:
+        packaged = Path(str(resources.files("hrt.graph_schema")))
+    except ModuleNotFoundError:
+        packaged = None
+    if packaged is not None and packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "graph_schema"
+
+
+def schema_statements(folder: Path) -> list[str]:
+    """The statements of ``NNN_name.cypher`` files in file order, one per ``;``, comments dropped."""
+    statements: list[str] = []
+    for path in sorted(p for p in folder.iterdir() if _SCHEMA_FILE.match(p.name)):
+        lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if not ln.strip().startswith("//")]
+        statements += [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    return statements
+
+
+class Neo4jGraphStore:
+    """The GraphStore port over Neo4j. One instance per process; it owns a pooled async driver
+    unless one is injected (then the caller closes it)."""
+
+    def __init__(
+        self,
+        uri: str | None = None,
+        *,
+        database: str = "neo4j",
+        auth: tuple[str, str] | Auth | None = None,
+        driver: AsyncDriver | None = None,
+        max_connection_pool_size: int = 50,
+        connection_timeout: float = 5.0,
+        connection_acquisition_timeout: float = 10.0,
+        max_transaction_retry_time: float = 5.0,
+        query_timeout: float | None = 30.0,
+    ) -> None:
+        if (uri is None) == (driver is None):
+            raise ValueError("give either a Neo4j uri or a driver")
+        if driver is None:
+            assert uri is not None
+            driver = AsyncGraphDatabase.driver(
+                uri,
+                auth=auth,
+                max_connection_pool_size=max_connection_pool_size,
+                connection_timeout=connection_timeout,
+                connection_acquisition_timeout=connection_acquisition_timeout,
+                max_transaction_retry_time=max_transaction_retry_time,
+            )
+            self._owns_driver = True
+        else:
+            self._owns_driver = False
+        self._driver = driver
+        self._database = database
+        self._timeout = query_timeout
+
+    async def open(self) -> None:
+        """Nothing to do: the driver connects lazily, so a Neo4j that is down at start only fails
+        the calls that need it (as StoreUnavailable). Use :meth:`ping` to check readiness."""
+
+    async def close(self) -> None:
+        if self._owns_driver:
+            await self._driver.close()
+
+    async def _run(self, action: str, text: str, params: dict[str, Any], *, read: bool = False) -> EagerResult:
+        with translate_errors(action):
+            result: EagerResult = await self._driver.execute_query(
+                Query(text, timeout=self._timeout),
+                params,
+                routing_=RoutingControl.READ if read else RoutingControl.WRITE,
+                database_=self._database,
+            )
+        return result
+
+    # --- operations ------------------------------------------------------------------------
+
+    async def ping(self) -> None:
+        """Raise StoreUnavailable unless the database answers a query."""
+        await self._run("ping", "RETURN 1 AS one", {}, read=True)
+
+    async def apply_schema(self, folder: Path | None = None) -> list[str]:
+        """Run the ``graph_schema/`` statements in file order (each is ``IF NOT EXISTS``, so this
+        is idempotent); returns the statements run."""
+        statements = schema_statements(folder or bundled_schema_dir())
+        for statement in statements:
+            await self._run("apply schema", statement, {})
+        return statements
+
+    async def ids(self, user_id: str) -> dict[str, str]:
+        """Every node of one user, id -> kind (for drift checks against the record store)."""
+        result = await self._run("list ids", _IDS, {"user_id": user_id}, read=True)
+        return {rec["id"]: rec["kind"] for rec in result.records}
+
+    async def delete_user(self, user_id: str) -> None:
+        """Remove every node and edge of one user, in batches of 1000 nodes."""
+        with translate_errors("delete user"):
+            async with self._driver.session(database=self._database) as session:
+                result = await session.run(Query(_DELETE_USER, timeout=self._timeout), {"user_id": user_id})
+                summary = await result.consume()
+        log.info("deleted %d graph nodes of user %s", summary.counters.nodes_deleted, user_id)
+
+    # --- writes ------------------------------------------------------------------------------
+
+    async def upsert_nodes(self, user_id: str, nodes: Sequence[GraphNode]) -> None:
+        if nodes:
+            await self._run("upsert nodes", _UPSERT_NODES, {"user_id": user_id, "rows": [_node_row(n) for n in nodes]})
+
+    async def delete_nodes(self, user_id: str, ids: Sequence[str]) -> None:
+        if ids:
+            await self._run("delete nodes", _DELETE_NODES, {"user_id": user_id, "ids": list(ids)})
+
+    async def upsert_edges(self, user_id: str, edges: Sequence[GraphEdge]) -> None:
+        if not edges:
+            return
+        rows = [_edge_row(e) for e in edges]
+        result = await self._run("upsert edges", _UPSERT_EDGES, {"user_id": user_id, "rows": rows})
+        written = result.records[0]["written"] if result.records else 0
+        if written < len(rows):
+            log.warning(
+                "skipped %d of %d edges of user %s whose endpoints are not in the graph",
+                len(rows) - written,
+                len(rows),
+                user_id,
+            )
+
+    async def delete_edges(self, user_id: str, edges: Sequence[GraphEdge]) -> None:
+        if edges:
+            rows = [_edge_row(e) for e in edges]
+            await self._run("delete edges", _DELETE_EDGES, {"user_id": user_id, "rows": rows})
+
+    # --- reads -------------------------------------------------------------------------------
+
+    async def expand(
+        self,
+        user_id: str,
+        seeds: Mapping[str, float],
+        caps: ExpansionCaps,
+        not_after: float | None = None,
+    ) -> list[GraphCandidate]:
+        if not 0 <= caps.depth <= MAX_DEPTH:
+            raise InvalidInput(f"depth must be 0 to {MAX_DEPTH}, got {caps.depth}", field="depth")
+        if not seeds:
+            return []
+        params = {
+            "user_id": user_id,
+            "seeds": sorted(seeds),
+            "fanout": max(caps.fanout_per_node, 0),
+            "not_after": not_after,
+        }
+        result = await self._run("expand", expand_query(caps.depth), params, read=True)
+        record = result.records[0]
+        nodes: dict[str, GraphNode] = {}
+        mentions: dict[str, tuple[str, ...]] = {}
+        last_mentions: dict[str, float | None] = {}
+        for row in record["nodes"]:
+            node = _node(row)
+            nodes[node.id] = node
+            mentions[node.id] = tuple(row[8])
+            last_mentions[node.id] = row[9]
+        adjacency: dict[str, list[Link]] = {}
+        for ident, links in record["adjacency"]:
+            # a node reached at two levels was expanded twice, identically
+            adjacency.setdefault(
+                ident, [Link(other, EdgeType(edge), weight, fwd) for other, edge, weight, fwd in links]
+            )
+        return expand_graph(nodes, adjacency, seeds, caps, not_after, mentions=mentions, last_mentions=last_mentions)
+
+    async def neighbors(
+        self,
+        user_id: str,
+        ids: Sequence[str],
+        edge: EdgeType,
+        outgoing: bool,
+        limit: int,
+        not_after: float | None = None,
+    ) -> dict[str, list[GraphNode]]:
+        if not ids:
+            return {}
+        query = _NEIGHBOR_QUERIES[(EdgeType(edge), bool(outgoing))]
+        params = {"user_id": user_id, "ids": list(dict.fromkeys(ids)), "limit": max(limit, 0), "not_after": not_after}
+        result = await self._run("neighbors", query, params, read=True)
+        found = {rec["ident"]: [_node(row) for row in rec["found"]] for rec in result.records}
+        return {ident: found.get(ident, []) for ident in ids}

@@ -1,0 +1,374 @@
+"""The graph behaviours of the contract suite, run against Neo4jGraphStore on a real Neo4j 5.26, plus
+congruence checks: random graphs give identical ``expand`` and ``neighbors`` output from the
+embedded adapter and the Neo4j adapter.
+
+Every test writes under its own fresh user ids and deletes them afterwards, so the suite can share
+a server with other work.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from neo4j import Driver, GraphDatabase
+from neo4j.exceptions import ConstraintError
+
+from hrt.errors import InvalidInput, StoreError, StoreUnavailable
+from hrt.ingest import parse_jsonl
+from hrt.projection import graph_edge, graph_node
+from hrt.records import EDGE_ENDPOINTS, Artifact, Concept, EdgeType, Kind, MemoryUnit, Relation
+from hrt.stores.base import ExpansionCaps, GraphEdge, GraphNode, GraphStore
+from hrt.stores.embedded import EmbeddedStore
+from hrt.stores.neo4j_graph import Neo4jGraphStore
+from tests.conftest import StackManager
+from tests.helpers import concept, jsonl, mu, rel, small_graph
+
+pytestmark = pytest.mark.integration
+
+CAPS = ExpansionCaps(depth=2, fanout_per_node=25, max_per_kind=100, hop_decay=0.5)
+
+
+@pytest.fixture(scope="module")
+def neo4j_uri(stack_manager: StackManager) -> str:
+    return stack_manager.need("neo4j").neo4j_uri  # started by the fixtures when not running: never a skip
+
+
+@pytest.fixture(scope="module")
+def raw(neo4j_uri: str) -> Iterator[Driver]:
+    """A plain driver for checking what the adapter wrote, as an operator would."""
+    with GraphDatabase.driver(neo4j_uri) as driver:
+        yield driver
+
+
+@pytest.fixture
+async def store(neo4j_uri: str) -> AsyncIterator[Neo4jGraphStore]:
+    graph = Neo4jGraphStore(neo4j_uri)
+    await graph.apply_schema()
+    yield graph
+    await graph.close()
+
+
+def projection(records: Sequence[Any]) -> dict[str, tuple[list[GraphNode], list[GraphEdge]]]:
+    """Records -> per user graph nodes and edges, the way every deployment projects them."""
+    out: dict[str, tuple[list[GraphNode], list[GraphEdge]]] = {}
+    for record in records:
+        nodes, edges = out.setdefault(record.user_id, ([], []))
+        if isinstance(record, Relation):
+            edges.append(graph_edge(record))
+        elif isinstance(record, MemoryUnit | Concept | Artifact):
+            nodes.append(graph_node(record))
+    return out
+
+
+async def load(graph: GraphStore, lines: list[str]) -> None:
+    for user_id, (nodes, edges) in projection(parse_jsonl(lines)).items():
+        await graph.upsert_nodes(user_id, nodes)
+        await graph.upsert_edges(user_id, edges)
+
+
+class Tenants:
+    """Fresh user ids for one test, deleted from the server afterwards."""
+
+    def __init__(self) -> None:
+        self.run = uuid.uuid4().hex[:10]
+        self.made: list[str] = []
+
+    def __call__(self, name: str) -> str:
+        user_id = f"t{self.run}-{name}"
+        self.made.append(user_id)
+        return user_id
+
+
+@pytest.fixture
+async def tenants(store: Neo4jGraphStore) -> AsyncIterator[Tenants]:
+    made = Tenants()
+    yield made
+    for user_id in made.made:
+        await store.delete_user(user_id)
+
+
+@pytest.fixture
+async def loaded(store: Neo4jGraphStore, tenants: Tenants) -> tuple[Neo4jGraphStore, str]:
+    """The contract suite's small graph for user u1 and, under x-prefixed ids, for user u2."""
+    u1, u2 = tenants("u1"), tenants("u2")
+    await load(store, jsonl(small_graph(u1) + small_graph(u2, prefix="x")))
+    return store, u1
+
+
+# --- the contract suite's graph behaviours -------------------------------------------------------
+
+
+async def test_adapter_implements_the_port(store):
+    assert isinstance(store, GraphStore)
+    await store.ping()
+
+
+async def test_expand_depth_zero_returns_seeds_with_attributes(loaded):
+    store, u1 = loaded
+    out = await store.expand(u1, {"m1": 0.8}, ExpansionCaps(0, 25, 100, 0.5))
+    assert [(c.node.id, c.hops, c.path_score) for c in out] == [("m1", 0, 0.8)]
+    node = out[0].node
+    assert node.kind is Kind.MEMORY_UNIT and node.salience == pytest.approx(0.85)
+    assert node.tags == ("phoenix",) and node.source_agent_id == "meeting-agent"
+    assert out[0].mentions == ("c-phx",)
+
+
+async def test_expand_walks_both_directions_with_decay_and_best_paths(loaded):
+    store, u1 = loaded
+    out = {c.node.id: c for c in await store.expand(u1, {"m1": 0.8}, CAPS)}
+    assert out["c-phx"].hops == 1 and out["c-phx"].path_score == pytest.approx(0.4)
+    assert out["m2"].hops == 1  # FOLLOWS, walked backwards
+    assert out["a1"].hops == 1  # DERIVED_FROM, walked backwards
+    assert out["c-bw"].hops == 2
+    assert out["c-bw"].path_score == pytest.approx(0.2)
+    assert [s.node_id for s in out["c-bw"].path] == ["m2", "c-bw"]
+    assert out["c-bw"].path[0].edge is EdgeType.FOLLOWS and out["c-bw"].path[0].forward is False
+    assert "m3" not in out and not any(i.startswith("x") for i in out)
+    assert out["c-phx"].last_mention_ts is not None
+
+
+async def test_expand_respects_fanout_and_kind_caps(store, tenants):
+    u3 = tenants("u3")
+    hub = [concept(u3, "hub", "Hub")] + [
+        mu(u3, f"m{i:02d}", f"note {i}", f"2025-01-{i + 1:02d}T00:00:00Z") for i in range(20)
+    ]
+    hub += [rel(u3, "MENTIONS", f"m{i:02d}", "hub") for i in range(20)]
+    await load(store, jsonl(hub))
+    out = await store.expand(u3, {"hub": 1.0}, ExpansionCaps(1, 5, 100, 0.5))
+    reached = sorted(c.node.id for c in out if c.hops == 1)
+    assert reached == ["m15", "m16", "m17", "m18", "m19"]  # newest first under the fan-out cap
+    capped = await store.expand(u3, {"hub": 1.0}, ExpansionCaps(1, 50, 3, 0.5))
+    assert sum(1 for c in capped if c.node.kind is Kind.MEMORY_UNIT) == 3
+
+
+async def test_expand_never_crosses_users_or_into_the_future(loaded):
+    store, u1 = loaded
+    assert await store.expand(u1, {"xm1": 1.0}, CAPS) == []
+    out = await store.expand(u1, {"c-pg": 1.0}, CAPS, not_after=1750000000.0)
+    assert [c.node.id for c in out] == ["c-pg"]  # m3/m4 are after the cutoff
+
+
+async def test_neighbors_newest_first(loaded):
+    store, u1 = loaded
+    nb = await store.neighbors(u1, ["c-pg", "c-phx"], EdgeType.MENTIONS, False, 10)
+    assert [n.id for n in nb["c-pg"]] == ["m4", "m3"]
+    assert [n.id for n in nb["c-phx"]] == ["m1"]
+    out = await store.neighbors(u1, ["m1"], EdgeType.MENTIONS, True, 10)
+    assert [(n.id, n.label) for n in out["m1"]] == [("c-phx", "Project Phoenix")]
+    assert (await store.neighbors(u1, ["nope"], EdgeType.MENTIONS, True, 10)) == {"nope": []}
+
+
+# --- Neo4j specifics -----------------------------------------------------------------------------
+
+
+async def test_projection_is_what_an_operator_sees(loaded, raw):
+    store, u1 = loaded
+    assert await store.ids(u1) == {
+        "c-phx": "concept",
+        "c-bw": "concept",
+        "c-pg": "concept",
+        "m1": "memory_unit",
+        "m2": "memory_unit",
+        "m3": "memory_unit",
+        "m4": "memory_unit",
+        "a1": "artifact",
+    }
+    rows = raw.execute_query(
+        "MATCH (n:Entity {user_id: $u})-[r]->(m) RETURN n.id AS n, labels(n) AS labels, type(r) AS type, "
+        "r.weight AS weight, r.relation_type AS rt, m.id AS m",
+        {"u": u1},
+        database_="neo4j",
+    )
+    by_edge = {(r["n"], r["type"], r["m"]): r for r in rows.records}
+    assert sorted(by_edge[("c-phx", "RELATED_TO", "c-bw")]["labels"]) == ["Concept", "Entity"]
+    assert by_edge[("c-phx", "RELATED_TO", "c-bw")]["weight"] == 0.8
+    assert by_edge[("c-phx", "RELATED_TO", "c-bw")]["rt"] == "depends_on"
+    assert sorted(by_edge[("a1", "DERIVED_FROM", "m1")]["labels"]) == ["DerivedArtifact", "Entity"]
+    assert {t for _, t, _ in by_edge} == {"MENTIONS", "RELATED_TO", "DERIVED_FROM", "FOLLOWS"}
+
+
+async def test_writes_are_idempotent_and_deletes_cascade(loaded):
+    store, u1 = loaded
+    before = await store.expand(u1, {"m1": 0.8}, CAPS)
+    await load(store, jsonl([r for r in small_graph(u1) if r["kind"] != "preference"]))
+    assert await store.expand(u1, {"m1": 0.8}, CAPS) == before
+    # an id that changes kind changes label
+    await store.upsert_nodes(u1, [GraphNode("a1", Kind.CONCEPT, "Now a concept", None, 0.5, "topic")])
+    assert (await store.ids(u1))["a1"] == "concept"
+    await store.delete_edges(u1, [GraphEdge("m2", "m1", EdgeType.FOLLOWS)])
+    out = {c.node.id: c for c in await store.expand(u1, {"m1": 0.8}, ExpansionCaps(1, 25, 100, 0.5))}
+    assert "m2" not in out
+    await store.delete_nodes(u1, ["c-phx"])
+    assert (await store.neighbors(u1, ["m1"], EdgeType.MENTIONS, True, 10)) == {"m1": []}
+    await store.delete_user(u1)
+    assert await store.ids(u1) == {}
+
+
+async def test_edges_without_endpoints_are_skipped(store, tenants):
+    u = tenants("orphans")
+    await store.upsert_nodes(u, [GraphNode("c1", Kind.CONCEPT, "C1", None, 0.5, "topic")])
+    await store.upsert_edges(u, [GraphEdge("m-missing", "c1", EdgeType.MENTIONS)])
+    assert await store.neighbors(u, ["c1"], EdgeType.MENTIONS, False, 10) == {"c1": []}
+
+
+async def test_schema_is_idempotent(store, raw):
+    first = await store.apply_schema()
+    assert first == await store.apply_schema()
+    rows = raw.execute_query("SHOW CONSTRAINTS YIELD name, type, properties", database_="neo4j")
+    found = {r["name"]: r for r in rows.records}
+    assert found["entity_user_id"]["type"] == "UNIQUENESS"
+    assert found["entity_user_id"]["properties"] == ["user_id", "id"]
+
+
+async def test_uniqueness_is_enforced(store, tenants, raw):
+    u = tenants("dup")
+    await store.upsert_nodes(u, [GraphNode("c1", Kind.CONCEPT, "C1", None, 0.5, "topic")])
+    with pytest.raises(ConstraintError):
+        raw.execute_query("CREATE (:Entity {user_id: $u, id: 'c1'})", {"u": u}, database_="neo4j")
+
+
+async def test_errors_are_translated(neo4j_uri):
+    down = Neo4jGraphStore("bolt://127.0.0.1:1", connection_timeout=1.0, max_transaction_retry_time=0.0)
+    with pytest.raises(StoreUnavailable) as exc_info:
+        await down.ping()
+    assert exc_info.value.__cause__ is not None
+    await down.close()
+    wrong_db = Neo4jGraphStore(neo4j_uri, database="no-such-database")
+    with pytest.raises(StoreError) as err:
+        await wrong_db.expand("u", {"a": 1.0}, CAPS)
+    assert not isinstance(err.value, StoreUnavailable) and err.value.__cause__ is not None
+    await wrong_db.close()
+    ok = Neo4jGraphStore(neo4j_uri)
+    await ok.ping()
+    with pytest.raises(InvalidInput):
+        await ok.expand("u", {"a": 1.0}, ExpansionCaps(4, 25, 100, 0.5))
+    await ok.close()
+
+
+# --- congruence: embedded vs Neo4j ---------------------------------------------------------------
+
+KINDS = list(Kind)
+STAMPS = [None, 100.0, 200.0, 200.0, 300.0]
+
+
+@st.composite
+def user_graphs(draw: st.DrawFn) -> tuple[list[GraphNode], list[GraphEdge]]:
+    """A small graph with many ties (weights, timestamps, saliences), self-loops and opposite
+    edges, using the ids n00.. that every user of an example shares."""
+    count = draw(st.integers(1, 12))
+    nodes = []
+    for i in range(count):
+        kind = draw(st.sampled_from(KINDS))
+        ts = None if kind is Kind.CONCEPT else draw(st.sampled_from(STAMPS))
+        nodes.append(
+            GraphNode(
+                id=f"n{i:02d}",
+                kind=kind,
+                label=f"node {i}",
+                ts=ts,
+                salience=draw(st.sampled_from([0.2, 0.5, 0.9])),
+                category=draw(st.sampled_from(["meeting_note", "topic"])),
+                tags=tuple(sorted(draw(st.sets(st.sampled_from(["a", "b", "c"]), max_size=2)))),
+                source_agent_id=draw(st.sampled_from([None, "agent"])),
+            )
+        )
+    edges: dict[tuple[str, str, EdgeType], GraphEdge] = {}
+    for _ in range(draw(st.integers(0, 30))):
+        etype = draw(st.sampled_from(list(EdgeType)))
+        sources = [n.id for n in nodes if n.kind in EDGE_ENDPOINTS[etype][0]]
+        targets = [n.id for n in nodes if n.kind in EDGE_ENDPOINTS[etype][1]]
+        if not sources or not targets:
+            continue
+        source, target = draw(st.sampled_from(sources)), draw(st.sampled_from(targets))
+        weight = draw(st.sampled_from([0.25, 0.5, 1.0]))
+        edges[(source, target, etype)] = GraphEdge(source, target, etype, weight, draw(st.sampled_from([None, "rt"])))
+    return nodes, list(edges.values())
+
+
+@st.composite
+def probes(draw: st.DrawFn) -> tuple[dict[str, float], ExpansionCaps, float | None, list[str], EdgeType, bool, int]:
+    ids = [f"n{i:02d}" for i in range(12)] + ["ghost"]
+    seeds = draw(st.dictionaries(st.sampled_from(ids), st.sampled_from([0.5, 0.8, 1.0]), min_size=1, max_size=4))
+    caps = ExpansionCaps(
+        depth=draw(st.integers(0, 3)),
+        fanout_per_node=draw(st.integers(1, 3)),
+        max_per_kind=draw(st.integers(1, 5)),
+        hop_decay=draw(st.sampled_from([0.5, 0.6, 1.0])),
+    )
+    not_after = draw(st.sampled_from([None, 150.0, 250.0]))
+    nb_ids = draw(st.lists(st.sampled_from(ids), min_size=1, max_size=4))
+    return (
+        seeds,
+        caps,
+        not_after,
+        nb_ids,
+        draw(st.sampled_from(list(EdgeType))),
+        draw(st.booleans()),
+        draw(st.integers(0, 4)),
+    )
+
+
+@pytest.fixture
+def embedded_graph(tmp_path: Path) -> Iterator[EmbeddedStore]:
+    store = EmbeddedStore(tmp_path / "congruence.db", None)
+    yield store
+    store.close()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(graphs=st.lists(user_graphs(), min_size=1, max_size=3), probe_list=st.lists(probes(), min_size=1, max_size=3))
+async def test_expand_and_neighbors_agree_with_the_embedded_adapter(
+    neo4j_uri: str, embedded_graph: EmbeddedStore, graphs, probe_list
+) -> None:
+    neo4j = Neo4jGraphStore(neo4j_uri)
+    run = uuid.uuid4().hex[:10]
+    users = [f"t{run}-g{i}" for i in range(len(graphs))]
+    try:
+        for user_id, (nodes, edges) in zip(users, graphs, strict=True):
+            for graph in (embedded_graph.graph, neo4j):
+                await graph.upsert_nodes(user_id, nodes)
+                await graph.upsert_edges(user_id, edges)
+        for user_id in users:
+            for seeds, caps, not_after, nb_ids, edge, outgoing, limit in probe_list:
+                expected = await embedded_graph.graph.expand(user_id, seeds, caps, not_after)
+                assert await neo4j.expand(user_id, seeds, caps, not_after) == expected
+                expected_nb = await embedded_graph.graph.neighbors(user_id, nb_ids, edge, outgoing, limit, not_after)
+                assert await neo4j.neighbors(user_id, nb_ids, edge, outgoing, limit, not_after) == expected_nb
+    finally:
+        for user_id in users:
+            await neo4j.delete_user(user_id)
+            await embedded_graph.graph.delete_user(user_id)
+        await neo4j.close()
+
+
+async def test_sample_graph_agrees_with_the_embedded_adapter(store, tenants, embedded_graph):
+    """The bundled sample graph, from its busiest concepts, at every depth."""
+    from importlib import resources
+
+    lines = resources.files("hrt.sample_data").joinpath("sample_graph.jsonl").read_text(encoding="utf-8")
+    records = parse_jsonl(lines.splitlines())
+    renamed = {u: tenants(u) for u in {r.user_id for r in records}}
+    for user_id, (nodes, edges) in projection(records).items():
+        for graph in (embedded_graph.graph, store):
+            await graph.upsert_nodes(renamed[user_id], nodes)
+            await graph.upsert_edges(renamed[user_id], edges)
+    for user_id, (nodes, edges) in projection(records).items():
+        degree: dict[str, int] = {}
+        for e in edges:
+            degree[e.source] = degree.get(e.source, 0) + 1
+            degree[e.target] = degree.get(e.target, 0) + 1
+        seeds = {ident: 1.0 - 0.1 * i for i, ident in enumerate(sorted(degree, key=lambda k: (-degree[k], k))[:5])}
+        mus = [n.id for n in nodes if n.kind is Kind.MEMORY_UNIT]
+        for depth in range(4):
+            caps = ExpansionCaps(depth, 4, 12, 0.6)
+            for not_after in (None, 1.75e9):
+                expected = await embedded_graph.graph.expand(renamed[user_id], seeds, caps, not_after)
+                assert await store.expand(renamed[user_id], seeds, caps, not_after) == expected
+        expected_nb = await embedded_graph.graph.neighbors(renamed[user_id], mus, EdgeType.MENTIONS, True, 3)
+        assert await store.neighbors(renamed[user_id], mus, EdgeType.MENTIONS, True, 3) == expected_nb
