@@ -82,6 +82,7 @@ NOT_IN_FINGERPRINT = (
     "reranker_timeout_s",
     "reranker_max_concurrency",
     "rerank_budget_s",
+    "request_timeout_s",
 )
 
 
@@ -158,6 +159,7 @@ class Settings(BaseSettings):
     score_decimals: int = Field(4, ge=1, le=8)
 
     # --- server --------------------------------------------------------------------------------
+    request_timeout_s: float = Field(10.0, gt=0.0, le=600.0)  # a retrieval never runs longer (then 503)
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     max_body_bytes: int = Field(1_048_576, ge=1024)

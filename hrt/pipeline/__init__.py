@@ -9,6 +9,7 @@ before rerank and selection, because both need the entities' text.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,7 +18,7 @@ from datetime import UTC, datetime
 from hrt.config import Settings
 from hrt.contract import AugmentedMemoryContext, RetrieveRequest
 from hrt.embedder import Embedder
-from hrt.errors import NotFound
+from hrt.errors import NotFound, StoreUnavailable
 from hrt.metrics import Metrics
 from hrt.pipeline.assembly import assemble
 from hrt.pipeline.expansion import run_expansion
@@ -74,7 +75,18 @@ class HybridRetrievalTool:
         return (await self.run(request))[0]
 
     async def run(self, request: RetrieveRequest) -> tuple[AugmentedMemoryContext, dict[str, float]]:
-        """The response and the seconds each stage took (timings never enter the response)."""
+        """The response and the seconds each stage took (timings never enter the response).
+
+        The whole retrieval runs under ``request_timeout_s``: a store that hangs gives a clear
+        ``StoreUnavailable`` (HTTP 503), never a request that waits forever."""
+        budget = self.settings.request_timeout_s
+        try:
+            return await asyncio.wait_for(self._run(request), timeout=budget)
+        except TimeoutError as exc:
+            self.metrics.degraded.labels(stage="timeout").inc()
+            raise StoreUnavailable(f"retrieval exceeded its {budget:g}s budget: a store is slow or down") from exc
+
+    async def _run(self, request: RetrieveRequest) -> tuple[AugmentedMemoryContext, dict[str, float]]:
         s = self.settings
         timings: dict[str, float] = {}
         started = time.perf_counter()

@@ -6,6 +6,7 @@ Neo4j, Weaviate) joins the parameter list when its adapters land.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -33,18 +34,46 @@ class Deployment:
         return self.service.embedder.embed([text])
 
 
-@pytest.fixture(params=["embedded", pytest.param("postgres", marks=pytest.mark.integration)])
+USERS = ("u1", "u2", "u3", "ghost")
+
+
+@pytest.fixture(
+    params=[
+        "embedded",
+        pytest.param("postgres", marks=pytest.mark.integration),
+        pytest.param("services", marks=pytest.mark.integration),
+    ]
+)
 async def deployment(request, tmp_path) -> AsyncIterator[Deployment]:
+    """``embedded``: one SQLite file. ``postgres``: PostgreSQL records, embedded projections fed by
+    the outbox projector. ``services``: PostgreSQL + Neo4j + Weaviate, all real processes."""
     settings = Settings(db_path=tmp_path / "c.db")
-    if request.param == "postgres":  # PostgreSQL records; projections delivered by the outbox projector
+    if request.param in ("postgres", "services"):
         from hrt.stores.postgres_migrate import migrate
 
         dsn = request.getfixturevalue("postgres_dsn")
         migrate(dsn)
         settings = settings.model_copy(update={"record_store": "postgres", "postgres_dsn": dsn})
+    if request.param == "services":
+        stack = request.getfixturevalue("stack_manager").need("neo4j", "weaviate")
+        settings = settings.model_copy(
+            update={
+                "graph_store": "neo4j",
+                "neo4j_uri": stack.neo4j_uri,
+                "vector_index": "weaviate",
+                "weaviate_http_port": stack.weaviate_http_port,
+                "weaviate_grpc_port": stack.weaviate_grpc_port,
+                "weaviate_collection": "HRTContract" + uuid.uuid4().hex[:8],
+            }
+        )
     svc = await HRTService(settings, embedder=HashingEmbedder(), clock=lambda: FIXED_NOW).start()
+    for user in USERS:  # Neo4j is one shared database: start each test from an empty graph
+        await svc.graph.delete_user(user)
     await svc.ingest(parse_jsonl(jsonl(small_graph("u1") + small_graph("u2", prefix="x"))))
     yield Deployment(svc.records, svc.graph, svc.vectors, svc)
+    for user in USERS:
+        await svc.graph.delete_user(user)
+        await svc.vectors.delete_user(user)
     await svc.close()
 
 

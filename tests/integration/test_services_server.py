@@ -1,0 +1,129 @@
+"""The whole server with all-real backends: ``hrt serve`` over PostgreSQL + Neo4j + Weaviate
+processes started by the fixtures, with the real embedding model."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from hrt import devstack
+from hrt.cli import sample_data_path
+from hrt.contract import AugmentedMemoryContext
+from tests.integration.conftest import ServerProcess, free_port
+
+pytestmark = pytest.mark.integration
+
+SAMPLE_USERS = ("u-maya", "u-tom", "u-sara")
+REQUESTS = [
+    {"user_id": "u-maya", "key_phrases": ["Project Phoenix timeline", "team bandwidth"]},
+    {"user_id": "u-tom", "key_phrases": ["Postgres migration", "on-call incident"], "max_depth": 1},
+    {"user_id": "u-sara", "query": "How did the onboarding flow usability tests go?"},
+    {"user_id": "u-maya", "key_phrases": ["pricing decision"], "max_depth": 0},
+]
+
+
+def services_env(dsn: str, stack: devstack.Stack, weaviate: devstack.Stack, tmp: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "HRT_RECORD_STORE": "postgres", "HRT_GRAPH_STORE": "neo4j", "HRT_VECTOR_INDEX": "weaviate",
+        "HRT_POSTGRES_DSN": dsn, "HRT_NEO4J_URI": stack.neo4j_uri,
+        "HRT_WEAVIATE_HTTP_PORT": str(weaviate.weaviate_http_port),
+        "HRT_WEAVIATE_GRPC_PORT": str(weaviate.weaviate_grpc_port),
+        "HRT_WEAVIATE_COLLECTION": "HRTServer" + uuid.uuid4().hex[:8],
+        "HRT_DB_PATH": str(tmp / "unused.db"), "HRT_REQUEST_TIMEOUT_S": "8", "HRT_LOG_LEVEL": "WARNING",
+    }
+
+
+def serve(env: dict[str, str], log: Path) -> ServerProcess:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "hrt.cli", "serve", "--port", str(port)], env=env,
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    server = ServerProcess(proc, f"http://127.0.0.1:{port}", log)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        try:
+            if httpx.get(f"{server.base_url}/readyz", timeout=2).status_code == 200:
+                return server
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+    server.stop()
+    raise AssertionError(f"server not ready: {log.read_text()[-3000:]}")
+
+
+@pytest.fixture
+def own_weaviate():
+    """A Weaviate for this test alone, so it can be killed mid-run."""
+    directory = Path(tempfile.mkdtemp(prefix="hrt-wv-"))
+    with devstack.running(directory, ("weaviate",)) as stack:
+        yield stack
+
+
+def test_all_real_backends_end_to_end(postgres_dsn, stack_manager, own_weaviate, tmp_path):
+    stack = stack_manager.need("neo4j")
+    env = services_env(postgres_dsn, stack, own_weaviate, tmp_path)
+    migrated = subprocess.run([sys.executable, "-m", "hrt.cli", "migrate"], env=env, capture_output=True, text=True,
+                              timeout=120)
+    assert migrated.returncode == 0, migrated.stderr
+    server = serve(env, tmp_path / "server.log")
+    try:
+        with httpx.Client(base_url=server.base_url, timeout=60) as c:
+            for user in SAMPLE_USERS:  # Neo4j is shared across tests: start from nothing
+                assert c.delete(f"/v1/users/{user}").status_code == 200
+            r = c.post("/v1/ingest", content=sample_data_path().read_bytes(),
+                       headers={"content-type": "application/x-ndjson"})
+            assert r.status_code == 200, r.text
+            ready = c.get("/readyz").json()
+            assert ready["stores"] == {"records": "ok", "graph": "ok", "vectors": "ok"}
+            assert ready["deployment"] == "postgres+neo4j+weaviate"
+            docs = []
+            for body in REQUESTS:
+                body = {**body, "as_of": "2025-12-31T00:00:00Z"}
+                first, again = c.post("/v1/retrieve", json=body), c.post("/v1/retrieve", json=body)
+                assert first.status_code == 200, first.text
+                assert first.content == again.content  # deterministic
+                doc = AugmentedMemoryContext.model_validate_json(first.content)
+                prefix = body["user_id"].split("-")[1] + "-"
+                ids = [m.muid for m in doc.retrieved_memory_units] + [x.id for x in doc.retrieved_concepts]
+                assert ids and all(i.startswith(prefix) for i in ids), ids  # shared names, separate tenants
+                assert doc.retrieval_metadata.deployment == "postgres+neo4j+weaviate"
+                assert doc.retrieval_metadata.missing_records == {}
+                docs.append(doc)
+            # a delete reaches all three stores
+            assert c.delete("/v1/users/u-tom/entities/concept/tom-c-postgres").json()["deleted"] == 1
+            after = AugmentedMemoryContext.model_validate_json(
+                c.post("/v1/retrieve", json={**REQUESTS[1], "as_of": "2025-12-31T00:00:00Z"}).content)
+            assert "tom-c-postgres" not in {x.id for x in after.retrieved_concepts}
+            assert all("tom-c-postgres" not in [n.id for n in m.connected_concept_ids_and_names]
+                       for m in after.retrieved_memory_units)
+            # one store dies mid-run: a clear 503 within the request budget, never a hang, never other data
+            devstack.stop_pid(own_weaviate.services["weaviate"].pid, grace=5)
+            start = time.monotonic()
+            down = c.post("/v1/retrieve", json={**REQUESTS[0], "as_of": "2025-12-31T00:00:00Z"}, timeout=60)
+            elapsed = time.monotonic() - start
+            assert down.status_code == 503, down.text
+            assert down.json()["error"]["code"] == "store_unavailable"
+            assert elapsed < 8 + 5  # the request budget (HRT_REQUEST_TIMEOUT_S=8) plus slack
+            assert c.get("/readyz").status_code == 503
+            # writes still land in PostgreSQL (the outbox holds the projection for later)
+            w = c.post("/v1/ingest", json={"records": [
+                {"kind": "concept", "user_id": "u-maya", "id": "maya-c-new", "name": "New concept"}]})
+            assert w.status_code == 200, w.text
+    finally:
+        server.stop()
+        cleanup = subprocess.run(
+            [sys.executable, "-c",
+             "import asyncio,sys\nfrom hrt.stores.neo4j_graph import Neo4jGraphStore\n"
+             "async def m():\n g=Neo4jGraphStore(sys.argv[1])\n"
+             " [await g.delete_user(u) for u in ('u-maya','u-tom','u-sara')]\n await g.close()\nasyncio.run(m())",
+             stack.neo4j_uri], capture_output=True, text=True, timeout=60)
+        assert cleanup.returncode == 0, cleanup.stderr
