@@ -148,7 +148,7 @@ class Settings(BaseSettings):
     reranker_top_logprobs: int = Field(20, ge=1, le=5000)
     reranker_oversample: int = Field(3, ge=1, le=10)  # rerank the top limit x oversample per kind
     reranker_max_candidates: int = Field(60, ge=1, le=500)  # bound on M across kinds
-    rerank_budget_s: float = Field(15.0, gt=0.0, le=600.0)  # the stage's time budget
+    rerank_budget_s: float = Field(10.0, gt=0.0, le=600.0)  # the stage's time budget
     rerank_blend: float = Field(0.5, ge=0.0, le=1.0)
 
     # --- selection and assembly ----------------------------------------------------------------
@@ -159,7 +159,7 @@ class Settings(BaseSettings):
     score_decimals: int = Field(4, ge=1, le=8)
 
     # --- server --------------------------------------------------------------------------------
-    request_timeout_s: float = Field(10.0, gt=0.0, le=600.0)  # a retrieval never runs longer (then 503)
+    request_timeout_s: float = Field(30.0, gt=0.0, le=600.0)  # a retrieval never runs longer (then 503)
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     max_body_bytes: int = Field(1_048_576, ge=1024)
@@ -170,6 +170,8 @@ class Settings(BaseSettings):
     def _threshold_order(self) -> Settings:
         if self.threshold_min > self.threshold_max:
             raise ValueError("threshold_min must not exceed threshold_max")
+        if self.rerank_budget_s >= self.request_timeout_s:
+            raise ValueError("rerank_budget_s must be below request_timeout_s (the whole request's budget)")
         return self
 
     def fingerprint(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 from hrt.records import EdgeType, Kind
@@ -72,7 +73,7 @@ class EmbeddedGraphStore:
             adjacency.setdefault(source, []).append(Link(target, edge, weight, True))
             adjacency.setdefault(target, []).append(Link(source, edge, weight, False))
         for ident, links in adjacency.items():
-            links.sort(key=lambda lk, ident=ident: link_order(ident, lk, nodes))
+            links.sort(key=partial(link_order, ident, nodes=nodes))
         graph = _UserGraph(nodes, adjacency)
         with self._cache_lock:
             self._cache[user_id] = graph

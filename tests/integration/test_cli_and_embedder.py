@@ -93,7 +93,8 @@ def test_ingest_query_and_a_bad_line(tmp_path):
     unknown = run_hrt("query", "--user", "nobody", "--phrase", "x", "--db", db)
     assert unknown.returncode == 2 and "unknown user_id" in unknown.stderr
     m = run_hrt("migrate", "--db", db)
-    assert json.loads(m.stdout)["schema_versions"] == [1] and json.loads(m.stdout)["applied_now"] == []
+    embedded = json.loads(m.stdout)["embedded"]
+    assert embedded["schema_versions"] == [1] and embedded["applied_now"] == []
 
 
 def test_real_embedder_is_normalised_semantic_and_cached(real_embedder):

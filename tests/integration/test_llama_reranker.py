@@ -18,8 +18,6 @@ adapter's own cache makes repeated calls identical within one HRT process whatev
 
 from __future__ import annotations
 
-import asyncio
-import statistics
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,7 +66,7 @@ def llama_exact(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServe
 
 def make(server: LlamaServer, **kwargs: Any) -> Qwen3Reranker:
     kwargs.setdefault("top_logprobs", TOP_N)
-    kwargs.setdefault("timeout_s", 30.0)
+    kwargs.setdefault("timeout_s", 90.0)  # generous: a loaded 2-core machine is slow, never wrong
     kwargs.setdefault("cache_size", 0)  # every call below must reach the server
     return Qwen3Reranker(base_url=server.base_url, **kwargs)
 
@@ -180,44 +178,3 @@ async def test_killing_the_server_mid_run_is_translated_fast_and_opens_the_break
         await client.aclose()
 
 
-async def _timed_run(server: LlamaServer, mode: str, concurrency: int, query: str) -> tuple[list[float], float]:
-    durations: list[float] = []
-
-    async def on_request(request: httpx.Request) -> None:
-        request.extensions["hrt_t0"] = time.perf_counter()
-
-    async def on_response(response: httpx.Response) -> None:
-        durations.append(time.perf_counter() - response.request.extensions["hrt_t0"])
-
-    client = httpx.AsyncClient(event_hooks={"request": [on_request], "response": [on_response]}, trust_env=False)
-    r = make(server, client=client, mode=mode, max_concurrency=concurrency)
-    started = time.perf_counter()
-    scores = await r.score(query, DOCS)
-    wall = time.perf_counter() - started
-    await client.aclose()
-    assert scores is not None and all(0.0 <= s <= 1.0 for s in scores)
-    return durations, wall
-
-
-@pytest.mark.parametrize("server_args", ["default", "n_batch_1"])
-@pytest.mark.parametrize("mode", MODES)
-async def test_latency_per_document(
-    request: pytest.FixtureRequest, record_property: Any, server_args: str, mode: str
-) -> None:
-    """Measures, does not judge: median per-request latency and wall time per document over 8 short
-    documents with one query (the server reuses the shared prompt prefix), at concurrency 1 and 2."""
-    server: LlamaServer = request.getfixturevalue("llama" if server_args == "default" else "llama_exact")
-    await make(server, mode=mode).score("warm-up query", DOCS[:1])
-    report = {}
-    for concurrency in (1, 2):
-        durations, wall = await _timed_run(server, mode, concurrency, f"{QUERY} (run {concurrency})")
-        report[concurrency] = (statistics.median(durations) * 1000, wall / len(DOCS) * 1000)
-        record_property(f"median_request_ms_c{concurrency}", round(report[concurrency][0], 1))
-        record_property(f"wall_ms_per_doc_c{concurrency}", round(report[concurrency][1], 1))
-    print()  # shown with pytest -s
-    for concurrency, (median_ms, per_doc_ms) in report.items():
-        print(
-            f"llama-cpp-python gemma-3-270m {server_args} {mode}, concurrency {concurrency}: "
-            f"median request {median_ms:.0f} ms, wall {per_doc_ms:.0f} ms per document"
-        )
-    await asyncio.sleep(0)

@@ -28,7 +28,7 @@ def exact_llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServe
 def settings_for(server: LlamaServer, tmp_path) -> Settings:
     # gemma never puts yes/no in its top 20, so ask for more logprobs than a real reranker needs
     return Settings(db_path=tmp_path / "r.db", reranker_base_url=server.base_url, reranker_top_logprobs=1000,
-                    reranker_timeout_s=60, rerank_budget_s=120, reranker_max_candidates=8)
+                    reranker_timeout_s=60, rerank_budget_s=120, request_timeout_s=300, reranker_max_candidates=8)
 
 
 def request(phrases: list[str], rerank: bool = True) -> RetrieveRequest:

@@ -38,7 +38,8 @@ def services_env(dsn: str, stack: devstack.Stack, weaviate: devstack.Stack, tmp:
         "HRT_WEAVIATE_HTTP_PORT": str(weaviate.weaviate_http_port),
         "HRT_WEAVIATE_GRPC_PORT": str(weaviate.weaviate_grpc_port),
         "HRT_WEAVIATE_COLLECTION": "HRTServer" + uuid.uuid4().hex[:8],
-        "HRT_DB_PATH": str(tmp / "unused.db"), "HRT_REQUEST_TIMEOUT_S": "8", "HRT_LOG_LEVEL": "WARNING",
+        "HRT_DB_PATH": str(tmp / "unused.db"), "HRT_REQUEST_TIMEOUT_S": "8", "HRT_RERANK_BUDGET_S": "5",
+        "HRT_LOG_LEVEL": "WARNING",
     }
 
 
