@@ -45,10 +45,12 @@ class ServerProcess:
                 self.proc.wait()
 
 
-def start_hrt_server(db_path: Path, log_path: Path, timeout: float = 120.0) -> ServerProcess:
+def start_hrt_server(
+    db_path: Path, log_path: Path, timeout: float = 120.0, env: dict[str, str] | None = None
+) -> ServerProcess:
     """``hrt serve`` as a real process (uvicorn) on a free loopback port; returns once /readyz is 200."""
     port = free_port()
-    env = {**os.environ, "HRT_DB_PATH": str(db_path), "HRT_LOG_LEVEL": "WARNING"}
+    env = {**os.environ, "HRT_DB_PATH": str(db_path), "HRT_LOG_LEVEL": "WARNING", **(env or {})}
     log = log_path.open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "hrt.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],

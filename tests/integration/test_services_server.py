@@ -17,7 +17,7 @@ import pytest
 from hrt import devstack
 from hrt.cli import sample_data_path
 from hrt.contract import AugmentedMemoryContext
-from tests.integration.conftest import ServerProcess, free_port
+from tests.integration.conftest import start_hrt_server
 
 pytestmark = pytest.mark.integration
 
@@ -43,24 +43,6 @@ def services_env(dsn: str, stack: devstack.Stack, weaviate: devstack.Stack, tmp:
     }
 
 
-def serve(env: dict[str, str], log: Path) -> ServerProcess:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "hrt.cli", "serve", "--port", str(port)], env=env,
-                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    server = ServerProcess(proc, f"http://127.0.0.1:{port}", log)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, log.read_text()[-3000:]
-        try:
-            if httpx.get(f"{server.base_url}/readyz", timeout=2).status_code == 200:
-                return server
-        except httpx.TransportError:
-            pass
-        time.sleep(0.3)
-    server.stop()
-    raise AssertionError(f"server not ready: {log.read_text()[-3000:]}")
-
-
 @pytest.fixture
 def own_weaviate():
     """A Weaviate for this test alone, so it can be killed mid-run."""
@@ -75,7 +57,7 @@ def test_all_real_backends_end_to_end(postgres_dsn, stack_manager, own_weaviate,
     migrated = subprocess.run([sys.executable, "-m", "hrt.cli", "migrate"], env=env, capture_output=True, text=True,
                               timeout=120)
     assert migrated.returncode == 0, migrated.stderr
-    server = serve(env, tmp_path / "server.log")
+    server = start_hrt_server(tmp_path / "unused.db", tmp_path / "server.log", env=env)
     try:
         with httpx.Client(base_url=server.base_url, timeout=60) as c:
             for user in SAMPLE_USERS:  # Neo4j is shared across tests: start from nothing
