@@ -284,6 +284,18 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if remaining else 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from hrt.eval.locomo import main as locomo_main
+
+    return int(locomo_main(args.rest))
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from hrt.bench.run import main as bench_main
+
+    return int(bench_main(args.rest))
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
     from hrt import devstack
 
@@ -371,6 +383,15 @@ def build_parser() -> argparse.ArgumentParser:
     dr.add_argument("--db")
     dr.set_defaults(func=cmd_doctor)
 
+    ev = sub.add_parser("eval", help="retrieval quality: `hrt eval locomo --data PATH --out DIR` (see docs/)")
+    ev.add_argument("benchmark", choices=["locomo"])
+    ev.add_argument("rest", nargs=argparse.REMAINDER, help="options of the benchmark (--help for them)")
+    ev.set_defaults(func=cmd_eval)
+
+    be = sub.add_parser("bench", help="speed at scale: `hrt bench --sizes 10k,100k --out DIR` (see docs/bench.md)")
+    be.add_argument("rest", nargs=argparse.REMAINDER, help="options of the benchmark (--help for them)")
+    be.set_defaults(func=cmd_bench)
+
     dv = sub.add_parser("dev", help="start, stop or inspect the local PostgreSQL + Neo4j + Weaviate dev stack")
     dv.add_argument("action", choices=["up", "down", "status"])
     dv.add_argument("--dir", default=".hrt-dev", help="where the stack keeps data, logs and stack.env")
@@ -384,6 +405,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:  # every option, --help included, belongs to the benchmark
+        from hrt.bench.run import main as bench_main
+
+        return int(bench_main(argv[1:]))
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -113,6 +113,10 @@ class Settings(BaseSettings):
     embedding_device: str = "cpu"
     embedding_batch_size: int = Field(64, ge=1, le=4096)
     embedding_cache_size: int = Field(4096, ge=0)
+    # Threads per math library (torch, BLAS). One request's math runs at a time, and two libraries
+    # each spinning a pool on 2 cores fight each other: 1 thread cut intake p95 at 100k entities from
+    # ~550 ms to ~20 ms (docs/bench.md). 0 leaves the libraries' defaults.
+    compute_threads: int = Field(1, ge=0, le=256)
 
     # --- grounding -----------------------------------------------------------------------------
     rrf_k: int = Field(60, ge=1)

@@ -49,7 +49,26 @@ def load_reranker(settings: Settings, metrics: Metrics) -> Reranker:
     )
 
 
+def limit_compute_threads(threads: int) -> None:
+    """Hold torch and the BLAS behind numpy to ``threads`` each (0: leave their defaults)."""
+    if threads <= 0:
+        return
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+    except ImportError:  # pragma: no cover - torch comes with sentence-transformers
+        pass
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=threads)
+    except ImportError:  # pragma: no cover - optional
+        log.info("threadpoolctl is not installed; BLAS threads left at their default")
+
+
 def load_embedder(settings: Settings) -> Embedder:
+    limit_compute_threads(settings.compute_threads)
     inner = SentenceTransformerEmbedder(
         settings.embedding_model, device=settings.embedding_device, batch_size=settings.embedding_batch_size
     )
