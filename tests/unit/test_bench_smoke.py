@@ -1,0 +1,140 @@
+"""``hrt bench`` cannot rot: the generator is deterministic and power-law-ish, and a tiny run of the
+whole harness (child-process ingest, a real ``hrt serve`` over HTTP, JSON, table, plot) completes.
+
+Benchmarks are commands, not tests: nothing here asserts a speed. The tiny run uses the hashing
+test embedder for both ingest and the server, so it takes seconds and loads no model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from hrt.bench import run as bench
+from hrt.bench.synth import GraphStats, SynthConfig, generate, key_phrases
+from hrt.ingest import parse_record
+
+
+def digest(cfg: SynthConfig) -> str:
+    h = hashlib.sha256()
+    for record in generate(cfg):
+        h.update(json.dumps(record, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def test_generator_is_deterministic_and_seeded() -> None:
+    cfg = SynthConfig(entities=2000, seed=3)
+    assert digest(cfg) == digest(SynthConfig(entities=2000, seed=3))
+    assert digest(cfg) != digest(SynthConfig(entities=2000, seed=4))
+    assert key_phrases(cfg, 20) == key_phrases(SynthConfig(entities=2000, seed=3), 20)
+
+
+def test_generator_counts_kinds_and_valid_records() -> None:
+    cfg = SynthConfig(entities=1000, id_prefix="t-")
+    stats = GraphStats()
+    records = list(generate(cfg, stats))
+    kinds = Counter(r["kind"] for r in records if r["kind"] != "relation")
+    assert stats.n_entities == 1000
+    assert kinds["concept"] == cfg.n_concepts == 250
+    assert kinds["artifact"] == cfg.n_artifacts == 150
+    assert kinds["memory_unit"] == cfg.n_memory_units == 600
+    assert stats.n_relations == sum(1 for r in records if r["kind"] == "relation")
+    for i, r in enumerate(records):  # every record is valid ingest input
+        parse_record(r, f"record {i}")
+    # dependency order: a relation names only entities yielded before it
+    seen: set[str] = set()
+    for r in records:
+        if r["kind"] == "relation":
+            assert r["source"] in seen and r["target"] in seen, r
+        elif r["kind"] != "preference":
+            seen.add(r.get("muid") or r["id"])
+
+
+def test_concept_degrees_are_power_law_ish() -> None:
+    stats = GraphStats()
+    for _ in generate(SynthConfig(entities=20_000), stats):
+        pass
+    d = stats.degree_summary()
+    assert d["max"] >= 30 * d["p50"]  # hubs exist
+    assert d["p99"] >= 5 * d["p50"]  # a heavy tail, not a few outliers
+    assert -1.2 <= d["loglog_slope"] <= -0.5  # rank-frequency is a straight line in log-log
+
+
+def test_key_phrases_are_distinct_across_requests() -> None:
+    requests = key_phrases(SynthConfig(entities=500), 200)
+    flat = [p.casefold() for req in requests for p in req]
+    assert all(len(req) == 3 for req in requests)
+    assert len(flat) == len(set(flat))
+
+
+def test_sizes_parse() -> None:
+    assert [bench.parse_size(s) for s in ("300", "10k", "100K", "1m")] == [300, 10_000, 100_000, 1_000_000]
+    assert bench.size_label(1_000_000) == "1m" and bench.size_label(300) == "300"
+    with pytest.raises(argparse.ArgumentTypeError):
+        bench.parse_size("1.5")
+
+
+def test_tiny_run_writes_results(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    argv = [
+        "--sizes", "300",
+        "--deployments", "embedded",
+        "--out", str(out),
+        "--requests", "6",
+        "--warmup", "1",
+        "--concurrency", "2",
+        "--vectors", "tests.helpers:HashingEmbedder",
+    ]  # fmt: skip
+    assert bench.main(argv) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["schema"] == bench.SCHEMA
+    assert results["command"].startswith("hrt bench --sizes 300")
+    assert {"cpu", "cores", "memory_gb", "python"} <= set(results["machine"])
+    assert results["versions"]["servers"]["neo4j"]
+    [run] = results["runs"]
+    assert run["status"] == "ok", run.get("error")
+    assert run["deployment"] == "embedded" and run["entities"] == 300
+    assert run["ingest"]["entities"] == 300 and run["ingest"]["entities_per_s"] > 0
+    e2e = run["sequential"]["end_to_end"]
+    assert e2e["n"] == 6 and 0 < e2e["p50_ms"] <= e2e["p95_ms"] <= e2e["p99_ms"]
+    assert {"intake", "grounding", "expansion", "scoring", "hydration", "assembly", "total"} <= set(
+        run["sequential"]["stages"]
+    )
+    assert [lv["clients"] for lv in run["concurrent"]["levels"]] == [1, 2]
+    assert all(lv["errors"] == 0 and lv["requests"] == 6 for lv in run["concurrent"]["levels"])
+    assert run["server"]["peak_rss_mb"] > 0
+    assert run["goals"] == []  # no goal is set for 300 entities
+    readme = (out / "README.md").read_text()
+    assert "| embedded | 300 |" in readme and "Command: `hrt bench" in readme
+    pytest.importorskip("matplotlib")
+    assert (out / "latency_vs_size.png").stat().st_size > 0
+
+
+def test_a_failed_deployment_is_reported_and_the_run_goes_on(tmp_path: Path) -> None:
+    plan = bench.Plan(
+        sizes=[300],
+        deployments=["embedded"],
+        out=tmp_path,
+        requests=2,
+        concurrency=1,
+        warmup=0,
+        vectors="tests.helpers:HashingEmbedder",
+        batch_size=1000,
+        depth=2,
+        seed=7,
+        peer=False,
+        stack_dir=None,
+        command="hrt bench (test)",
+    )
+
+    def broken() -> bench.Target:
+        raise RuntimeError("store did not start")
+
+    run = bench.bench_one(plan, "services", 300, broken, tmp_path, None)
+    assert run["status"] == "failed" and "store did not start" in run["error"]
+    assert run["goals"] == []
