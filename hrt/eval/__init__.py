@@ -1,0 +1,1 @@
+"""Retrieval-quality evaluations (``hrt eval ...``). Each suite is its own module: ``locomo``."""

@@ -1,0 +1,304 @@
+"""``hrt eval locomo`` on a small made-up conversation in LoCoMo's JSON shape (never the real data):
+the importer, the extractor, the metrics, and one run of the whole command."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hrt.eval import locomo as L
+from hrt.records import Artifact, Concept, EdgeType, MemoryUnit, Relation
+from tests.helpers import HashingEmbedder
+
+
+def fixture_sample() -> dict[str, Any]:
+    """Two sessions between Ava and Ben: a pottery class, a trip to Lisbon, a dog named Pixel."""
+    return {
+        "sample_id": "demo-test",
+        "conversation": {
+            "speaker_a": "Ava",
+            "speaker_b": "Ben",
+            "session_1_date_time": "9:15 am on 3 March, 2024",
+            "session_1": [
+                {"speaker": "Ava", "dia_id": "D1:1", "text": "Hi Ben! I signed up for a pottery class downtown."},
+                {"speaker": "Ben", "dia_id": "D1:2", "text": "Nice! Is the pottery class on weekends?"},
+                {
+                    "speaker": "Ava",
+                    "dia_id": "D1:3",
+                    "text": "Yes, Saturday mornings. Look at my first bowl!",
+                    "img_url": ["https://example.invalid/bowl.jpg"],
+                    "blip_caption": "a photo of a blue ceramic bowl on a table",
+                },
+                {"speaker": "Ben", "dia_id": "D1:4", "text": "I am planning a trip to Lisbon with my sister."},
+            ],
+            "session_2_date_time": "6:40 pm on 10 March, 2024",
+            "session_2": [
+                {"speaker": "Ben", "dia_id": "D2:1", "text": "Lisbon was amazing, the tram rides were fun."},
+                {"speaker": "Ava", "dia_id": "D2:2", "text": "My dog Pixel broke the ceramic bowl from pottery class."},
+                {"speaker": "Ben", "dia_id": "D2:3", "text": "Oh no, poor bowl! Is Pixel okay?"},
+            ],
+            "session_3_date_time": "1:00 pm on 20 March, 2024",  # a date without a session
+        },
+        "session_summary": {
+            "session_1_summary": "Ava started a pottery class; Ben plans a Lisbon trip with his sister.",
+            "session_2_summary": "Ben enjoyed Lisbon. Ava's dog Pixel broke her bowl.",
+        },
+        "observation": {
+            "session_1_observation": {
+                "Ava": [["Ava takes a pottery class on Saturday mornings.", "D1:3"]],
+                "Ben": [["Ben plans a trip to Lisbon with his sister.", "D1:4"]],
+            },
+            "session_2_observation": {
+                "Ava": [["Ava has a dog named Pixel.", ["D2:2"]]],
+                "Ben": [["Ben rode trams in Lisbon.", "D2:1"], ["Cites nothing we know.", "D9:9"]],
+            },
+        },
+        "event_summary": {"events_session_1": {"Ava": ["Ava joins a pottery class."], "date": "3 March, 2024"}},
+        "qa": [
+            {"question": "What class did Ava sign up for?", "answer": "pottery", "evidence": ["D1:1"], "category": 4},
+            {"question": "When did Ava sign up?", "answer": "3 March 2024", "evidence": ["D1:1"], "category": 2},
+            {
+                "question": "What happened to the bowl Ava made in pottery class?",
+                "answer": "Pixel broke it",
+                "evidence": ["D1:3; D2:2"],
+                "category": 1,
+            },
+            {
+                "question": "Where did Ben travel with his sister?",
+                "answer": "Lisbon",
+                "evidence": ["D1:4", "D2:1"],
+                "category": 3,
+            },
+            {
+                "question": "What is the name of Ben's dog?",
+                "adversarial_answer": "Pixel",
+                "evidence": ["D2:2"],
+                "category": 5,
+            },
+            {
+                "question": "A question whose evidence is unknown?",
+                "answer": "x",
+                "evidence": ["D7:1", "D"],
+                "category": 4,
+            },
+        ],
+    }
+
+
+def by_type(records: list[Any], cls: type) -> list[Any]:
+    return [r for r in records if isinstance(r, cls)]
+
+
+def edges(records: list[Any], edge: EdgeType) -> list[Relation]:
+    return [r for r in records if isinstance(r, Relation) and r.type is edge]
+
+
+# --- importer --------------------------------------------------------------------------------
+
+
+def test_import_turns_become_memory_units_with_session_timestamps() -> None:
+    conv = L.import_conversation(fixture_sample())
+    mus = by_type(conv.records, MemoryUnit)
+    assert conv.user_id == "locomo-demo-test"
+    assert [m.muid for m in mus] == [
+        "turn:D1:1",
+        "turn:D1:2",
+        "turn:D1:3",
+        "turn:D1:4",
+        "turn:D2:1",
+        "turn:D2:2",
+        "turn:D2:3",
+    ]
+    assert mus[0].creation_ts == datetime(2024, 3, 3, 9, 15, 0, tzinfo=UTC)
+    assert mus[3].creation_ts == datetime(2024, 3, 3, 9, 15, 3, tzinfo=UTC)  # fourth turn: + 3 seconds
+    assert mus[4].creation_ts == datetime(2024, 3, 10, 18, 40, 0, tzinfo=UTC)
+    stamps = [m.creation_ts for m in mus]
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
+    assert "[image: a photo of a blue ceramic bowl on a table]" in mus[2].content
+    assert mus[2].metadata["dia_id"] == "D1:3" and mus[2].source_agent_id == "Ava"
+    assert conv.turn_ids["D2:2"] == "turn:D2:2"
+    assert conv.as_of == datetime(2024, 3, 11, 18, 40, 2, tzinfo=UTC)  # a day after the last turn
+
+
+def test_import_follows_edges_link_consecutive_turns_within_a_session() -> None:
+    conv = L.import_conversation(fixture_sample())
+    follows = {(r.source, r.target) for r in edges(conv.records, EdgeType.FOLLOWS)}
+    assert follows == {
+        ("turn:D1:2", "turn:D1:1"),
+        ("turn:D1:3", "turn:D1:2"),
+        ("turn:D1:4", "turn:D1:3"),
+        ("turn:D2:2", "turn:D2:1"),
+        ("turn:D2:3", "turn:D2:2"),
+    }
+    assert conv.counts["follows"] == 5
+
+
+def test_import_artifacts_are_derived_from_the_turns_they_cite() -> None:
+    conv = L.import_conversation(fixture_sample())
+    artifacts = {a.id: a for a in by_type(conv.records, Artifact)}
+    summaries = sorted(i for i, a in artifacts.items() if a.artifact_type == "session_summary")
+    observations = sorted(i for i, a in artifacts.items() if a.artifact_type == "observation")
+    assert summaries == ["summary:session-1", "summary:session-2"]
+    assert len(observations) == 4  # the one citing an unknown dialog id is left out
+    assert conv.derived_from["summary:session-1"] == {"turn:D1:1", "turn:D1:2", "turn:D1:3", "turn:D1:4"}
+    assert conv.derived_from["obs:s2:ava:1"] == {"turn:D2:2"}  # evidence given as a list
+    derived = {(r.source, r.target) for r in edges(conv.records, EdgeType.DERIVED_FROM)}
+    assert ("obs:s1:ben:1", "turn:D1:4") in derived
+    assert len(derived) == 4 + 3 + 4  # summaries cover their sessions, observations their citations
+    # an artifact is created after the turns it is derived from
+    mus = {m.muid: m for m in by_type(conv.records, MemoryUnit)}
+    for aid, turns in conv.derived_from.items():
+        assert all(artifacts[aid].created_at > mus[t].creation_ts for t in turns)
+
+
+def test_import_concepts_mentions_and_co_occurrence() -> None:
+    conv = L.import_conversation(fixture_sample(), L.ImportOptions(max_topic_df_ratio=0.5))
+    concepts = {c.id: c for c in by_type(conv.records, Concept)}
+    assert concepts["person:ava"].type == "person" and concepts["person:ben"].type == "person"
+    names = {c.name for c in concepts.values()}
+    assert {"Lisbon", "Pixel", "pottery class", "bowl"} <= names
+    mentions = {(r.source, r.target): r.weight for r in edges(conv.records, EdgeType.MENTIONS)}
+    lisbon = next(c.id for c in concepts.values() if c.name == "Lisbon")
+    assert ("turn:D1:4", lisbon) in mentions and ("turn:D2:1", lisbon) in mentions
+    assert mentions[("turn:D1:1", "person:ava")] == pytest.approx(0.1)  # a turn mentions its speaker, weakly
+    related = edges(conv.records, EdgeType.RELATED_TO)
+    assert related and all(0.0 < r.weight <= 1.0 and r.relation_type == "co_occurs" for r in related)
+    weights = {(r.source, r.target): r.weight for r in related}
+    # "pottery" and "class" appear in the same three turns: cosine of co-occurrence 3 / sqrt(3 x 3)
+    assert weights[("topic:class", "topic:pottery")] == pytest.approx(1.0)
+    # "bowl" (3 turns) and "ceramic" (2 turns) share two: 2 / sqrt(6)
+    assert weights[("topic:bowl", "topic:ceramic")] == pytest.approx(round(2 / math.sqrt(6), 4))
+    # every record is valid for ingest and every edge's ends exist
+    ids = (
+        {m.muid for m in by_type(conv.records, MemoryUnit)}
+        | set(concepts)
+        | {a.id for a in by_type(conv.records, Artifact)}
+    )
+    assert all(r.source in ids and r.target in ids for r in by_type(conv.records, Relation))
+
+
+def test_import_is_deterministic() -> None:
+    a = L.import_conversation(fixture_sample())
+    b = L.import_conversation(fixture_sample())
+    assert [r.model_dump_json() for r in a.records] == [r.model_dump_json() for r in b.records]
+
+
+def test_questions_keep_known_evidence_and_skip_the_rest() -> None:
+    sample = fixture_sample()
+    conv = L.import_conversation(sample)
+    questions, skipped = L.build_questions(sample, conv)
+    assert skipped == 1
+    assert [q.category for q in questions] == [4, 2, 1, 3, 5]
+    assert questions[2].evidence == {"turn:D1:3", "turn:D2:2"}  # "D1:3; D2:2" is split
+    phrases = questions[3].key_phrases()
+    assert phrases[0] == "Where did Ben travel with his sister?"
+    assert questions[0].as_of == conv.as_of
+
+
+def test_session_dates_fall_back_to_the_day_after() -> None:
+    sample = fixture_sample()
+    sample["conversation"]["session_2_date_time"] = "sometime"
+    conv = L.import_conversation(sample)
+    second = next(m for m in by_type(conv.records, MemoryUnit) if m.muid == "turn:D2:1")
+    assert second.creation_ts == datetime(2024, 3, 4, 9, 15, 0, tzinfo=UTC)
+
+
+# --- extractor --------------------------------------------------------------------------------
+
+
+def test_extractor_finds_entities_and_topics() -> None:
+    names = L.ProperNouns()
+    names.learn("I went to Lisbon. We met Lisbon friends. The Lord of the Rings is long.")
+    found = L.extract("Yesterday Ava read The Lord of the Rings in Lisbon, then bought ceramic bowls.", names)
+    assert "Ava" in found.entities and "Lisbon" in found.entities
+    assert "Lord of the Rings" in found.entities  # connectors inside a run of capitalised words
+    assert "Yesterday" not in found.entities  # sentence-initial and not a name
+    assert found.topics == ("bought ceramic bowls", "read", "bought", "ceramic", "bowls")
+
+
+def test_extractor_is_deterministic_and_stems_as_a_key_only() -> None:
+    text = "Melanie painted sunsets; painting sunsets calms Melanie's mind."
+    assert L.extract(text) == L.extract(text)
+    assert L.stem("painted") == L.stem("painting") == "paint"
+    assert L.stem("agencies") == "agency"
+    assert L.topic_key("running shoes") == "run shoe"
+
+
+def test_question_phrase_modes() -> None:
+    found = L.extract("What did Ava make in pottery class?")
+    assert L.question_phrases("What did Ava make in pottery class?", found, "question") == (
+        "What did Ava make in pottery class?",
+    )
+    keywords = L.question_phrases("What did Ava make in pottery class?", found, "keywords")
+    assert keywords == ("What did Ava make in pottery class?", "Ava pottery class")
+    anchored = L.question_phrases("What did Ava make in pottery class?", found, "anchored")
+    assert anchored[1] == "Ava pottery class"
+    assert all(
+        len(p) <= 200 for p in L.question_phrases("x " * 300 + "Lisbon trip", L.extract("Lisbon trip"), "extracted")
+    )
+
+
+# --- metrics ------------------------------------------------------------------------------------
+
+
+def test_recall_ndcg_and_reciprocal_rank_by_hand() -> None:
+    ranked = ["a", "x", "b", "y", "z"]
+    assert L.recall_at(ranked, {"a", "b", "c"}, 1) == pytest.approx(1 / 3)
+    assert L.recall_at(ranked, {"a", "b", "c"}, 5) == pytest.approx(2 / 3)
+    assert L.recall_at(ranked, set(), 5) == 0.0
+    # relevant at ranks 1 and 3; ideal: ranks 1 and 2
+    dcg = 1.0 + 1 / math.log2(4)
+    ideal = 1.0 + 1 / math.log2(3)
+    assert L.ndcg_at(ranked, {"a", "b"}, 10) == pytest.approx(dcg / ideal)
+    assert L.ndcg_at(["x", "a"], {"a"}, 1) == 0.0
+    assert L.reciprocal_rank(ranked, {"b"}) == pytest.approx(1 / 3)
+    assert L.reciprocal_rank(ranked, {"q"}) == 0.0
+
+
+def test_artifact_credited_recall_counts_the_turns_an_artifact_covers() -> None:
+    ranked = [frozenset({"t1"}), frozenset({"t2", "t3"}), frozenset({"t4"})]
+    assert L.covered_recall_at(ranked, {"t3", "t4"}, 2) == pytest.approx(0.5)
+    assert L.covered_recall_at(ranked, {"t3", "t4"}, 3) == pytest.approx(1.0)
+
+
+def test_aggregate_reports_categories_overall_and_all() -> None:
+    ones = dict.fromkeys(L.METRICS, 1.0)
+    zeros = dict.fromkeys(L.METRICS, 0.0)
+    out = L.aggregate([(1, ones), (4, zeros), (5, ones)])
+    assert list(out) == ["1", "4", "5", L.OVERALL, L.ALL]
+    assert out[L.OVERALL]["recall@10"] == 50.0 and out[L.OVERALL]["n"] == 2
+    assert out[L.ALL]["recall@10"] == pytest.approx(66.67)
+    assert out["5"]["recall@10"] == 100.0
+
+
+# --- the whole command --------------------------------------------------------------------------
+
+
+def test_the_command_runs_end_to_end_on_the_fixture(tmp_path: Path) -> None:
+    data = tmp_path / "tiny-locomo.json"
+    data.write_text(json.dumps([fixture_sample()]))
+    out = tmp_path / "out"
+    args = L.build_parser().parse_args(["--data", str(data), "--out", str(out), "--db", str(tmp_path / "e.db")])
+    assert L.run(args, embedder=HashingEmbedder()) == 0
+    body = json.loads((out / "locomo-results.json").read_text())
+    assert set(body["systems"]) == set(L.SYSTEMS)
+    assert body["meta"]["questions"] == 5 and body["meta"]["questions_skipped_without_evidence"] == 1
+    for system in body["systems"].values():
+        assert 0.0 <= system[L.OVERALL]["recall@10"] <= 100.0
+        assert system[L.OVERALL]["n"] == 4 and system["5"]["n"] == 1
+    # with seven turns, 25 results hold every turn: recall@25 is complete for the baselines
+    assert body["systems"]["dense"][L.OVERALL]["recall@25"] == 100.0
+    table = (out / "locomo-results.md").read_text()
+    assert "HRT full" in table and "BM25 only" in table and "66.2" in table
+    lines = (out / "locomo-questions.jsonl").read_text().splitlines()
+    assert len(lines) == 5 and "question" not in json.loads(lines[0])  # no question text is copied
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return
+    assert (out / "locomo-recall.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
