@@ -128,6 +128,8 @@ class Settings(BaseSettings):
     threshold_target_ratio: float = Field(0.8, gt=0.0, le=1.0)
     # a lexical hit whose fused rank is within the target count is admitted at the floor threshold
     lexical_admits_at_floor: bool = True
+    # the direct semantic evidence scoring uses: the cosine, or RRF over both legs (see grounding.py)
+    semantic_evidence: Literal["cosine", "fused"] = "cosine"
 
     # --- expansion -----------------------------------------------------------------------------
     default_depth: int = Field(2, ge=0, le=3)

@@ -46,8 +46,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -57,10 +56,8 @@ from hrt.config import Settings, Weights
 from hrt.contract import MAX_KEY_PHRASES, MAX_PHRASE_CHARS, Limits, RetrieveRequest
 from hrt.embedder import CachedEmbedder, Embedder
 from hrt.ingest import Record
-from hrt.pipeline.grounding import Grounding, ground_phrase, rrf_score
-from hrt.pipeline.intake import Intake
 from hrt.records import Artifact, Concept, EdgeType, Kind, MemoryUnit, Relation, valid_id
-from hrt.stores.base import Vector, VectorHit, VectorIndex
+from hrt.stores.base import VectorHit
 from hrt.text import STOPWORDS
 
 log = logging.getLogger(__name__)
@@ -1016,60 +1013,6 @@ def hrt_system(
 
 
 # ---------------------------------------------------------------------------------------------
-# EXPERIMENTAL (off by default): a pipeline change prototyped here, not in hrt/pipeline
-# ---------------------------------------------------------------------------------------------
-
-
-def fused_similarity(hit: VectorHit, rrf_k: int) -> float:
-    """The hit's RRF score over its vector and lexical ranks, normalised so that the first hit of
-    both legs scores 1.0: relevance that keeps the lexical leg, where the cosine alone drops it."""
-    return rrf_score((hit.vector_rank, hit.lexical_rank), rrf_k) / (2.0 / (rrf_k + 1))
-
-
-async def fused_grounding(intake: Intake, vectors: Vector, index: VectorIndex, settings: Settings) -> Grounding:
-    """:func:`hrt.pipeline.grounding.run_grounding` with one change: a hit's ``similarity`` (the
-    direct semantic evidence scoring uses) and a seed's score (where path scores start) are
-    :func:`fused_similarity` instead of the cosine. Seed choice and thresholds are unchanged."""
-    per_phrase = await index.search(
-        intake.user_id,
-        list(intake.phrases),
-        vectors,
-        kinds=list(Kind),
-        k=settings.search_k,
-        not_after=intake.as_of.timestamp(),
-    )
-    grounding = Grounding(phrases=[])
-    for phrase, hits in zip(intake.phrases, per_phrase, strict=True):
-        result, chosen = ground_phrase(phrase, hits, settings)
-        grounding.phrases.append(result)
-        for h in hits:
-            grounding.kinds[h.id] = h.kind
-            grounding.similarity[h.id] = max(grounding.similarity.get(h.id, -1.0), fused_similarity(h, settings.rrf_k))
-        for h in chosen:
-            score = min(1.0, max(0.0, fused_similarity(h, settings.rrf_k)))
-            grounding.seeds[h.id] = max(grounding.seeds.get(h.id, 0.0), score)
-            grounding.phrases_of.setdefault(h.id, []).append(phrase)
-    return grounding
-
-
-@contextmanager
-def experimental_fused_grounding(enabled: bool) -> Iterator[None]:
-    """While active (and only when ``enabled``), the pipeline grounds with :func:`fused_grounding`."""
-    if not enabled:
-        yield
-        return
-    import hrt.pipeline as pipeline
-
-    namespace = vars(pipeline)  # the name HybridRetrievalTool.run calls
-    original = namespace["run_grounding"]
-    namespace["run_grounding"] = fused_grounding
-    try:
-        yield
-    finally:
-        namespace["run_grounding"] = original
-
-
-# ---------------------------------------------------------------------------------------------
 # The run
 # ---------------------------------------------------------------------------------------------
 
@@ -1117,6 +1060,8 @@ async def evaluate(
     phrases = sorted({p for q in questions for p in (q.text, *q.key_phrases(cfg.phrases))})
     overrides: dict[str, Any] = {"db_path": db_path, "embedding_cache_size": max(4096, len(phrases) + 1024)}
     overrides.update(cfg.settings)
+    if cfg.experimental_fused_grounding:  # kept as a flag name; it is now a pipeline setting
+        overrides["semantic_evidence"] = "fused"
     settings = Settings(**overrides)
     service = HRTService(settings, embedder=_cached(embedder, settings))
     await service.start()
@@ -1141,28 +1086,27 @@ async def evaluate(
         rows: dict[str, list[tuple[int, dict[str, float]]]] = {n: [] for n in runners}
         seconds: dict[str, float] = dict.fromkeys(runners, 0.0)
         per_question: list[dict[str, Any]] = []
-        with experimental_fused_grounding(cfg.experimental_fused_grounding):
-            for qi, q in enumerate(questions):
-                entry: dict[str, Any] = {
-                    "sample_id": q.sample_id,
-                    "qa_index": q.index,
-                    "category": q.category,
-                    "evidence": sorted(q.evidence),
-                    "systems": {},
+        for qi, q in enumerate(questions):
+            entry: dict[str, Any] = {
+                "sample_id": q.sample_id,
+                "qa_index": q.index,
+                "category": q.category,
+                "evidence": sorted(q.evidence),
+                "systems": {},
+            }
+            for name, runner in runners.items():
+                start = time.perf_counter()
+                ranking = await runner(q)
+                seconds[name] += time.perf_counter() - start
+                metrics = question_metrics(ranking, q.evidence)
+                rows[name].append((q.category, metrics))
+                entry["systems"][name] = {
+                    "evidence_ranks": [r for r, m in enumerate(ranking.memory_units, start=1) if m in q.evidence],
+                    "recall@10": round(metrics["recall@10"], 4),
                 }
-                for name, runner in runners.items():
-                    start = time.perf_counter()
-                    ranking = await runner(q)
-                    seconds[name] += time.perf_counter() - start
-                    metrics = question_metrics(ranking, q.evidence)
-                    rows[name].append((q.category, metrics))
-                    entry["systems"][name] = {
-                        "evidence_ranks": [r for r, m in enumerate(ranking.memory_units, start=1) if m in q.evidence],
-                        "recall@10": round(metrics["recall@10"], 4),
-                    }
-                per_question.append(entry)
-                if (qi + 1) % 100 == 0:
-                    say(f"{qi + 1}/{len(questions)} questions")
+            per_question.append(entry)
+            if (qi + 1) % 100 == 0:
+                say(f"{qi + 1}/{len(questions)} questions")
         meta = {
             "conversations": [c.sample_id for c in imported],
             "import_counts": {c.sample_id: c.counts for c in imported},

@@ -55,3 +55,27 @@ def test_ground_phrase_admits_by_threshold_or_lexical_at_floor_and_orders_by_rrf
 def test_ground_phrase_unmatched_when_nothing_reaches_the_floor():
     result, chosen = ground_phrase("p", [hit("a", 0.2, 1, 1)], Settings())
     assert not result.matched and chosen == [] and result.best_similarity == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize(
+    ("vr", "lr", "expected"), [(1, 1, 1.0), (1, None, 0.5), (None, 1, 0.5), (3, 2, (1 / 63 + 1 / 62) * 61 / 2)]
+)
+def test_fused_similarity_is_normalised_rrf(vr, lr, expected):
+    from hrt.pipeline.grounding import fused_similarity
+
+    assert fused_similarity(hit("a", 0.1, vr, lr), 60) == pytest.approx(expected)
+
+
+async def test_fused_semantic_evidence_changes_scores_not_seeds(loaded_service):
+    from hrt.contract import RetrieveRequest
+
+    req = RetrieveRequest(user_id="u1", key_phrases=["Postgres billing"], as_of="2025-08-01T00:00:00Z")
+    cosine = await loaded_service.retrieve(req)
+    loaded_service.tool.settings = loaded_service.settings.model_copy(update={"semantic_evidence": "fused"})
+    fused = await loaded_service.retrieve(req)
+    seeds = lambda doc: doc.retrieval_metadata.phrase_grounding[0].seed_ids  # noqa: E731
+    assert seeds(cosine) == seeds(fused)
+    top = fused.retrieved_memory_units[0]
+    assert top.score_breakdown.semantic > next(
+        m.score_breakdown.semantic for m in cosine.retrieved_memory_units if m.muid == top.muid
+    )
