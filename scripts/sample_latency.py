@@ -57,7 +57,7 @@ def main() -> None:
         svc = HRTService(load_settings(db_path=Path(tmp) / "s.db"))
         t1 = time.perf_counter()
         records = parse_jsonl(sample_data_path().read_text().splitlines())
-        svc.ingest(records)
+        asyncio.run(svc.ingest(records))
         t2 = time.perf_counter()
         results["model_load_s"] = round(t1 - t0, 2)
         results["sample_ingest_s"] = round(t2 - t1, 2)
@@ -88,7 +88,7 @@ def main() -> None:
                 for k, v in timings.items():
                     stages.setdefault(k, []).append(v * 1000)
         results["stage_p50_ms"] = {k: round(statistics.median(v), 3) for k, v in stages.items()}
-        svc.close()
+        asyncio.run(svc.close())
 
         t3 = time.perf_counter()
         server = start_hrt_server(Path(tmp) / "h.db", Path(tmp) / "h.log")
