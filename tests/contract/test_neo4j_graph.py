@@ -27,7 +27,7 @@ from hrt.stores.base import ExpansionCaps, GraphEdge, GraphNode, GraphStore
 from hrt.stores.embedded import EmbeddedStore
 from hrt.stores.neo4j_graph import Neo4jGraphStore
 from tests.conftest import StackManager
-from tests.helpers import concept, jsonl, mu, rel, small_graph
+from tests.helpers import jsonl, small_graph
 
 pytestmark = pytest.mark.integration
 
@@ -101,67 +101,8 @@ async def loaded(store: Neo4jGraphStore, tenants: Tenants) -> tuple[Neo4jGraphSt
     return store, u1
 
 
-# --- the contract suite's graph behaviours -------------------------------------------------------
-
-
-async def test_adapter_implements_the_port(store):
-    assert isinstance(store, GraphStore)
-    await store.ping()
-
-
-async def test_expand_depth_zero_returns_seeds_with_attributes(loaded):
-    store, u1 = loaded
-    out = await store.expand(u1, {"m1": 0.8}, ExpansionCaps(0, 25, 100, 0.5))
-    assert [(c.node.id, c.hops, c.path_score) for c in out] == [("m1", 0, 0.8)]
-    node = out[0].node
-    assert node.kind is Kind.MEMORY_UNIT and node.salience == pytest.approx(0.85)
-    assert node.tags == ("phoenix",) and node.source_agent_id == "meeting-agent"
-    assert out[0].mentions == ("c-phx",)
-
-
-async def test_expand_walks_both_directions_with_decay_and_best_paths(loaded):
-    store, u1 = loaded
-    out = {c.node.id: c for c in await store.expand(u1, {"m1": 0.8}, CAPS)}
-    assert out["c-phx"].hops == 1 and out["c-phx"].path_score == pytest.approx(0.4)
-    assert out["m2"].hops == 1  # FOLLOWS, walked backwards
-    assert out["a1"].hops == 1  # DERIVED_FROM, walked backwards
-    assert out["c-bw"].hops == 2
-    assert out["c-bw"].path_score == pytest.approx(0.2)
-    assert [s.node_id for s in out["c-bw"].path] == ["m2", "c-bw"]
-    assert out["c-bw"].path[0].edge is EdgeType.FOLLOWS and out["c-bw"].path[0].forward is False
-    assert "m3" not in out and not any(i.startswith("x") for i in out)
-    assert out["c-phx"].last_mention_ts is not None
-
-
-async def test_expand_respects_fanout_and_kind_caps(store, tenants):
-    u3 = tenants("u3")
-    hub = [concept(u3, "hub", "Hub")] + [
-        mu(u3, f"m{i:02d}", f"note {i}", f"2025-01-{i + 1:02d}T00:00:00Z") for i in range(20)
-    ]
-    hub += [rel(u3, "MENTIONS", f"m{i:02d}", "hub") for i in range(20)]
-    await load(store, jsonl(hub))
-    out = await store.expand(u3, {"hub": 1.0}, ExpansionCaps(1, 5, 100, 0.5))
-    reached = sorted(c.node.id for c in out if c.hops == 1)
-    assert reached == ["m15", "m16", "m17", "m18", "m19"]  # newest first under the fan-out cap
-    capped = await store.expand(u3, {"hub": 1.0}, ExpansionCaps(1, 50, 3, 0.5))
-    assert sum(1 for c in capped if c.node.kind is Kind.MEMORY_UNIT) == 3
-
-
-async def test_expand_never_crosses_users_or_into_the_future(loaded):
-    store, u1 = loaded
-    assert await store.expand(u1, {"xm1": 1.0}, CAPS) == []
-    out = await store.expand(u1, {"c-pg": 1.0}, CAPS, not_after=1750000000.0)
-    assert [c.node.id for c in out] == ["c-pg"]  # m3/m4 are after the cutoff
-
-
-async def test_neighbors_newest_first(loaded):
-    store, u1 = loaded
-    nb = await store.neighbors(u1, ["c-pg", "c-phx"], EdgeType.MENTIONS, False, 10)
-    assert [n.id for n in nb["c-pg"]] == ["m4", "m3"]
-    assert [n.id for n in nb["c-phx"]] == ["m1"]
-    out = await store.neighbors(u1, ["m1"], EdgeType.MENTIONS, True, 10)
-    assert [(n.id, n.label) for n in out["m1"]] == [("c-phx", "Project Phoenix")]
-    assert (await store.neighbors(u1, ["nope"], EdgeType.MENTIONS, True, 10)) == {"nope": []}
+# The behaviours every GraphStore shares run on Neo4j in tests/contract/test_store_contract.py
+# (its "services" deployment); this module keeps what is specific to Neo4j.
 
 
 # --- Neo4j specifics -----------------------------------------------------------------------------

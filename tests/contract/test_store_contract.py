@@ -116,6 +116,12 @@ async def test_search_returns_per_phrase_hits_with_both_ranks(deployment):
     assert first["m3"].lexical_rank is not None and first["m3"].vector_rank is not None
     assert all(-1.0001 <= h.similarity <= 1.0001 for row in hits for h in row)
     assert all(not h.id.startswith("x") for row in hits for h in row), "another user's entity leaked"
+    for row in hits:  # ranks are 1..n within each leg, each id once
+        vector_ranks = sorted(h.vector_rank for h in row if h.vector_rank is not None)
+        lexical_ranks = sorted(h.lexical_rank for h in row if h.lexical_rank is not None)
+        assert vector_ranks == list(range(1, 6))
+        assert lexical_ranks == list(range(1, len(lexical_ranks) + 1)) and 1 <= len(lexical_ranks) <= 5
+        assert len({h.id for h in row}) == len(row)
 
 
 async def test_search_filters_kinds_and_future(deployment):
@@ -124,11 +130,17 @@ async def test_search_filters_kinds_and_future(deployment):
     assert {h.kind for h in only_concepts[0]} == {Kind.CONCEPT}
     cutoff = 1750000000.0  # 2025-06-15: m3/m4 (July) are in the future
     past = await deployment.vectors.search("u1", ["Postgres"], vec, ALL_KINDS, k=10, not_after=cutoff)
-    assert not {"m3", "m4"} & {h.id for h in past[0]}
+    past_ids = {h.id for h in past[0]}
+    assert not {"m3", "m4"} & past_ids
+    assert {"c-pg", "c-phx", "c-bw"} <= past_ids, "entities without a timestamp are never in the future"
+    assert await deployment.vectors.search("u1", ["Postgres"], vec, [], k=10) == [[]]
 
 
 async def test_search_on_an_unknown_user_is_empty(deployment):
     assert await deployment.vectors.search("ghost", ["Postgres"], deployment.embed("Postgres"), ALL_KINDS, 5) == [[]]
+    assert await deployment.vectors.ids("ghost") == {}
+    await deployment.vectors.delete("ghost", ["m1"])  # a no-op, not an error
+    await deployment.vectors.delete_user("ghost")
 
 
 CAPS = ExpansionCaps(depth=2, fanout_per_node=25, max_per_kind=100, hop_decay=0.5)

@@ -24,7 +24,7 @@ from hrt.ingest import parse_jsonl
 from hrt.projection import vector_doc
 from hrt.records import Artifact, Concept, Kind, MemoryUnit, entity_text
 from hrt.service import HRTService
-from hrt.stores.base import VectorDoc, VectorHit, VectorIndex
+from hrt.stores.base import VectorDoc, VectorHit
 from hrt.stores.embedded_vectors import EmbeddedVectorIndex
 from hrt.stores.weaviate_vectors import NO_TS, WeaviateVectorIndex, object_uuid, tenant_name
 from tests.conftest import FIXED_NOW, StackManager
@@ -164,27 +164,6 @@ def _compare_vector_legs(remote: Sequence[VectorHit], local: Sequence[VectorHit]
 # ----------------------------------------------------------------------------------------------
 
 
-async def test_the_adapter_implements_the_port(loaded: Loaded) -> None:
-    assert isinstance(loaded.index, VectorIndex)
-    await loaded.index.ping()
-
-
-async def test_search_returns_per_phrase_hits_with_both_ranks(loaded: Loaded) -> None:
-    phrases = ["Postgres billing tables", "bandwidth"]
-    hits = await loaded.index.search("u1", phrases, loaded.embedder.embed(phrases), ALL_KINDS, k=5)
-    assert len(hits) == 2
-    first = {h.id: h for h in hits[0]}
-    assert {"m3", "m4"} <= set(first)
-    assert first["m3"].lexical_rank is not None and first["m3"].vector_rank is not None
-    assert all(not h.id.startswith("x") for row in hits for h in row), "another user's entity leaked"
-    for row in hits:
-        vector_ranks = sorted(h.vector_rank for h in row if h.vector_rank is not None)
-        lexical_ranks = sorted(h.lexical_rank for h in row if h.lexical_rank is not None)
-        assert vector_ranks == list(range(1, len(vector_ranks) + 1)) and len(vector_ranks) == 5
-        assert lexical_ranks == list(range(1, len(lexical_ranks) + 1)) and 1 <= len(lexical_ranks) <= 5
-        assert len({h.id for h in row}) == len(row)
-
-
 async def test_every_hit_carries_its_exact_cosine(loaded: Loaded) -> None:
     """Lexical-only hits included: their cosine comes from the stored vector, not the distance."""
     phrases = ["billing", "team", "Ben Q3", "Q3 Postgres", "Postgres billing tables"]
@@ -220,26 +199,6 @@ async def test_user_ids_that_are_not_tenant_names(loaded: Loaded) -> None:
     phrase = ["Postgres"]
     hits = await loaded.index.search(EMAIL_USER, phrase, loaded.embedder.embed(phrase), ALL_KINDS, k=5)
     assert {h.id for h in hits[0]} == {"m3", "c-pg"}
-
-
-async def test_search_filters_kinds_and_future(loaded: Loaded) -> None:
-    vec = loaded.embedder.embed(["Postgres"])
-    only_concepts = await loaded.index.search("u1", ["Postgres"], vec, [Kind.CONCEPT], k=10)
-    assert {h.kind for h in only_concepts[0]} == {Kind.CONCEPT}
-    cutoff = 1750000000.0  # 2025-06-15: m3/m4 (July) are in the future
-    past = await loaded.index.search("u1", ["Postgres"], vec, ALL_KINDS, k=10, not_after=cutoff)
-    past_ids = {h.id for h in past[0]}
-    assert not {"m3", "m4"} & past_ids
-    assert {"c-pg", "c-phx", "c-bw"} <= past_ids, "entities without a timestamp are never in the future"
-    assert await loaded.index.search("u1", ["Postgres"], vec, [], k=10) == [[]]
-
-
-async def test_search_on_an_unknown_user_is_empty(loaded: Loaded) -> None:
-    vec = loaded.embedder.embed(["Postgres"])
-    assert await loaded.index.search("ghost", ["Postgres"], vec, ALL_KINDS, 5) == [[]]
-    assert await loaded.index.ids("ghost") == {}
-    await loaded.index.delete("ghost", ["m1"])  # a no-op, not an error
-    await loaded.index.delete_user("ghost")
 
 
 async def test_delete_removes_from_both_legs_and_delete_user_drops_everything(loaded: Loaded) -> None:
