@@ -54,7 +54,6 @@ class StackManager:
     def __init__(self) -> None:
         reuse = os.environ.get("HRT_DEV_DIR")
         self.dir = Path(reuse) if reuse else Path(tempfile.mkdtemp(prefix="hrt-stack-"))
-        self.owned = not reuse
         self.started: list[int] = []
 
     def need(self, *services: str) -> devstack.Stack:

@@ -15,7 +15,7 @@ import json
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -337,18 +337,6 @@ class EmbeddedStore:
         self.graph.invalidate(user_id)
         self.vectors.invalidate(user_id)
         return int(n)
-
-    def kinds_of(self, user_id: str, ids: Sequence[str]) -> dict[str, Kind]:
-        out: dict[str, Kind] = {}
-        with self.lock:
-            for chunk in chunks(list(ids), 500):
-                marks = ",".join("?" * len(chunk))
-                for ident, kind in self.db.execute(
-                    f"SELECT id, kind FROM entities WHERE user_id = ? AND id IN ({marks})",
-                    (user_id, *chunk),
-                ):
-                    out[ident] = Kind(kind)
-        return out
 
 
 def chunks(items: list[str], size: int) -> Iterator[list[str]]:

@@ -10,7 +10,6 @@ parameterised and filters on ``user_id``.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -395,6 +394,3 @@ def _done_column(target: str) -> str:
         return "vector_done"
     raise ValueError(f"unknown projection target {target!r}")
 
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
