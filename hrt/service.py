@@ -25,6 +25,7 @@ from hrt.metrics import Metrics
 from hrt.pipeline import HybridRetrievalTool, utc_now
 from hrt.records import Deletion, Kind, valid_id
 from hrt.reranker import NoopReranker, Reranker
+from hrt.stores.ann import AnnConfig
 from hrt.stores.base import GraphStore, RecordStore, VectorIndex, WriteBatch, WriteResult
 from hrt.stores.embedded import EmbeddedStore
 
@@ -112,7 +113,13 @@ class HRTService:
 
         self.embedded: EmbeddedStore | None = None
         if "embedded" in (settings.record_store, settings.graph_store, settings.vector_index):
-            self.embedded = EmbeddedStore(settings.db_path, self.embedder.dim)
+            ann = AnnConfig(
+                min_vectors=settings.ann_min_vectors,
+                m=settings.ann_m,
+                ef_construction=settings.ann_ef_construction,
+                ef_search=settings.ann_ef_search,
+            )
+            self.embedded = EmbeddedStore(settings.db_path, self.embedder.dim, ann=ann)
             self._closers.append(self.embedded.close)
 
         graph: GraphStore

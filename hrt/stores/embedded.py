@@ -32,6 +32,7 @@ from hrt.records import (
     MemoryUnit,
     entity_text,
 )
+from hrt.stores.ann import AnnConfig
 from hrt.stores.base import WriteBatch, WriteResult
 
 log = logging.getLogger(__name__)
@@ -91,8 +92,9 @@ ENTITY_MODELS: dict[Kind, type[MemoryUnit] | type[Concept] | type[Artifact]] = {
 class EmbeddedStore:
     """Owns the SQLite connection; its three adapters implement the ports over it."""
 
-    def __init__(self, path: Path | str, dim: int | None) -> None:
-        """``dim`` is the embedder's; None opens the store for schema work only."""
+    def __init__(self, path: Path | str, dim: int | None, ann: AnnConfig | None = None) -> None:
+        """``dim`` is the embedder's; None opens the store for schema work only. ``ann`` configures
+        the approximate vector search of large users (:mod:`hrt.stores.ann`)."""
         from hrt.stores.embedded_graph import EmbeddedGraphStore
         from hrt.stores.embedded_records import EmbeddedRecordStore
         from hrt.stores.embedded_vectors import EmbeddedVectorIndex
@@ -114,7 +116,7 @@ class EmbeddedStore:
             self._check_dim()
         self.records = EmbeddedRecordStore(self)
         self.graph = EmbeddedGraphStore(self)
-        self.vectors = EmbeddedVectorIndex(self)
+        self.vectors = EmbeddedVectorIndex(self, ann)
 
     # ---------------------------------------------------------------------------------------
     # schema

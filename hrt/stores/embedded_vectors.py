@@ -1,46 +1,66 @@
 """VectorIndex over the embedded SQLite file: exact cosine on a per-user numpy matrix (vectors are
-stored L2-normalised, so cosine is a dot product) plus SQLite FTS5 BM25 for the lexical leg."""
+stored L2-normalised, so cosine is a dot product) plus BM25 for the lexical leg, over an in-memory
+index (:mod:`hrt.stores.bm25`) built from the texts SQLite FTS5 keeps."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from hrt.records import Kind
+from hrt.stores.ann import AnnConfig, UserAnn, vector_crcs
 from hrt.stores.base import Vector, VectorDoc, VectorHit
+from hrt.stores.bm25 import BM25Index
 from hrt.stores.embedded import KIND_CODES, KINDS_BY_CODE, user_scope_token
-from hrt.text import content_words
 
 if TYPE_CHECKING:
     from hrt.stores.embedded import EmbeddedStore
 
 
-def lexical_query(phrase: str) -> str | None:
-    """An FTS5 expression matching any content word of the phrase (all words if none is content)."""
-    chosen = sorted(set(content_words(phrase)))
-    if not chosen:
-        return None
-    return " OR ".join('"' + w.replace('"', '""') + '"' for w in chosen)
+# Below this many rows allowed by a request's filters, an ANN user is searched exactly over them.
+EXACT_BELOW = 2_000
 
 
 class _UserMatrix:
-    __slots__ = ("codes", "ids", "matrix", "row_of", "rowids", "ts")
+    __slots__ = ("ann", "bm25", "codes", "id_rank", "ids", "matrix", "rowids", "ts")
 
-    def __init__(self, ids: list[str], rowids: list[int], codes: np.ndarray, ts: np.ndarray, matrix: np.ndarray):
+    def __init__(
+        self,
+        ids: list[str],
+        rowids: np.ndarray,
+        codes: np.ndarray,
+        ts: np.ndarray,
+        matrix: np.ndarray,
+        texts: list[str],
+        ann: UserAnn | None = None,
+    ):
         self.ids = ids
         self.rowids = rowids
+        self.ann = ann
         self.codes = codes
         self.ts = ts
         self.matrix = matrix
-        self.row_of = {rid: i for i, rid in enumerate(rowids)}
+        self.id_rank = np.empty(len(ids), dtype=np.int64)  # row -> position of its id in id order
+        self.id_rank[np.argsort(np.array(ids, dtype=object), kind="stable")] = np.arange(len(ids))
+        self.bm25 = BM25Index(texts, len(ids))
+
+    def ranked(self, scores: np.ndarray, rows: np.ndarray, k: int) -> list[int]:
+        """The first ``k`` of ``rows`` by score (descending), then id; every row tied with the k-th
+        score competes, so ties never depend on row order."""
+        if rows.size > k:
+            kth = np.partition(-scores[rows], k - 1)[k - 1]
+            rows = rows[-scores[rows] <= kth]
+        order = np.lexsort((self.id_rank[rows], -scores[rows]))[:k]
+        return [int(i) for i in rows[order]]
 
 
 class EmbeddedVectorIndex:
-    def __init__(self, store: EmbeddedStore) -> None:
+    def __init__(self, store: EmbeddedStore, ann: AnnConfig | None = None) -> None:
         self._store = store
+        self._ann = ann or AnnConfig()
         self._cache: dict[str, _UserMatrix] = {}
         self._cache_lock = threading.Lock()
 
@@ -55,16 +75,28 @@ class EmbeddedVectorIndex:
             return cached
         with self._store.lock:
             rows = self._store.db.execute(
-                "SELECT rowid, id, kind, ts, vec FROM docs WHERE user_id = ? ORDER BY rowid", (user_id,)
+                "SELECT d.rowid, d.id, d.kind, d.ts, d.vec, f.text FROM docs d JOIN fts f ON f.rowid = d.rowid "
+                "WHERE d.user_id = ? ORDER BY d.rowid",
+                (user_id,),
             ).fetchall()
         dim = self._store.dim
         if rows:
             matrix = np.frombuffer(b"".join(r[4] for r in rows), dtype=np.float32).reshape(len(rows), dim)
         else:
             matrix = np.zeros((0, dim), dtype=np.float32)
+        rowids = np.array([r[0] for r in rows], dtype=np.int64)
+        ann = None
+        if self._ann.enabled and len(rows) >= self._ann.min_vectors:
+            path = None
+            if str(self._store.path) != ":memory:":
+                folder = self._store.path.with_name(self._store.path.name + ".ann")
+                path = folder / (user_scope_token(user_id) + ".hnsw")
+            ann = UserAnn.open(self._ann, path, rowids, matrix, vector_crcs([r[4] for r in rows]))
         um = _UserMatrix(
             ids=[r[1] for r in rows],
-            rowids=[r[0] for r in rows],
+            rowids=rowids,
+            ann=ann,
+            texts=[r[5] for r in rows],
             codes=np.array([KIND_CODES[Kind(r[2])] for r in rows], dtype=np.int8),
             ts=np.array([np.nan if r[3] is None else r[3] for r in rows], dtype=np.float64),
             matrix=matrix,
@@ -137,53 +169,58 @@ class EmbeddedVectorIndex:
         allowed = np.isin(um.codes, [KIND_CODES[Kind(kind)] for kind in kinds])
         if not_after is not None:
             allowed &= ~(um.ts > not_after)  # NaN (no timestamp) compares False: always allowed
-        sims = np.asarray(vectors, dtype=np.float32) @ um.matrix.T  # (phrases, n)
-        masked = np.where(allowed[None, :], sims, -np.inf)
-        top = min(k, n)
+        queries = np.asarray(vectors, dtype=np.float32)
+        allowed_rows = np.flatnonzero(allowed)
         results: list[list[VectorHit]] = []
-        for p, phrase in enumerate(phrases):
-            row = masked[p]
-            if top < n:  # every item tied with the k-th score competes, so ties break by id, not position
-                kth = np.partition(-row, top - 1)[top - 1]
-                idx = np.flatnonzero(-row <= kth)
-            else:
-                idx = np.arange(n)
-            ranked = sorted(
-                (int(i) for i in idx if np.isfinite(row[i])), key=lambda i: (-float(row[i]), um.ids[i])
-            )[:top]
+        for p, ranked in enumerate(self._vector_leg(um, queries, allowed, allowed_rows, k)):
             vector_rank = {i: r + 1 for r, i in enumerate(ranked)}
-            lexical_rank = self._lexical(user_id, um, phrase, allowed, k)
-            hits = []
-            for i in sorted(set(vector_rank) | set(lexical_rank)):
-                hits.append(
+            lexical_rank = {i: r + 1 for r, i in enumerate(um.bm25.top(phrases[p], allowed, um.id_rank, k))}
+            rows = np.array(sorted(set(vector_rank) | set(lexical_rank)), dtype=np.int64)
+            sims = um.matrix[rows] @ queries[p] if rows.size else np.zeros(0, dtype=np.float32)
+            results.append(
+                [
                     VectorHit(
                         id=um.ids[i],
                         kind=KINDS_BY_CODE[int(um.codes[i])],
-                        similarity=float(sims[p, i]),
+                        similarity=float(sim),
                         vector_rank=vector_rank.get(i),
                         lexical_rank=lexical_rank.get(i),
                     )
-                )
-            results.append(hits)
+                    for i, sim in zip(rows.tolist(), sims.tolist(), strict=True)
+                ]
+            )
         return results
 
-    def _lexical(self, user_id: str, um: _UserMatrix, phrase: str, allowed: np.ndarray, k: int) -> dict[int, int]:
-        expr = lexical_query(phrase)
-        if expr is None:
-            return {}
-        match = f'scope : "{user_scope_token(user_id)}" AND text : ({expr})'
-        with self._store.lock:
-            rows = self._store.db.execute(
-                "SELECT fts.rowid FROM fts JOIN docs d ON d.rowid = fts.rowid "
-                "WHERE fts MATCH ? AND d.user_id = ? ORDER BY bm25(fts, 1.0, 0.0), d.id LIMIT ?",
-                (match, user_id, k * 2),
-            ).fetchall()
-        out: dict[int, int] = {}
-        for (rowid,) in rows:
-            i = um.row_of.get(rowid)
-            if i is None or not allowed[i]:
-                continue
-            out[i] = len(out) + 1
-            if len(out) >= k:
-                break
-        return out
+    def _vector_leg(
+        self, um: _UserMatrix, queries: np.ndarray, allowed: np.ndarray, allowed_rows: np.ndarray, k: int
+    ) -> list[list[int]]:
+        """Per phrase, the first ``k`` allowed rows by cosine then id: exact, or from ANN candidates
+        rescored exactly (and exact again for a phrase whose candidates fall short)."""
+        out: list[list[int] | None] = [None] * len(queries)
+        if um.ann is not None and allowed_rows.size >= EXACT_BELOW:
+            filt: Callable[[int], bool] | None = None
+            if allowed_rows.size < len(um.ids):
+                rowids, ok = um.rowids, allowed
+
+                def filt(label: int) -> bool:  # hnswlib calls it per visited node
+                    return bool(ok[np.searchsorted(rowids, label)])
+
+            candidates = um.ann.candidates(queries, k, self._ann.ef_search, filt)
+            want = min(k, allowed_rows.size)
+            for p in range(len(queries)):
+                rows = np.searchsorted(um.rowids, candidates[p]) if candidates.shape[1] else np.zeros(0, np.int64)
+                rows = np.unique(rows[allowed[rows]])
+                if rows.size >= want:
+                    scores = np.zeros(len(um.ids), dtype=np.float32)
+                    scores[rows] = um.matrix[rows] @ queries[p]
+                    out[p] = um.ranked(scores, rows, k)
+        missing = [p for p, r in enumerate(out) if r is None]
+        if missing:
+            sims = queries[missing] @ um.matrix.T
+            for j, p in enumerate(missing):
+                out[p] = um.ranked(sims[j], allowed_rows, k)
+        return [r for r in out if r is not None]
+
+    def warm(self, user_id: str) -> None:
+        """Load the user's vectors and lexical index now rather than on the first request."""
+        self._matrix(user_id)

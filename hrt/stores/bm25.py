@@ -1,0 +1,129 @@
+"""In-memory BM25 over one user's documents: the embedded store's lexical leg.
+
+SQLite FTS5 stays the durable copy of the texts, but querying it cost 27 to 70 ms per phrase at
+100k documents (it scores every document matching any word, then joins and sorts; docs/bench.md).
+This index is built from those texts when a user's vectors load and answers a phrase in well under
+a millisecond: postings as numpy arrays, one ``bincount`` per phrase.
+
+Tokens follow FTS5's ``porter unicode61`` tokenizer, the one the table was created with: runs of
+letters and digits (underscore separates), lower-cased, diacritics removed, then the Porter stemmer
+(``snowballstemmer``'s original Porter algorithm). Scores are FTS5's ``bm25()`` (k1 = 1.2, b = 0.75,
+idf = ln((N - n + 0.5) / (n + 0.5)), at least 1e-6), with N, n and the average length counted over
+this user's documents only, so one user's data never shifts another's ranking (FTS5 counts over
+the whole table, every user together). Ranking is score, then entity id.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import unicodedata
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+
+import numpy as np
+
+from hrt.text import content_words
+
+K1 = 1.2
+B = 0.75
+_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+_stem_lock = threading.Lock()
+
+
+@lru_cache(maxsize=1)
+def _stemmer() -> object:
+    import snowballstemmer
+
+    return snowballstemmer.stemmer("porter")
+
+
+@lru_cache(maxsize=200_000)
+def normalise(word: str) -> str:
+    """One token as FTS5 indexes it: lower case, no diacritics, Porter-stemmed."""
+    folded = word.lower()
+    if not folded.isascii():
+        folded = "".join(c for c in unicodedata.normalize("NFKD", folded) if not unicodedata.combining(c))
+    with _stem_lock:  # the snowball stemmer object keeps state between calls
+        return str(_stemmer().stemWord(folded))  # type: ignore[attr-defined]
+
+
+def tokens(text: str) -> list[str]:
+    return [normalise(w) for w in _TOKEN.findall(text)]
+
+
+def query_terms(phrase: str) -> list[str]:
+    """The terms a phrase searches for: its content words (see :func:`hrt.text.content_words`),
+    each once, tokenized like the documents."""
+    out: list[str] = []
+    for word in sorted(set(content_words(phrase))):
+        out.extend(tokens(word))
+    return out
+
+
+class BM25Index:
+    """Postings of one user's documents; document ``i`` is row ``i`` of the user's vector matrix."""
+
+    def __init__(self, texts: Iterable[str], n_docs: int) -> None:
+        vocab: dict[str, int] = {}
+        term_ids: list[int] = []
+        doc_of: list[int] = []
+        lengths = np.zeros(n_docs, dtype=np.float64)
+        for d, text in enumerate(texts):
+            toks = tokens(text)
+            lengths[d] = len(toks)
+            for t in toks:
+                term_ids.append(vocab.setdefault(t, len(vocab)))
+            doc_of.extend([d] * len(toks))
+        self.vocab = vocab
+        self.n = n_docs
+        terms = np.asarray(term_ids, dtype=np.int64)
+        docs = np.asarray(doc_of, dtype=np.int64)
+        # one posting per (term, doc) with its frequency, grouped by term
+        pair = np.unique(terms * max(n_docs, 1) + docs, return_counts=True)
+        keys, tf = pair
+        post_terms = keys // max(n_docs, 1)
+        self.docs = (keys % max(n_docs, 1)).astype(np.int32)
+        self.tf = tf.astype(np.float64)
+        self.offsets = np.zeros(len(vocab) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(post_terms, minlength=len(vocab)), out=self.offsets[1:])
+        avg = float(lengths.mean()) if n_docs and lengths.sum() else 1.0
+        self.norm = K1 * (1.0 - B + B * lengths / avg)  # per-document length normalisation
+
+    def idf(self, df: int) -> float:
+        value = float(np.log((self.n - df + 0.5) / (df + 0.5)))
+        return max(value, 1e-6)
+
+    def scores(self, phrase: str) -> tuple[np.ndarray, np.ndarray]:
+        """(document indices, scores) of every document matching any term of the phrase."""
+        parts_d: list[np.ndarray] = []
+        parts_s: list[np.ndarray] = []
+        for term in query_terms(phrase):
+            t = self.vocab.get(term)
+            if t is None:
+                continue
+            s, e = int(self.offsets[t]), int(self.offsets[t + 1])
+            d = self.docs[s:e]
+            tf = self.tf[s:e]
+            parts_d.append(d)
+            parts_s.append(self.idf(e - s) * tf * (K1 + 1.0) / (tf + self.norm[d]))
+        if not parts_d:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        if len(parts_d) == 1:
+            return parts_d[0].astype(np.int64), parts_s[0]
+        d_all = np.concatenate(parts_d)
+        s_all = np.concatenate(parts_s)
+        docs, inverse = np.unique(d_all, return_inverse=True)
+        return docs.astype(np.int64), np.bincount(inverse, weights=s_all, minlength=len(docs))
+
+    def top(self, phrase: str, allowed: np.ndarray, id_rank: np.ndarray, k: int) -> Sequence[int]:
+        """The first ``k`` allowed documents by score, then id (``id_rank`` orders rows by id)."""
+        docs, scores = self.scores(phrase)
+        keep = allowed[docs]
+        docs, scores = docs[keep], scores[keep]
+        if docs.size > k:
+            kth = np.partition(-scores, k - 1)[k - 1]
+            close = -scores <= kth
+            docs, scores = docs[close], scores[close]
+        order = np.lexsort((id_rank[docs], -scores))[:k]
+        return [int(i) for i in docs[order]]

@@ -1,0 +1,207 @@
+"""The embedded store's search internals: the HNSW path (hrt.stores.ann) must answer what exact
+search answers when its search is exhaustive, stay in step with writes, survive a torn file and
+respect filters; the in-memory BM25 (hrt.stores.bm25) must tokenize like FTS5's porter unicode61
+and rank by FTS5's formula, counted per user."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hrt.records import Kind
+from hrt.stores.ann import AnnConfig
+from hrt.stores.base import VectorDoc
+from hrt.stores.bm25 import BM25Index, query_terms, tokens
+from hrt.stores.embedded import EmbeddedStore
+
+DIM = 24
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "kernel",
+    "budget",
+    "river",
+    "garden",
+    "python",
+    "rust",
+    "meeting",
+    "launch",
+]
+
+
+def docs(rng: np.random.Generator, n: int, start: int = 0) -> list[VectorDoc]:
+    out = []
+    for i in range(start, start + n):
+        v = rng.normal(size=DIM).astype(np.float32)
+        v /= np.linalg.norm(v)
+        text = " ".join(rng.choice(WORDS, size=int(rng.integers(3, 9))))
+        kind = [Kind.MEMORY_UNIT, Kind.CONCEPT, Kind.ARTIFACT][i % 3]
+        out.append(VectorDoc(id=f"d{i:04d}", kind=kind, text=text, vector=v, ts=float(i)))
+    return out
+
+
+def search(store: EmbeddedStore, queries: np.ndarray, not_after: float | None = None, k: int = 10):
+    phrases = [f"{WORDS[i % len(WORDS)]} river" for i in range(len(queries))]
+    return asyncio.run(store.vectors.search("u1", phrases, queries, list(Kind), k, not_after))
+
+
+def queries(rng: np.random.Generator, n: int = 6) -> np.ndarray:
+    q = rng.normal(size=(n, DIM)).astype(np.float32)
+    return q / np.linalg.norm(q, axis=1, keepdims=True)
+
+
+@pytest.fixture
+def pair(tmp_path: Path):
+    """An ANN store (exhaustive search breadth, so it must equal exact) and an exact one."""
+    ann = EmbeddedStore(tmp_path / "ann.db", DIM, ann=AnnConfig(min_vectors=50, ef_search=2000))
+    exact = EmbeddedStore(tmp_path / "exact.db", DIM, ann=AnnConfig(min_vectors=0))
+    yield ann, exact
+    ann.close()
+    exact.close()
+
+
+def write(stores, batch: list[VectorDoc]) -> None:
+    for s in stores:
+        asyncio.run(s.vectors.upsert("u1", batch))
+
+
+def ann_file(store: EmbeddedStore) -> Path:
+    files = list(store.path.with_name(store.path.name + ".ann").glob("*.hnsw"))
+    assert len(files) == 1
+    return files[0]
+
+
+def test_ann_equals_exact_and_persists(pair, tmp_path):
+    ann, exact = pair
+    rng = np.random.default_rng(1)
+    write(pair, docs(rng, 400))
+    q = queries(rng)
+    assert search(ann, q) == search(exact, q)
+    assert ann.vectors._matrix("u1").ann is not None and exact.vectors._matrix("u1").ann is None
+    path = ann_file(ann)
+    stamp = path.stat().st_mtime_ns
+    reopened = EmbeddedStore(ann.path, DIM, ann=AnnConfig(min_vectors=50, ef_search=2000))
+    assert search(reopened, q) == search(exact, q)
+    assert path.stat().st_mtime_ns == stamp  # loaded, not rebuilt
+    reopened.close()
+
+
+def test_ann_follows_updates_deletes_and_inserts(pair):
+    ann, exact = pair
+    rng = np.random.default_rng(2)
+    base = docs(rng, 300)
+    write(pair, base)
+    q = queries(rng)
+    search(ann, q)  # builds and saves the graph
+    moved = [VectorDoc(d.id, d.kind, d.text, -d.vector, d.ts) for d in base[:20]]  # same ids, new vectors
+    write(pair, moved + docs(rng, 25, start=1000))
+    for s in pair:
+        asyncio.run(s.vectors.delete("u1", [d.id for d in base[100:130]]))
+    first = search(ann, q)
+    assert first == search(exact, q)
+    found = {h.id for hits in first for h in hits}
+    assert not found & {d.id for d in base[100:130]}
+    # the moved vectors are found where they now are: the query equal to one lands on it first
+    probe = np.stack([-base[0].vector])
+    assert search(ann, probe)[0][0].id == base[0].id == search(exact, probe)[0][0].id
+
+
+def test_ann_rebuilds_after_many_deletes(pair):
+    ann, exact = pair
+    rng = np.random.default_rng(3)
+    base = docs(rng, 300)
+    write(pair, base)
+    q = queries(rng)
+    search(ann, q)
+    for s in pair:
+        asyncio.run(s.vectors.delete("u1", [d.id for d in base[:90]]))  # 30% of the graph
+    assert search(ann, q) == search(exact, q)
+    state = ann.vectors._matrix("u1").ann
+    assert state is not None and state.deleted == 0 and state.index.get_current_count() == 210
+
+
+def test_torn_ann_file_is_rebuilt(pair):
+    ann, exact = pair
+    rng = np.random.default_rng(4)
+    write(pair, docs(rng, 200))
+    q = queries(rng)
+    search(ann, q)
+    path = ann_file(ann)
+    path.write_bytes(path.read_bytes()[:1000])  # a crash mid-write of a non-atomic writer
+    ann.vectors.invalidate("u1")
+    assert search(ann, q) == search(exact, q)
+    assert path.stat().st_size > 1000
+
+
+def test_ann_respects_time_filter(pair):
+    ann, exact = pair
+    rng = np.random.default_rng(5)
+    write(pair, docs(rng, 3000))
+    q = queries(rng, 3)
+    for not_after in (2500.0, 1000.0, 40.0):  # filtered HNSW search, then the exact fallback
+        got = search(ann, q, not_after)
+        assert got == search(exact, q, not_after)
+        assert all(int(h.id[1:]) <= not_after for hits in got for h in hits)
+
+
+def test_tokens_follow_fts5_porter_unicode61():
+    assert tokens("Running MEETINGS, café_au-lait 42x") == ["run", "meet", "cafe", "au", "lait", "42x"]
+    assert query_terms("the meetings of the river") == ["meet", "river"]
+    assert query_terms("the of") == ["of", "the"]  # all stopwords: every word searches
+
+
+def fts5_order(texts: list[str], phrase: str) -> list[int]:
+    """Reference: the same texts ranked by SQLite FTS5 itself (bm25 ascending, then rowid)."""
+    import sqlite3
+
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE VIRTUAL TABLE f USING fts5(text, tokenize = 'porter unicode61')")
+    db.executemany("INSERT INTO f (rowid, text) VALUES (?, ?)", [(i, t) for i, t in enumerate(texts)])
+    expr = " OR ".join(f'"{w}"' for w in sorted(set(phrase.split())))
+    return [r[0] for r in db.execute("SELECT rowid FROM f WHERE f MATCH ? ORDER BY bm25(f), rowid", (expr,))]
+
+
+@pytest.mark.parametrize("phrase", ["river", "budget meetings", "gardens kernel python", "nothing"])
+def test_bm25_ranks_like_fts5_on_one_users_documents(phrase):
+    rng = np.random.default_rng(6)
+    texts = [" ".join(rng.choice([*WORDS, "meetings", "gardens"], size=int(rng.integers(2, 12)))) for _ in range(200)]
+    index = BM25Index(texts, len(texts))
+    allowed = np.ones(len(texts), dtype=bool)
+    id_rank = np.arange(len(texts))
+    assert list(index.top(phrase, allowed, id_rank, 1000)) == fts5_order(texts, phrase)
+    docs_, scores = index.scores(phrase)
+    assert np.all(scores > 0) and len(docs_) == len(fts5_order(texts, phrase))
+
+
+def test_lexical_ranking_ignores_other_users(tmp_path):
+    # With statistics over the whole FTS5 table, u2's fifty "river" documents would make "river"
+    # common and rank d1 ("garden") above d0 ("river"); per user the two words weigh the same.
+    store = EmbeddedStore(tmp_path / "s.db", DIM)
+    rng = np.random.default_rng(7)
+    vec = queries(rng, 1)[0]
+    mine = [VectorDoc(f"d{i}", Kind.MEMORY_UNIT, t, vec, None) for i, t in enumerate(["river", "garden", "kernel"])]
+    asyncio.run(store.vectors.upsert("u1", mine))
+
+    def lexical() -> list[tuple[str, int | None]]:
+        hits = asyncio.run(store.vectors.search("u1", ["river garden"], vec[None, :], list(Kind), 10))[0]
+        return sorted(((h.id, h.lexical_rank) for h in hits), key=lambda x: (x[1] or 99, x[0]))
+
+    before = lexical()
+    assert before[:2] == [("d0", 1), ("d1", 2)]
+    others = [VectorDoc(f"o{i}", Kind.MEMORY_UNIT, "river", vec, None) for i in range(50)]
+    asyncio.run(store.vectors.upsert("u2", others))
+    assert lexical() == before
+    store.close()
+
+
+def test_bm25_filter_and_tie_break_by_id():
+    texts = ["kernel", "kernel", "kernel", "budget"]
+    index = BM25Index(texts, 4)
+    id_rank = np.array([2, 0, 1, 3])  # row 1 has the smallest id
+    assert index.top("kernel", np.ones(4, bool), id_rank, 2) == [1, 2]
+    assert index.top("kernel", np.array([True, False, True, True]), id_rank, 5) == [2, 0]
