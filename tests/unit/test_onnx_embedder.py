@@ -1,0 +1,258 @@
+"""The ONNX Runtime embedder: its model-folder checks (fast) and, on the real bundled model (slow),
+its agreement with sentence-transformers, its determinism, its export cache and a torch-free server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hrt.config import Settings
+from hrt.errors import StoreError
+from hrt.onnx_embedder import META_FILE, ONNX_FILE, OnnxEmbedder, read_layout
+
+slow = pytest.mark.slow
+
+LONG = " ".join(f"Entry {i}: fed the sourdough starter, baked two loaves, noted the crumb." for i in range(60))
+TEXTS = [
+    "hello world",
+    "",
+    "   surrounded by spaces   ",
+    "a",
+    "Sourdough",
+    "THE QUICK BROWN FOX JUMPS OVER THE LAZY DOG",
+    "Fed the sourdough starter at 8am; it doubled by noon.",
+    "that book on deep work",
+    "Maya's half-marathon training plan for October",
+    "Ünïcödé, café, naïve, Straße",
+    "日本語のテキストです",
+    "你好，世界",
+    "emoji 🙂🍞🏃",
+    "tab\tand\nnewline",
+    "x" * 600,
+    "numbers 3.14159 and 2025-08-01T09:30:00Z",
+    "<b>html</b> &amp; {json: true}",
+    LONG,  # far more than 256 tokens: truncated
+    LONG[:900],
+    "Why did I stop running in the winter?",
+]
+
+
+# ------------------------------------------------------------------------------------------
+# model folders (no model needed)
+# ------------------------------------------------------------------------------------------
+
+
+def fake_model(root: Path, pooling: dict[str, object], modules: list[dict[str, str]] | None = None) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    modules = modules or [
+        {"idx": "0", "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": "1", "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": "2", "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ]
+    (root / "modules.json").write_text(json.dumps(modules))
+    (root / "1_Pooling").mkdir(exist_ok=True)
+    (root / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    (root / "config.json").write_text(json.dumps({"hidden_size": 8, "max_position_embeddings": 512}))
+    (root / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128, "do_lower_case": False}))
+    (root / "tokenizer.json").write_text("{}")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("pooling", "mode"),
+    [
+        ({"word_embedding_dimension": 8, "pooling_mode_mean_tokens": True}, "mean"),
+        ({"word_embedding_dimension": 8, "pooling_mode_cls_token": True}, "cls"),
+        ({"embedding_dimension": 8, "pooling_mode": "mean"}, "mean"),
+        ({"embedding_dimension": 8, "pooling_mode": ["cls"]}, "cls"),
+    ],
+)
+def test_layout_reads_both_pooling_formats(tmp_path, pooling, mode):
+    layout = read_layout(fake_model(tmp_path / "m", pooling))
+    assert (layout.pooling, layout.dim, layout.max_seq_length) == (mode, 8, 128)
+
+
+@pytest.mark.parametrize(
+    "pooling",
+    [
+        {"word_embedding_dimension": 8, "pooling_mode_max_tokens": True},
+        {"word_embedding_dimension": 8, "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": True},
+        {"embedding_dimension": 8, "pooling_mode": "lasttoken"},
+        {"embedding_dimension": 8},
+    ],
+)
+def test_unsupported_pooling_is_a_clear_error(tmp_path, pooling):
+    with pytest.raises(StoreError, match="HRT_EMBEDDING_BACKEND=torch"):
+        read_layout(fake_model(tmp_path / "m", pooling))
+
+
+def test_unsupported_module_and_missing_folder_are_clear_errors(tmp_path):
+    modules = [
+        {"path": "", "type": "sentence_transformers.models.Transformer"},
+        {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"path": "2_Dense", "type": "sentence_transformers.models.Dense"},
+    ]
+    with pytest.raises(StoreError, match="Dense"):
+        read_layout(fake_model(tmp_path / "m", {"pooling_mode": "mean"}, modules))
+    with pytest.raises(StoreError, match="local sentence-transformers folder"):
+        OnnxEmbedder("sentence-transformers/all-MiniLM-L6-v2", cache_dir=tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()  # nothing exported for a model it cannot run
+
+
+@slow
+def test_a_failed_export_is_a_clear_error_and_leaves_no_cache(tmp_path):
+    model = fake_model(tmp_path / "m", {"pooling_mode": "mean"})  # no weights: the export fails
+    with pytest.raises(StoreError, match=r"ONNX export of .* failed"):
+        OnnxEmbedder(str(model), cache_dir=tmp_path / "cache")
+    assert not list((tmp_path / "cache").glob(f"*/{ONNX_FILE}"))
+    assert not list((tmp_path / "cache").glob("*/*.tmp"))
+
+
+def test_backend_setting_defaults_to_onnx_and_is_in_the_fingerprint():
+    assert Settings().embedding_backend == "onnx"
+    assert Settings(embedding_backend="torch").fingerprint() != Settings().fingerprint()
+
+
+# ------------------------------------------------------------------------------------------
+# the real bundled model
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hrt_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This module's ``$HRT_CACHE_DIR``: a fresh one, so the first embedder really exports."""
+    return tmp_path_factory.mktemp("hrt-cache")
+
+
+@pytest.fixture(scope="module")
+def cache_dir(hrt_cache_dir: Path) -> Path:
+    return hrt_cache_dir / "onnx"  # where the service's embedder looks by default
+
+
+@pytest.fixture(scope="module")
+def onnx_embedder(cache_dir: Path) -> OnnxEmbedder:
+    embedder = OnnxEmbedder(cache_dir=cache_dir)
+    assert embedder.export_seconds is not None  # a fresh cache: exported once
+    return embedder
+
+
+@slow
+def test_vectors_match_sentence_transformers(onnx_embedder):
+    from hrt.embedder import SentenceTransformerEmbedder
+
+    torch_embedder = SentenceTransformerEmbedder()
+    assert onnx_embedder.dim == torch_embedder.dim == 384
+    assert onnx_embedder.name == "all-MiniLM-L6-v2 (bundled, onnx)"
+    ours, theirs = onnx_embedder.embed(TEXTS), torch_embedder.embed(TEXTS)
+    assert ours.shape == theirs.shape == (len(TEXTS), 384)
+    assert ours.dtype == np.float32 and ours.flags.c_contiguous
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+    cosines = (ours * theirs).sum(axis=1)
+    assert cosines.min() >= 0.9999, dict(zip(TEXTS, cosines.tolist(), strict=True))
+    assert float(np.abs(ours - theirs).max()) < 1e-4  # measured: about 2e-7
+
+
+@slow
+def test_long_texts_are_truncated_at_max_seq_length(onnx_embedder):
+    assert onnx_embedder.layout.max_seq_length == 256
+    assert len(onnx_embedder._encode([LONG])[0]) == 256
+    # everything past the 256th token is cut, so a different tail changes nothing
+    a, b = onnx_embedder.embed([LONG, LONG + " and a completely different ending about rockets"])
+    np.testing.assert_array_equal(a, b)
+
+
+@slow
+def test_output_is_deterministic_across_calls_and_batch_compositions(onnx_embedder, cache_dir):
+    batch = onnx_embedder.embed(TEXTS)
+    np.testing.assert_array_equal(batch, onnx_embedder.embed(TEXTS))
+    alone = np.stack([onnx_embedder.embed([t])[0] for t in TEXTS])
+    reordered = onnx_embedder.embed(TEXTS[::-1])[::-1]
+    small_batches = OnnxEmbedder(cache_dir=cache_dir, batch_size=3).embed(TEXTS)
+    # padding is masked out of attention (exact zeros) and pooling: measured max abs diff 0.0 here;
+    # the bound leaves room for another CPU's kernels
+    for other in (alone, reordered, small_batches):
+        assert float(np.abs(other - batch).max()) <= 1e-6
+    assert onnx_embedder.embed([]).shape == (0, 384)
+
+
+@slow
+def test_concurrent_calls_agree(onnx_embedder):
+    expected = onnx_embedder.embed(TEXTS)
+    results: list[np.ndarray] = []
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(3):
+                results.append(onnx_embedder.embed(TEXTS))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 12
+    for got in results:
+        np.testing.assert_array_equal(got, expected)
+
+
+@slow
+def test_export_is_cached_and_a_damaged_cache_is_exported_again(onnx_embedder, cache_dir):
+    path = onnx_embedder.onnx_path
+    assert path.parent.parent == cache_dir and path.name == ONNX_FILE
+    expected = onnx_embedder.embed(TEXTS[:5])
+    first_mtime = path.stat().st_mtime_ns
+
+    again = OnnxEmbedder(cache_dir=cache_dir)
+    assert again.export_seconds is None and path.stat().st_mtime_ns == first_mtime
+    np.testing.assert_array_equal(again.embed(TEXTS[:5]), expected)
+
+    # partial: cut in half (what a crash midway would leave without the temp file and rename)
+    with path.open("r+b") as fh:
+        fh.truncate(path.stat().st_size // 2)
+    repaired = OnnxEmbedder(cache_dir=cache_dir)
+    assert repaired.export_seconds is not None
+    np.testing.assert_array_equal(repaired.embed(TEXTS[:5]), expected)
+
+    # corrupt: same size, garbage at the start (the size check passes, loading fails)
+    with path.open("r+b") as fh:
+        fh.write(b"\0" * 4096)
+    repaired = OnnxEmbedder(cache_dir=cache_dir)
+    assert repaired.export_seconds is not None
+    np.testing.assert_array_equal(repaired.embed(TEXTS[:5]), expected)
+    meta = json.loads((path.parent / META_FILE).read_text())
+    assert meta["onnx_bytes"] == path.stat().st_size and meta["max_abs_diff_vs_torch"] < 1e-3
+    assert not list(path.parent.glob("*.tmp"))  # no temp files left behind
+
+
+@slow
+def test_the_onnx_backend_never_imports_torch(onnx_embedder, hrt_cache_dir, tmp_path):
+    """A whole service (and the app and CLI modules) built in a fresh process with the default
+    backend: torch, transformers and sentence-transformers stay unimported."""
+    code = (
+        "import json, sys\n"
+        "from hrt.config import Settings\n"
+        "from hrt.service import HRTService, load_embedder\n"
+        "import hrt.api.app, hrt.cli\n"
+        f"svc = HRTService(Settings(db_path={str(tmp_path / 'hrt.db')!r}))\n"
+        "vec = svc.embedder.embed(['hello world'])\n"
+        "mods = ('torch', 'transformers', 'sentence_transformers')\n"
+        "print(json.dumps({'name': svc.embedder.name, 'dim': int(vec.shape[1]),\n"
+        "                  'imported': [m for m in mods if m in sys.modules]}))\n"
+    )
+    env = {**os.environ, "HRT_CACHE_DIR": str(hrt_cache_dir), "HRT_EMBEDDING_BACKEND": "onnx"}
+    mtime = onnx_embedder.onnx_path.stat().st_mtime_ns
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out == {"name": "all-MiniLM-L6-v2 (bundled, onnx)", "dim": 384, "imported": []}
+    assert onnx_embedder.onnx_path.stat().st_mtime_ns == mtime  # it reused this module's export
