@@ -56,6 +56,7 @@ class UserAnn:
 
     def __init__(self, index: Any, labels: np.ndarray, crcs: np.ndarray, deleted: int) -> None:
         self.index = index
+        self.built_with = (int(index.M), int(index.ef_construction))
         self.labels = labels  # covered row ids, sorted
         self.crcs = crcs
         self.deleted = deleted
@@ -80,7 +81,7 @@ class UserAnn:
         """The persisted graph brought up to date with these rows (built when missing or unreadable)."""
         ann = cls._load(path) if path is not None else None
         changed = ann is None
-        if ann is None or ann.index.dim != matrix.shape[1]:
+        if ann is None or ann.index.dim != matrix.shape[1] or ann.built_with != (config.m, config.ef_construction):
             ann = cls.build(config, rowids, matrix, crcs)
             changed = True
         else:

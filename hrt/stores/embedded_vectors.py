@@ -15,6 +15,7 @@ from hrt.stores.ann import AnnConfig, UserAnn, vector_crcs
 from hrt.stores.base import Vector, VectorDoc, VectorHit
 from hrt.stores.bm25 import BM25Index
 from hrt.stores.embedded import KIND_CODES, KINDS_BY_CODE, user_scope_token
+from hrt.stores.embedded_graph import keep_out_of_gc
 
 if TYPE_CHECKING:
     from hrt.stores.embedded import EmbeddedStore
@@ -103,6 +104,7 @@ class EmbeddedVectorIndex:
         )
         with self._cache_lock:
             self._cache[user_id] = um
+        keep_out_of_gc()
         return um
 
     # --- writes (used by the projector; the embedded store writes these tables in apply()) ---

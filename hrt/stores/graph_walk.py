@@ -16,8 +16,9 @@ self-loop.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from hrt.records import EdgeType, Kind
 from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphNode, PathStep
@@ -75,56 +76,99 @@ def last_mention_of(links: Iterable[Link], nodes: Mapping[str, GraphNode], not_a
     return max(stamps) if stamps else None
 
 
-# best[id] = (score, hops, seed id, path)
-_Best = dict[str, tuple[float, int, str, tuple[PathStep, ...]]]
+H = TypeVar("H", bound=Hashable)  # a node handle: the id itself, or an adapter's index for it
+
+# best[handle] = (score, hops, seed handle, path as (edge, handle, forward) steps)
+_Best = dict[H, tuple[float, int, H, tuple[tuple[EdgeType, H, bool], ...]]]
 
 
-def _walk(
-    nodes: Mapping[str, GraphNode],
-    adjacency: Mapping[str, Sequence[Link]],
-    seeds: Mapping[str, float],
-    caps: ExpansionCaps,
-    not_after: float | None,
-) -> _Best:
-    best: _Best = {}
+@dataclass(frozen=True, slots=True)
+class WalkView(Generic[H]):
+    """What the walk reads of a graph, per node handle. ``order`` must order handles as their ids
+    order (the identity when the handle is the id); ``links`` yields (other, edge, weight, forward)
+    in :func:`link_order`; ``visible`` is False for a missing node."""
+
+    links: Callable[[H], Iterable[tuple[H, EdgeType, float, bool]]]
+    visible: Callable[[H], bool]
+    kind: Callable[[H], Kind]
+    order: Callable[[H], Any]
+
+
+def walk(view: WalkView[H], seeds: Sequence[tuple[H, float]], caps: ExpansionCaps) -> _Best[H]:
+    """The best-path walk: seeds strongest first, then per hop each frontier node (best first,
+    then id) offers its first ``fanout_per_node`` visible links; a node keeps the best path, ties
+    the first found; new nodes are admitted up to ``max_per_kind`` per kind (seeds are exempt)."""
+    best: _Best[H] = {}
     per_kind: dict[Kind, int] = {}
-    # Seeds are admitted strongest first and are not subject to the per-kind cap.
-    for seed_id, score in sorted(seeds.items(), key=lambda kv: (-kv[1], kv[0])):
-        node = nodes.get(seed_id)
-        if node is None or not visible(node, not_after) or seed_id in best:
+    order = view.order
+    for seed, score in sorted(seeds, key=lambda hs: (-hs[1], order(hs[0]))):
+        if seed in best or not view.visible(seed):
             continue
-        best[seed_id] = (score, 0, seed_id, ())
-        per_kind[node.kind] = per_kind.get(node.kind, 0) + 1
+        best[seed] = (score, 0, seed, ())
+        kind = view.kind(seed)
+        per_kind[kind] = per_kind.get(kind, 0) + 1
 
-    frontier = sorted(best, key=lambda i: (-best[i][0], i))
+    fanout, decay, cap, visible, kind_of = (
+        caps.fanout_per_node,
+        caps.hop_decay,
+        caps.max_per_kind,
+        view.visible,
+        view.kind,
+    )
+    frontier = sorted(best, key=lambda h: (-best[h][0], order(h)))
     for hop in range(1, caps.depth + 1):
-        reached: set[str] = set()
+        reached: set[H] = set()
         for current in frontier:
-            score, _, seed_id, path = best[current]
+            score, _, seed, path = best[current]
             taken = 0
-            for link in adjacency.get(current, ()):
-                if taken >= caps.fanout_per_node:
+            for other, edge, weight, forward in view.links(current):
+                if taken >= fanout:
                     break
-                node = nodes.get(link.other)
-                if node is None or not visible(node, not_after):
+                if not visible(other):
                     continue  # invisible neighbours do not use up the fan-out
                 taken += 1
-                candidate_score = score * caps.hop_decay * link.weight
-                previous = best.get(link.other)
+                candidate_score = score * decay * weight
+                previous = best.get(other)
                 if previous is not None:
                     if previous[0] >= candidate_score:
                         continue  # ties keep the path found first (visit order)
-                elif per_kind.get(node.kind, 0) >= caps.max_per_kind:
-                    continue
                 else:
-                    per_kind[node.kind] = per_kind.get(node.kind, 0) + 1
-                step = PathStep(edge=link.edge, node_id=link.other, forward=link.forward)
-                best[link.other] = (candidate_score, hop, seed_id, (*path, step))
-                reached.add(link.other)
-        frontier = sorted(reached, key=lambda i: (-best[i][0], i))
+                    kind = kind_of(other)
+                    if per_kind.get(kind, 0) >= cap:
+                        continue
+                    per_kind[kind] = per_kind.get(kind, 0) + 1
+                best[other] = (candidate_score, hop, seed, (*path, (edge, other, forward)))
+                reached.add(other)
+        frontier = sorted(reached, key=lambda h: (-best[h][0], order(h)))
         if not frontier:
             break
     return best
+
+
+def candidates(
+    best: _Best[H],
+    node: Callable[[H], GraphNode],
+    name: Callable[[H], str],
+    mentions: Callable[[H], tuple[str, ...]],
+    last_mention: Callable[[H], float | None],
+) -> list[GraphCandidate]:
+    """The walk's result as the expansion contract: one candidate per node, sorted by id."""
+    out: list[GraphCandidate] = []
+    for handle, (score, hops, seed, path) in best.items():
+        n = node(handle)
+        out.append(
+            GraphCandidate(
+                node=n,
+                hops=hops,
+                seed_id=name(seed),
+                path=tuple(PathStep(edge=e, node_id=name(h), forward=f) for e, h, f in path),
+                path_score=score,
+                mentions=mentions(handle) if n.kind is Kind.MEMORY_UNIT else (),
+                last_mention_ts=last_mention(handle) if n.kind is Kind.CONCEPT else None,
+            )
+        )
+    out.sort(key=lambda c: c.node.id)
+    return out
 
 
 def expand_graph(
@@ -145,30 +189,24 @@ def expand_graph(
     links lead to. ``mentions`` (memory units) and ``last_mentions`` (concepts) are derived from
     ``adjacency`` when not given, which is right only when the adjacency is complete.
     """
-    best = _walk(nodes, adjacency, seeds, caps, not_after)
-    out: list[GraphCandidate] = []
-    for ident in sorted(best):
-        score, hops, seed_id, path = best[ident]
-        node = nodes[ident]
-        mentioned: tuple[str, ...] = ()
-        last_mention: float | None = None
-        if node.kind is Kind.MEMORY_UNIT:
-            mentioned = mentions.get(ident, ()) if mentions is not None else mentions_of(adjacency.get(ident, ()))
-        elif node.kind is Kind.CONCEPT:
-            last_mention = (
-                last_mentions.get(ident)
-                if last_mentions is not None
-                else last_mention_of(adjacency.get(ident, ()), nodes, not_after)
-            )
-        out.append(
-            GraphCandidate(
-                node=node,
-                hops=hops,
-                seed_id=seed_id,
-                path=path,
-                path_score=score,
-                mentions=mentioned,
-                last_mention_ts=last_mention,
-            )
-        )
-    return out
+
+    def links(ident: str) -> Iterable[tuple[str, EdgeType, float, bool]]:
+        return ((lk.other, lk.edge, lk.weight, lk.forward) for lk in adjacency.get(ident, ()))
+
+    view: WalkView[str] = WalkView(
+        links=links,
+        visible=lambda ident: visible(nodes.get(ident), not_after),
+        kind=lambda ident: nodes[ident].kind,
+        order=lambda ident: ident,
+    )
+    best = walk(view, list(seeds.items()), caps)
+
+    def node_mentions(ident: str) -> tuple[str, ...]:
+        return mentions.get(ident, ()) if mentions is not None else mentions_of(adjacency.get(ident, ()))
+
+    def node_last_mention(ident: str) -> float | None:
+        if last_mentions is not None:
+            return last_mentions.get(ident)
+        return last_mention_of(adjacency.get(ident, ()), nodes, not_after)
+
+    return candidates(best, nodes.__getitem__, lambda ident: ident, node_mentions, node_last_mention)

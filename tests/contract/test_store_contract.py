@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import pytest
 
@@ -181,6 +182,15 @@ async def test_expand_respects_fanout_and_kind_caps(deployment, tmp_path):
     assert reached == ["m15", "m16", "m17", "m18", "m19"]  # newest first under the fan-out cap
     capped = await deployment.graph.expand("u3", {"hub": 1.0}, ExpansionCaps(1, 50, 3, 0.5))
     assert sum(1 for c in capped if c.node.kind is Kind.MEMORY_UNIT) == 3
+    # a concept's newest mention, as of the request: m19 (Jan 20) now, m09 (Jan 10) as of Jan 10 noon
+    jan = datetime(2025, 1, 1, tzinfo=UTC).timestamp()
+    (now,) = await deployment.graph.expand("u3", {"hub": 1.0}, ExpansionCaps(0, 5, 100, 0.5))
+    assert now.last_mention_ts == pytest.approx(jan + 19 * 86400)
+    (then,) = await deployment.graph.expand("u3", {"hub": 1.0}, ExpansionCaps(0, 5, 100, 0.5), jan + 9.5 * 86400)
+    assert then.last_mention_ts == pytest.approx(jan + 9 * 86400)
+    assert (await deployment.graph.expand("u3", {"hub": 1.0}, ExpansionCaps(0, 5, 100, 0.5), jan - 1))[
+        0
+    ].last_mention_ts is None
 
 
 async def test_expand_never_crosses_users_or_into_the_future(deployment):
