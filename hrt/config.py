@@ -58,6 +58,7 @@ WEIGHT_PRESETS: dict[str, Weights] = {
 # Where things run and how they are reached: they never change a response, so they stay out of the
 # ``config_hash`` (two deployments holding the same data answer with the same hash).
 NOT_IN_FINGERPRINT = (
+    "preload_users",
     "record_store",
     "graph_store",
     "vector_index",
@@ -132,6 +133,10 @@ class Settings(BaseSettings):
     ann_m: int = Field(16, ge=4, le=128)
     ann_ef_construction: int = Field(200, ge=10, le=2000)
     ann_ef_search: int = Field(256, ge=10, le=5000)
+
+    # `hrt serve` loads the caches of the embedded store's largest users (graph, vectors, lexical
+    # index, HNSW graph) in the background at start, so their first request does not pay for it.
+    preload_users: int = Field(4, ge=0, le=10_000)
 
     # --- grounding -----------------------------------------------------------------------------
     rrf_k: int = Field(60, ge=1)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
@@ -234,7 +236,40 @@ class HRTService:
                 await schema()
         if self.projector is not None and background_projector:
             self._projector_task = asyncio.create_task(self.projector.run(self._projector_stop))
+        if background_projector and self.settings.preload_users > 0 and self.embedded is not None:
+            # a daemon thread: it never holds up a shutdown (a million-vector HNSW build takes minutes)
+            threading.Thread(target=self._preload, args=(self.settings.preload_users,), daemon=True).start()
         return self
+
+    def largest_users(self, limit: int) -> list[str]:
+        """The embedded store's users with the most entities, most first."""
+        if self.embedded is None:
+            return []
+        with self.embedded.lock:
+            rows = self.embedded.db.execute(
+                "SELECT user_id FROM nodes GROUP BY user_id ORDER BY count(*) DESC, user_id LIMIT ?", (limit,)
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def warm(self, user_ids: Sequence[str]) -> None:
+        """Load the embedded stores' per-user caches now (graph, vectors, lexical index, HNSW
+        graph, which is built or brought up to date and saved), instead of on a first request."""
+        if self.embedded is None:
+            return
+        for user_id in user_ids:
+            if self.settings.graph_store == "embedded":
+                self.embedded.graph.warm(user_id)
+            if self.settings.vector_index == "embedded":
+                self.embedded.vectors.warm(user_id)
+
+    def _preload(self, limit: int) -> None:
+        try:
+            started = time.perf_counter()
+            users = self.largest_users(limit)
+            self.warm(users)
+            log.info("preloaded %d users' caches in %.1f s", len(users), time.perf_counter() - started)
+        except Exception:  # a preload is an optimisation: requests load what they need themselves
+            log.exception("preloading users' caches failed")
 
     async def close(self) -> None:
         if self._projector_task is not None:

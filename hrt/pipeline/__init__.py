@@ -97,7 +97,9 @@ class HybridRetrievalTool:
             intake = run_intake(request, s, self.clock())
             if not await self.records.user_exists(intake.user_id):
                 raise NotFound(f"unknown user_id {intake.user_id!r}: nothing was ingested for it", field="user_id")
-            phrase_vectors = self.embedder.embed(list(intake.phrases))
+            # off the event loop: ONNX Runtime releases the GIL, so under concurrent requests this
+            # overlaps with other requests' Python work on the second core
+            phrase_vectors = await asyncio.to_thread(self.embedder.embed, list(intake.phrases))
         stages["intake"] = "ok"
 
         with self._stage("grounding", timings):

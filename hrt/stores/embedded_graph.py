@@ -181,16 +181,33 @@ class EmbeddedGraphStore:
         self._store = store
         self._cache: dict[str, _UserGraph] = {}
         self._cache_lock = threading.Lock()
+        self._generation: dict[str, int] = {}  # bumped by every write, so a load racing it is not kept
+        self._load_lock = threading.Lock()  # one load at a time: a preload and a request never both load
 
     def invalidate(self, user_id: str) -> None:
         with self._cache_lock:
             self._cache.pop(user_id, None)
+            self._generation[user_id] = self._generation.get(user_id, 0) + 1
 
     def _graph(self, user_id: str) -> _UserGraph:
         with self._cache_lock:
             cached = self._cache.get(user_id)
         if cached is not None:
             return cached
+        with self._load_lock:
+            with self._cache_lock:
+                cached = self._cache.get(user_id)
+                generation = self._generation.get(user_id, 0)
+            if cached is not None:
+                return cached
+            loaded = self._load(user_id)
+            with self._cache_lock:
+                if self._generation.get(user_id, 0) == generation:  # no write landed while loading
+                    self._cache[user_id] = loaded
+        keep_out_of_gc()
+        return loaded
+
+    def _load(self, user_id: str) -> _UserGraph:
         with self._store.lock:
             node_rows = self._store.db.execute(
                 "SELECT id, kind, label, ts, salience, category, tags, source_agent_id FROM nodes WHERE user_id = ?",
@@ -200,9 +217,6 @@ class EmbeddedGraphStore:
                 "SELECT source, target, type, weight FROM edges WHERE user_id = ?", (user_id,)
             ).fetchall()
         graph = _UserGraph(node_rows, edge_rows)
-        with self._cache_lock:
-            self._cache[user_id] = graph
-        keep_out_of_gc()
         return graph
 
     def warm(self, user_id: str) -> None:

@@ -4,6 +4,7 @@ index (:mod:`hrt.stores.bm25`) built from the texts SQLite FTS5 keeps."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -64,16 +65,33 @@ class EmbeddedVectorIndex:
         self._ann = ann or AnnConfig()
         self._cache: dict[str, _UserMatrix] = {}
         self._cache_lock = threading.Lock()
+        self._generation: dict[str, int] = {}  # bumped by every write, so a load racing it is not kept
+        self._load_lock = threading.Lock()  # one load at a time: a preload and a request never both load
 
     def invalidate(self, user_id: str) -> None:
         with self._cache_lock:
             self._cache.pop(user_id, None)
+            self._generation[user_id] = self._generation.get(user_id, 0) + 1
 
     def _matrix(self, user_id: str) -> _UserMatrix:
         with self._cache_lock:
             cached = self._cache.get(user_id)
         if cached is not None:
             return cached
+        with self._load_lock:
+            with self._cache_lock:
+                cached = self._cache.get(user_id)
+                generation = self._generation.get(user_id, 0)
+            if cached is not None:
+                return cached
+            loaded = self._load(user_id)
+            with self._cache_lock:
+                if self._generation.get(user_id, 0) == generation:  # no write landed while loading
+                    self._cache[user_id] = loaded
+        keep_out_of_gc()
+        return loaded
+
+    def _load(self, user_id: str) -> _UserMatrix:
         with self._store.lock:
             rows = self._store.db.execute(
                 "SELECT d.rowid, d.id, d.kind, d.ts, d.vec, f.text FROM docs d JOIN fts f ON f.rowid = d.rowid "
@@ -102,9 +120,6 @@ class EmbeddedVectorIndex:
             ts=np.array([np.nan if r[3] is None else r[3] for r in rows], dtype=np.float64),
             matrix=matrix,
         )
-        with self._cache_lock:
-            self._cache[user_id] = um
-        keep_out_of_gc()
         return um
 
     # --- writes (used by the projector; the embedded store writes these tables in apply()) ---
@@ -163,6 +178,19 @@ class EmbeddedVectorIndex:
         kinds: Sequence[Kind],
         k: int,
         not_after: float | None = None,
+    ) -> list[list[VectorHit]]:
+        # in a worker thread: numpy, hnswlib and the BM25 arrays release the GIL, so concurrent
+        # requests use the second core
+        return await asyncio.to_thread(self._search, user_id, phrases, vectors, kinds, k, not_after)
+
+    def _search(
+        self,
+        user_id: str,
+        phrases: Sequence[str],
+        vectors: Vector,
+        kinds: Sequence[Kind],
+        k: int,
+        not_after: float | None,
     ) -> list[list[VectorHit]]:
         um = self._matrix(user_id)
         n = len(um.ids)

@@ -11,11 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hrt.ingest import parse_jsonl
 from hrt.records import Kind
+from hrt.service import HRTService
 from hrt.stores.ann import AnnConfig
 from hrt.stores.base import VectorDoc
 from hrt.stores.bm25 import BM25Index, query_terms, tokens
 from hrt.stores.embedded import EmbeddedStore
+from tests.helpers import HashingEmbedder, jsonl, small_graph
 
 DIM = 24
 WORDS = [
@@ -205,3 +208,45 @@ def test_bm25_filter_and_tie_break_by_id():
     id_rank = np.array([2, 0, 1, 3])  # row 1 has the smallest id
     assert index.top("kernel", np.ones(4, bool), id_rank, 2) == [1, 2]
     assert index.top("kernel", np.array([True, False, True, True]), id_rank, 5) == [2, 0]
+
+
+def test_a_load_racing_a_write_is_not_cached(tmp_path):
+    store = EmbeddedStore(tmp_path / "s.db", DIM)
+    rng = np.random.default_rng(8)
+    write([store], docs(rng, 20))
+    index = store.vectors
+    original = index._load
+
+    def load_then_a_write_lands(user_id):
+        loaded = original(user_id)
+        index.invalidate(user_id)  # what a write committing during the load does
+        return loaded
+
+    index._load = load_then_a_write_lands  # type: ignore[method-assign]
+    index._matrix("u1")
+    assert "u1" not in index._cache  # the next request reloads and sees the write
+    index._load = original  # type: ignore[method-assign]
+    index._matrix("u1")
+    assert "u1" in index._cache
+    store.close()
+
+
+async def test_warm_and_preload_fill_the_largest_users_caches(loaded_service, tmp_path):
+    svc = loaded_service
+    await svc.ingest(parse_jsonl(jsonl(small_graph("u3", prefix="y")[:5])))
+    assert svc.largest_users(2) == ["u1", "u2"]  # u1 and u2 hold the same count: by id
+    assert svc.embedded is not None
+    svc.warm(["u1"])
+    assert "u1" in svc.embedded.graph._cache and "u1" in svc.embedded.vectors._cache
+    assert "u2" not in svc.embedded.vectors._cache
+
+    settings = svc.settings.model_copy(update={"preload_users": 2})
+    again = HRTService(settings, embedder=HashingEmbedder())
+    await again.start(background_projector=True)
+    assert again.embedded is not None
+    for _ in range(200):
+        if {"u1", "u2"} <= set(again.embedded.vectors._cache) and "u2" in again.embedded.graph._cache:
+            break
+        await asyncio.sleep(0.05)
+    assert {"u1", "u2"} <= set(again.embedded.vectors._cache) and "u3" not in again.embedded.vectors._cache
+    await again.close()
