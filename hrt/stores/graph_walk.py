@@ -154,6 +154,14 @@ def candidates(
 ) -> list[GraphCandidate]:
     """The walk's result as the expansion contract: one candidate per node, sorted by id."""
     out: list[GraphCandidate] = []
+    steps: dict[tuple[EdgeType, H, bool], PathStep] = {}  # paths share their steps: make each once
+
+    def step(raw: tuple[EdgeType, H, bool]) -> PathStep:
+        made = steps.get(raw)
+        if made is None:
+            made = steps[raw] = PathStep(edge=raw[0], node_id=name(raw[1]), forward=raw[2])
+        return made
+
     for handle, (score, hops, seed, path) in best.items():
         n = node(handle)
         out.append(
@@ -161,7 +169,7 @@ def candidates(
                 node=n,
                 hops=hops,
                 seed_id=name(seed),
-                path=tuple(PathStep(edge=e, node_id=name(h), forward=f) for e, h, f in path),
+                path=tuple(map(step, path)),
                 path_score=score,
                 mentions=mentions(handle) if n.kind is Kind.MEMORY_UNIT else (),
                 last_mention_ts=last_mention(handle) if n.kind is Kind.CONCEPT else None,
