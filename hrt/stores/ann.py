@@ -21,8 +21,7 @@ import logging
 import os
 import pickle
 import tempfile
-import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,10 +44,6 @@ class AnnConfig:
     @property
     def enabled(self) -> bool:
         return self.min_vectors > 0
-
-
-def vector_crcs(blobs: Sequence[bytes]) -> np.ndarray:
-    return np.fromiter((zlib.crc32(b) for b in blobs), dtype=np.uint32, count=len(blobs))
 
 
 class UserAnn:

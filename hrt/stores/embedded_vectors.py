@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import zlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from hrt.records import Kind
-from hrt.stores.ann import AnnConfig, UserAnn, vector_crcs
+from hrt.stores.ann import AnnConfig, UserAnn
 from hrt.stores.base import Vector, VectorDoc, VectorHit
 from hrt.stores.bm25 import BM25Index
 from hrt.stores.embedded import KIND_CODES, KINDS_BY_CODE, user_scope_token
@@ -92,35 +93,52 @@ class EmbeddedVectorIndex:
         return loaded
 
     def _load(self, user_id: str) -> _UserMatrix:
+        dim = self._store.dim
+        ids: list[str] = []
+        texts: list[str] = []
+        kinds: list[int] = []
+        stamps: list[float] = []
+        rowid_list: list[int] = []
         with self._store.lock:
-            rows = self._store.db.execute(
+            (n,) = self._store.db.execute("SELECT count(*) FROM docs WHERE user_id = ?", (user_id,)).fetchone()
+            matrix = np.empty((n, dim), dtype=np.float32)
+            crcs = np.empty(n, dtype=np.uint32)
+            cursor = self._store.db.execute(
                 "SELECT d.rowid, d.id, d.kind, d.ts, d.vec, f.text FROM docs d JOIN fts f ON f.rowid = d.rowid "
                 "WHERE d.user_id = ? ORDER BY d.rowid",
                 (user_id,),
-            ).fetchall()
-        dim = self._store.dim
-        if rows:
-            matrix = np.frombuffer(b"".join(r[4] for r in rows), dtype=np.float32).reshape(len(rows), dim)
-        else:
-            matrix = np.zeros((0, dim), dtype=np.float32)
-        rowids = np.array([r[0] for r in rows], dtype=np.int64)
+            )
+            # streamed into preallocated arrays: fetching every row's BLOB at once held the vectors
+            # three times over (rows, joined bytes, matrix) at load
+            i = 0
+            while chunk := cursor.fetchmany(4096):
+                for rowid, ident, kind, ts, vec, text in chunk:
+                    matrix[i] = np.frombuffer(vec, dtype=np.float32)
+                    crcs[i] = zlib.crc32(vec)
+                    rowid_list.append(rowid)
+                    ids.append(ident)
+                    kinds.append(KIND_CODES[Kind(kind)])
+                    stamps.append(np.nan if ts is None else ts)
+                    texts.append(text)
+                    i += 1
+        matrix = matrix[:i]  # rows without an FTS entry (none are written so) are not searchable
+        rowids = np.array(rowid_list, dtype=np.int64)
         ann = None
-        if self._ann.enabled and len(rows) >= self._ann.min_vectors:
+        if self._ann.enabled and i >= self._ann.min_vectors:
             path = None
             if str(self._store.path) != ":memory:":
                 folder = self._store.path.with_name(self._store.path.name + ".ann")
                 path = folder / (user_scope_token(user_id) + ".hnsw")
-            ann = UserAnn.open(self._ann, path, rowids, matrix, vector_crcs([r[4] for r in rows]))
-        um = _UserMatrix(
-            ids=[r[1] for r in rows],
+            ann = UserAnn.open(self._ann, path, rowids, matrix, crcs[:i])
+        return _UserMatrix(
+            ids=ids,
             rowids=rowids,
             ann=ann,
-            texts=[r[5] for r in rows],
-            codes=np.array([KIND_CODES[Kind(r[2])] for r in rows], dtype=np.int8),
-            ts=np.array([np.nan if r[3] is None else r[3] for r in rows], dtype=np.float64),
+            texts=texts,
+            codes=np.array(kinds, dtype=np.int8),
+            ts=np.array(stamps, dtype=np.float64),
             matrix=matrix,
         )
-        return um
 
     # --- writes (used by the projector; the embedded store writes these tables in apply()) ---
 
