@@ -70,6 +70,7 @@ async def test_fused_semantic_evidence_changes_scores_not_seeds(loaded_service):
     from hrt.contract import RetrieveRequest
 
     req = RetrieveRequest(user_id="u1", key_phrases=["Postgres billing"], as_of="2025-08-01T00:00:00Z")
+    loaded_service.tool.settings = loaded_service.settings.model_copy(update={"semantic_evidence": "cosine"})
     cosine = await loaded_service.retrieve(req)
     loaded_service.tool.settings = loaded_service.settings.model_copy(update={"semantic_evidence": "fused"})
     fused = await loaded_service.retrieve(req)
@@ -79,3 +80,77 @@ async def test_fused_semantic_evidence_changes_scores_not_seeds(loaded_service):
     assert top.score_breakdown.semantic > next(
         m.score_breakdown.semantic for m in cosine.retrieved_memory_units if m.muid == top.muid
     )
+
+
+# --- evidence across phrases (phrase_evidence) -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("per_phrase", "n", "mode", "expected"),
+    [
+        ([0.8, 0.6], 2, "max", 0.8),
+        ([0.8, 0.6], 2, "mean", 0.7),
+        ([0.8], 2, "mean", 0.4),  # the phrase that did not return it counts 0
+        ([0.8], 1, "mean", 0.8),  # one phrase: mean is max
+        ([0.9, 0.9, 0.9], 3, "mean", 0.9),  # every phrase agrees: full evidence
+        ([1.4, -0.2], 2, "mean", 0.5),  # each term clamped to [0, 1]
+        ([], 2, "max", 0.0),
+        ([], 2, "mean", 0.0),
+    ],
+)
+def test_combine_phrase_evidence(per_phrase, n, mode, expected):
+    from hrt.pipeline.grounding import combine_phrase_evidence
+
+    assert combine_phrase_evidence(per_phrase, n, mode) == pytest.approx(expected)
+
+
+def test_combine_phrase_evidence_rejects_an_unknown_mode():
+    from hrt.pipeline.grounding import combine_phrase_evidence
+
+    with pytest.raises(ValueError, match="phrase_evidence"):
+        combine_phrase_evidence([0.5], 1, "sum")
+
+
+class FixedIndex:
+    """A VectorIndex answering each phrase with fixed hits (only ``search`` is used by grounding)."""
+
+    def __init__(self, hits: dict[str, list[VectorHit]]) -> None:
+        self.hits = hits
+
+    async def search(self, user_id, phrases, vectors, kinds, k, not_after=None):
+        return [self.hits[p] for p in phrases]
+
+
+# p1 returns a (both legs, first) and b (vector leg only, second); p2 returns b (both legs, first)
+# and c (both legs, second). With two seeds per phrase every hit is a seed.
+TWO_PHRASES = {
+    "p1": [hit("a", 0.8, 1, 1), hit("b", 0.6, 2, None)],
+    "p2": [hit("b", 0.7, 1, 1), hit("c", 0.5, 2, 2)],
+}
+B_P1 = (1 / 62) * 61 / 2  # fused: second of the vector leg only
+C_P2 = (2 / 62) * 61 / 2  # fused: second of both legs
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"semantic_evidence": "cosine", "phrase_evidence": "max"}, {"a": 0.8, "b": 0.7, "c": 0.5}),
+        ({"semantic_evidence": "cosine", "phrase_evidence": "mean"}, {"a": 0.4, "b": 0.65, "c": 0.25}),
+        ({"semantic_evidence": "fused", "phrase_evidence": "max"}, {"a": 1.0, "b": 1.0, "c": C_P2}),
+        ({"semantic_evidence": "fused", "phrase_evidence": "mean"}, {"a": 0.5, "b": (B_P1 + 1.0) / 2, "c": C_P2 / 2}),
+        ({}, {"a": 0.8, "b": 0.7, "c": 0.5}),  # the defaults: cosine evidence, best phrase
+    ],
+)
+async def test_grounding_evidence_over_phrases(overrides, expected):
+    from datetime import UTC, datetime
+
+    from hrt.contract import RetrieveRequest
+    from hrt.pipeline.grounding import run_grounding
+    from hrt.pipeline.intake import run_intake
+
+    s = Settings(seeds_per_phrase=2, **overrides)
+    intake = run_intake(RetrieveRequest(user_id="u", key_phrases=["p1", "p2"]), s, datetime(2025, 1, 1, tzinfo=UTC))
+    g = await run_grounding(intake, [[0.0], [0.0]], FixedIndex(TWO_PHRASES), s)
+    assert [p.seed_ids for p in g.phrases] == [("a", "b"), ("b", "c")]  # seed choice never changes
+    assert g.similarity == pytest.approx(expected)
+    assert g.seeds == pytest.approx(expected)  # a seed scores its evidence over the phrases too

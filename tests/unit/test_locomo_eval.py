@@ -302,3 +302,74 @@ def test_the_command_runs_end_to_end_on_the_fixture(tmp_path: Path) -> None:
     except ImportError:
         return
     assert (out / "locomo-recall.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --- the Proposal B prototype (--experimental-path-sum) --------------------------------------
+
+
+class WalkGraph:
+    """A GraphStore over a fixed adjacency, expanding with the shared walk (only ``expand`` is used)."""
+
+    def __init__(self, nodes: dict[str, Any], adjacency: dict[str, list[Any]]) -> None:
+        self.nodes, self.adjacency = nodes, adjacency
+
+    async def expand(self, user_id: str, seeds: Any, caps: Any, not_after: float | None = None) -> list[Any]:
+        from hrt.stores.graph_walk import expand_graph
+
+        return expand_graph(self.nodes, self.adjacency, seeds, caps, not_after)
+
+
+@pytest.mark.parametrize(
+    ("node", "direct", "expected"),
+    [
+        # t1 is cited by both observations: 1 - (1 - 0.6 x 0.9) x (1 - 0.6 x 0.5), not the best 0.54
+        ("t1", None, 1 - (1 - 0.54) * (1 - 0.30)),
+        ("t2", None, 0.30),  # cited by o2 alone: its best path
+        ("t1", 0.4, 1 - (1 - 0.4) * (1 - 0.54) * (1 - 0.30)),  # its own search evidence joins the sum
+        ("o1", None, 0.9),  # a seed keeps its own score
+    ],
+)
+async def test_path_sum_prototype_sums_every_seeds_best_path(node: str, direct: float | None, expected: float) -> None:
+    from hrt.config import Settings
+    from hrt.contract import RetrieveRequest
+    from hrt.pipeline.grounding import Grounding
+    from hrt.pipeline.intake import run_intake
+    from hrt.records import Kind
+    from hrt.stores.base import GraphNode
+    from hrt.stores.graph_walk import Link
+
+    def n(ident: str, kind: Kind) -> GraphNode:
+        return GraphNode(id=ident, kind=kind, label=ident, ts=None, salience=0.5, category="x")
+
+    nodes = {i: n(i, Kind.ARTIFACT) for i in ("o1", "o2")} | {i: n(i, Kind.MEMORY_UNIT) for i in ("t1", "t2")}
+    cites = {"o1": ["t1"], "o2": ["t1", "t2"]}
+    adjacency: dict[str, list[Any]] = {}
+    for o, ts in cites.items():
+        for t in ts:
+            adjacency.setdefault(o, []).append(Link(t, EdgeType.DERIVED_FROM, 1.0, True))
+            adjacency.setdefault(t, []).append(Link(o, EdgeType.DERIVED_FROM, 1.0, False))
+    settings = Settings(hop_decay=0.6)
+    intake = run_intake(
+        RetrieveRequest(user_id="u", key_phrases=["q"], max_depth=1), settings, datetime(2025, 1, 1, tzinfo=UTC)
+    )
+    grounding = Grounding(phrases=[], seeds={"o1": 0.9, "o2": 0.5}, similarity={"o1": 0.9, "o2": 0.5})
+    if direct is not None:
+        grounding.similarity[node] = direct
+    out = {c.node.id: c for c in await L.path_sum_expansion(intake, grounding, WalkGraph(nodes, adjacency), settings)}
+    assert set(out) == {"o1", "o2", "t1", "t2"}  # the pipeline's candidates, no others
+    assert out[node].path_score == pytest.approx(expected)
+
+
+def test_the_command_runs_with_the_path_sum_prototype_and_restores_the_pipeline(tmp_path: Path) -> None:
+    import hrt.pipeline as pipeline
+
+    before = pipeline.run_expansion
+    data = tmp_path / "tiny-locomo.json"
+    data.write_text(json.dumps([fixture_sample()]))
+    out = tmp_path / "out"
+    argv = ["--data", str(data), "--out", str(out), "--db", str(tmp_path / "e.db"), "--systems", "hrt-full"]
+    args = L.build_parser().parse_args([*argv, "--experimental-path-sum"])
+    assert L.run(args, embedder=HashingEmbedder()) == 0
+    assert pipeline.run_expansion is before
+    body = json.loads((out / "locomo-results.json").read_text())
+    assert body["meta"]["config"]["experimental_path_sum"] is True
