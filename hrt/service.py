@@ -128,6 +128,9 @@ class HRTService:
         self._closers: list[Callable[[], Any]] = []
         self.projector: Any = None
         self._projector_task: asyncio.Task[None] | None = None
+        # "off", or the background preload of `hrt serve`: "loading", "done", "failed"; /readyz
+        # answers 503 while it loads, so a balancer sends traffic only to a warm server
+        self.preload_state = "off"
         self._projector_stop = asyncio.Event()
 
         self.embedded: EmbeddedStore | None = None
@@ -238,6 +241,7 @@ class HRTService:
             self._projector_task = asyncio.create_task(self.projector.run(self._projector_stop))
         if background_projector and self.settings.preload_users > 0 and self.embedded is not None:
             # a daemon thread: it never holds up a shutdown (a million-vector HNSW build takes minutes)
+            self.preload_state = "loading"
             threading.Thread(target=self._preload, args=(self.settings.preload_users,), daemon=True).start()
         return self
 
@@ -268,8 +272,10 @@ class HRTService:
             users = self.largest_users(limit)
             self.warm(users)
             log.info("preloaded %d users' caches in %.1f s", len(users), time.perf_counter() - started)
+            self.preload_state = "done"
         except Exception:  # a preload is an optimisation: requests load what they need themselves
             log.exception("preloading users' caches failed")
+            self.preload_state = "failed"
 
     async def close(self) -> None:
         if self._projector_task is not None:

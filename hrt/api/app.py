@@ -226,13 +226,16 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
                 log.warning("readiness check of %s failed: %s", name, exc)
                 checks[name] = "unavailable"
         ok = all(v == "ok" for v in checks.values())
+        warming = service.preload_state == "loading"
         body = {
-            "status": "ready" if ok else "unavailable",
+            "status": "unavailable" if not ok else "warming" if warming else "ready",
             "stores": checks,
+            "caches": service.preload_state,
             "embedder": service.embedder.name,
             "deployment": service.deployment,
         }
-        return Response(json.dumps(body), status_code=200 if ok else 503, media_type="application/json")
+        code = 200 if ok and not warming else 503
+        return Response(json.dumps(body), status_code=code, media_type="application/json")
 
     @app.get("/metrics")
     async def metrics() -> Response:

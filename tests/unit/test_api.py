@@ -79,10 +79,16 @@ async def test_bad_ingest_line_names_its_position_and_writes_nothing(client):
     assert await snapshot(client) == before
 
 
-async def test_health_ready_metrics_openapi(client):
+async def test_health_ready_metrics_openapi(client, loaded_service):
     assert (await client.get("/healthz")).json() == {"status": "ok"}
     ready = await client.get("/readyz")
     assert ready.status_code == 200 and ready.json()["status"] == "ready"
+    loaded_service.preload_state = "loading"  # `hrt serve` preloading the largest users' caches
+    warming = await client.get("/readyz")
+    assert warming.status_code == 503 and warming.json()["status"] == "warming"
+    assert warming.json()["caches"] == "loading" and warming.json()["stores"]["records"] == "ok"
+    loaded_service.preload_state = "done"
+    assert (await client.get("/readyz")).status_code == 200
     await client.post("/v1/retrieve", json={"user_id": "u1", "key_phrases": ["Phoenix", "zzzz qqqq"]})
     text = (await client.get("/metrics")).text
     for name in (
