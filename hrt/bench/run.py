@@ -50,6 +50,7 @@ import multiprocessing
 import os
 import platform
 import shlex
+import shutil
 import socket
 import statistics
 import subprocess
@@ -299,10 +300,12 @@ class Target:
     service_pids: dict[str, int] = field(default_factory=dict)
 
 
-def embedded_target(work: Path, label: str) -> Target:
+def embedded_target(work: Path, label: str, reuse: bool = False) -> Target:
     db = work / f"embedded-{label}.db"
-    for suffix in ("", "-wal", "-shm"):
-        Path(str(db) + suffix).unlink(missing_ok=True)
+    if not reuse:
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(db) + suffix).unlink(missing_ok=True)
+        shutil.rmtree(Path(str(db) + ".ann"), ignore_errors=True)
     stores = {"record_store": "embedded", "graph_store": "embedded", "vector_index": "embedded"}
     env = {f"HRT_{k.upper()}": v for k, v in stores.items()}
     return Target("embedded", {"db_path": str(db), **stores}, {"HRT_DB_PATH": str(db), **env})
@@ -620,6 +623,7 @@ class Plan:
     stack_dir: Path | None
     command: str
     keep: bool = False
+    reuse: bool = False
     server_env: dict[str, str] = field(default_factory=dict)
     locomo: Path | None = None
 
@@ -728,8 +732,18 @@ def bench_one(
     server: Server | None = None
     try:
         target = make_target()
-        print(f"[bench] {deployment} {label}: ingest ({plan.vectors} vectors)", file=sys.stderr, flush=True)
-        run["ingest"] = run_ingest(cfg, target, plan.vectors, plan.batch_size)
+        marker = work / f"{deployment}-{label}.ingest.json"  # what a kept embedded store holds
+        identity = {"synth": asdict(cfg), "vectors": plan.vectors}
+        kept = json.loads(marker.read_text()) if plan.reuse and marker.exists() else None
+        if deployment == "embedded" and kept is not None and kept.get("identity") == identity:
+            print(f"[bench] {deployment} {label}: reusing the kept store", file=sys.stderr, flush=True)
+            run["ingest"] = {**kept["ingest"], "reused": True}
+        else:
+            marker.unlink(missing_ok=True)
+            print(f"[bench] {deployment} {label}: ingest ({plan.vectors} vectors)", file=sys.stderr, flush=True)
+            run["ingest"] = run_ingest(cfg, target, plan.vectors, plan.batch_size)
+            if deployment == "embedded":
+                marker.write_text(json.dumps({"identity": identity, "ingest": run["ingest"]}))
         print(
             f"[bench] {deployment} {label}: {run['ingest']['entities_per_s']} entities/s; serving",
             file=sys.stderr,
@@ -813,7 +827,12 @@ def run_plan(plan: Plan) -> dict[str, Any]:
             for deployment in plan.deployments:
                 if deployment == "embedded":
                     run = bench_one(
-                        plan, deployment, n, functools.partial(embedded_target, work, label), work, server_embedder
+                        plan,
+                        deployment,
+                        n,
+                        functools.partial(embedded_target, work, label, plan.reuse),
+                        work,
+                        server_embedder,
                     )
                 elif stack is None:
                     run = {
@@ -836,10 +855,14 @@ def run_plan(plan: Plan) -> dict[str, Any]:
         if plan.locomo is not None:
             results["locomo"] = run_locomo_safely(plan, stack)
             write_outputs(results, plan.out)
-        if not plan.keep:
+        if not plan.keep and not plan.reuse:
             for suffix in ("", "-wal", "-shm"):
                 for db in work.glob(f"*.db{suffix}"):
                     db.unlink(missing_ok=True)
+            for folder in work.glob("*.db.ann"):
+                shutil.rmtree(folder, ignore_errors=True)
+            for marker in work.glob("*.ingest.json"):
+                marker.unlink()
     results["finished_at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     results["machine"]["loadavg_at_end"] = list(os.getloadavg())
     write_outputs(results, plan.out)
@@ -1098,6 +1121,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="extra environment for hrt serve, repeatable (e.g. OMP_NUM_THREADS=1)",
     )
     p.add_argument("--keep", action="store_true", help="keep the embedded SQLite files in OUT/work (profiling)")
+    p.add_argument(
+        "--reuse",
+        action="store_true",
+        help="embedded: serve the store a --keep run left in OUT/work for the same size, seed and vectors "
+        "instead of ingesting again (its ingest figures are reported, marked reused); implies --keep",
+    )
     p.add_argument("--quick", action="store_true", help="fewer requests (40, warm-up 5): minutes, not tens")
     p.add_argument("--serve-with-embedder", default=None, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
@@ -1139,6 +1168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stack_dir=args.stack_dir,
         command="hrt bench " + " ".join(shlex.quote(a) for a in argv_list),
         keep=args.keep,
+        reuse=args.reuse,
         server_env=dict(item.split("=", 1) for item in args.server_env if "=" in item),
         locomo=args.locomo,
     )

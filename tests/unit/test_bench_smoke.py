@@ -111,8 +111,23 @@ def test_tiny_run_writes_results(tmp_path: Path) -> None:
     assert run["goals"] == []  # no goal is set for 300 entities
     readme = (out / "README.md").read_text()
     assert "| embedded | 300 |" in readme and "Command: `hrt bench" in readme
-    pytest.importorskip("matplotlib")
     assert (out / "latency_vs_size.png").stat().st_size > 0
+
+
+def test_reuse_serves_the_kept_store_without_ingesting(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    argv = ["--sizes", "300", "--deployments", "embedded", "--out", str(out), "--requests", "3", "--warmup", "0"]
+    argv += ["--concurrency", "1", "--vectors", "tests.helpers:HashingEmbedder"]
+    assert bench.main([*argv, "--keep"]) == 0
+    first = json.loads((out / "results.json").read_text())["runs"][0]
+    assert (out / "work" / "embedded-300.db").exists() and "reused" not in first["ingest"]
+    assert bench.main([*argv, "--reuse"]) == 0
+    [again] = json.loads((out / "results.json").read_text())["runs"]
+    assert again["status"] == "ok" and again["ingest"] == {**first["ingest"], "reused": True}
+    assert again["sequential"]["end_to_end"]["n"] == 3
+    # another seed is another store: it is ingested afresh, not served from the kept file
+    assert bench.main([*argv, "--reuse", "--seed", "8"]) == 0
+    assert "reused" not in json.loads((out / "results.json").read_text())["runs"][0]["ingest"]
 
 
 def test_a_failed_deployment_is_reported_and_the_run_goes_on(tmp_path: Path) -> None:
