@@ -17,9 +17,23 @@ an expansion, never a value.
 
 Expansion is one round trip for all seeds: one Cypher query fetches the bounded neighbourhood (per
 level, each node's first ``fanout_per_node`` visible links in the shared visit order, with the
-attributes, mentions and newest mention of every node reached), and the best-path walk runs in
-Python in :func:`hrt.stores.graph_walk.expand_graph`, the same function the embedded adapter runs,
-so both deployments return identical candidates for identical data.
+attributes of every node reached, the mentions of its memory units and the newest mention of its
+concepts), and the best-path walk runs in Python in :func:`hrt.stores.graph_walk.walk` (over the
+raw rows; :func:`~hrt.stores.graph_walk.candidates` makes node objects for the result only), the
+same walk the embedded adapter runs, so both deployments return identical candidates for identical
+data.
+
+Hubs are cut inside Neo4j, not after reading them: every relationship carries the keys of the
+visit order as seen from each end (``sid``/``tid`` ids, ``nw`` = -weight, ``sts``/``tts`` = -ts of
+its source/target, no timestamp counting as 0; written with the edge, refreshed when a node's ``ts``
+changes), and composite range indexes over them (``graph_schema/003_link_order.cypher``) hand a
+node's links of one type and direction over in visit order. Expansion reads, per node, the first
+``fanout_per_node`` visible links of each of the 8 (type, direction) pairs from those indexes and
+keeps the first ``fanout_per_node`` of their union, so a concept with 6,000 mentions costs what one
+with 10 does; a concept's newest mention is the first visible entry of ``mentions_newest``, and
+:meth:`Neo4jGraphStore.neighbors` along incoming ``MENTIONS`` reads only up to its limit (and the
+ties at it) the same way. The keys are derived data: :meth:`Neo4jGraphStore.apply_schema` fills
+them in once for relationships written before they existed (``004_link_keys_backfill.cypher``).
 
 Driver errors are translated at this edge: connection loss and unavailable databases become
 :class:`~hrt.errors.StoreUnavailable`, any other driver or server error :class:`~hrt.errors.StoreError`.
@@ -28,6 +42,7 @@ Driver errors are translated at this edge: connection loss and unavailable datab
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -48,7 +63,7 @@ from neo4j.exceptions import (
 from hrt.errors import InvalidInput, StoreError, StoreUnavailable
 from hrt.records import EdgeType, Kind
 from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphEdge, GraphNode
-from hrt.stores.graph_walk import Link, expand_graph
+from hrt.stores.graph_walk import WalkView, candidates, walk
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +73,9 @@ KIND_LABELS: dict[Kind, str] = {
     Kind.ARTIFACT: "DerivedArtifact",
 }
 MAX_DEPTH = 3
-_EDGE_TYPES = "|".join(e.value for e in EdgeType)
 _VISIBLE = "($not_after IS NULL OR %(v)s.ts IS NULL OR %(v)s.ts <= $not_after)"
 _SCHEMA_FILE = re.compile(r"^\d{3}_[a-z0-9_]+\.cypher$")
+_IN_TRANSACTIONS = re.compile(r"\bIN\s+TRANSACTIONS\b", re.IGNORECASE)
 
 
 @contextmanager
@@ -80,14 +95,27 @@ def translate_errors(action: str) -> Iterator[None]:
 
 # --- Cypher ----------------------------------------------------------------------------------
 
+# A node whose ts changes re-keys its relationships (sts where it is the source, tts where it is
+# the target); a new node has none, an unchanged one (every concept: no ts) is skipped.
 _UPSERT_NODES = """
 UNWIND $rows AS row
 MERGE (n:Entity {user_id: $user_id, id: row.id})
+WITH n, row, n.ts AS old_ts
 REMOVE n:MemoryUnit:Concept:DerivedArtifact
 SET n:$(row.node_label)
 SET n.kind = row.kind, n.label = row.label, n.name = row.name, n.title = row.title, n.ts = row.ts,
     n.salience = row.salience, n.category = row.category, n.tags = row.tags,
     n.source_agent_id = row.source_agent_id
+WITH n, old_ts, row.ts AS new_ts
+WHERE (old_ts IS NULL) <> (new_ts IS NULL) OR old_ts <> new_ts
+CALL (n) {
+  MATCH (n)-[r]->()
+  SET r.sts = 0.0 - coalesce(n.ts, 0.0)
+}
+CALL (n) {
+  MATCH (n)<-[r]-()
+  SET r.tts = 0.0 - coalesce(n.ts, 0.0)
+}
 """
 
 _DELETE_NODES = """
@@ -97,13 +125,19 @@ DETACH DELETE n
 """
 
 # Edges need both ends: an edge whose endpoint is not projected yet is skipped (and logged); the
-# projector writes entities before the relations of the same batch.
+# projector writes entities before the relations of the same batch. The link order keys
+# (graph_schema/003_link_order.cypher) are written with the edge, reading the ends' ts only once
+# the edge is locked (by its first SET, or by MERGE when it is created), so a concurrent ts change
+# of an end (_UPSERT_NODES, which re-keys under the same locks) cannot leave a stale key behind.
 _UPSERT_EDGES = """
 UNWIND $rows AS row
 MATCH (s:Entity {user_id: $user_id, id: row.source})
 MATCH (t:Entity {user_id: $user_id, id: row.target})
 MERGE (s)-[r:$(row.type)]->(t)
 SET r.user_id = $user_id, r.weight = row.weight, r.relation_type = row.relation_type
+WITH r, row
+SET r.sid = startNode(r).id, r.tid = endNode(r).id, r.nw = 0.0 - row.weight,
+    r.sts = 0.0 - coalesce(startNode(r).ts, 0.0), r.tts = 0.0 - coalesce(endNode(r).ts, 0.0)
 RETURN count(r) AS written
 """
 
@@ -125,34 +159,55 @@ _NODE_FIELDS = (
     "[%(v)s.id, %(v)s.kind, %(v)s.label, %(v)s.ts, %(v)s.salience, %(v)s.category, %(v)s.tags, %(v)s.source_agent_id]"
 )
 
+# A link key ``k`` (``sts``/``tts``: -ts of the other end, 0.0 without one) is visible as of
+# $not_after when k >= $min_key (= -$not_after, or -inf without one), or when the other end has no
+# ts at all (k = 0.0 then, which the first test misses only for a $not_after before 1970). A CASE,
+# not an OR: the planner would split an OR into two index seeks and lose the index order.
+_KEY_VISIBLE = "CASE WHEN r.%(k)s >= $min_key THEN true ELSE r.%(k)s = 0.0 AND %(end)s.ts IS NULL END"
+
 _SEEDS = f"""
 UNWIND $seeds AS seed_id
 MATCH (s:Entity {{user_id: $user_id, id: seed_id}})
 WHERE {_VISIBLE % {"v": "s"}}
 WITH collect(DISTINCT s) AS level0
+WITH level0, [] AS expanded0
 """
 
-# One level: for every node of the previous level, its first $fanout visible links in the visit
-# order of graph_walk.link_order (weight, newest neighbour, neighbour id, edge type, the edge's
-# source and target ids, forward first), then the distinct nodes they reach. Both directions are
-# matched separately so a self-loop yields its two ends, as in the embedded adjacency.
+
+def _seek(edge: EdgeType, outgoing: bool) -> str:
+    """The first $fanout visible links of node ``nid`` along one edge type and direction, in visit
+    order, read from that pair's link order index."""
+    me, other, key = ("sid", "tid", "tts") if outgoing else ("tid", "sid", "sts")
+    end = "endNode(r)" if outgoing else "startNode(r)"
+    visible = _KEY_VISIBLE % {"k": key, "end": end}
+    return f"""
+      MATCH ()-[r:{edge.value}]->()
+      USING INDEX r:{edge.value}(user_id, {me}, nw, {key}, {other})
+      WHERE r.user_id = $user_id AND r.{me} = nid AND r.nw IS NOT NULL AND r.{key} IS NOT NULL
+        AND r.{other} IS NOT NULL AND {visible}
+      WITH r ORDER BY r.user_id, r.{me}, r.nw, r.{key}, r.{other} LIMIT $fanout
+      RETURN r, {end} AS m, {"true" if outgoing else "false"} AS forward"""
+
+
+_LINKS = "\n      UNION ALL".join(_seek(edge, outgoing) for edge in EdgeType for outgoing in (True, False))
+
+# One level: every node of the previous level not expanded yet (a node reached again at a deeper
+# level has the same links) gets its first $fanout visible links in the visit order of
+# graph_walk.link_order (weight, newest neighbour, neighbour id, edge type, the edge's source and
+# target ids, forward first), merged from its 8 (type, direction) index reads; then the distinct
+# nodes they reach. Both directions are read separately so a self-loop yields its two ends, as in
+# the embedded adjacency.
 _LEVEL = f"""
-CALL (level%(prev)d) {{
-  UNWIND level%(prev)d AS n
+WITH *, [x IN level%(prev)d WHERE NOT x IN expanded%(prev)d] AS todo%(prev)d
+CALL (todo%(prev)d) {{
+  UNWIND todo%(prev)d AS n
   CALL (n) {{
-    CALL (n) {{
-      MATCH (n)-[r:{_EDGE_TYPES}]->(m:Entity {{user_id: $user_id}})
-      WHERE {_VISIBLE % {"v": "m"}}
-      RETURN r, m, true AS forward
-      UNION ALL
-      MATCH (n)<-[r:{_EDGE_TYPES}]-(m:Entity {{user_id: $user_id}})
-      WHERE {_VISIBLE % {"v": "m"}}
-      RETURN r, m, false AS forward
+    WITH n.id AS nid
+    CALL (nid) {{{_LINKS}
     }}
-    WITH r, m, forward,
-         CASE WHEN forward THEN n.id ELSE m.id END AS source,
-         CASE WHEN forward THEN m.id ELSE n.id END AS target
-    ORDER BY r.weight DESC, coalesce(m.ts, 0.0) DESC, m.id, type(r), source, target, forward DESC
+    WITH r, m, forward
+    ORDER BY r.nw, CASE WHEN forward THEN r.tts ELSE r.sts END, CASE WHEN forward THEN r.tid ELSE r.sid END,
+             type(r), r.sid, r.tid, forward DESC
     LIMIT $fanout
     RETURN collect([m.id, type(r), r.weight, forward]) AS links, collect(m) AS reached
   }}
@@ -163,26 +218,33 @@ CALL (nested%(this)d) {{
   UNWIND reached AS m
   RETURN collect(DISTINCT m) AS level%(this)d
 }}
+WITH *, expanded%(prev)d + todo%(prev)d AS expanded%(this)d
 """
 
-# Every node fetched, with its attributes, the concepts it mentions (in visit order) and the
-# newest visible memory unit mentioning it.
+# Every node fetched, with its attributes; a memory unit's mentioned concepts (in visit order), a
+# concept's newest visible mentioning memory unit (the first of mentions_newest, newest first).
 _NODES = f"""
 WITH %(adjacency)s AS adjacency, %(levels)s AS fetched
 CALL (fetched) {{
   UNWIND fetched AS x
   WITH DISTINCT x
-  CALL (x) {{
-    OPTIONAL MATCH (x)-[r:MENTIONS]->(c:Entity {{user_id: $user_id}})
-    WITH r, c ORDER BY r.weight DESC, coalesce(c.ts, 0.0) DESC, c.id
-    RETURN collect(c.id) AS mentions
-  }}
-  CALL (x) {{
-    OPTIONAL MATCH (x)<-[:MENTIONS]-(u:Entity {{user_id: $user_id}})
-    WHERE u.ts IS NOT NULL AND ($not_after IS NULL OR u.ts <= $not_after)
-    RETURN max(u.ts) AS last_mention
-  }}
-  RETURN collect({_NODE_FIELDS % {"v": "x"}} + [mentions, last_mention]) AS nodes
+  WITH x, x.id AS xid, x.kind AS kind
+  RETURN collect([xid, kind, x.label, x.ts, x.salience, x.category, x.tags, x.source_agent_id,
+    CASE WHEN kind = '{Kind.MEMORY_UNIT.value}' THEN COLLECT {{
+      MATCH (x)-[r:MENTIONS]->(:Entity)
+      WHERE r.user_id = $user_id
+      WITH r ORDER BY r.nw, r.tts, r.tid
+      RETURN r.tid
+    }} ELSE [] END,
+    CASE WHEN kind = '{Kind.CONCEPT.value}' THEN COLLECT {{
+      MATCH ()-[r:MENTIONS]->()
+      USING INDEX r:MENTIONS(user_id, tid, sts)
+      WHERE r.user_id = $user_id AND r.tid = xid AND r.sts >= $min_key
+      WITH r ORDER BY r.user_id, r.tid, r.sts
+      WITH startNode(r) AS u
+      WHERE u.ts IS NOT NULL AND ($not_after IS NULL OR u.ts <= $not_after)
+      RETURN u.ts LIMIT 1
+    }}[0] END]) AS nodes
 }}
 RETURN adjacency, nodes
 """
@@ -211,18 +273,53 @@ CALL (ident) {{
 RETURN ident, found
 """
 
+# A concept's mentioning memory units (the hub case), newest first: mentions_newest gives them in
+# -ts order, so the first $limit visible ones fix the oldest key that can make the cut (``bound``);
+# only the entries up to it (the ties at it included) are read and ordered in full.
+_MENTIONED_BY = f"""
+UNWIND $ids AS ident
+CALL (ident) {{
+  CALL (ident) {{
+    MATCH ()-[r:MENTIONS]->()
+    USING INDEX r:MENTIONS(user_id, tid, sts)
+    WHERE r.user_id = $user_id AND r.tid = ident AND r.sts IS NOT NULL
+      AND {_KEY_VISIBLE % {"k": "sts", "end": "startNode(r)"}}
+    WITH r ORDER BY r.user_id, r.tid, r.sts LIMIT $limit
+    RETURN max(r.sts) AS bound
+  }}
+  MATCH ()-[r:MENTIONS]->()
+  USING INDEX r:MENTIONS(user_id, tid, sts)
+  WHERE r.user_id = $user_id AND r.tid = ident AND r.sts <= bound
+    AND {_KEY_VISIBLE % {"k": "sts", "end": "startNode(r)"}}
+  WITH startNode(r) AS m
+  ORDER BY coalesce(m.ts, 0.0) DESC, m.salience DESC, m.id LIMIT $limit
+  RETURN collect({_NODE_FIELDS % {"v": "m"}}) AS found
+}}
+RETURN ident, found
+"""
+
 _NEIGHBOR_QUERIES: dict[tuple[EdgeType, bool], str] = {
     (edge, outgoing): _NEIGHBORS % {"pattern": f"-[:{edge.value}]->" if outgoing else f"<-[:{edge.value}]-"}
     for edge in EdgeType
     for outgoing in (True, False)
 }
+_NEIGHBOR_QUERIES[(EdgeType.MENTIONS, False)] = _MENTIONED_BY
+
+
+def _min_key(not_after: float | None) -> float:
+    """The smallest visible link key as of ``not_after`` (see ``_KEY_VISIBLE``)."""
+    return -math.inf if not_after is None else 0.0 - float(not_after)
+
+
+_KIND_OF: dict[str, Kind] = {k.value: k for k in Kind}  # a dict lookup: Kind(value) costs ~4 us a call
+_EDGE_OF: dict[str, EdgeType] = {e.value: e for e in EdgeType}
 
 
 def _node(row: Sequence[Any]) -> GraphNode:
     ident, kind, label, ts, salience, category, tags, agent = row[:8]
     return GraphNode(
         id=ident,
-        kind=Kind(kind),
+        kind=_KIND_OF.get(kind) or Kind(kind),
         label=label,
         ts=ts,
         salience=salience,
@@ -324,10 +421,14 @@ class Neo4jGraphStore:
         if self._owns_driver:
             await self._driver.close()
 
-    async def _run(self, action: str, text: str, params: dict[str, Any], *, read: bool = False) -> EagerResult:
+    async def _run(
+        self, action: str, text: str, params: dict[str, Any], *, read: bool = False, untimed: bool = False
+    ) -> EagerResult:
+        """One managed transaction (retried on transient errors), under the query timeout unless
+        ``untimed``."""
         with translate_errors(action):
             result: EagerResult = await self._driver.execute_query(
-                Query(text, timeout=self._timeout),
+                Query(text, timeout=None if untimed else self._timeout),
                 params,
                 routing_=RoutingControl.READ if read else RoutingControl.WRITE,
                 database_=self._database,
@@ -341,11 +442,19 @@ class Neo4jGraphStore:
         await self._run("ping", "RETURN 1 AS one", {}, read=True)
 
     async def apply_schema(self, folder: Path | None = None) -> list[str]:
-        """Run the ``graph_schema/`` statements in file order (each is ``IF NOT EXISTS``, so this
-        is idempotent); returns the statements run."""
+        """Run the ``graph_schema/`` statements in file order (each is idempotent: ``IF NOT
+        EXISTS``, or a one-off backfill guarded by a marker node, run in an auto-commit
+        transaction so that it commits in batches), then wait until every index is online (the
+        reads name their indexes in hints); returns the statements run."""
         statements = schema_statements(folder or bundled_schema_dir())
         for statement in statements:
-            await self._run("apply schema", statement, {})
+            if _IN_TRANSACTIONS.search(statement):
+                with translate_errors("apply schema"):
+                    async with self._driver.session(database=self._database) as session:
+                        await (await session.run(Query(statement, timeout=None))).consume()
+            else:  # a managed transaction: retried while a starting server is not ready yet
+                await self._run("apply schema", statement, {})
+        await self._run("await indexes", "CALL db.awaitIndexes($seconds)", {"seconds": 3600}, untimed=True)
         return statements
 
     async def ids(self, user_id: str) -> dict[str, str]:
@@ -408,24 +517,36 @@ class Neo4jGraphStore:
             "seeds": sorted(seeds),
             "fanout": max(caps.fanout_per_node, 0),
             "not_after": not_after,
+            "min_key": _min_key(not_after),
         }
         result = await self._run("expand", expand_query(caps.depth), params, read=True)
         record = result.records[0]
-        nodes: dict[str, GraphNode] = {}
-        mentions: dict[str, tuple[str, ...]] = {}
-        last_mentions: dict[str, float | None] = {}
-        for row in record["nodes"]:
-            node = _node(row)
-            nodes[node.id] = node
-            mentions[node.id] = tuple(row[8])
-            last_mentions[node.id] = row[9]
-        adjacency: dict[str, list[Link]] = {}
-        for ident, links in record["adjacency"]:
-            # a node reached at two levels was expanded twice, identically
-            adjacency.setdefault(
-                ident, [Link(other, EdgeType(edge), weight, fwd) for other, edge, weight, fwd in links]
-            )
-        return expand_graph(nodes, adjacency, seeds, caps, not_after, mentions=mentions, last_mentions=last_mentions)
+        # Raw rows, not GraphNode objects: the walk reads only kinds and links, and GraphNodes are
+        # made for the candidates alone (what hrt.stores.graph_walk.expand_graph does with objects).
+        rows: dict[str, Sequence[Any]] = {row[0]: row for row in record["nodes"]}
+        kind_of = _KIND_OF
+        kinds = {ident: kind_of.get(row[1]) or Kind(row[1]) for ident, row in rows.items()}
+        shown = {ident for ident, row in rows.items() if not_after is None or row[3] is None or row[3] <= not_after}
+        edge_of = _EDGE_OF
+        adjacency: dict[str, list[tuple[str, EdgeType, float, bool]]] = {
+            ident: [(other, edge_of[edge], weight, fwd) for other, edge, weight, fwd in links]
+            for ident, links in record["adjacency"]  # each node once: the query expands a node once
+        }
+        no_links: list[tuple[str, EdgeType, float, bool]] = []
+        view: WalkView[str] = WalkView(
+            links=lambda ident: adjacency.get(ident, no_links),
+            visible=shown.__contains__,
+            kind=kinds.__getitem__,
+            order=lambda ident: ident,
+        )
+        best = walk(view, list(seeds.items()), caps)
+        return candidates(
+            best,
+            lambda ident: _node(rows[ident]),
+            lambda ident: ident,
+            lambda ident: tuple(rows[ident][8]),
+            lambda ident: rows[ident][9],
+        )
 
     async def neighbors(
         self,
@@ -439,7 +560,13 @@ class Neo4jGraphStore:
         if not ids:
             return {}
         query = _NEIGHBOR_QUERIES[(EdgeType(edge), bool(outgoing))]
-        params = {"user_id": user_id, "ids": list(dict.fromkeys(ids)), "limit": max(limit, 0), "not_after": not_after}
+        params = {
+            "user_id": user_id,
+            "ids": list(dict.fromkeys(ids)),
+            "limit": max(limit, 0),
+            "not_after": not_after,
+            "min_key": _min_key(not_after),
+        }
         result = await self._run("neighbors", query, params, read=True)
         found = {rec["ident"]: [_node(row) for row in rec["found"]] for rec in result.records}
         return {ident: found.get(ident, []) for ident in ids}

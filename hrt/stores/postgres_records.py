@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import Any
 
 import numpy as np
@@ -70,6 +70,20 @@ class PostgresRecordStore:
             async with self.pool.connection() as conn:
                 yield conn
 
+    @asynccontextmanager
+    async def reading(self, action: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection for one read statement, in autocommit: no BEGIN and COMMIT round
+        trips around it (a single SELECT is atomic either way). The pool's connections are
+        transactional; the setting is a client-side flag, restored before the connection goes back."""
+        async with self.connection(action) as conn:
+            await conn.set_autocommit(True)
+            try:
+                yield conn
+            finally:
+                # fails only on a connection the pool then discards (closed, or mid-statement)
+                with suppress(psycopg.Error):
+                    await conn.set_autocommit(False)
+
     # ---------------------------------------------------------------------------------------
     # reads (RecordStore port)
     # ---------------------------------------------------------------------------------------
@@ -79,7 +93,7 @@ class PostgresRecordStore:
         model = ENTITY_MODELS[kind]
         if not ids:
             return {}
-        async with self.connection("get_many") as conn:
+        async with self.reading("get_many") as conn:
             cur = await conn.execute(
                 "SELECT id, data FROM hrt_entities WHERE user_id = %s AND kind = %s AND id = ANY(%s)",
                 (user_id, kind.value, sorted(set(ids))),
@@ -88,7 +102,7 @@ class PostgresRecordStore:
         return {ident: model.model_validate(data) for ident, data in rows}
 
     async def preferences(self, user_id: str) -> list[Preference]:
-        async with self.connection("preferences") as conn:
+        async with self.reading("preferences") as conn:
             cur = await conn.execute(
                 "SELECT target_kind, target, weight FROM hrt_preferences WHERE user_id = %s "
                 "ORDER BY target_kind, target",
@@ -98,7 +112,7 @@ class PostgresRecordStore:
         return [Preference(user_id=user_id, target_kind=tk, target=t, weight=w) for tk, t, w in rows]
 
     async def user_exists(self, user_id: str) -> bool:
-        async with self.connection("user_exists") as conn:
+        async with self.reading("user_exists") as conn:
             cur = await conn.execute("SELECT 1 FROM hrt_entities WHERE user_id = %s LIMIT 1", (user_id,))
             return await cur.fetchone() is not None
 

@@ -47,7 +47,9 @@ its own stopwords so both deployments use one list. BM25 hits come back with the
 so a lexical-only hit gets its cosine without another round trip. Each leg is ordered by
 (-score, id) like the embedded adapter; a leg fetches a few more than ``k`` and, when a run of
 equal scores reaches the end of the page, fetches again with a larger page, so the id tie-break
-at the ``k`` cut is exact.
+at the ``k`` cut is exact. (BM25 ties are common: equal term counts in equally long texts. A
+grown page carries no vectors, which would cost more than the query, and the few hits it brings
+into the top ``k`` get theirs in one request by object id.)
 
 Differences from the embedded adapter that a reader of congruence results should know (the
 vector legs agree; the lexical legs mostly do): the embedded FTS5 index stems words (porter:
@@ -71,7 +73,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -120,6 +122,13 @@ WRITE_CHUNK = 500  # objects per gRPC batch request; ids per delete request
 _NAMESPACE = uuid.UUID("5f0b6f5e-2d1c-5a57-9a43-6872742d7665")  # fixed forever: object ids derive from it
 _RAW_TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _ALL_KINDS = frozenset(Kind)
+_KIND_OF: dict[str, Kind] = {k.value: k for k in Kind}
+
+
+def _kind(value: Any) -> Kind:
+    """``Kind(value)`` by a dict lookup first (the enum constructor is slow on the hot path)."""
+    found = _KIND_OF.get(value) if isinstance(value, str) else None
+    return found if found is not None else Kind(value)
 
 
 def tenant_name(user_id: str) -> str:
@@ -141,11 +150,13 @@ def lexical_query(phrase: str) -> str | None:
     return " ".join(chosen) if chosen else None
 
 
-def _cosine(a: Vector, b: Sequence[float]) -> float:
+def _cosine(a: Vector, b: Sequence[float], a_norm: float | None = None) -> float:
+    """Cosine of ``a`` and a stored vector (0.0 when it is missing or of another dimension);
+    ``a_norm``: ``a``'s norm, when the caller computed it once for many."""
     v = np.asarray(b, dtype=np.float32)
     if v.shape != a.shape:
         return 0.0
-    denom = float(np.linalg.norm(a)) * float(np.linalg.norm(v))
+    denom = (float(np.linalg.norm(a)) if a_norm is None else a_norm) * float(np.linalg.norm(v))
     return float(np.dot(a, v)) / denom if denom > 0.0 else 0.0
 
 
@@ -188,12 +199,13 @@ def _missing_tenant_candidate(exc: BaseException) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class _Found:
-    """One object of one leg: ``score`` orders the leg (cosine, or BM25 score)."""
+    """One object of one leg: ``score`` orders the leg (cosine, or BM25 score); ``similarity`` is
+    None for a lexical hit whose stored vector has not been read yet."""
 
     id: str
     kind: Kind
     score: float
-    similarity: float
+    similarity: float | None
 
 
 class WeaviateVectorIndex:
@@ -425,7 +437,7 @@ class WeaviateVectorIndex:
         legs: list[Awaitable[list[_Found]]] = []
         for phrase, query in zip(phrases, queries, strict=True):
             legs.append(self._vector_leg(tenant, query, filters, k))
-            legs.append(self._lexical_leg(tenant, phrase, query, filters, k))
+            legs.append(self._lexical_leg(tenant, user_id, phrase, query, filters, k))
         async with self._guard("search", self._query_timeout):
             results = await asyncio.gather(*legs, return_exceptions=True)
             failures = [r for r in results if isinstance(r, BaseException)]
@@ -449,7 +461,7 @@ class WeaviateVectorIndex:
             VectorHit(
                 id=f.id,
                 kind=f.kind,
-                similarity=f.similarity,
+                similarity=f.similarity if f.similarity is not None else 0.0,
                 vector_rank=vector_rank.get(f.id),
                 lexical_rank=lexical_rank.get(f.id),
             )
@@ -486,7 +498,7 @@ class WeaviateVectorIndex:
             out = []
             for obj in res.objects:
                 cos = 1.0 - float(obj.metadata.distance if obj.metadata.distance is not None else 2.0)
-                out.append(_Found(str(obj.properties["entity_id"]), Kind(obj.properties["kind"]), cos, cos))
+                out.append(_Found(str(obj.properties["entity_id"]), _kind(obj.properties["kind"]), cos, cos))
             return out
 
         return await _top_k(fetch, k)
@@ -494,35 +506,64 @@ class WeaviateVectorIndex:
     async def _lexical_leg(
         self,
         tenant: CollectionAsync[Any, Any],
+        user_id: str,
         phrase: str,
         query: Vector,
         filters: FilterReturn | None,
         k: int,
     ) -> list[_Found]:
+        """The first page brings the hits' stored vectors (for their cosine); a page grown for a
+        tie at the cut brings only ids and scores (a tie run can be hundreds of hits long), and
+        the vectors of the few hits it adds to the top ``k`` come in one more request."""
         text = lexical_query(phrase)
         if text is None:
             return []
+        query_norm = float(np.linalg.norm(query))
+        pages = 0
 
         async def fetch(limit: int) -> list[_Found]:
+            nonlocal pages
+            with_vectors = pages == 0
+            pages += 1
             res = await tenant.query.bm25(
                 query=text,
                 query_properties=["text"],
                 operator=BM25Operator.or_(minimum_match=1),
                 limit=limit,
                 filters=filters,
-                include_vector=True,
+                include_vector=with_vectors,
                 return_metadata=MetadataQuery(score=True),
                 return_properties=RETURNED,
             )
             out = []
             for obj in res.objects:
-                stored = obj.vector.get("default")
-                similarity = _cosine(query, stored) if isinstance(stored, list) else 0.0  # type: ignore[arg-type]
+                ident = str(obj.properties["entity_id"])
+                similarity: float | None = None
+                if with_vectors:
+                    stored = obj.vector.get("default")
+                    similarity = _cosine(query, stored, query_norm) if isinstance(stored, list) else 0.0  # type: ignore[arg-type]
+                    seen[ident] = similarity
                 score = float(obj.metadata.score or 0.0)
-                out.append(_Found(str(obj.properties["entity_id"]), Kind(obj.properties["kind"]), score, similarity))
+                out.append(_Found(ident, _kind(obj.properties["kind"]), score, seen.get(ident, similarity)))
             return out
 
-        return await _top_k(fetch, k)
+        seen: dict[str, float] = {}  # similarities from the first page
+        top = await _top_k(fetch, k)
+        unknown = [f.id for f in top if f.similarity is None]
+        if not unknown:
+            return top
+        res = await tenant.query.fetch_objects(
+            filters=Filter.by_id().contains_any([object_uuid(user_id, ident) for ident in unknown]),
+            limit=len(unknown),
+            include_vector=True,
+            return_properties=["entity_id"],
+        )
+        for obj in res.objects:
+            stored = obj.vector.get("default")
+            if isinstance(stored, list):
+                seen[str(obj.properties["entity_id"])] = _cosine(query, stored, query_norm)  # type: ignore[arg-type]
+        # a hit deleted meanwhile has no vector: cosine 0.0, as for a stored vector of another size
+        return [f if f.similarity is not None else replace(f, similarity=seen.get(f.id, 0.0)) for f in top]
 
     # ------------------------------------------------------------------------------------------
     # the edge

@@ -195,7 +195,9 @@ async def test_errors_are_translated(neo4j_uri):
 # --- congruence: embedded vs Neo4j ---------------------------------------------------------------
 
 KINDS = list(Kind)
-STAMPS = [None, 100.0, 200.0, 200.0, 300.0]
+# 0.0 and a time before 1970 (with an as-of before 1970 below) probe the link order keys, where a
+# node without ts and one at 0.0 share the key 0.0
+STAMPS = [None, 100.0, 200.0, 200.0, 300.0, 0.0, -100.0]
 
 
 @st.composite
@@ -242,7 +244,7 @@ def probes(draw: st.DrawFn) -> tuple[dict[str, float], ExpansionCaps, float | No
         max_per_kind=draw(st.integers(1, 5)),
         hop_decay=draw(st.sampled_from([0.5, 0.6, 1.0])),
     )
-    not_after = draw(st.sampled_from([None, 150.0, 250.0]))
+    not_after = draw(st.sampled_from([None, 150.0, 250.0, 0.0, -50.0]))
     nb_ids = draw(st.lists(st.sampled_from(ids), min_size=1, max_size=4))
     return (
         seeds,
@@ -313,3 +315,84 @@ async def test_sample_graph_agrees_with_the_embedded_adapter(store, tenants, emb
                 assert await store.expand(renamed[user_id], seeds, caps, not_after) == expected
         expected_nb = await embedded_graph.graph.neighbors(renamed[user_id], mus, EdgeType.MENTIONS, True, 3)
         assert await store.neighbors(renamed[user_id], mus, EdgeType.MENTIONS, True, 3) == expected_nb
+
+
+async def test_link_keys_follow_timestamp_changes(store, tenants, embedded_graph):
+    """A node's ts decides its place in its neighbours' visit order (and a concept's newest
+    mention): re-timestamping nodes after their edges exist re-keys the edges."""
+    u = tenants("retime")
+    hub = GraphNode("c-hub", Kind.CONCEPT, "Hub", None, 0.5, "topic")
+    mus = [GraphNode(f"m{i:02d}", Kind.MEMORY_UNIT, f"note {i}", 100.0 + i, 0.5, "meeting_note") for i in range(12)]
+    edges = [GraphEdge(m.id, hub.id, EdgeType.MENTIONS) for m in mus]
+    edges += [GraphEdge(mus[i + 1].id, mus[i].id, EdgeType.FOLLOWS) for i in range(11)]
+    caps = ExpansionCaps(depth=2, fanout_per_node=3, max_per_kind=100, hop_decay=0.6)
+    # the oldest become the newest, one loses its ts, one moves past the as-of
+    retimed = [GraphNode(m.id, m.kind, m.label, 500.0 - i, m.salience, m.category) for i, m in enumerate(mus[:4])]
+    retimed += [GraphNode("m04", Kind.MEMORY_UNIT, "note 4", None, 0.5, "meeting_note")]
+    retimed += [GraphNode("m11", Kind.MEMORY_UNIT, "note 11", 900.0, 0.5, "meeting_note")]
+    for graph in (embedded_graph.graph, store):
+        await graph.upsert_nodes(u, [hub, *mus])
+        await graph.upsert_edges(u, edges)
+        await graph.upsert_nodes(u, retimed)
+    for seeds in ({"c-hub": 1.0}, {"m05": 0.9}, {"m00": 0.8, "c-hub": 0.5}):
+        for not_after in (None, 600.0, 300.0, 104.5):
+            expected = await embedded_graph.graph.expand(u, seeds, caps, not_after)
+            assert await store.expand(u, seeds, caps, not_after) == expected, (seeds, not_after)
+    for not_after in (None, 600.0, 104.5):
+        expected_nb = await embedded_graph.graph.neighbors(u, ["c-hub"], EdgeType.MENTIONS, False, 4, not_after)
+        assert await store.neighbors(u, ["c-hub"], EdgeType.MENTIONS, False, 4, not_after) == expected_nb
+    await embedded_graph.graph.delete_user(u)
+
+
+async def test_apply_schema_backfills_link_keys_of_older_edges(store, tenants, embedded_graph, raw):
+    """Edges written before the link order keys existed get them when the schema is applied (the
+    one-off backfill runs again once its marker is gone; it touches only edges missing a key)."""
+    u = tenants("legacy")
+    hub = GraphNode("c-hub", Kind.CONCEPT, "Hub", None, 0.5, "topic")
+    mus = [GraphNode(f"m{i:02d}", Kind.MEMORY_UNIT, f"note {i}", 100.0 + i, 0.5, "meeting_note") for i in range(8)]
+    edges = [GraphEdge(m.id, hub.id, EdgeType.MENTIONS, 1.0 - 0.05 * i) for i, m in enumerate(mus)]
+    for graph in (embedded_graph.graph, store):
+        await graph.upsert_nodes(u, [hub, *mus])
+        await graph.upsert_edges(u, edges)
+    raw.execute_query(
+        "MATCH (:Entity {user_id: $u})-[r]->() REMOVE r.sid, r.tid, r.nw, r.sts, r.tts", {"u": u}, database_="neo4j"
+    )
+    caps = ExpansionCaps(depth=2, fanout_per_node=3, max_per_kind=100, hop_decay=0.6)
+    assert await store.expand(u, {"c-hub": 1.0}, caps) != await embedded_graph.graph.expand(u, {"c-hub": 1.0}, caps)
+    raw.execute_query("MATCH (m:HRTSchemaMigration {name: 'link_keys_v1'}) DELETE m", database_="neo4j")
+    await store.apply_schema()
+    for seeds in ({"c-hub": 1.0}, {"m03": 0.9}):
+        assert await store.expand(u, seeds, caps) == await embedded_graph.graph.expand(u, seeds, caps)
+    expected_nb = await embedded_graph.graph.neighbors(u, ["c-hub"], EdgeType.MENTIONS, False, 3)
+    assert await store.neighbors(u, ["c-hub"], EdgeType.MENTIONS, False, 3) == expected_nb
+    marker = raw.execute_query("MATCH (m:HRTSchemaMigration) RETURN count(m) AS n", database_="neo4j")
+    assert marker.records[0]["n"] == 1
+    await embedded_graph.graph.delete_user(u)
+
+
+async def test_hubs_are_cut_inside_neo4j(store, tenants, raw):
+    """Expansion reads a hub's links from the link order indexes and stops at the fan-out cap
+    instead of reading all of them (PROFILE counts the rows the index seeks produced)."""
+    u = tenants("hub")
+    hub = GraphNode("c-hub", Kind.CONCEPT, "Hub", None, 0.5, "topic")
+    mus = [GraphNode(f"m{i:03d}", Kind.MEMORY_UNIT, f"note {i}", 1000.0 + i, 0.5, "meeting_note") for i in range(300)]
+    await store.upsert_nodes(u, [hub, *mus])
+    await store.upsert_edges(u, [GraphEdge(m.id, hub.id, EdgeType.MENTIONS) for m in mus])
+    caps = ExpansionCaps(depth=1, fanout_per_node=5, max_per_kind=100, hop_decay=0.6)
+    out = {c.node.id: c for c in await store.expand(u, {"c-hub": 1.0}, caps)}
+    assert sorted(out) == ["c-hub", "m295", "m296", "m297", "m298", "m299"]
+    assert out["c-hub"].last_mention_ts == 1299.0
+    from hrt.stores.neo4j_graph import _min_key, expand_query
+
+    params = {"user_id": u, "seeds": ["c-hub"], "fanout": 5, "not_after": None, "min_key": _min_key(None)}
+    with raw.session(database="neo4j") as session:
+        profile = session.run("PROFILE " + expand_query(1), params).consume().profile
+
+    def seeks(plan: dict[str, Any]) -> list[int]:
+        own = [plan.get("rows", 0)] if "RelationshipIndexSeek" in plan["operatorType"] else []
+        return own + [n for child in plan.get("children", []) for n in seeks(child)]
+
+    rows = seeks(profile)
+    # 8 (type, direction) reads of about 5 each and one newest mention, not the hub's 300 links
+    # (the bound leaves room for a runtime that reads indexes in batches)
+    assert rows and sum(rows) < 150, rows

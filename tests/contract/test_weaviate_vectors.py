@@ -253,9 +253,22 @@ async def test_ties_are_broken_by_id_at_the_k_cut(loaded: Loaded) -> None:
     ids = [f"d{i:02d}" for i in range(12)][::-1]
     try:
         await loaded.index.upsert(user, [VectorDoc(i, Kind.CONCEPT, text, vector, None) for i in ids])
-        hits = (await loaded.index.search(user, ["llamas"], loaded.embedder.embed(["llamas"]), ALL_KINDS, k=3))[0]
+        query = loaded.embedder.embed(["llamas"])
+        hits = (await loaded.index.search(user, ["llamas"], query, ALL_KINDS, k=3))[0]
         assert _leg(hits, lexical=False) == ["d00", "d01", "d02"]
         assert _leg(hits, lexical=True) == ["d00", "d01", "d02"]
+        # Lexical-only hits that only a grown page brought in (d00 to d02 were written last, so
+        # they come after the first page) get their stored vector's cosine as well: three
+        # documents without the word take the vector leg.
+        near = [VectorDoc(f"v{i}", Kind.CONCEPT, "alpacas grazing", query[0], None) for i in range(3)]
+        await loaded.index.upsert(user, near)
+        hits = (await loaded.index.search(user, ["llamas"], query, ALL_KINDS, k=3))[0]
+        assert _leg(hits, lexical=False) == ["v0", "v1", "v2"]
+        assert _leg(hits, lexical=True) == ["d00", "d01", "d02"]
+        doc = VectorDoc("d00", Kind.CONCEPT, text, vector, None)
+        for h in hits:
+            expected = 1.0 if h.id.startswith("v") else _exact_cosine(query[0], doc)
+            assert h.similarity == pytest.approx(expected, abs=1e-5), h
     finally:
         await loaded.index.delete_user(user)
 
