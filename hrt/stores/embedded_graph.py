@@ -14,10 +14,7 @@ its fan-out cap, so a concept with 40,000 mentions costs what one with 4 does.
 
 from __future__ import annotations
 
-import atexit
-import gc
 import json
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -26,6 +23,7 @@ import numpy as np
 from hrt.records import EdgeType, Kind
 from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphEdge, GraphNode
 from hrt.stores.graph_walk import WalkView, candidates, visible, walk
+from hrt.stores.user_cache import UserCache
 
 if TYPE_CHECKING:
     from hrt.stores.embedded import EmbeddedStore
@@ -160,52 +158,16 @@ class _UserGraph:
         return float(stamps.max()) if stamps.size else None
 
 
-def keep_out_of_gc() -> None:
-    """Move everything alive now, a freshly loaded user cache included, out of the cyclic garbage
-    collector's reach: with a million cached objects a full collection took 100-150 ms and landed
-    on a random request (measured at 100k entities). Refcounting still frees them when a write
-    drops the cache; they hold no reference cycles. At exit they are handed back, so libraries
-    that check for leaks at shutdown do not report them."""
-    global _unfreeze_at_exit
-    gc.freeze()
-    if not _unfreeze_at_exit:
-        atexit.register(gc.unfreeze)
-        _unfreeze_at_exit = True
-
-
-_unfreeze_at_exit = False
-
-
 class EmbeddedGraphStore:
     def __init__(self, store: EmbeddedStore) -> None:
         self._store = store
-        self._cache: dict[str, _UserGraph] = {}
-        self._cache_lock = threading.Lock()
-        self._generation: dict[str, int] = {}  # bumped by every write, so a load racing it is not kept
-        self._load_lock = threading.Lock()  # one load at a time: a preload and a request never both load
+        self._cache: UserCache[_UserGraph] = UserCache(self._load)
 
     def invalidate(self, user_id: str) -> None:
-        with self._cache_lock:
-            self._cache.pop(user_id, None)
-            self._generation[user_id] = self._generation.get(user_id, 0) + 1
+        self._cache.invalidate(user_id)
 
     def _graph(self, user_id: str) -> _UserGraph:
-        with self._cache_lock:
-            cached = self._cache.get(user_id)
-        if cached is not None:
-            return cached
-        with self._load_lock:
-            with self._cache_lock:
-                cached = self._cache.get(user_id)
-                generation = self._generation.get(user_id, 0)
-            if cached is not None:
-                return cached
-            loaded = self._load(user_id)
-            with self._cache_lock:
-                if self._generation.get(user_id, 0) == generation:  # no write landed while loading
-                    self._cache[user_id] = loaded
-        keep_out_of_gc()
-        return loaded
+        return self._cache.get(user_id)
 
     def _load(self, user_id: str) -> _UserGraph:
         with self._store.lock:

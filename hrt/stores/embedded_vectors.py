@@ -5,7 +5,6 @@ index (:mod:`hrt.stores.bm25`) built from the texts SQLite FTS5 keeps."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import zlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -17,7 +16,7 @@ from hrt.stores.ann import AnnConfig, UserAnn
 from hrt.stores.base import Vector, VectorDoc, VectorHit
 from hrt.stores.bm25 import BM25Index
 from hrt.stores.embedded import KIND_CODES, KINDS_BY_CODE, user_scope_token
-from hrt.stores.embedded_graph import keep_out_of_gc
+from hrt.stores.user_cache import UserCache
 
 if TYPE_CHECKING:
     from hrt.stores.embedded import EmbeddedStore
@@ -64,33 +63,13 @@ class EmbeddedVectorIndex:
     def __init__(self, store: EmbeddedStore, ann: AnnConfig | None = None) -> None:
         self._store = store
         self._ann = ann or AnnConfig()
-        self._cache: dict[str, _UserMatrix] = {}
-        self._cache_lock = threading.Lock()
-        self._generation: dict[str, int] = {}  # bumped by every write, so a load racing it is not kept
-        self._load_lock = threading.Lock()  # one load at a time: a preload and a request never both load
+        self._cache: UserCache[_UserMatrix] = UserCache(self._load)
 
     def invalidate(self, user_id: str) -> None:
-        with self._cache_lock:
-            self._cache.pop(user_id, None)
-            self._generation[user_id] = self._generation.get(user_id, 0) + 1
+        self._cache.invalidate(user_id)
 
     def _matrix(self, user_id: str) -> _UserMatrix:
-        with self._cache_lock:
-            cached = self._cache.get(user_id)
-        if cached is not None:
-            return cached
-        with self._load_lock:
-            with self._cache_lock:
-                cached = self._cache.get(user_id)
-                generation = self._generation.get(user_id, 0)
-            if cached is not None:
-                return cached
-            loaded = self._load(user_id)
-            with self._cache_lock:
-                if self._generation.get(user_id, 0) == generation:  # no write landed while loading
-                    self._cache[user_id] = loaded
-        keep_out_of_gc()
-        return loaded
+        return self._cache.get(user_id)
 
     def _load(self, user_id: str) -> _UserMatrix:
         dim = self._store.dim
