@@ -3,11 +3,11 @@
 A user's graph is loaded in two queries on first use and dropped when a write touches that user,
 so expansion runs without any query. It is held as arrays, not objects: node ``i`` is the ``i``-th
 id in sorted order (so comparing indices compares ids), and the links of every node sit in one
-CSR layout already in the walk's visit order (:func:`hrt.stores.graph_walk.link_order`), computed
+CSR layout already in the walk's visit order (see :mod:`hrt.stores.graph_walk`), computed
 with one ``numpy.lexsort`` at load; a second permutation holds them in
 :func:`~hrt.stores.graph_walk.neighbour_order` per (node, edge type, direction) for
 :meth:`neighbors`. The walk, :func:`hrt.stores.graph_walk.walk` (the same one the Neo4j adapter
-runs through ``expand_graph``), moves over node indices; :class:`~hrt.stores.base.GraphNode`
+runs over its fetched rows), moves over node indices; :class:`~hrt.stores.base.GraphNode`
 objects are made only for what a request returns, and the walk stops reading a hub's links after
 its fan-out cap, so a concept with 40,000 mentions costs what one with 4 does.
 """
@@ -28,7 +28,7 @@ from hrt.stores.user_cache import UserCache
 if TYPE_CHECKING:
     from hrt.stores.embedded import EmbeddedStore
 
-# Edge types coded in the order of their values, so comparing codes compares values (link_order).
+# Edge types coded in the order of their values, so comparing codes compares values (visit order).
 EDGE_TYPES: list[EdgeType] = sorted(EdgeType, key=lambda e: e.value)
 EDGE_CODE: dict[EdgeType, int] = {e: i for i, e in enumerate(EDGE_TYPES)}
 MENTIONS = EDGE_CODE[EdgeType.MENTIONS]
@@ -67,7 +67,7 @@ class _UserGraph:
         source = np.concatenate([src, src])
         target = np.concatenate([dst, dst])
         ts0 = np.nan_to_num(self.ts, nan=0.0)
-        # link_order: -weight, -(other's ts or 0), other id, edge type, source, target, forward first
+        # visit order: -weight, -(other's ts or 0), other id, edge type, source, target, forward first
         visit = np.lexsort((~forward, target, source, code2, other, -ts0[other], -weight2, node))
         self.offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(node, minlength=n), out=self.offsets[1:])

@@ -1,13 +1,14 @@
 """Expansion as a pure function over a fetched neighbourhood, shared by every GraphStore adapter.
 
 The adapters differ only in how they fetch the graph: the embedded one holds each user's whole
-adjacency in memory, the Neo4j one fetches in one query just the bounded neighbourhood that the
-walk can reach (per node, its first ``fanout_per_node`` visible links in visit order). Both hand
-what they fetched to :func:`expand_graph`, so the best-path walk, the caps and every tie-break are
-one piece of code and the two deployments cannot drift apart.
+graph in memory as arrays, the Neo4j one fetches in one query just the bounded neighbourhood that
+the walk can reach (per node, its first ``fanout_per_node`` visible links in visit order). Both
+walk what they hold with :func:`walk` through a :class:`WalkView` and build the result with
+:func:`candidates`, so the best-path walk, the caps and every tie-break are one piece of code and
+the two deployments cannot drift apart.
 
-Visit order (:func:`link_order`) is the contract between the walk and any adapter that pre-sorts
-or truncates links in its own query language; ``Neo4jGraphStore`` mirrors it in Cypher:
+Visit order is the contract between the walk and every adapter, which pre-sort links (the
+embedded one with ``numpy.lexsort``, ``Neo4jGraphStore`` through its link-order indexes):
 strongest edge first, then newest neighbour (no timestamp counts as 0), then neighbour id, then
 edge type, then the edge's (source, target) ids, then forward before backward. The last two only
 order two opposite edges of one type and weight between the same pair, and the two ends of a
@@ -16,34 +17,12 @@ self-loop.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from hrt.records import EdgeType, Kind
 from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphNode, PathStep
-
-
-@dataclass(frozen=True, slots=True)
-class Link:
-    """One edge seen from one of its ends."""
-
-    other: str
-    edge: EdgeType
-    weight: float
-    forward: bool  # True when the edge points from this node to ``other``
-
-
-LinkKey = tuple[float, float, str, str, str, str, bool]
-
-
-def link_order(node_id: str, link: Link, nodes: Mapping[str, GraphNode]) -> LinkKey:
-    """Sort key of the visit order for fan-out caps among the links of ``node_id`` (see the module
-    docstring)."""
-    other = nodes.get(link.other)
-    newest = -(other.ts or 0.0) if other is not None else 0.0
-    source, target = (node_id, link.other) if link.forward else (link.other, node_id)
-    return (-link.weight, newest, link.other, link.edge.value, source, target, not link.forward)
 
 
 def neighbour_order(node: GraphNode) -> tuple[float, float, str]:
@@ -57,25 +36,6 @@ def visible(node: GraphNode | None, not_after: float | None) -> bool:
     return node is not None and (not_after is None or node.ts is None or node.ts <= not_after)
 
 
-def mentions_of(links: Iterable[Link]) -> tuple[str, ...]:
-    """A memory unit's mentioned concepts, in visit order (``links`` must be its complete list)."""
-    return tuple(lk.other for lk in links if lk.edge is EdgeType.MENTIONS and lk.forward)
-
-
-def last_mention_of(links: Iterable[Link], nodes: Mapping[str, GraphNode], not_after: float | None) -> float | None:
-    """A concept's newest visible mentioning memory unit (``links`` must be its complete list)."""
-    stamps = [
-        ts
-        for lk in links
-        if lk.edge is EdgeType.MENTIONS
-        and not lk.forward
-        and (other := nodes.get(lk.other)) is not None
-        and (ts := other.ts) is not None
-        and (not_after is None or ts <= not_after)
-    ]
-    return max(stamps) if stamps else None
-
-
 H = TypeVar("H", bound=Hashable)  # a node handle: the id itself, or an adapter's index for it
 
 # best[handle] = (score, hops, seed handle, path as (edge, handle, forward) steps)
@@ -86,7 +46,7 @@ _Best = dict[H, tuple[float, int, H, tuple[tuple[EdgeType, H, bool], ...]]]
 class WalkView(Generic[H]):
     """What the walk reads of a graph, per node handle. ``order`` must order handles as their ids
     order (the identity when the handle is the id); ``links`` yields (other, edge, weight, forward)
-    in :func:`link_order`; ``visible`` is False for a missing node."""
+    in visit order (module docstring); ``visible`` is False for a missing node."""
 
     links: Callable[[H], Iterable[tuple[H, EdgeType, float, bool]]]
     visible: Callable[[H], bool]
@@ -177,44 +137,3 @@ def candidates(
         )
     out.sort(key=lambda c: c.node.id)
     return out
-
-
-def expand_graph(
-    nodes: Mapping[str, GraphNode],
-    adjacency: Mapping[str, Sequence[Link]],
-    seeds: Mapping[str, float],
-    caps: ExpansionCaps,
-    not_after: float | None = None,
-    *,
-    mentions: Mapping[str, tuple[str, ...]] | None = None,
-    last_mentions: Mapping[str, float | None] | None = None,
-) -> list[GraphCandidate]:
-    """The expansion contract of :meth:`GraphStore.expand`, sorted by node id.
-
-    ``adjacency`` lists each node's links in :func:`link_order`; it may be truncated to the first
-    ``caps.fanout_per_node`` visible links per node, and need only cover nodes within
-    ``caps.depth - 1`` hops, since the walk never looks further. ``nodes`` must hold every node the
-    links lead to. ``mentions`` (memory units) and ``last_mentions`` (concepts) are derived from
-    ``adjacency`` when not given, which is right only when the adjacency is complete.
-    """
-
-    def links(ident: str) -> Iterable[tuple[str, EdgeType, float, bool]]:
-        return ((lk.other, lk.edge, lk.weight, lk.forward) for lk in adjacency.get(ident, ()))
-
-    view: WalkView[str] = WalkView(
-        links=links,
-        visible=lambda ident: visible(nodes.get(ident), not_after),
-        kind=lambda ident: nodes[ident].kind,
-        order=lambda ident: ident,
-    )
-    best = walk(view, list(seeds.items()), caps)
-
-    def node_mentions(ident: str) -> tuple[str, ...]:
-        return mentions.get(ident, ()) if mentions is not None else mentions_of(adjacency.get(ident, ()))
-
-    def node_last_mention(ident: str) -> float | None:
-        if last_mentions is not None:
-            return last_mentions.get(ident)
-        return last_mention_of(adjacency.get(ident, ()), nodes, not_after)
-
-    return candidates(best, nodes.__getitem__, lambda ident: ident, node_mentions, node_last_mention)

@@ -193,7 +193,7 @@ _LINKS = "\n      UNION ALL".join(_seek(edge, outgoing) for edge in EdgeType for
 
 # One level: every node of the previous level not expanded yet (a node reached again at a deeper
 # level has the same links) gets its first $fanout visible links in the visit order of
-# graph_walk.link_order (weight, newest neighbour, neighbour id, edge type, the edge's source and
+# graph_walk's visit order (weight, newest neighbour, neighbour id, edge type, the edge's source and
 # target ids, forward first), merged from its 8 (type, direction) index reads; then the distinct
 # nodes they reach. Both directions are read separately so a self-loop yields its two ends, as in
 # the embedded adjacency.
@@ -522,7 +522,7 @@ class Neo4jGraphStore:
         result = await self._run("expand", expand_query(caps.depth), params, read=True)
         record = result.records[0]
         # Raw rows, not GraphNode objects: the walk reads only kinds and links, and GraphNodes are
-        # made for the candidates alone (what hrt.stores.graph_walk.expand_graph does with objects).
+        # made for the candidates alone (candidates() turns handles into GraphNodes).
         rows: dict[str, Sequence[Any]] = {row[0]: row for row in record["nodes"]}
         kind_of = _KIND_OF
         kinds = {ident: kind_of.get(row[1]) or Kind(row[1]) for ident, row in rows.items()}

@@ -310,9 +310,16 @@ class WalkGraph:
         self.nodes, self.adjacency = nodes, adjacency
 
     async def expand(self, user_id: str, seeds: Any, caps: Any, not_after: float | None = None) -> list[Any]:
-        from hrt.stores.graph_walk import expand_graph
+        from hrt.stores.graph_walk import WalkView, candidates, walk
 
-        return expand_graph(self.nodes, self.adjacency, seeds, caps, not_after)
+        view = WalkView(
+            links=lambda i: self.adjacency.get(i, ()),
+            visible=lambda i: i in self.nodes,
+            kind=lambda i: self.nodes[i].kind,
+            order=lambda i: i,
+        )
+        best = walk(view, list(seeds.items()), caps)
+        return candidates(best, self.nodes.__getitem__, lambda i: i, lambda i: (), lambda i: None)
 
 
 @pytest.mark.parametrize(
@@ -332,7 +339,6 @@ async def test_path_sum_prototype_sums_every_seeds_best_path(node: str, direct: 
     from hrt.pipeline.intake import run_intake
     from hrt.records import Kind
     from hrt.stores.base import GraphNode
-    from hrt.stores.graph_walk import Link
 
     def n(ident: str, kind: Kind) -> GraphNode:
         return GraphNode(id=ident, kind=kind, label=ident, ts=None, salience=0.5, category="x")
@@ -342,8 +348,8 @@ async def test_path_sum_prototype_sums_every_seeds_best_path(node: str, direct: 
     adjacency: dict[str, list[Any]] = {}
     for o, ts in cites.items():
         for t in ts:
-            adjacency.setdefault(o, []).append(Link(t, EdgeType.DERIVED_FROM, 1.0, True))
-            adjacency.setdefault(t, []).append(Link(o, EdgeType.DERIVED_FROM, 1.0, False))
+            adjacency.setdefault(o, []).append((t, EdgeType.DERIVED_FROM, 1.0, True))
+            adjacency.setdefault(t, []).append((o, EdgeType.DERIVED_FROM, 1.0, False))
     settings = Settings(hop_decay=0.6)
     intake = run_intake(
         RetrieveRequest(user_id="u", key_phrases=["q"], max_depth=1), settings, datetime(2025, 1, 1, tzinfo=UTC)
