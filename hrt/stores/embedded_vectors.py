@@ -50,12 +50,13 @@ class _UserMatrix:
         self.bm25 = BM25Index(texts, len(ids))
 
     def ranked(self, scores: np.ndarray, rows: np.ndarray, k: int) -> list[int]:
-        """The first ``k`` of ``rows`` by score (descending), then id; every row tied with the k-th
-        score competes, so ties never depend on row order."""
+        """The first ``k`` of ``rows`` by their ``scores`` (aligned with ``rows``, descending), then
+        id; every row tied with the k-th score competes, so ties never depend on row order."""
         if rows.size > k:
-            kth = np.partition(-scores[rows], k - 1)[k - 1]
-            rows = rows[-scores[rows] <= kth]
-        order = np.lexsort((self.id_rank[rows], -scores[rows]))[:k]
+            kth = np.partition(-scores, k - 1)[k - 1]
+            close = -scores <= kth
+            rows, scores = rows[close], scores[close]
+        order = np.lexsort((self.id_rank[rows], -scores))[:k]
         return [int(i) for i in rows[order]]
 
 
@@ -238,14 +239,12 @@ class EmbeddedVectorIndex:
                 rows = np.searchsorted(um.rowids, candidates[p]) if candidates.shape[1] else np.zeros(0, np.int64)
                 rows = np.unique(rows[allowed[rows]])
                 if rows.size >= want:
-                    scores = np.zeros(len(um.ids), dtype=np.float32)
-                    scores[rows] = um.matrix[rows] @ queries[p]
-                    out[p] = um.ranked(scores, rows, k)
+                    out[p] = um.ranked(um.matrix[rows] @ queries[p], rows, k)
         missing = [p for p, r in enumerate(out) if r is None]
         if missing:
             sims = queries[missing] @ um.matrix.T
             for j, p in enumerate(missing):
-                out[p] = um.ranked(sims[j], allowed_rows, k)
+                out[p] = um.ranked(sims[j][allowed_rows], allowed_rows, k)
         return [r for r in out if r is not None]
 
     def warm(self, user_id: str) -> None:
