@@ -122,11 +122,13 @@ class BM25Index:
         docs = np.flatnonzero(hit)
         return docs, total[docs]
 
-    def top(self, phrase: str, allowed: np.ndarray, id_rank: np.ndarray, k: int) -> Sequence[int]:
-        """The first ``k`` allowed documents by score, then id (``id_rank`` orders rows by id)."""
+    def top(self, phrase: str, allowed: np.ndarray | None, id_rank: np.ndarray, k: int) -> Sequence[int]:
+        """The first ``k`` allowed documents by score, then id (``id_rank`` orders rows by id);
+        ``allowed`` None allows every document."""
         docs, scores = self.scores(phrase)
-        keep = allowed[docs]
-        docs, scores = docs[keep], scores[keep]
+        if allowed is not None:
+            keep = allowed[docs]
+            docs, scores = docs[keep], scores[keep]
         if docs.size > k:
             kth = np.partition(-scores, k - 1)[k - 1]
             close = -scores <= kth

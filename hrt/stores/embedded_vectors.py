@@ -27,7 +27,7 @@ EXACT_BELOW = 2_000
 
 
 class _UserMatrix:
-    __slots__ = ("ann", "bm25", "codes", "id_rank", "ids", "matrix", "rowids", "ts")
+    __slots__ = ("ann", "bm25", "codes", "id_rank", "ids", "kinds_present", "matrix", "newest", "rowids", "ts")
 
     def __init__(
         self,
@@ -45,6 +45,10 @@ class _UserMatrix:
         self.codes = codes
         self.ts = ts
         self.matrix = matrix
+        # what a request's filters are checked against before any per-row mask is built
+        self.kinds_present = frozenset(int(c) for c in np.unique(codes))
+        stamped = ts[~np.isnan(ts)]
+        self.newest = float(stamped.max()) if stamped.size else -np.inf
         self.id_rank = np.empty(len(ids), dtype=np.int64)  # row -> position of its id in id order
         self.id_rank[np.argsort(np.array(ids, dtype=object), kind="stable")] = np.arange(len(ids))
         self.bm25 = BM25Index(texts, len(ids))
@@ -194,13 +198,17 @@ class EmbeddedVectorIndex:
         n = len(um.ids)
         if n == 0 or not phrases:
             return [[] for _ in phrases]
-        allowed = np.isin(um.codes, [KIND_CODES[Kind(kind)] for kind in kinds])
-        if not_after is not None:
-            allowed &= ~(um.ts > not_after)  # NaN (no timestamp) compares False: always allowed
+        # a mask only when a filter excludes something: at 1M rows building one costs milliseconds
+        allowed: np.ndarray | None = None  # None: every row
+        wanted = [KIND_CODES[Kind(kind)] for kind in kinds]
+        if not um.kinds_present <= set(wanted):
+            allowed = np.isin(um.codes, wanted)
+        if not_after is not None and not_after < um.newest:
+            earlier = ~(um.ts > not_after)  # NaN (no timestamp) compares False: always allowed
+            allowed = earlier if allowed is None else allowed & earlier
         queries = np.asarray(vectors, dtype=np.float32)
-        allowed_rows = np.flatnonzero(allowed)
         results: list[list[VectorHit]] = []
-        for p, ranked in enumerate(self._vector_leg(um, queries, allowed, allowed_rows, k)):
+        for p, ranked in enumerate(self._vector_leg(um, queries, allowed, k)):
             vector_rank = {i: r + 1 for r, i in enumerate(ranked)}
             lexical_rank = {i: r + 1 for r, i in enumerate(um.bm25.top(phrases[p], allowed, um.id_rank, k))}
             rows = np.array(sorted(set(vector_rank) | set(lexical_rank)), dtype=np.int64)
@@ -219,32 +227,32 @@ class EmbeddedVectorIndex:
             )
         return results
 
-    def _vector_leg(
-        self, um: _UserMatrix, queries: np.ndarray, allowed: np.ndarray, allowed_rows: np.ndarray, k: int
-    ) -> list[list[int]]:
+    def _vector_leg(self, um: _UserMatrix, queries: np.ndarray, allowed: np.ndarray | None, k: int) -> list[list[int]]:
         """Per phrase, the first ``k`` allowed rows by cosine then id: exact, or from ANN candidates
         rescored exactly (and exact again for a phrase whose candidates fall short)."""
         out: list[list[int] | None] = [None] * len(queries)
-        if um.ann is not None and allowed_rows.size >= EXACT_BELOW:
+        n_allowed = len(um.ids) if allowed is None else int(np.count_nonzero(allowed))
+        if um.ann is not None and n_allowed >= EXACT_BELOW:
             filt: Callable[[int], bool] | None = None
-            if allowed_rows.size < len(um.ids):
+            if allowed is not None:
                 rowids, ok = um.rowids, allowed
 
                 def filt(label: int) -> bool:  # hnswlib calls it per visited node
                     return bool(ok[np.searchsorted(rowids, label)])
 
             candidates = um.ann.candidates(queries, k, self._ann.ef_search, filt)
-            want = min(k, allowed_rows.size)
+            want = min(k, n_allowed)
             for p in range(len(queries)):
                 rows = np.searchsorted(um.rowids, candidates[p]) if candidates.shape[1] else np.zeros(0, np.int64)
-                rows = np.unique(rows[allowed[rows]])
+                rows = np.unique(rows if allowed is None else rows[allowed[rows]])
                 if rows.size >= want:
                     out[p] = um.ranked(um.matrix[rows] @ queries[p], rows, k)
         missing = [p for p, r in enumerate(out) if r is None]
         if missing:
             sims = queries[missing] @ um.matrix.T
+            rows = np.arange(len(um.ids)) if allowed is None else np.flatnonzero(allowed)
             for j, p in enumerate(missing):
-                out[p] = um.ranked(sims[j][allowed_rows], allowed_rows, k)
+                out[p] = um.ranked(sims[j] if allowed is None else sims[j][rows], rows, k)
         return [r for r in out if r is not None]
 
     def warm(self, user_id: str) -> None:

@@ -150,6 +150,9 @@ def test_ann_respects_time_filter(pair):
         got = search(ann, q, not_after)
         assert got == search(exact, q, not_after)
         assert all(int(h.id[1:]) <= not_after for hits in got for h in hits)
+    # a bound at or after the newest row excludes nothing: the unfiltered answer
+    assert search(ann, q, 1e12) == search(ann, q) == search(exact, q, 1e12)
+    assert any(int(h.id[1:]) > 2500 for hits in search(ann, q, 1e12) for h in hits)
 
 
 def test_tokens_follow_fts5_porter_unicode61():
@@ -207,6 +210,7 @@ def test_bm25_filter_and_tie_break_by_id():
     index = BM25Index(texts, 4)
     id_rank = np.array([2, 0, 1, 3])  # row 1 has the smallest id
     assert index.top("kernel", np.ones(4, bool), id_rank, 2) == [1, 2]
+    assert index.top("kernel", None, id_rank, 2) == [1, 2]  # None: no filter
     assert index.top("kernel", np.array([True, False, True, True]), id_rank, 5) == [2, 0]
 
 
