@@ -128,16 +128,55 @@ def score_candidates(
     as_of: float,
     half_life_days: float,
 ) -> list[Scored]:
-    """Score every candidate; returned best first, ties broken by id."""
+    """Score every candidate; returned best first, ties broken by id.
+
+    The loop is :func:`semantic_score`, :func:`recency_score`, :func:`preference_score` and
+    :func:`combine` written out (the same operations in the same order, so the same floats): it
+    runs for every candidate of every request, ~700 at 100k entities."""
     cands = list(candidates)
     concept_types = {c.node.id: c.node.category for c in cands if c.node.kind is Kind.CONCEPT}
+    a, b, g, d = (
+        weights.alpha_semantic_similarity,
+        weights.beta_recency,
+        weights.gamma_salience,
+        weights.delta_user_preference,
+    )
+    concept, memory_unit = Kind.CONCEPT, Kind.MEMORY_UNIT
+    mention_weight: dict[str, float] = {}  # per mentioned concept: its weight, -1.0 for none
+    plain_mentions = not book.concepts and not book.concept_types  # no mention can carry a weight
     out: list[Scored] = []
     for c in cands:
-        ts = c.last_mention_ts if c.node.kind is Kind.CONCEPT else c.node.ts
-        sem = semantic_score(similarity.get(c.node.id), c.path_score)
-        rec = recency_score(ts, as_of, half_life_days)
-        sal = clamp01(c.node.salience)
-        pref = clamp01(preference_score(c.node, c.mentions, book, concept_types))
-        out.append(Scored(c, sem, rec, sal, pref, combine(weights, sem, rec, sal, pref)))
+        node = c.node
+        kind = node.kind
+        sem = similarity.get(node.id, 0.0)
+        if c.path_score > sem:
+            sem = c.path_score
+        sem = 0.0 if sem < 0.0 else 1.0 if sem > 1.0 else sem
+        ts = c.last_mention_ts if kind is concept else node.ts
+        rec = 0.5 if ts is None else float(0.5 ** ((max(0.0, as_of - ts) / SECONDS_PER_DAY) / half_life_days))
+        sal = node.salience
+        sal = 0.0 if sal < 0.0 else 1.0 if sal > 1.0 else sal
+        if kind is memory_unit and plain_mentions:
+            pref = book.source_types.get(node.category, book.neutral)
+        elif kind is memory_unit:
+            signals: list[float] = []
+            if node.category in book.source_types:
+                signals.append(book.source_types[node.category])
+            strongest = -1.0
+            for cid in c.mentions:
+                w = mention_weight.get(cid)
+                if w is None:
+                    w = mention_weight[cid] = book.concepts.get(
+                        cid, book.concept_types.get(concept_types.get(cid, ""), -1.0)
+                    )
+                if w >= 0.0 and w > strongest:
+                    strongest = w
+            if strongest >= 0.0:
+                signals.append(strongest)
+            pref = sum(signals) / len(signals) if signals else book.neutral
+        else:
+            pref = preference_score(node, c.mentions, book, concept_types)
+        pref = 0.0 if pref < 0.0 else 1.0 if pref > 1.0 else pref
+        out.append(Scored(c, sem, rec, sal, pref, a * sem + b * rec + g * sal + d * pref))
     out.sort(key=lambda s: (-s.final, s.id))
     return out

@@ -49,10 +49,12 @@ def order(items: Iterable[Scored]) -> list[Scored]:
 
 def shortlist(scored: Sequence[Scored], limits: Limits, factor: int) -> dict[Kind, list[Scored]]:
     out: dict[Kind, list[Scored]] = {k: [] for k in Kind}
+    room = {k: limit_for(limits, k) * factor for k in Kind}
     for item in order(scored):
-        bucket = out[item.kind]
-        if len(bucket) < limit_for(limits, item.kind) * factor:
-            bucket.append(item)
+        kind = item.candidate.node.kind
+        if room[kind] > 0:
+            room[kind] -= 1
+            out[kind].append(item)
     return out
 
 

@@ -1,6 +1,8 @@
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hrt.config import WEIGHT_PRESETS, Weights
 from hrt.pipeline.scoring import (
@@ -104,3 +106,44 @@ def test_score_candidates_orders_by_score_then_id_and_uses_last_mention_for_conc
     assert [s.id for s in out] == ["a", "b", "c", "d"]  # a/b tie -> id; c newer than d
     assert out[2].recency > out[3].recency == 0.5
     assert all(0.0 <= s.final <= 1.0 for s in out)
+
+
+@given(
+    raw=st.lists(
+        st.tuples(
+            st.sampled_from(list(Kind)),
+            st.sampled_from(["email", "chat", "project", "person", "plan"]),
+            st.floats(-0.5, 1.5),  # salience, clamped
+            st.one_of(st.none(), st.floats(AS_OF - 400 * DAY, AS_OF + 5 * DAY)),
+            st.floats(-0.2, 1.3),  # path score
+            st.one_of(st.none(), st.floats(-0.3, 1.2)),  # direct similarity
+            st.lists(st.sampled_from(["n0", "n1", "n2", "c1", "c9"]), max_size=3),
+        ),
+        max_size=12,
+    ),
+    with_book=st.booleans(),
+)
+def test_score_candidates_is_the_per_term_functions(raw, with_book):
+    """The written-out loop of score_candidates gives exactly what the documented functions give."""
+    book = BOOK if with_book else PreferenceBook.build([])
+    w = Weights().normalised()
+    cands, similarity = [], {}
+    for i, (kind, category, salience, ts, path, direct, mentions) in enumerate(raw):
+        ident = f"n{i}"
+        n = node(ident, kind, category, salience, None if kind is Kind.CONCEPT else ts)
+        last = ts if kind is Kind.CONCEPT else None
+        mentioned = tuple(mentions) if kind is Kind.MEMORY_UNIT else ()
+        cands.append(GraphCandidate(n, 1, "n0", (), path, mentions=mentioned, last_mention_ts=last))
+        if direct is not None:
+            similarity[ident] = direct
+    types = {c.node.id: c.node.category for c in cands if c.node.kind is Kind.CONCEPT}
+    expected = {}
+    for c in cands:
+        sem = semantic_score(similarity.get(c.node.id), c.path_score)
+        rec = recency_score(c.last_mention_ts if c.node.kind is Kind.CONCEPT else c.node.ts, AS_OF, 30)
+        sal = min(1.0, max(0.0, c.node.salience))
+        pref = min(1.0, max(0.0, preference_score(c.node, c.mentions, book, types)))
+        expected[c.node.id] = (sem, rec, sal, pref, combine(w, sem, rec, sal, pref))
+    out = score_candidates(cands, similarity, book, w, AS_OF, 30)
+    assert {s.id: (s.semantic, s.recency, s.salience, s.preference, s.final) for s in out} == expected
+    assert [s.id for s in out] == sorted(expected, key=lambda i: (-expected[i][4], i))
