@@ -7,9 +7,9 @@ CSR layout already in the walk's visit order (see :mod:`hrt.stores.graph_walk`),
 with one ``numpy.lexsort`` at load; a second permutation holds them in
 :func:`~hrt.stores.graph_walk.neighbour_order` per (node, edge type, direction) for
 :meth:`neighbors`. The walk, :func:`hrt.stores.graph_walk.walk` (the same one the Neo4j adapter
-runs over its fetched rows), moves over node indices; :class:`~hrt.stores.base.GraphNode`
-objects are made only for what a request returns, and the walk stops reading a hub's links after
-its fan-out cap, so a concept with 40,000 mentions costs what one with 4 does.
+runs over its fetched rows), moves over node indices; the :class:`~hrt.stores.base.GraphNode`
+objects are built once at load, in place of the rows they come from, and the walk stops reading a
+hub's links after its fan-out cap, so a concept with 40,000 mentions costs what one with 4 does.
 """
 
 from __future__ import annotations
@@ -39,8 +39,24 @@ class _UserGraph:
 
     def __init__(self, node_rows: list[tuple[object, ...]], edge_rows: list[tuple[object, ...]]) -> None:
         node_rows.sort(key=lambda r: str(r[0]))
-        self.rows = node_rows
-        self.ids: list[str] = [str(r[0]) for r in node_rows]
+        # every node built once here: built on first use instead, each request's new nodes cost
+        # more than its whole walk (json tags, enum lookups), and a built node takes the memory
+        # its row took
+        kind_by_value = {k.value: k for k in Kind}
+        self.nodes: list[GraphNode] = [
+            GraphNode(
+                id=str(r[0]),
+                kind=kind_by_value[str(r[1])],
+                label=str(r[2]),
+                ts=None if r[3] is None else float(r[3]),  # type: ignore[arg-type]
+                salience=float(r[4]),  # type: ignore[arg-type]
+                category=str(r[5]),
+                tags=() if r[6] == "[]" else tuple(json.loads(str(r[6]))),
+                source_agent_id=None if r[7] is None else str(r[7]),
+            )
+            for r in node_rows
+        ]
+        self.ids: list[str] = [n.id for n in self.nodes]
         self.index: dict[str, int] = {ident: i for i, ident in enumerate(self.ids)}
         n = len(self.ids)
         self.ts = np.array([np.nan if r[3] is None else r[3] for r in node_rows], dtype=np.float64)
@@ -48,7 +64,7 @@ class _UserGraph:
         self.kinds: list[Kind] = list(Kind)
         code_of = {k.value: c for c, k in enumerate(self.kinds)}
         self.kind_codes: list[int] = [code_of[str(r[1])] for r in node_rows]
-        self._nodes: dict[int, GraphNode] = {}
+        self.node = self.nodes.__getitem__  # node index -> GraphNode
 
         index = self.index
         ends = [(index.get(str(s)), index.get(str(t)), EDGE_CODE[EdgeType(str(e))], w) for s, t, e, w in edge_rows]
@@ -91,23 +107,6 @@ class _UserGraph:
 
     def name(self, i: int) -> str:
         return self.ids[i]
-
-    def node(self, i: int) -> GraphNode:
-        found = self._nodes.get(i)
-        if found is None:
-            r = self.rows[i]
-            found = GraphNode(
-                id=str(r[0]),
-                kind=Kind(str(r[1])),
-                label=str(r[2]),
-                ts=None if r[3] is None else float(r[3]),  # type: ignore[arg-type]
-                salience=float(r[4]),  # type: ignore[arg-type]
-                category=str(r[5]),
-                tags=tuple(json.loads(str(r[6]))),
-                source_agent_id=None if r[7] is None else str(r[7]),
-            )
-            self._nodes[i] = found  # benign race: two threads build equal objects
-        return found
 
     def visible(self, not_after: float | None) -> Callable[[int], bool]:
         """Per node index: does the node exist as of ``not_after`` (no timestamp: always)."""
