@@ -30,7 +30,7 @@ from hrt.pipeline.scoring import PreferenceBook, score_candidates
 from hrt.pipeline.selection import passes_filters, select, shortlist
 from hrt.records import EdgeType, Kind, entity_body
 from hrt.reranker import NoopReranker, Reranker
-from hrt.stores.base import GraphStore, RecordStore, VectorIndex
+from hrt.stores.base import GraphNode, GraphStore, RecordStore, VectorIndex
 
 
 def utc_now() -> datetime:
@@ -71,6 +71,12 @@ class HybridRetrievalTool:
             timings[name] = elapsed
             self.metrics.stage_seconds.labels(stage=name).observe(elapsed)
 
+    async def _neighbors(
+        self, user_id: str, ids: list[str], outgoing: bool, not_after: float
+    ) -> dict[str, list[GraphNode]]:
+        """The ``MENTIONS`` neighbours (up to 50 each) that assembly shows; no read for no ids."""
+        return await self.graph.neighbors(user_id, ids, EdgeType.MENTIONS, outgoing, 50, not_after) if ids else {}
+
     async def retrieve(self, request: RetrieveRequest) -> AugmentedMemoryContext:
         return (await self.run(request))[0]
 
@@ -95,15 +101,23 @@ class HybridRetrievalTool:
 
         with self._stage("intake", timings):
             intake = run_intake(request, s, self.clock())
-            if not await self.records.user_exists(intake.user_id):
+            # the embedding runs off the event loop (ONNX Runtime releases the GIL, so under
+            # concurrent requests it overlaps with other requests' Python work on the second core),
+            # and the record store's user check meanwhile
+            known, phrase_vectors = await asyncio.gather(
+                self.records.user_exists(intake.user_id),
+                asyncio.to_thread(self.embedder.embed, list(intake.phrases)),
+            )
+            if not known:
                 raise NotFound(f"unknown user_id {intake.user_id!r}: nothing was ingested for it", field="user_id")
-            # off the event loop: ONNX Runtime releases the GIL, so under concurrent requests this
-            # overlaps with other requests' Python work on the second core
-            phrase_vectors = await asyncio.to_thread(self.embedder.embed, list(intake.phrases))
         stages["intake"] = "ok"
 
         with self._stage("grounding", timings):
-            grounding = await run_grounding(intake, phrase_vectors, self.vectors, s)
+            # the record store reads the preferences that scoring needs meanwhile
+            grounding, preferences = await asyncio.gather(
+                run_grounding(intake, phrase_vectors, self.vectors, s),
+                self.records.preferences(intake.user_id),
+            )
         stages["grounding"] = "ok"
 
         with self._stage("expansion", timings):
@@ -111,7 +125,7 @@ class HybridRetrievalTool:
         stages["expansion"] = "ok" if intake.depth > 0 else "skipped"
 
         with self._stage("scoring", timings):
-            book = PreferenceBook.build(await self.records.preferences(intake.user_id), s.neutral_preference)
+            book = PreferenceBook.build(preferences, s.neutral_preference)
             scored = score_candidates(
                 candidates,
                 grounding.similarity,
@@ -156,15 +170,10 @@ class HybridRetrievalTool:
             not_after = intake.as_of.timestamp()
             mu_ids = [x.id for x in selected[Kind.MEMORY_UNIT]]
             concept_ids = [x.id for x in selected[Kind.CONCEPT]]
-            mu_concepts = (
-                await self.graph.neighbors(intake.user_id, mu_ids, EdgeType.MENTIONS, True, 50, not_after)
-                if mu_ids
-                else {}
-            )
-            concept_mus = (
-                await self.graph.neighbors(intake.user_id, concept_ids, EdgeType.MENTIONS, False, 50, not_after)
-                if concept_ids
-                else {}
+            # both reads at once: two round trips in flight, not one after the other
+            mu_concepts, concept_mus = await asyncio.gather(
+                self._neighbors(intake.user_id, mu_ids, True, not_after),
+                self._neighbors(intake.user_id, concept_ids, False, not_after),
             )
             stages["assembly"] = "ok"
             response = assemble(

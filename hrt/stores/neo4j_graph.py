@@ -27,10 +27,12 @@ Hubs are cut inside Neo4j, not after reading them: every relationship carries th
 visit order as seen from each end (``sid``/``tid`` ids, ``nw`` = -weight, ``sts``/``tts`` = -ts of
 its source/target, no timestamp counting as 0; written with the edge, refreshed when a node's ``ts``
 changes), and composite range indexes over them (``graph_schema/003_link_order.cypher``) hand a
-node's links of one type and direction over in visit order. Expansion reads, per node, the first
-``fanout_per_node`` visible links of each of the 8 (type, direction) pairs from those indexes and
-keeps the first ``fanout_per_node`` of their union, so a concept with 6,000 mentions costs what one
-with 10 does; a concept's newest mention is the first visible entry of ``mentions_newest``, and
+node's links of one type and direction over in visit order. Expansion reads, per hub (a node with
+more than :data:`SPARSE_DEGREE` relationships), the first ``fanout_per_node`` visible links of
+each of the 8 (type, direction) pairs from those indexes and keeps the first ``fanout_per_node``
+of their union, so a concept with 6,000 mentions costs what one with 10 does (any other node has
+its few relationships walked and ordered, which is cheaper than 8 index reads); a concept's
+newest mention is the first visible entry of ``mentions_newest``, and
 :meth:`Neo4jGraphStore.neighbors` along incoming ``MENTIONS`` reads only up to its limit (and the
 ties at it) the same way. The keys are derived data: :meth:`Neo4jGraphStore.apply_schema` fills
 them in once for relationships written before they existed (``004_link_keys_backfill.cypher``).
@@ -73,6 +75,10 @@ KIND_LABELS: dict[Kind, str] = {
     Kind.ARTIFACT: "DerivedArtifact",
 }
 MAX_DEPTH = 3
+# Expansion reads the links of a node with at most this many relationships by walking them, a
+# hub's from the link order indexes (at 100k, the 8 index reads per node cost more than walking
+# the few relationships most nodes have: the expand query 30 -> 22 ms p50)
+SPARSE_DEGREE = 64
 _VISIBLE = "($not_after IS NULL OR %(v)s.ts IS NULL OR %(v)s.ts <= $not_after)"
 _SCHEMA_FILE = re.compile(r"^\d{3}_[a-z0-9_]+\.cypher$")
 _IN_TRANSACTIONS = re.compile(r"\bIN\s+TRANSACTIONS\b", re.IGNORECASE)
@@ -191,19 +197,43 @@ def _seek(edge: EdgeType, outgoing: bool) -> str:
 
 _LINKS = "\n      UNION ALL".join(_seek(edge, outgoing) for edge in EdgeType for outgoing in (True, False))
 
+_TYPES = "|".join(edge.value for edge in EdgeType)
+
+
+def _walk_links(outgoing: bool) -> str:
+    """Every visible link of node ``n`` in one direction, read by walking its relationships."""
+    pattern, key, other = (
+        (f"(n)-[r:{_TYPES}]->(m)", "tts", "tid") if outgoing else (f"(n)<-[r:{_TYPES}]-(m)", "sts", "sid")
+    )
+    visible = _KEY_VISIBLE % {"k": key, "end": "m"}
+    return f"""
+      WITH n, degree WHERE degree <= $sparse
+      MATCH {pattern}
+      WHERE r.user_id = $user_id AND r.nw IS NOT NULL AND r.{key} IS NOT NULL AND r.{other} IS NOT NULL AND {visible}
+      RETURN r, m, {"true" if outgoing else "false"} AS forward"""
+
+
 # One level: every node of the previous level not expanded yet (a node reached again at a deeper
 # level has the same links) gets its first $fanout visible links in the visit order of
 # graph_walk's visit order (weight, newest neighbour, neighbour id, edge type, the edge's source and
-# target ids, forward first), merged from its 8 (type, direction) index reads; then the distinct
-# nodes they reach. Both directions are read separately so a self-loop yields its two ends, as in
-# the embedded adjacency.
+# target ids, forward first); then the distinct nodes they reach. A node with at most $sparse
+# relationships (most of them: the median degree is 4) has them all read by walking them, which
+# costs less than its 8 index reads; a hub's come merged from its 8 (type, direction) index reads,
+# each cut at $fanout. Both give the same first $fanout links. Both directions are read separately
+# so a self-loop yields its two ends, as in the embedded adjacency.
 _LEVEL = f"""
 WITH *, [x IN level%(prev)d WHERE NOT x IN expanded%(prev)d] AS todo%(prev)d
 CALL (todo%(prev)d) {{
   UNWIND todo%(prev)d AS n
   CALL (n) {{
-    WITH n.id AS nid
-    CALL (nid) {{{_LINKS}
+    WITH n, n.id AS nid, COUNT {{ (n)--() }} AS degree
+    CALL (n, nid, degree) {{{_walk_links(True)}
+      UNION ALL{_walk_links(False)}
+      UNION ALL
+      WITH nid, degree WHERE degree > $sparse
+      CALL (nid) {{{_LINKS}
+      }}
+      RETURN r, m, forward
     }}
     WITH r, m, forward
     ORDER BY r.nw, CASE WHEN forward THEN r.tts ELSE r.sts END, CASE WHEN forward THEN r.tid ELSE r.sid END,
@@ -393,7 +423,10 @@ class Neo4jGraphStore:
         connection_acquisition_timeout: float = 10.0,
         max_transaction_retry_time: float = 5.0,
         query_timeout: float | None = 30.0,
+        sparse_degree: int = SPARSE_DEGREE,
     ) -> None:
+        """``sparse_degree``: expansion walks the relationships of a node with at most this many,
+        and reads a node with more from the link order indexes (both give the same links)."""
         if (uri is None) == (driver is None):
             raise ValueError("give either a Neo4j uri or a driver")
         if driver is None:
@@ -412,6 +445,7 @@ class Neo4jGraphStore:
         self._driver = driver
         self._database = database
         self._timeout = query_timeout
+        self._sparse_degree = sparse_degree
 
     async def open(self) -> None:
         """Nothing to do: the driver connects lazily, so a Neo4j that is down at start only fails
@@ -516,6 +550,7 @@ class Neo4jGraphStore:
             "user_id": user_id,
             "seeds": sorted(seeds),
             "fanout": max(caps.fanout_per_node, 0),
+            "sparse": self._sparse_degree,
             "not_after": not_after,
             "min_key": _min_key(not_after),
         }

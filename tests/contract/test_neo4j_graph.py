@@ -270,6 +270,7 @@ async def test_expand_and_neighbors_agree_with_the_embedded_adapter(
     neo4j_uri: str, embedded_graph: EmbeddedStore, graphs, probe_list
 ) -> None:
     neo4j = Neo4jGraphStore(neo4j_uri)
+    by_index = Neo4jGraphStore(neo4j_uri, sparse_degree=0)  # every node read as a hub is
     run = uuid.uuid4().hex[:10]
     users = [f"t{run}-g{i}" for i in range(len(graphs))]
     try:
@@ -281,6 +282,7 @@ async def test_expand_and_neighbors_agree_with_the_embedded_adapter(
             for seeds, caps, not_after, nb_ids, edge, outgoing, limit in probe_list:
                 expected = await embedded_graph.graph.expand(user_id, seeds, caps, not_after)
                 assert await neo4j.expand(user_id, seeds, caps, not_after) == expected
+                assert await by_index.expand(user_id, seeds, caps, not_after) == expected
                 expected_nb = await embedded_graph.graph.neighbors(user_id, nb_ids, edge, outgoing, limit, not_after)
                 assert await neo4j.neighbors(user_id, nb_ids, edge, outgoing, limit, not_after) == expected_nb
     finally:
@@ -288,6 +290,7 @@ async def test_expand_and_neighbors_agree_with_the_embedded_adapter(
             await neo4j.delete_user(user_id)
             await embedded_graph.graph.delete_user(user_id)
         await neo4j.close()
+        await by_index.close()
 
 
 async def test_sample_graph_agrees_with_the_embedded_adapter(store, tenants, embedded_graph):
@@ -382,9 +385,17 @@ async def test_hubs_are_cut_inside_neo4j(store, tenants, raw):
     out = {c.node.id: c for c in await store.expand(u, {"c-hub": 1.0}, caps)}
     assert sorted(out) == ["c-hub", "m295", "m296", "m297", "m298", "m299"]
     assert out["c-hub"].last_mention_ts == 1299.0
-    from hrt.stores.neo4j_graph import _min_key, expand_query
+    from hrt.stores.neo4j_graph import SPARSE_DEGREE, _min_key, expand_query
 
-    params = {"user_id": u, "seeds": ["c-hub"], "fanout": 5, "not_after": None, "min_key": _min_key(None)}
+    assert len(mus) > SPARSE_DEGREE  # the hub is read from the indexes, not walked
+    params = {
+        "user_id": u,
+        "seeds": ["c-hub"],
+        "fanout": 5,
+        "sparse": SPARSE_DEGREE,
+        "not_after": None,
+        "min_key": _min_key(None),
+    }
     with raw.session(database="neo4j") as session:
         profile = session.run("PROFILE " + expand_query(1), params).consume().profile
 

@@ -26,7 +26,7 @@ from hrt.records import Artifact, Concept, Kind, MemoryUnit, entity_text
 from hrt.service import HRTService
 from hrt.stores.base import VectorDoc, VectorHit
 from hrt.stores.embedded_vectors import EmbeddedVectorIndex
-from hrt.stores.weaviate_vectors import NO_TS, WeaviateVectorIndex, object_uuid, tenant_name
+from hrt.stores.weaviate_vectors import LEXICAL_TIE_SLACK, NO_TS, WeaviateVectorIndex, object_uuid, tenant_name
 from tests.conftest import FIXED_NOW, StackManager
 from tests.helpers import HashingEmbedder, jsonl, small_graph
 
@@ -246,11 +246,11 @@ async def test_upsert_is_idempotent_and_overwrites(loaded: Loaded) -> None:
 
 
 async def test_ties_are_broken_by_id_at_the_k_cut(loaded: Loaded) -> None:
-    """Twelve identical documents: more than a first page (k + slack), so the page has to grow."""
+    """Identical documents, more than a lexical first page (k + slack), so the page has to grow."""
     user = f"scratch-{uuid.uuid4().hex[:8]}"
     text = "identical twin document about llamas"
     vector = loaded.embedder.embed([text])[0]
-    ids = [f"d{i:02d}" for i in range(12)][::-1]
+    ids = [f"d{i:02d}" for i in range(3 + LEXICAL_TIE_SLACK + 7)][::-1]
     try:
         await loaded.index.upsert(user, [VectorDoc(i, Kind.CONCEPT, text, vector, None) for i in ids])
         query = loaded.embedder.embed(["llamas"])
