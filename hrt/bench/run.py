@@ -43,6 +43,7 @@ import concurrent.futures
 import contextlib
 import functools
 import importlib
+import importlib.util
 import json
 import logging
 import math
@@ -159,7 +160,29 @@ def machine_info() -> dict[str, Any]:
         "os": platform.platform(),
         "python": platform.python_version(),
         "loadavg_at_start": list(os.getloadavg()),
+        "calibration_ms": calibration_ms(),
     }
+
+
+def calibration_ms(rounds: int = 5) -> dict[str, float]:
+    """Best of ``rounds`` timings of a fixed pure-Python loop and a fixed numpy product: the same
+    code on a slower (or busier) host takes longer, so runs from different days can be compared."""
+
+    def best(fn: Any) -> float:
+        times = []
+        for _ in range(rounds):
+            t = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t) * 1000)
+        return round(min(times), 2)
+
+    def python_loop() -> None:
+        total = 0
+        for i in range(1_000_000):
+            total += i * i
+
+    a = np.random.default_rng(0).standard_normal((384, 4096), dtype=np.float32)
+    return {"python_loop_1m": best(python_loop), "numpy_matmul_384x4096x384": best(lambda: a @ a.T)}
 
 
 def versions() -> dict[str, Any]:
@@ -1147,6 +1170,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
     except (argparse.ArgumentTypeError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if (args.peer or args.locomo) and importlib.util.find_spec("neo4j_graphrag") is None:
+        print(
+            "error: --peer and --locomo need neo4j-graphrag: pip install -e '.[bench]'",
+            file=sys.stderr,
+        )
         return 2
     vectors = "composed" if args.fake_vectors else args.vectors
     if vectors not in ("real", "composed") and ":" not in vectors:
