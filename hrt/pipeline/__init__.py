@@ -10,10 +10,12 @@ before rerank and selection, because both need the entities' text.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import Any
 
 from hrt.config import Settings
 from hrt.contract import AugmentedMemoryContext, RetrieveRequest
@@ -22,13 +24,13 @@ from hrt.errors import NotFound, StoreUnavailable
 from hrt.metrics import Metrics
 from hrt.pipeline.assembly import assemble
 from hrt.pipeline.expansion import run_expansion
-from hrt.pipeline.grounding import run_grounding
+from hrt.pipeline.grounding import Grounding, run_grounding
 from hrt.pipeline.hydration import run_hydration
 from hrt.pipeline.intake import run_intake
 from hrt.pipeline.rerank import run_rerank
 from hrt.pipeline.scoring import PreferenceBook, score_candidates
 from hrt.pipeline.selection import passes_filters, select, shortlist
-from hrt.records import EdgeType, Kind, entity_body
+from hrt.records import EdgeType, Kind, Preference, entity_body
 from hrt.reranker import NoopReranker, Reranker
 from hrt.stores.base import GraphNode, GraphStore, RecordStore, VectorIndex
 
@@ -104,20 +106,34 @@ class HybridRetrievalTool:
             # the embedding runs off the event loop (ONNX Runtime releases the GIL, so under
             # concurrent requests it overlaps with other requests' Python work on the second core),
             # and the record store's user check meanwhile
-            known, phrase_vectors = await asyncio.gather(
-                self.records.user_exists(intake.user_id),
-                asyncio.to_thread(self.embedder.embed, list(intake.phrases)),
-            )
-            if not known:
-                raise NotFound(f"unknown user_id {intake.user_id!r}: nothing was ingested for it", field="user_id")
+            embedding = asyncio.ensure_future(asyncio.to_thread(self.embedder.embed, list(intake.phrases)))
+            searching: asyncio.Future[tuple[Grounding, list[Preference]]] | None = None
+            try:
+                if not await self.records.user_exists(intake.user_id):
+                    raise NotFound(
+                        f"unknown user_id {intake.user_id!r}: nothing was ingested for it", field="user_id"
+                    )
+                # grounding starts before the vectors are in: its lexical leg needs none (at 1M
+                # documents that leg is most of the stage); the preferences that scoring needs
+                # are read meanwhile
+                searching = asyncio.ensure_future(
+                    asyncio.gather(
+                        run_grounding(intake, embedding, self.vectors, s),
+                        self.records.preferences(intake.user_id),
+                    )
+                )
+                await asyncio.shield(embedding)
+            except BaseException:
+                await _settle(embedding, searching)
+                raise
         stages["intake"] = "ok"
 
         with self._stage("grounding", timings):
-            # the record store reads the preferences that scoring needs meanwhile
-            grounding, preferences = await asyncio.gather(
-                run_grounding(intake, phrase_vectors, self.vectors, s),
-                self.records.preferences(intake.user_id),
-            )
+            try:
+                grounding, preferences = await searching
+            except BaseException:
+                await _settle(searching)
+                raise
         stages["grounding"] = "ok"
 
         with self._stage("expansion", timings):
@@ -208,3 +224,15 @@ class HybridRetrievalTool:
         for p in grounding.phrases:
             m.threshold.observe(p.threshold)
         return response, timings
+
+
+async def _settle(*pending: asyncio.Future[Any] | None) -> None:
+    """Cancel what a failed request left running and wait for it, so nothing outlives the request
+    and no exception goes unretrieved."""
+    for future in pending:
+        if future is not None and not future.done():
+            future.cancel()
+    for future in pending:
+        if future is not None:
+            with contextlib.suppress(BaseException):
+                await future

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from hrt.config import Settings
 from hrt.pipeline.intake import Intake
 from hrt.records import Kind
-from hrt.stores.base import Vector, VectorHit, VectorIndex
+from hrt.stores.base import PhraseVectors, VectorHit, VectorIndex
 
 EPS = 1e-9
 
@@ -136,7 +136,7 @@ def combine_phrase_evidence(per_phrase: Sequence[float], n_phrases: int, mode: s
     raise ValueError(f"unknown phrase_evidence {mode!r}")
 
 
-async def run_grounding(intake: Intake, vectors: Vector, index: VectorIndex, settings: Settings) -> Grounding:
+async def run_grounding(intake: Intake, vectors: PhraseVectors, index: VectorIndex, settings: Settings) -> Grounding:
     per_phrase = await index.search(
         intake.user_id,
         list(intake.phrases),

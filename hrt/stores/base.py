@@ -9,7 +9,8 @@ Timestamps cross the ports as epoch seconds (float, UTC) so adapters need no dat
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import inspect
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -19,6 +20,15 @@ import numpy.typing as npt
 from hrt.records import Deletion, EdgeType, Entity, Kind, Preference, Relation
 
 Vector = npt.NDArray[np.float32]
+# The phrases' vectors, or their computation still under way: a vector index may start what needs
+# no vector (the lexical leg) before it awaits them.
+PhraseVectors = Vector | Awaitable[Vector]
+
+
+async def resolve_vectors(vectors: PhraseVectors) -> Vector:
+    if inspect.isawaitable(vectors):
+        return await vectors
+    return vectors
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,13 +138,14 @@ class VectorIndex(Protocol):
         self,
         user_id: str,
         phrases: Sequence[str],
-        vectors: Vector,
+        vectors: PhraseVectors,
         kinds: Sequence[Kind],
         k: int,
         not_after: float | None = None,
     ) -> list[list[VectorHit]]:
         """Per phrase, the union of the top ``k`` vector hits and top ``k`` lexical hits, each with
-        its cosine similarity and both ranks, in one call for all phrases."""
+        its cosine similarity and both ranks, in one call for all phrases. ``vectors`` may be an
+        awaitable still computing them: the lexical leg needs none and may run meanwhile."""
         ...
 
 

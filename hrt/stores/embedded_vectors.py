@@ -5,15 +5,18 @@ index (:mod:`hrt.stores.bm25`) built from the texts SQLite FTS5 keeps."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import zlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from hrt.records import Kind
 from hrt.stores.ann import AnnConfig, UserAnn
-from hrt.stores.base import Vector, VectorDoc, VectorHit
+from hrt.stores.base import PhraseVectors, Vector, VectorDoc, VectorHit
 from hrt.stores.bm25 import BM25Index
 from hrt.stores.embedded import KIND_CODES, KINDS_BY_CODE, user_scope_token
 from hrt.stores.user_cache import UserCache
@@ -62,6 +65,13 @@ class _UserMatrix:
             rows, scores = rows[close], scores[close]
         order = np.lexsort((self.id_rank[rows], -scores))[:k]
         return [int(i) for i in rows[order]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Lexical:
+    um: _UserMatrix
+    allowed: np.ndarray | None
+    ranks: list[dict[int, int]]  # per phrase: row -> 1-based lexical rank
 
 
 class EmbeddedVectorIndex:
@@ -176,14 +186,25 @@ class EmbeddedVectorIndex:
         self,
         user_id: str,
         phrases: Sequence[str],
-        vectors: Vector,
+        vectors: PhraseVectors,
         kinds: Sequence[Kind],
         k: int,
         not_after: float | None = None,
     ) -> list[list[VectorHit]]:
-        # in a worker thread: numpy, hnswlib and the BM25 arrays release the GIL, so concurrent
-        # requests use the second core
-        return await asyncio.to_thread(self._search, user_id, phrases, vectors, kinds, k, not_after)
+        # in worker threads: numpy, hnswlib and the BM25 arrays release the GIL, so concurrent
+        # requests use the second core. Phrase vectors still being computed: the lexical leg needs
+        # none and runs meanwhile (at 1M documents it is most of this stage).
+        if not inspect.isawaitable(vectors):
+            return await asyncio.to_thread(self._search, user_id, phrases, vectors, kinds, k, not_after)
+        lexical = asyncio.ensure_future(asyncio.to_thread(self._lexical, user_id, phrases, kinds, k, not_after))
+        try:
+            queries = await vectors
+        except BaseException:
+            with contextlib.suppress(BaseException):
+                await lexical
+            raise
+        prepared = await lexical
+        return await asyncio.to_thread(self._with_vectors, prepared, queries, k)
 
     def _search(
         self,
@@ -194,10 +215,15 @@ class EmbeddedVectorIndex:
         k: int,
         not_after: float | None,
     ) -> list[list[VectorHit]]:
+        return self._with_vectors(self._lexical(user_id, phrases, kinds, k, not_after), vectors, k)
+
+    def _lexical(
+        self, user_id: str, phrases: Sequence[str], kinds: Sequence[Kind], k: int, not_after: float | None
+    ) -> _Lexical:
+        """What needs no phrase vector: the user's rows, the filter and the lexical leg."""
         um = self._matrix(user_id)
-        n = len(um.ids)
-        if n == 0 or not phrases:
-            return [[] for _ in phrases]
+        if len(um.ids) == 0 or not phrases:
+            return _Lexical(um, None, [{} for _ in phrases])
         # a mask only when a filter excludes something: at 1M rows building one costs milliseconds
         allowed: np.ndarray | None = None  # None: every row
         wanted = [KIND_CODES[Kind(kind)] for kind in kinds]
@@ -206,11 +232,18 @@ class EmbeddedVectorIndex:
         if not_after is not None and not_after < um.newest:
             earlier = ~(um.ts > not_after)  # NaN (no timestamp) compares False: always allowed
             allowed = earlier if allowed is None else allowed & earlier
+        ranks = [{i: r + 1 for r, i in enumerate(um.bm25.top(phrase, allowed, um.id_rank, k))} for phrase in phrases]
+        return _Lexical(um, allowed, ranks)
+
+    def _with_vectors(self, lexical: _Lexical, vectors: Vector, k: int) -> list[list[VectorHit]]:
+        um, allowed = lexical.um, lexical.allowed
+        if len(um.ids) == 0 or not lexical.ranks:
+            return [[] for _ in lexical.ranks]
         queries = np.asarray(vectors, dtype=np.float32)
         results: list[list[VectorHit]] = []
         for p, ranked in enumerate(self._vector_leg(um, queries, allowed, k)):
             vector_rank = {i: r + 1 for r, i in enumerate(ranked)}
-            lexical_rank = {i: r + 1 for r, i in enumerate(um.bm25.top(phrases[p], allowed, um.id_rank, k))}
+            lexical_rank = lexical.ranks[p]
             rows = np.array(sorted(set(vector_rank) | set(lexical_rank)), dtype=np.int64)
             sims = um.matrix[rows] @ queries[p] if rows.size else np.zeros(0, dtype=np.float32)
             results.append(

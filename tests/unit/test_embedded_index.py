@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hrt.ingest import parse_jsonl
 from hrt.records import Kind
@@ -212,6 +214,33 @@ def test_bm25_filter_and_tie_break_by_id():
     assert index.top("kernel", np.ones(4, bool), id_rank, 2) == [1, 2]
     assert index.top("kernel", None, id_rank, 2) == [1, 2]  # None: no filter
     assert index.top("kernel", np.array([True, False, True, True]), id_rank, 5) == [2, 0]
+
+
+def reference_top(index: BM25Index, phrase: str, allowed, id_rank, k: int) -> list[int]:
+    """Every matching document scored, then sorted: what the threshold algorithm must return."""
+    docs_, scores = index.scores(phrase)
+    rows = [(-float(sc), int(id_rank[d]), int(d)) for d, sc in zip(docs_, scores, strict=True)]
+    return [d for _, _, d in sorted(rows) if allowed is None or allowed[d]][:k]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    n_docs=st.integers(1, 400),
+    phrase=st.sampled_from(["river", "budget meetings", "gardens kernel python", "kernel kernels", "nothing"]),
+    k=st.integers(1, 60),
+    filtered=st.booleans(),
+)
+def test_bm25_top_equals_scoring_every_posting(seed, n_docs, phrase, k, filtered):
+    # few words and many repeated texts: long postings, many tied scores at the k-th place, so the
+    # prefixes have to grow and the tie-break by id decides
+    rng = np.random.default_rng(seed)
+    pool = [*WORDS[4:9], "meetings", "gardens", "kernels"]
+    texts = [" ".join(rng.choice(pool, size=int(rng.integers(1, 6)))) for _ in range(n_docs)]
+    index = BM25Index(texts, n_docs)
+    id_rank = rng.permutation(n_docs)
+    allowed = rng.random(n_docs) < 0.5 if filtered else None
+    assert list(index.top(phrase, allowed, id_rank, k)) == reference_top(index, phrase, allowed, id_rank, k)
 
 
 def test_a_load_racing_a_write_is_not_cached(tmp_path):

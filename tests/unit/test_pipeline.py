@@ -208,3 +208,83 @@ async def test_canonical_json_has_no_nan_and_rounded_scores(loaded_service):
     for item in data["retrieved_memory_units"]:
         for v in item["score_breakdown"].values():
             assert v is None or round(v, 4) == v
+
+
+class _GatedEmbedder:
+    """Wraps an embedder; ``embed`` (run in a worker thread) waits until the test lets it go, or
+    raises, so the test can see what ran while the phrases were being embedded."""
+
+    def __init__(self, inner, fail: bool = False) -> None:
+        import threading
+
+        self.inner, self.fail = inner, fail
+        self.dim, self.name = inner.dim, inner.name
+        self.started, self.go = threading.Event(), threading.Event()
+
+    def embed(self, texts):
+        self.started.set()
+        assert self.go.wait(10), "the test never released the embedding"
+        if self.fail:
+            raise RuntimeError("embedder broke")
+        return self.inner.embed(texts)
+
+
+async def test_lexical_leg_runs_while_the_phrases_are_embedded(loaded_service):
+    import asyncio
+
+    tool = loaded_service.tool
+    r = req(key_phrases=["Project Phoenix timeline", "Postgres"])
+    expected = (await loaded_service.retrieve(r)).canonical_json()
+    index = loaded_service.vectors
+    lexical_calls: list[bool] = []  # per call: was the embedding still running?
+    original_lexical = index._lexical
+    gated = _GatedEmbedder(tool.embedder)
+
+    def spy(*args, **kwargs):
+        lexical_calls.append(not gated.go.is_set())
+        return original_lexical(*args, **kwargs)
+
+    index._lexical, tool.embedder = spy, gated
+    try:
+        task = asyncio.ensure_future(tool.retrieve(r))
+        for _ in range(500):  # the lexical leg finishes before the embedding is released
+            if lexical_calls:
+                break
+            await asyncio.sleep(0.01)
+        assert gated.started.is_set() and lexical_calls == [True]
+        gated.go.set()
+        got = (await task).canonical_json()
+    finally:
+        index._lexical, tool.embedder = original_lexical, gated.inner
+        gated.go.set()
+    assert got == expected  # the same answer as with the vectors in hand
+
+
+async def test_a_failed_embedding_fails_the_request_and_leaves_nothing_running(loaded_service):
+    import asyncio
+
+    tool = loaded_service.tool
+    gated = _GatedEmbedder(tool.embedder, fail=True)
+    gated.go.set()
+    tool.embedder = gated
+    try:
+        before = {t for t in asyncio.all_tasks() if t is not asyncio.current_task()}
+        with pytest.raises(RuntimeError, match="embedder broke"):
+            await tool.retrieve(req(key_phrases=["Postgres"]))
+        leftover = {t for t in asyncio.all_tasks() if t is not asyncio.current_task()} - before
+        assert not [t for t in leftover if not t.done()]
+    finally:
+        tool.embedder = gated.inner
+
+
+async def test_unknown_user_is_refused_before_any_search(loaded_service):
+    index = loaded_service.vectors
+    calls: list[str] = []
+    original_lexical = index._lexical
+    index._lexical = lambda user_id, *a, **k: calls.append(user_id) or original_lexical(user_id, *a, **k)
+    try:
+        with pytest.raises(NotFound):
+            await loaded_service.retrieve(req(user_id="nobody", key_phrases=["Postgres"]))
+    finally:
+        index._lexical = original_lexical
+    assert calls == []  # no cache is built for a user that does not exist
