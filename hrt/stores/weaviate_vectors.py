@@ -441,36 +441,27 @@ class WeaviateVectorIndex:
         not_after: float | None = None,
     ) -> list[list[VectorHit]]:
         """Per phrase, the union of the top ``k`` vector hits and top ``k`` BM25 hits, each with its
-        cosine similarity and both 1-based ranks; hits ordered by similarity, then id."""
-        if not phrases or k < 1 or not kinds:
-            await resolve_vectors(vectors)  # settled either way: a computation left pending leaks
-            return [[] for _ in phrases]
+        cosine similarity and both 1-based ranks; hits ordered by similarity, then id. The vectors
+        are awaited before any request: starting the BM25 requests during the embedding was tried,
+        and an identical request answered differently once in CI (not root-caused; see
+        docs/bench.md), so this adapter keeps the order that has always been deterministic."""
+        vectors = await resolve_vectors(vectors)
+        if not phrases:
+            return []
+        queries = np.asarray(vectors, dtype=np.float32)
+        if queries.ndim == 1:
+            queries = queries[None, :]
+        if queries.shape[0] != len(phrases):
+            raise ValueError(f"{len(phrases)} phrases but {queries.shape[0]} vectors")
+        empty: list[list[VectorHit]] = [[] for _ in phrases]
+        if k < 1 or not kinds:
+            return empty
         name = tenant_name(user_id)
         filters = self._filters(kinds, not_after)
-        # The BM25 requests need no vector: they start now, while the phrases may still be being
-        # embedded, and take their vector when their reply arrives (for the hits' cosines).
-        queries_ready: asyncio.Future[Vector] = asyncio.get_running_loop().create_future()
-        lexical = [
-            asyncio.ensure_future(self._lexical_leg(name, user_id, phrase, p, queries_ready, filters, k))
-            for p, phrase in enumerate(phrases)
-        ]
-        try:
-            queries = np.asarray(await resolve_vectors(vectors), dtype=np.float32)
-            if queries.ndim == 1:
-                queries = queries[None, :]
-            if queries.shape[0] != len(phrases):
-                raise ValueError(f"{len(phrases)} phrases but {queries.shape[0]} vectors")
-        except BaseException:
-            for task in lexical:
-                task.cancel()
-            await asyncio.gather(*lexical, return_exceptions=True)
-            raise
-        queries_ready.set_result(queries)
         legs: list[Awaitable[list[_Found]]] = []
-        for p, query in enumerate(queries):
+        for phrase, query in zip(phrases, queries, strict=True):
             legs.append(self._vector_leg(name, query, filters, k))
-            legs.append(lexical[p])
-        empty: list[list[VectorHit]] = [[] for _ in phrases]
+            legs.append(self._lexical_leg(name, user_id, phrase, query, filters, k))
         async with self._guard("search", self._query_timeout):
             results = await asyncio.gather(*legs, return_exceptions=True)
             failures = [r for r in results if isinstance(r, BaseException)]
@@ -583,29 +574,19 @@ class WeaviateVectorIndex:
         tenant: str,
         user_id: str,
         phrase: str,
-        p: int,
-        queries_ready: asyncio.Future[Vector],
+        query: Vector,
         filters: base_pb2.Filters | None,
         k: int,
     ) -> list[_Found]:
-        """The first page brings the hits' stored vectors (for their cosine with row ``p`` of the
-        queries, awaited only when the reply is in); a page grown for a tie at the cut brings only
-        ids and scores (a tie run can be hundreds of hits long), and the vectors of the few hits it
-        adds to the top ``k`` come in one more request."""
+        """The first page brings the hits' stored vectors (for their cosine); a page grown for a
+        tie at the cut brings only ids and scores (a tie run can be hundreds of hits long), and
+        the vectors of the few hits it adds to the top ``k`` come in one more request."""
         text = lexical_query(phrase)
         if text is None:
             return []
         bm25 = base_search_pb2.BM25(query=text, properties=["text"], search_operator=_OR)
+        query_norm = float(np.linalg.norm(query))
         pages = 0
-        query: Vector | None = None
-        query_norm = 0.0
-
-        async def the_query() -> tuple[Vector, float]:
-            nonlocal query, query_norm
-            if query is None:
-                query = (await asyncio.shield(queries_ready))[p]
-                query_norm = float(np.linalg.norm(query))
-            return query, query_norm
 
         async def fetch(limit: int) -> list[_Found]:
             nonlocal pages
@@ -613,7 +594,6 @@ class WeaviateVectorIndex:
             pages += 1
             metadata = _SCORE_AND_VECTOR if with_vectors else _SCORE
             reply = await self._search(self._request(tenant, limit, filters, metadata, bm25_search=bm25))
-            q, q_norm = await the_query()
             out = []
             for obj in reply.results:
                 fields = obj.properties.non_ref_props.fields
@@ -622,7 +602,7 @@ class WeaviateVectorIndex:
                 if with_vectors:
                     stored = next((v for v in obj.metadata.vectors if v.name == "default" and v.type in _SINGLE), None)
                     similarity = (
-                        _cosine(q, np.frombuffer(stored.vector_bytes, dtype="<f4"), q_norm)
+                        _cosine(query, np.frombuffer(stored.vector_bytes, dtype="<f4"), query_norm)
                         if stored is not None
                         else 0.0
                     )
@@ -642,11 +622,10 @@ class WeaviateVectorIndex:
             include_vector=True,
             return_properties=["entity_id"],
         )
-        q, q_norm = await the_query()
         for obj in res.objects:
             stored = obj.vector.get("default")
             if isinstance(stored, list):
-                seen[str(obj.properties["entity_id"])] = _cosine(q, stored, q_norm)  # type: ignore[arg-type]
+                seen[str(obj.properties["entity_id"])] = _cosine(query, stored, query_norm)  # type: ignore[arg-type]
         # a hit deleted meanwhile has no vector: cosine 0.0, as for a stored vector of another size
         return [f if f.similarity is not None else replace(f, similarity=seen.get(f.id, 0.0)) for f in top]
 
