@@ -157,6 +157,10 @@ class Settings(BaseSettings):
     phrase_evidence: Literal["max", "mean"] = "max"
 
     # --- expansion -----------------------------------------------------------------------------
+    # the semantic evidence of a candidate that no phrase's search returned (one reached through
+    # the graph alone): its best path score, or that score times its own best cosine similarity
+    # to the phrases (one more vector-index read per request; see expansion.py)
+    reached_evidence: Literal["path", "path_x_cosine"] = "path"
     default_depth: int = Field(2, ge=0, le=3)
     hop_decay: float = Field(0.6, gt=0.0, le=1.0)
     fanout_per_node: int = Field(25, ge=1, le=10_000)

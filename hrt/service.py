@@ -14,7 +14,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -131,6 +131,10 @@ class HRTService:
         # "off", or the background preload of `hrt serve`: "loading", "done", "failed"; /readyz
         # answers 503 while it loads, so a balancer sends traffic only to a warm server
         self.preload_state = "off"
+        self._preloading = 0  # preloads still running
+        self._preload_failed = False
+        self._preload_lock = threading.Lock()
+        self._warm_task: asyncio.Task[None] | None = None
         self._projector_stop = asyncio.Event()
 
         self.embedded: EmbeddedStore | None = None
@@ -239,10 +243,25 @@ class HRTService:
                 await schema()
         if self.projector is not None and background_projector:
             self._projector_task = asyncio.create_task(self.projector.run(self._projector_stop))
-        if background_projector and self.settings.preload_users > 0 and self.embedded is not None:
-            # a daemon thread: it never holds up a shutdown (a million-vector HNSW build takes minutes)
-            self.preload_state = "loading"
-            threading.Thread(target=self._preload, args=(self.settings.preload_users,), daemon=True).start()
+        if background_projector and self.settings.preload_users > 0:
+            graph_warm = getattr(self.graph, "warm_queries", None)
+            if graph_warm is not None:
+                # /readyz waits for the plans of the default depth; the other depths are planned
+                # after it, while traffic is served
+                default = self.settings.default_depth
+                others = [d for d in range(4) if d != default]  # a request's max_depth is 0 to 3
+                self._preloading += 1
+                self._warm_task = asyncio.create_task(
+                    self._warm_queries(
+                        [lambda: graph_warm([default])], then=[lambda: graph_warm(others, neighbors=False)]
+                    )
+                )
+            if self.embedded is not None:
+                # a daemon thread: it never holds up a shutdown (a million-vector HNSW build takes minutes)
+                self._preloading += 1
+                threading.Thread(target=self._preload, args=(self.settings.preload_users,), daemon=True).start()
+            if self._preloading:
+                self.preload_state = "loading"
         return self
 
     def largest_users(self, limit: int) -> list[str]:
@@ -272,12 +291,47 @@ class HRTService:
             users = self.largest_users(limit)
             self.warm(users)
             log.info("preloaded %d users' caches in %.1f s", len(users), time.perf_counter() - started)
-            self.preload_state = "done"
+            self._preloaded(ok=True)
         except Exception:  # a preload is an optimisation: requests load what they need themselves
             log.exception("preloading users' caches failed")
-            self.preload_state = "failed"
+            self._preloaded(ok=False)
+
+    async def _warm_queries(
+        self, warmers: Sequence[Callable[[], Awaitable[None]]], then: Sequence[Callable[[], Awaitable[None]]] = ()
+    ) -> None:
+        """Have the store servers plan the read queries of retrieval before the first request (a
+        Neo4j just started takes seconds over its first expansion): ``warmers`` before /readyz
+        says ready, ``then`` after."""
+        started = time.perf_counter()
+        try:
+            for warm in warmers:
+                await warm()
+            log.info("warmed the stores' read queries in %.1f s", time.perf_counter() - started)
+            self._preloaded(ok=True)
+        except Exception as exc:  # a store that is down: readiness reports it, requests fail as 503
+            log.warning("warming the stores' read queries failed: %s", exc)
+            self._preloaded(ok=False)
+            return
+        try:
+            for warm in then:
+                await warm()
+        except Exception as exc:
+            log.warning("warming the stores' other read queries failed: %s", exc)
+
+    def _preloaded(self, *, ok: bool) -> None:
+        """One preload finished (from the event loop or the preload thread): /readyz leaves
+        "loading" when all have."""
+        with self._preload_lock:
+            self._preloading -= 1
+            self._preload_failed |= not ok
+            if self._preloading == 0:
+                self.preload_state = "failed" if self._preload_failed else "done"
 
     async def close(self) -> None:
+        if self._warm_task is not None and not self._warm_task.done():
+            self._warm_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._warm_task
         if self._projector_task is not None:
             self._projector_stop.set()
             with contextlib.suppress(Exception):

@@ -23,7 +23,7 @@ from hrt.embedder import Embedder
 from hrt.errors import NotFound, StoreUnavailable
 from hrt.metrics import Metrics
 from hrt.pipeline.assembly import assemble
-from hrt.pipeline.expansion import run_expansion
+from hrt.pipeline.expansion import run_expansion, scale_reached
 from hrt.pipeline.grounding import Grounding, run_grounding
 from hrt.pipeline.hydration import run_hydration
 from hrt.pipeline.intake import run_intake
@@ -138,6 +138,10 @@ class HybridRetrievalTool:
 
         with self._stage("expansion", timings):
             candidates = await run_expansion(intake, grounding, self.graph, s)
+            if s.reached_evidence == "path_x_cosine":
+                candidates = await scale_reached(
+                    intake, candidates, grounding.similarity, embedding.result(), self.vectors
+                )
         stages["expansion"] = "ok" if intake.depth > 0 else "skipped"
 
         with self._stage("scoring", timings):

@@ -31,6 +31,11 @@ async def resolve_vectors(vectors: PhraseVectors) -> Vector:
     return vectors
 
 
+# A user id no record can carry (ids start with a letter or digit): adapters read for it to warm
+# their query plans at start, and find nothing.
+WARM_UP_USER = "_hrt_warm_up"
+
+
 @dataclass(frozen=True, slots=True)
 class GraphNode:
     """A node of the graph projection, carrying what scoring and filtering need during traversal."""
@@ -146,6 +151,11 @@ class VectorIndex(Protocol):
         """Per phrase, the union of the top ``k`` vector hits and top ``k`` lexical hits, each with
         its cosine similarity and both ranks, in one call for all phrases. ``vectors`` may be an
         awaitable still computing them: the lexical leg needs none and may run meanwhile."""
+        ...
+
+    async def similarities(self, user_id: str, ids: Sequence[str], vectors: Vector) -> dict[str, float]:
+        """Each of the user's ``ids`` with its best cosine similarity to the phrase ``vectors``
+        (one row per phrase), in one call; ids the user has no vector for are left out."""
         ...
 
 

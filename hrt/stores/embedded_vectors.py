@@ -5,6 +5,7 @@ index (:mod:`hrt.stores.bm25`) built from the texts SQLite FTS5 keeps."""
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import inspect
 import zlib
@@ -30,7 +31,19 @@ EXACT_BELOW = 2_000
 
 
 class _UserMatrix:
-    __slots__ = ("ann", "bm25", "codes", "id_rank", "ids", "kinds_present", "matrix", "newest", "rowids", "ts")
+    __slots__ = (
+        "_by_id",
+        "ann",
+        "bm25",
+        "codes",
+        "id_rank",
+        "ids",
+        "kinds_present",
+        "matrix",
+        "newest",
+        "rowids",
+        "ts",
+    )
 
     def __init__(
         self,
@@ -55,6 +68,24 @@ class _UserMatrix:
         self.id_rank = np.empty(len(ids), dtype=np.int64)  # row -> position of its id in id order
         self.id_rank[np.argsort(np.array(ids, dtype=object), kind="stable")] = np.arange(len(ids))
         self.bm25 = BM25Index(texts, len(ids))
+        self._by_id: tuple[list[str], np.ndarray] | None = None  # ids in order, and their rows
+
+    def rows_of(self, ids: Sequence[str]) -> tuple[list[str], np.ndarray]:
+        """The ``ids`` this user has, and their rows (by binary search over the ids in order: a
+        dict of a million ids would hold ~100 MB more)."""
+        if self._by_id is None:
+            order = np.empty(len(self.ids), dtype=np.int64)
+            order[self.id_rank] = np.arange(len(self.ids))
+            self._by_id = ([self.ids[int(r)] for r in order], order)
+        ordered, rows = self._by_id
+        found: list[str] = []
+        at: list[int] = []
+        for ident in ids:
+            i = bisect.bisect_left(ordered, ident)
+            if i < len(ordered) and ordered[i] == ident:
+                found.append(ident)
+                at.append(int(rows[i]))
+        return found, np.array(at, dtype=np.int64)
 
     def ranked(self, scores: np.ndarray, rows: np.ndarray, k: int) -> list[int]:
         """The first ``k`` of ``rows`` by their ``scores`` (aligned with ``rows``, descending), then
@@ -216,6 +247,20 @@ class EmbeddedVectorIndex:
         not_after: float | None,
     ) -> list[list[VectorHit]]:
         return self._with_vectors(self._lexical(user_id, phrases, kinds, k, not_after), vectors, k)
+
+    async def similarities(self, user_id: str, ids: Sequence[str], vectors: Vector) -> dict[str, float]:
+        return await asyncio.to_thread(self._similarities, user_id, ids, vectors)
+
+    def _similarities(self, user_id: str, ids: Sequence[str], vectors: Vector) -> dict[str, float]:
+        queries = np.asarray(vectors, dtype=np.float32)
+        if queries.ndim == 1:
+            queries = queries[None, :]
+        um = self._matrix(user_id)
+        found, rows = um.rows_of(sorted(set(ids)))
+        if not found or queries.shape[0] == 0:
+            return {}
+        best = (um.matrix[rows] @ queries.T).max(axis=1)  # the same dot products as the vector leg
+        return dict(zip(found, best.tolist(), strict=True))
 
     def _lexical(
         self, user_id: str, phrases: Sequence[str], kinds: Sequence[Kind], k: int, not_after: float | None

@@ -64,7 +64,7 @@ from neo4j.exceptions import (
 
 from hrt.errors import InvalidInput, StoreError, StoreUnavailable
 from hrt.records import EdgeType, Kind
-from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphEdge, GraphNode
+from hrt.stores.base import WARM_UP_USER, ExpansionCaps, GraphCandidate, GraphEdge, GraphNode
 from hrt.stores.graph_walk import WalkView, candidates, walk
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,17 @@ MAX_DEPTH = 3
 # hub's from the link order indexes (at 100k, the 8 index reads per node cost more than walking
 # the few relationships most nodes have: the expand query 30 -> 22 ms p50)
 SPARSE_DEGREE = 64
+# One size per plan-cache bucket of Neo4j that a retrieval's seeds or shown ids fall in, and one
+# length per bucket of user ids (1 to 128 characters), the commonest first.
+WARM_UP_LIST_SIZES = (1, 10, 100)
+WARM_UP_ID_LENGTHS = (10, 100, 1, 128)
+
+
+def _warm_up_user(length: int) -> str:
+    """A user id of ``length`` characters that no record can carry (it starts with ``_``)."""
+    return (WARM_UP_USER + "_" * 128)[:length]
+
+
 _VISIBLE = "($not_after IS NULL OR %(v)s.ts IS NULL OR %(v)s.ts <= $not_after)"
 _SCHEMA_FILE = re.compile(r"^\d{3}_[a-z0-9_]+\.cypher$")
 _IN_TRANSACTIONS = re.compile(r"\bIN\s+TRANSACTIONS\b", re.IGNORECASE)
@@ -438,6 +449,9 @@ class Neo4jGraphStore:
                 connection_timeout=connection_timeout,
                 connection_acquisition_timeout=connection_acquisition_timeout,
                 max_transaction_retry_time=max_transaction_retry_time,
+                # HRT reads no notification; on an empty database each query would log a warning
+                # per property key it names
+                notifications_min_severity="OFF",
             )
             self._owns_driver = True
         else:
@@ -582,6 +596,28 @@ class Neo4jGraphStore:
             lambda ident: tuple(rows[ident][8]),
             lambda ident: rows[ident][9],
         )
+
+    async def warm_queries(self, depths: Sequence[int] = tuple(range(MAX_DEPTH + 1)), neighbors: bool = True) -> None:
+        """Send every read query retrieval uses, for user ids no record can carry (they fail the id
+        pattern), so Neo4j plans them now and not on a user's first request (expansion took 1 to
+        3.7 s planning after a Neo4j start). Reads nothing: no node has those ids.
+
+        Neo4j keys its plan cache on the query text and on the size bucket of each string and list
+        parameter (1, 2-10, 11-100, 101-1000: a plan's cardinality estimates depend on it), so a
+        user id of 6 characters and one of 36 get different plans, and so do 3 and 30 seeds. Each
+        query is sent for user ids of every length bucket and lists of 1, 10 and 100 ids:
+        assembly's neighbour reads (unless ``neighbors`` is false), then expansion at ``depths``."""
+        users = [_warm_up_user(n) for n in WARM_UP_ID_LENGTHS]
+        for user_id in users if neighbors else ():
+            for size in WARM_UP_LIST_SIZES:
+                ids = [f"{WARM_UP_USER}{i}" for i in range(size)]
+                for outgoing in (True, False):
+                    await self.neighbors(user_id, ids, EdgeType.MENTIONS, outgoing, 1, not_after=0.0)
+        for depth in depths:
+            for user_id in users:
+                for size in WARM_UP_LIST_SIZES:
+                    seeds = {f"{WARM_UP_USER}{i}": 1.0 for i in range(size)}
+                    await self.expand(user_id, seeds, ExpansionCaps(depth, 8, 8, 0.5), not_after=0.0)
 
     async def neighbors(
         self,

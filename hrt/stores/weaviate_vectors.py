@@ -134,6 +134,7 @@ _RETURNED_PB = search_get_pb2.PropertiesRequest(non_ref_properties=RETURNED)
 _DISTANCE = search_get_pb2.MetadataRequest(distance=True)
 _SCORE = search_get_pb2.MetadataRequest(score=True)
 _SCORE_AND_VECTOR = search_get_pb2.MetadataRequest(score=True, vector=True)
+_VECTOR = search_get_pb2.MetadataRequest(vector=True)
 _OR = base_search_pb2.SearchOperatorOptions(
     operator=base_search_pb2.SearchOperatorOptions.OPERATOR_OR, minimum_or_tokens_match=1
 )
@@ -473,6 +474,41 @@ class WeaviateVectorIndex:
                 raise failures[0]
         found = [r for r in results if not isinstance(r, BaseException)]
         return [self._merge(found[2 * p], found[2 * p + 1]) for p in range(len(phrases))]
+
+    async def similarities(self, user_id: str, ids: Sequence[str], vectors: Vector) -> dict[str, float]:
+        """One gRPC request: the objects of ``ids`` by their uuids, with their stored vectors."""
+        queries = np.asarray(vectors, dtype=np.float32)
+        if queries.ndim == 1:
+            queries = queries[None, :]
+        wanted = sorted(set(ids))
+        if not wanted or queries.shape[0] == 0:
+            return {}
+        name = tenant_name(user_id)
+        by_uuid = base_pb2.Filters(
+            operator=base_pb2.Filters.OPERATOR_CONTAINS_ANY,
+            value_text_array=base_pb2.TextArray(values=[str(object_uuid(user_id, ident)) for ident in wanted]),
+            target=base_pb2.FilterTarget(property="_id"),
+        )
+        async with self._guard("similarities", self._query_timeout):
+            try:
+                reply = await self._search(self._request(name, len(wanted), by_uuid, _VECTOR))
+            except Exception as exc:
+                if _missing_tenant_candidate(exc) and not await self._collection.tenants.exists(name):
+                    return {}  # a user with nothing indexed yet
+                raise
+        found: list[str] = []
+        stored: list[np.ndarray] = []
+        for obj in reply.results:
+            vector = next((v for v in obj.metadata.vectors if v.name == "default" and v.type in _SINGLE), None)
+            if vector is not None and len(vector.vector_bytes) == 4 * queries.shape[1]:
+                found.append(obj.properties.non_ref_props.fields["entity_id"].text_value)
+                stored.append(np.frombuffer(vector.vector_bytes, dtype="<f4"))
+        if not found:
+            return {}
+        matrix = np.stack(stored)
+        norms = np.linalg.norm(matrix, axis=1)[:, None] * np.linalg.norm(queries, axis=1)[None, :]
+        cosines = (matrix @ queries.T) / np.where(norms > 0.0, norms, 1.0)
+        return dict(zip(found, cosines.max(axis=1).tolist(), strict=True))
 
     @staticmethod
     def _merge(by_vector: list[_Found], by_lexical: list[_Found]) -> list[VectorHit]:

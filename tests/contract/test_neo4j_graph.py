@@ -23,7 +23,7 @@ from hrt.errors import InvalidInput, StoreError, StoreUnavailable
 from hrt.ingest import parse_jsonl
 from hrt.projection import graph_edge, graph_node
 from hrt.records import EDGE_ENDPOINTS, Artifact, Concept, EdgeType, Kind, MemoryUnit, Relation
-from hrt.stores.base import ExpansionCaps, GraphEdge, GraphNode, GraphStore
+from hrt.stores.base import WARM_UP_USER, ExpansionCaps, GraphEdge, GraphNode, GraphStore
 from hrt.stores.embedded import EmbeddedStore
 from hrt.stores.neo4j_graph import Neo4jGraphStore
 from tests.conftest import StackManager
@@ -165,6 +165,29 @@ async def test_schema_is_idempotent(store, raw):
     found = {r["name"]: r for r in rows.records}
     assert found["entity_user_id"]["type"] == "UNIQUENESS"
     assert found["entity_user_id"]["properties"] == ["user_id", "id"]
+
+
+async def test_warm_queries_plan_retrieval_reads_and_touch_no_data(loaded, raw):
+    store, u1 = loaded
+    before = await store.expand(u1, {"m1": 0.8}, CAPS)
+    count = "MATCH (n) OPTIONAL MATCH (n)-[r]->() RETURN count(DISTINCT n) AS n, count(r) AS r"
+    nodes_before = raw.execute_query(count, database_="neo4j").records[0]
+    raw.execute_query("CALL db.clearQueryCaches()", database_="neo4j")
+    await store.warm_queries()
+    # then a user's requests: 29 seeds (the 11-100 bucket), 3 shown ids, user ids of every length
+    await store.expand(u1, {f"m{i}": 0.5 for i in range(1, 30)}, CAPS)
+    await store.neighbors(u1, ["m1", "m2", "m3"], EdgeType.MENTIONS, True, 50)
+    for user in ("u", "user-7", "9b2f4c1e-5d6a-4f3b-8c7d-2e1f0a9b8c7d", "x" * 128):
+        await store.expand(user, {"m1": 0.5}, ExpansionCaps(3, 25, 100, 0.5))
+        await store.neighbors(user, ["m1"], EdgeType.MENTIONS, False, 50)
+    cleared = raw.execute_query("CALL db.clearQueryCaches()", database_="neo4j").records[0][0]
+    # one plan per query and bucket, each made by the warm-up and found by every request after it:
+    # assembly's two neighbour reads and expansion at depths 0 to 3, for lists of 1, 2-10 and
+    # 11-100 ids and user ids of 1, 2-10, 11-100 and 101-128 characters
+    assert cleared == f"Query caches successfully cleared of {(2 + 4) * 3 * 4} queries."
+    assert raw.execute_query(count, database_="neo4j").records[0] == nodes_before
+    assert await store.ids(WARM_UP_USER) == {}
+    assert await store.expand(u1, {"m1": 0.8}, CAPS) == before
 
 
 async def test_uniqueness_is_enforced(store, tenants, raw):

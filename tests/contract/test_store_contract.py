@@ -144,6 +144,28 @@ async def test_search_on_an_unknown_user_is_empty(deployment):
     await deployment.vectors.delete_user("ghost")
 
 
+async def test_similarities_are_the_search_cosines_of_the_users_own_ids(deployment):
+    phrases = ["Postgres billing tables", "bandwidth"]
+    vecs = deployment.service.embedder.embed(phrases)
+    hits = await deployment.vectors.search("u1", phrases, vecs, ALL_KINDS, k=5)
+    best: dict[str, float] = {}
+    for row in hits:
+        for h in row:
+            best[h.id] = max(best.get(h.id, -2.0), h.similarity)
+    asked = ["m1", "m2", "m3", "m4", "c-phx", "a1", "xm1", "nope"]  # xm1 is u2's; nope is nobody's
+    got = await deployment.vectors.similarities("u1", asked, vecs)
+    assert sorted(got) == ["a1", "c-phx", "m1", "m2", "m3", "m4"], "an id of another user or of nobody"
+    for ident in set(got) & set(best):  # where search saw both phrases' cosines: the same best
+        if all(any(h.id == ident for h in row) for row in hits):
+            assert got[ident] == pytest.approx(best[ident], abs=1e-5)
+    one = await deployment.vectors.similarities("u1", ["m3"], vecs[:1])
+    assert one["m3"] == pytest.approx(next(h.similarity for h in hits[0] if h.id == "m3"), abs=1e-5)
+    assert got["m3"] >= one["m3"] - 1e-6  # the best over the phrases
+    assert (await deployment.vectors.similarities("u2", ["xm1", "m1"], vecs)).keys() == {"xm1"}
+    assert await deployment.vectors.similarities("ghost", ["m1"], vecs) == {}
+    assert await deployment.vectors.similarities("u1", [], vecs) == {}
+
+
 CAPS = ExpansionCaps(depth=2, fanout_per_node=25, max_per_kind=100, hop_decay=0.5)
 
 

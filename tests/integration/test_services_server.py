@@ -67,6 +67,7 @@ def test_all_real_backends_end_to_end(postgres_dsn, stack_manager, own_weaviate,
             assert r.status_code == 200, r.text
             ready = c.get("/readyz").json()
             assert ready["stores"] == {"records": "ok", "graph": "ok", "vectors": "ok"}
+            assert ready["caches"] == "done"  # Neo4j planned retrieval's queries before /readyz said ready
             assert ready["deployment"] == "postgres+neo4j+weaviate"
             docs = []
             for body in REQUESTS:

@@ -284,3 +284,58 @@ async def test_warm_and_preload_fill_the_largest_users_caches(loaded_service, tm
     cached = [u for u in ("u1", "u2", "u3") if u in again.embedded.vectors._cache and u in again.embedded.graph._cache]
     assert cached == ["u1", "u2"]
     await again.close()
+
+
+class _WarmingGraph:
+    """The service's graph store, with the ``warm_queries`` hook of a server-backed one held at a
+    gate (or failing), to watch the preload state around it."""
+
+    def __init__(self, inner: object, fail: bool = False) -> None:
+        self._inner = inner
+        self.fail = fail
+        self.gate = asyncio.Event()
+        self.depths: list[tuple[list[int], bool]] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    async def warm_queries(self, depths: list[int], neighbors: bool = True) -> None:
+        self.depths.append((list(depths), neighbors))
+        if neighbors:  # the first call: what /readyz waits for
+            await self.gate.wait()
+            if self.fail:
+                raise RuntimeError("store down")
+
+
+async def _state_after(svc: HRTService, wanted: set[str]) -> str:
+    for _ in range(200):
+        if svc.preload_state in wanted:
+            break
+        await asyncio.sleep(0.05)
+    return svc.preload_state
+
+
+@pytest.mark.parametrize("fail", [False, True])
+async def test_serve_start_warms_store_queries_before_ready(loaded_service, fail):
+    settings = loaded_service.settings.model_copy(update={"preload_users": 1, "default_depth": 1})
+    svc = HRTService(settings, embedder=HashingEmbedder())
+    graph = svc.graph = _WarmingGraph(svc.graph, fail=fail)  # type: ignore[assignment]
+    await svc.start(background_projector=True)
+    try:
+        assert svc.embedded is not None
+        for _ in range(200):  # the embedded caches' preload finishes; the query warm-up still waits
+            if "u1" in svc.embedded.vectors._cache:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.1)
+        assert svc.preload_state == "loading" and graph.depths == [([1], True)]  # the default depth
+        graph.gate.set()
+        assert await _state_after(svc, {"done", "failed"}) == ("failed" if fail else "done")
+        await asyncio.sleep(0.05)
+        assert graph.depths[1:] == ([] if fail else [([0, 2, 3], False)])  # the others, after ready
+    finally:
+        await svc.close()
+    plain = HRTService(settings, embedder=HashingEmbedder())
+    await plain.start()  # not `hrt serve`: nothing preloads
+    assert plain.preload_state == "off"
+    await plain.close()

@@ -288,3 +288,53 @@ async def test_unknown_user_is_refused_before_any_search(loaded_service):
     finally:
         index._lexical = original_lexical
     assert calls == []  # no cache is built for a user that does not exist
+
+
+async def test_reached_evidence_scales_reached_paths_by_their_own_cosine(loaded_service, settings):
+    from hrt.pipeline.expansion import run_expansion, scale_reached
+    from hrt.pipeline.grounding import run_grounding
+    from hrt.pipeline.intake import run_intake
+
+    # two hits per phrase and leg: in a graph this small, a larger k returns every entity
+    narrow = settings.model_copy(update={"search_k": 2})
+    svc = HRTService(narrow, embedder=HashingEmbedder(), clock=lambda: FIXED_NOW)
+    r = req(key_phrases=["Project Phoenix timeline", "team bandwidth"], max_depth=2)
+    intake = run_intake(r, svc.settings, FIXED_NOW)
+    vectors = svc.embedder.embed(list(intake.phrases))
+    grounding = await run_grounding(intake, vectors, svc.vectors, svc.settings)
+    plain = await run_expansion(intake, grounding, svc.graph, svc.settings)
+    scaled = await scale_reached(intake, plain, grounding.similarity, vectors, svc.vectors)
+    own = await svc.vectors.similarities("u1", [c.node.id for c in plain], vectors)
+    reached = [c.node.id for c in plain if c.node.id not in grounding.similarity]
+    assert reached and set(reached) <= set(own)  # the walk reaches what the search did not return
+    for before, after in zip(plain, scaled, strict=True):
+        assert (after.node, after.path, after.hops) == (before.node, before.path, before.hops)
+        if before.node.id in grounding.similarity:
+            assert after == before  # a search hit keeps its path; its direct evidence is its own
+        else:
+            assert after.path_score == pytest.approx(before.path_score * max(0.0, own[before.node.id]))
+
+    # end to end: only reached items' semantic term falls, and the answer stays deterministic
+    x = HRTService(
+        narrow.model_copy(update={"reached_evidence": "path_x_cosine"}), embedder=HashingEmbedder(),
+        clock=lambda: FIXED_NOW,
+    )
+    try:
+        first, again = (await x.retrieve(r)).canonical_json(), (await x.retrieve(r)).canonical_json()
+        assert first == again
+        with_cos = AugmentedMemoryContext.model_validate_json(first)
+    finally:
+        await x.close()
+    path_only = await svc.retrieve(r)
+    await svc.close()
+
+    def semantic(doc: AugmentedMemoryContext) -> dict[str, float]:
+        items = [*doc.retrieved_memory_units, *doc.retrieved_concepts, *doc.retrieved_artifacts]
+        return {getattr(i, "muid", None) or i.id: i.score_breakdown.semantic for i in items}
+
+    a, b = semantic(path_only), semantic(with_cos)
+    shared = set(a) & set(b)
+    assert all(b[i] <= a[i] + 1e-9 for i in shared)
+    assert any(b[i] < a[i] - 1e-6 for i in shared & set(reached))
+    assert all(b[i] == a[i] for i in shared - set(reached))
+    assert with_cos.retrieval_metadata.config_hash != path_only.retrieval_metadata.config_hash
