@@ -124,6 +124,11 @@ class Settings(BaseSettings):
     # each spinning a pool on 2 cores fight each other: 1 thread cut intake p95 at 100k entities from
     # ~550 ms to ~20 ms (docs/bench.md). 0 leaves the libraries' defaults.
     compute_threads: int = Field(1, ge=0, le=256)
+    # ONNX Runtime threads for one embedding call (the ONNX backend; its pool never spins, so idle
+    # threads leave the cores to the rest of the request). 2 cut the 3 phrases of a request from
+    # ~8.8 to ~5-7 ms on this 2-core machine with bit-identical vectors (docs/bench.md). 0: one per
+    # core.
+    embedding_threads: int = Field(2, ge=0, le=256)
 
     # --- embedded vector index ------------------------------------------------------------------
     # Users with at least this many vectors are searched through an HNSW graph (hnswlib) whose

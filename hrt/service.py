@@ -76,7 +76,7 @@ def load_embedder(settings: Settings) -> Embedder:
         from hrt.onnx_embedder import OnnxEmbedder
 
         # not limit_compute_threads, which imports torch: this backend never loads it. ONNX Runtime
-        # gets its threads from the embedder; numpy's BLAS is limited here.
+        # gets its own threads (embedding_threads); numpy's BLAS is limited here.
         if settings.compute_threads > 0:
             try:
                 from threadpoolctl import threadpool_limits
@@ -85,7 +85,7 @@ def load_embedder(settings: Settings) -> Embedder:
             except ImportError:  # pragma: no cover - optional
                 log.info("threadpoolctl is not installed; BLAS threads left at their default")
         inner = OnnxEmbedder(
-            settings.embedding_model, threads=settings.compute_threads, batch_size=settings.embedding_batch_size
+            settings.embedding_model, threads=settings.embedding_threads, batch_size=settings.embedding_batch_size
         )
     else:
         limit_compute_threads(settings.compute_threads)

@@ -38,15 +38,29 @@ CASES = [
 async def test_embedded_and_services_rank_alike(real_embedder, postgres_dsn, stack_manager, tmp_path):
     stack = stack_manager.need("neo4j", "weaviate")
     migrate(postgres_dsn)
-    embedded = await HRTService(Settings(db_path=tmp_path / "e.db"), embedder=real_embedder).start()
-    services = await HRTService(
-        Settings(
-            db_path=tmp_path / "s.db", record_store="postgres", postgres_dsn=postgres_dsn, graph_store="neo4j",
-            neo4j_uri=stack.neo4j_uri, vector_index="weaviate", weaviate_http_port=stack.weaviate_http_port,
-            weaviate_grpc_port=stack.weaviate_grpc_port, weaviate_collection="HRTCongruence" + uuid.uuid4().hex[:8],
-        ),
-        embedder=real_embedder,
-    ).start()
+    embedded_settings = Settings(db_path=tmp_path / "e.db")
+    services_settings = Settings(
+        db_path=tmp_path / "s.db", record_store="postgres", postgres_dsn=postgres_dsn, graph_store="neo4j",
+        neo4j_uri=stack.neo4j_uri, vector_index="weaviate", weaviate_http_port=stack.weaviate_http_port,
+        weaviate_grpc_port=stack.weaviate_grpc_port, weaviate_collection="HRTCongruence" + uuid.uuid4().hex[:8],
+    )
+    embedded = await HRTService(embedded_settings, embedder=real_embedder).start()
+    services = await HRTService(services_settings, embedder=real_embedder).start()
+    # the same stores read with reached candidates scored by path x own cosine: the vector index's
+    # similarities (SQLite matrix vs Weaviate's stored vectors) must agree too
+    # (fewer hits per phrase, so that what the graph alone reaches is among the answers)
+    cosine = {"reached_evidence": "path_x_cosine", "search_k": 10}
+    embedded_x = await HRTService(embedded_settings.model_copy(update=cosine), embedder=real_embedder).start()
+    services_x = await HRTService(services_settings.model_copy(update=cosine), embedder=real_embedder).start()
+    read: list[int] = []  # how many reached candidates each request's similarities read found in Weaviate
+    similarities = services_x.tool.vectors.similarities
+
+    async def counted(user_id, ids, vectors):  # type: ignore[no-untyped-def]
+        found = await similarities(user_id, ids, vectors)
+        read.append(len(found))
+        return found
+
+    services_x.tool.vectors.similarities = counted  # type: ignore[method-assign]
     users = sorted({u for u, _ in CASES})
     try:
         for u in users:
@@ -54,20 +68,22 @@ async def test_embedded_and_services_rank_alike(real_embedder, postgres_dsn, sta
         records = parse_jsonl(sample_data_path().read_text().splitlines())
         await embedded.ingest(records)
         await services.ingest(records)
-        identical = 0
-        for user, phrases in CASES:
-            request = RetrieveRequest(user_id=user, key_phrases=phrases, as_of="2025-12-31T00:00:00Z")
-            a = (await embedded.retrieve(request)).retrieved_memory_units
-            b = (await services.retrieve(request)).retrieved_memory_units
-            assert {m.muid for m in a} == {m.muid for m in b}, (phrases, [m.muid for m in a], [m.muid for m in b])
-            b_scores = {m.muid: m.final_retrieval_score for m in b}
-            for m in a:
-                assert abs(m.final_retrieval_score - b_scores[m.muid]) <= 0.02, (phrases, m.muid)
-            identical += [m.muid for m in a] == [m.muid for m in b]
-        assert identical >= len(CASES) - 1  # the order may differ at most on one request (tolerance above)
+        for one, other in ((embedded, services), (embedded_x, services_x)):
+            identical = 0
+            for user, phrases in CASES:
+                request = RetrieveRequest(user_id=user, key_phrases=phrases, as_of="2025-12-31T00:00:00Z")
+                a = (await one.retrieve(request)).retrieved_memory_units
+                b = (await other.retrieve(request)).retrieved_memory_units
+                assert {m.muid for m in a} == {m.muid for m in b}, (phrases, [m.muid for m in a], [m.muid for m in b])
+                b_scores = {m.muid: m.final_retrieval_score for m in b}
+                for m in a:
+                    assert abs(m.final_retrieval_score - b_scores[m.muid]) <= 0.02, (phrases, m.muid)
+                identical += [m.muid for m in a] == [m.muid for m in b]
+            assert identical >= len(CASES) - 1  # the order may differ at most on one request (tolerance above)
+        assert len(read) == len(CASES) and min(read) > 0  # each request read reached candidates' vectors
     finally:
         for u in users:
             await services.graph.delete_user(u)
             await services.vectors.delete_user(u)
-        await embedded.close()
-        await services.close()
+        for svc in (embedded, services, embedded_x, services_x):
+            await svc.close()

@@ -183,6 +183,15 @@ def test_output_is_deterministic_across_calls_and_batch_compositions(onnx_embedd
 
 
 @slow
+def test_thread_count_leaves_vectors_bit_identical(onnx_embedder, cache_dir):
+    # HRT_EMBEDDING_THREADS is a speed setting only: the same vectors for any count
+    expected = onnx_embedder.embed(TEXTS)
+    for threads in (1, 2, 0):
+        np.testing.assert_array_equal(OnnxEmbedder(cache_dir=cache_dir, threads=threads).embed(TEXTS), expected)
+    assert Settings().embedding_threads == 2
+
+
+@slow
 def test_concurrent_calls_agree(onnx_embedder):
     expected = onnx_embedder.embed(TEXTS)
     results: list[np.ndarray] = []
