@@ -32,6 +32,7 @@ TARGETS = ("graph", "vector")
 class DrainReport:
     delivered: dict[str, int] = field(default_factory=lambda: {t: 0 for t in TARGETS})
     failed: dict[str, str] = field(default_factory=dict)  # target -> error of the event it stopped at
+    busy: bool = False  # another drain held the projector past the caller's wait: nothing delivered
 
     @property
     def ok(self) -> bool:
@@ -54,9 +55,31 @@ class Projector:
         self.batch_size = batch_size
         self.min_backoff = min_backoff
         self.max_backoff = max_backoff
+        # one drain at a time: the background loop and a request's read-your-writes drain would
+        # otherwise read the same pending events and deliver them twice, the second delivery
+        # landing after the request has returned (a rewrite while later requests are served)
+        self._draining = asyncio.Lock()
 
-    async def drain(self) -> DrainReport:
-        """Deliver everything pending, per target, until empty or the target fails."""
+    async def drain(self, *, wait: float | None = None) -> DrainReport:
+        """Deliver everything pending, per target, until empty or the target fails. Drains of this
+        projector run one at a time (a caller waits for the one in progress, then drains the rest).
+        ``wait``: wait at most that many seconds for a drain in progress, then return a ``busy``
+        report without delivering (a request's read-your-writes drain must not hang behind a
+        background drain held up by a target that is down; the events stay in the outbox)."""
+        if wait is None:
+            async with self._draining:
+                return await self._drain()
+        try:
+            async with asyncio.timeout(wait):
+                await self._draining.acquire()
+        except TimeoutError:
+            return DrainReport(busy=True)
+        try:
+            return await self._drain()
+        finally:
+            self._draining.release()
+
+    async def _drain(self) -> DrainReport:
         report = DrainReport()
         for target in TARGETS:
             while True:

@@ -114,6 +114,11 @@ class _EmbeddedWriter:
         return self._store.delete_user(user_id)
 
 
+# How long a write waits for a projector drain already in progress (the background loop's) before
+# it returns and leaves its events to that loop: a target that is down holds a drain for up to its
+# write timeout, and a write must not hang on it.
+READ_YOUR_WRITES_WAIT_S = 5.0
+
 class HRTService:
     def __init__(
         self,
@@ -366,8 +371,10 @@ class HRTService:
         background projector (or ``hrt project``)."""
         if self.projector is None:
             return
-        report = await self.projector.drain()
-        if not report.ok:
+        report = await self.projector.drain(wait=READ_YOUR_WRITES_WAIT_S)
+        if report.busy:
+            log.warning("projection left to the background projector: a drain in progress held it")
+        elif not report.ok:
             log.warning("projection delayed: %s", report.failed)
 
     async def delete_entity(self, user_id: str, kind: Kind, ident: str) -> int:

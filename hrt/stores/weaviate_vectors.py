@@ -177,6 +177,16 @@ def _cosine(a: Vector, b: Vector | Sequence[float], a_norm: float | None = None)
     return float(np.dot(a, v)) / denom if denom > 0.0 else 0.0
 
 
+def _stored_form(doc: VectorDoc) -> tuple[Any, ...]:
+    """What Weaviate stores of a doc, as :meth:`WeaviateVectorIndex._stored` reads it back."""
+    return (
+        Kind(doc.kind).value,
+        doc.text,
+        NO_TS if doc.ts is None else float(doc.ts),
+        np.asarray(doc.vector, dtype="<f4").tobytes(),
+    )
+
+
 def _unavailable(exc: BaseException) -> bool:
     """True when the failure means Weaviate cannot be reached (or answered too late), walking the
     chain because the client re-raises gRPC errors as WeaviateQueryError inside ``except``."""
@@ -370,8 +380,22 @@ class WeaviateVectorIndex:
     # ------------------------------------------------------------------------------------------
 
     async def upsert(self, user_id: str, docs: Sequence[VectorDoc]) -> None:
+        """Write the docs that differ from what the tenant stores; an identical doc is not written.
+        Weaviate rewrites an identical object anyway (a newer update time), and that write is not
+        invisible to searches: while it is applied, BM25 searches of the tenant miss some of its
+        hits, and afterwards every BM25 score of the tenant has changed (the property length
+        tracker keeps one more length per batch, so the average length drifts), which can reorder
+        near ties. A repeated delivery of unchanged data (the projector delivers at least once)
+        must not change an answer, so it writes nothing."""
         latest: dict[str, VectorDoc] = {doc.id: doc for doc in docs}  # the last write of an id wins
         if not latest:
+            return
+        name = tenant_name(user_id)
+        # a read, under the read deadline: a Weaviate that went down fails the write in seconds
+        async with self._guard("upsert (reading what is stored)", self._query_timeout):
+            stored = await self._stored(user_id, name, list(latest))
+        changed = [doc for ident, doc in latest.items() if stored.get(ident) != _stored_form(doc)]
+        if not changed:
             return
         objects = [
             DataObject(
@@ -384,9 +408,9 @@ class WeaviateVectorIndex:
                 uuid=object_uuid(user_id, doc.id),
                 vector=np.asarray(doc.vector, dtype=np.float32).tolist(),
             )
-            for doc in latest.values()
+            for doc in changed
         ]
-        tenant = self._collection.with_tenant(tenant_name(user_id))
+        tenant = self._collection.with_tenant(name)
         async with self._guard("upsert", self._write_timeout):
             for start in range(0, len(objects), WRITE_CHUNK):
                 result = await tenant.data.insert_many(objects[start : start + WRITE_CHUNK])
@@ -396,6 +420,37 @@ class WeaviateVectorIndex:
                         f"Weaviate rejected {len(result.errors)} of {len(objects)} objects of user {user_id!r}: "
                         f"{first.message[:300]}"
                     )
+
+    async def _stored(self, user_id: str, tenant: str, ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
+        """The stored form (:func:`_stored_form`) of those of ``ids`` the tenant holds: one gRPC
+        request per :data:`WRITE_CHUNK` ids; a tenant not created yet holds none."""
+        out: dict[str, tuple[Any, ...]] = {}
+        props = search_get_pb2.PropertiesRequest(non_ref_properties=list(PROPERTIES))
+        for start in range(0, len(ids), WRITE_CHUNK):
+            chunk = ids[start : start + WRITE_CHUNK]
+            by_uuid = base_pb2.Filters(
+                operator=base_pb2.Filters.OPERATOR_CONTAINS_ANY,
+                value_text_array=base_pb2.TextArray(values=[str(object_uuid(user_id, ident)) for ident in chunk]),
+                target=base_pb2.FilterTarget(property="_id"),
+            )
+            request = self._request(tenant, len(chunk), by_uuid, _VECTOR)
+            request.properties.CopyFrom(props)
+            try:
+                reply = await self._search(request)
+            except Exception as exc:
+                if _missing_tenant_candidate(exc) and not await self._collection.tenants.exists(tenant):
+                    return {}  # the first write of this user creates the tenant
+                raise
+            for obj in reply.results:
+                f = obj.properties.non_ref_props.fields
+                vector = next((v for v in obj.metadata.vectors if v.name == "default" and v.type in _SINGLE), None)
+                out[f["entity_id"].text_value] = (
+                    f["kind"].text_value,
+                    f["text"].text_value,
+                    f["ts"].number_value,
+                    vector.vector_bytes if vector is not None else b"",
+                )
+        return out
 
     async def delete(self, user_id: str, ids: Sequence[str]) -> None:
         uuids = sorted({object_uuid(user_id, ident) for ident in ids})
@@ -443,9 +498,10 @@ class WeaviateVectorIndex:
     ) -> list[list[VectorHit]]:
         """Per phrase, the union of the top ``k`` vector hits and top ``k`` BM25 hits, each with its
         cosine similarity and both 1-based ranks; hits ordered by similarity, then id. The vectors
-        are awaited before any request: starting the BM25 requests during the embedding was tried,
-        and an identical request answered differently once in CI (not root-caused; see
-        docs/bench.md), so this adapter keeps the order that has always been deterministic."""
+        are awaited before any request (starting the BM25 requests during the embedding gained
+        nothing measurable here). Identical answers need an unchanged tenant: Weaviate rewrites an
+        object upserted again unchanged, which shifts BM25 statistics, hence :meth:`upsert` writes
+        only what differs (docs/bench.md, "An identical request answered differently")."""
         vectors = await resolve_vectors(vectors)
         if not phrases:
             return []

@@ -245,6 +245,39 @@ async def test_upsert_is_idempotent_and_overwrites(loaded: Loaded) -> None:
     assert NO_TS < 0.0
 
 
+async def test_an_identical_upsert_writes_nothing_and_leaves_bm25_scores_as_they_were(loaded: Loaded) -> None:
+    # Weaviate rewrites an unchanged object (a newer update time), and each rewrite shifts the
+    # tenant's BM25 length statistics: a repeated delivery of the same data (the projector delivers
+    # at least once) would change later answers. The adapter writes only what differs.
+    from weaviate.classes.query import MetadataQuery
+
+    user = f"scratch-{uuid.uuid4().hex[:8]}"
+    docs = list(loaded.docs["u1"].values())
+    tenant = loaded.index._collection.with_tenant(tenant_name(user))
+
+    async def state() -> dict[str, tuple[float | None, object]]:
+        res = await tenant.query.bm25(
+            query="Postgres billing tables bandwidth Phoenix", limit=50,
+            return_metadata=MetadataQuery(score=True, last_update_time=True),
+        )
+        return {str(o.properties["entity_id"]): (o.metadata.score, o.metadata.last_update_time) for o in res.objects}
+
+    try:
+        await loaded.index.upsert(user, docs)
+        before = await state()
+        assert len(before) >= 3
+        for _ in range(3):
+            await loaded.index.upsert(user, docs)
+        assert await state() == before  # the same scores, bit for bit, and no object rewritten
+        m3 = next(d for d in docs if d.id == "m3")
+        await loaded.index.upsert(user, [*docs, VectorDoc("m3", m3.kind, m3.text + " Postgres", m3.vector, m3.ts)])
+        after = await state()
+        rewritten = {i for i in after if i in before and after[i][1] != before[i][1]}
+        assert rewritten == {"m3"}  # only the changed document was written
+    finally:
+        await loaded.index.delete_user(user)
+
+
 async def test_ties_are_broken_by_id_at_the_k_cut(loaded: Loaded) -> None:
     """Identical documents, more than a lexical first page (k + slack), so the page has to grow."""
     user = f"scratch-{uuid.uuid4().hex[:8]}"

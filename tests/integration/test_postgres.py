@@ -182,6 +182,63 @@ async def test_projector_delivers_everything_once_in_effect_after_a_target_outag
     target.close()
 
 
+class CountingVectors:
+    """Wraps a real vector index; counts the documents each upsert delivers."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.delivered: list[str] = []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def upsert(self, user_id, docs):
+        self.delivered.extend(d.id for d in docs)
+        await self.inner.upsert(user_id, docs)
+
+
+async def test_concurrent_drains_deliver_each_event_once(pg_records, tmp_path):
+    # `hrt serve`'s background loop and an ingest's read-your-writes drain run at the same time: a
+    # second delivery of the same data would rewrite Weaviate objects while requests are served
+    embedder = HashingEmbedder()
+    target = EmbeddedStore(tmp_path / "proj.db", embedder.dim)
+    vectors = CountingVectors(target.vectors)
+    projector = Projector(pg_records, target.graph, vectors)
+    await pg_records.apply(build_batch(parse_jsonl(jsonl(small_graph("u1"))), embedder))
+    first, second = await asyncio.gather(projector.drain(), projector.drain())
+    assert first.ok and second.ok
+    assert sorted(vectors.delivered) == sorted(["c-phx", "c-bw", "c-pg", "m1", "m2", "m3", "m4", "a1"])
+    assert first.delivered["vector"] + second.delivered["vector"] == 8
+    assert await pg_records.outbox_size() == 0
+    target.close()
+
+
+async def test_a_bounded_drain_gives_up_behind_a_stuck_one(pg_records, tmp_path):
+    # a write's read-your-writes drain waits a bounded time behind the background drain (held up
+    # here by a target that hangs), then returns and leaves its events in the outbox
+    embedder = HashingEmbedder()
+    target = EmbeddedStore(tmp_path / "proj.db", embedder.dim)
+    vectors = CountingVectors(target.vectors)
+    gate = asyncio.Event()
+    upsert = vectors.upsert
+
+    async def held(user_id, docs):
+        await gate.wait()
+        await upsert(user_id, docs)
+
+    vectors.upsert = held  # type: ignore[method-assign]
+    projector = Projector(pg_records, target.graph, vectors)
+    await pg_records.apply(build_batch(parse_jsonl(jsonl(small_graph("u1"))), embedder))
+    stuck = asyncio.ensure_future(projector.drain())
+    await asyncio.sleep(0.2)
+    bounded = await projector.drain(wait=0.2)
+    assert bounded.busy and bounded.delivered == {"graph": 0, "vector": 0}
+    gate.set()
+    assert (await stuck).ok and await pg_records.outbox_size() == 0
+    assert len(vectors.delivered) == 8  # delivered once, by the drain that held the projector
+    target.close()
+
+
 async def test_deletes_reach_every_projection(pg_records, tmp_path):
     embedder = HashingEmbedder()
     target = EmbeddedStore(tmp_path / "proj.db", embedder.dim)
