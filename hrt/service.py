@@ -251,16 +251,13 @@ class HRTService:
         if background_projector and self.settings.preload_users > 0:
             graph_warm = getattr(self.graph, "warm_queries", None)
             if graph_warm is not None:
-                # /readyz waits for the plans of the default depth; the other depths are planned
-                # after it, while traffic is served
+                # /readyz waits for the plans of every depth a request may ask (0 to 3), the
+                # default first: planning them after "ready" took Neo4j's CPU from the first
+                # ~30 s of traffic (services 100k p50 106 -> 147 ms in a bench run)
                 default = self.settings.default_depth
-                others = [d for d in range(4) if d != default]  # a request's max_depth is 0 to 3
+                depths = sorted(range(4), key=lambda d: (d != default, d))
                 self._preloading += 1
-                self._warm_task = asyncio.create_task(
-                    self._warm_queries(
-                        [lambda: graph_warm([default])], then=[lambda: graph_warm(others, neighbors=False)]
-                    )
-                )
+                self._warm_task = asyncio.create_task(self._warm_queries([lambda: graph_warm(depths)]))
             if self.embedded is not None:
                 # a daemon thread: it never holds up a shutdown (a million-vector HNSW build takes minutes)
                 self._preloading += 1
@@ -301,12 +298,9 @@ class HRTService:
             log.exception("preloading users' caches failed")
             self._preloaded(ok=False)
 
-    async def _warm_queries(
-        self, warmers: Sequence[Callable[[], Awaitable[None]]], then: Sequence[Callable[[], Awaitable[None]]] = ()
-    ) -> None:
-        """Have the store servers plan the read queries of retrieval before the first request (a
-        Neo4j just started takes seconds over its first expansion): ``warmers`` before /readyz
-        says ready, ``then`` after."""
+    async def _warm_queries(self, warmers: Sequence[Callable[[], Awaitable[None]]]) -> None:
+        """Have the store servers plan the read queries of retrieval before /readyz says ready (a
+        Neo4j just started takes seconds over its first expansion)."""
         started = time.perf_counter()
         try:
             for warm in warmers:
@@ -316,12 +310,6 @@ class HRTService:
         except Exception as exc:  # a store that is down: readiness reports it, requests fail as 503
             log.warning("warming the stores' read queries failed: %s", exc)
             self._preloaded(ok=False)
-            return
-        try:
-            for warm in then:
-                await warm()
-        except Exception as exc:
-            log.warning("warming the stores' other read queries failed: %s", exc)
 
     def _preloaded(self, *, ok: bool) -> None:
         """One preload finished (from the event loop or the preload thread): /readyz leaves
