@@ -597,7 +597,7 @@ class Neo4jGraphStore:
             lambda ident: rows[ident][9],
         )
 
-    async def warm_queries(self, depths: Sequence[int] = tuple(range(MAX_DEPTH + 1)), neighbors: bool = True) -> None:
+    async def warm_queries(self, depths: Sequence[int] = tuple(range(MAX_DEPTH + 1))) -> None:
         """Send every read query retrieval uses, for user ids no record can carry (they fail the id
         pattern), so Neo4j plans them now and not on a user's first request (expansion took 1 to
         3.7 s planning after a Neo4j start). Reads nothing: no node has those ids.
@@ -606,9 +606,9 @@ class Neo4jGraphStore:
         parameter (1, 2-10, 11-100, 101-1000: a plan's cardinality estimates depend on it), so a
         user id of 6 characters and one of 36 get different plans, and so do 3 and 30 seeds. Each
         query is sent for user ids of every length bucket and lists of 1, 10 and 100 ids:
-        assembly's neighbour reads (unless ``neighbors`` is false), then expansion at ``depths``."""
+        assembly's neighbour reads, then expansion at ``depths``."""
         users = [_warm_up_user(n) for n in WARM_UP_ID_LENGTHS]
-        for user_id in users if neighbors else ():
+        for user_id in users:
             for size in WARM_UP_LIST_SIZES:
                 ids = [f"{WARM_UP_USER}{i}" for i in range(size)]
                 for outgoing in (True, False):

@@ -294,13 +294,13 @@ class _WarmingGraph:
         self._inner = inner
         self.fail = fail
         self.gate = asyncio.Event()
-        self.depths: list[tuple[list[int], bool]] = []
+        self.depths: list[list[int]] = []
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._inner, name)
 
-    async def warm_queries(self, depths: list[int], neighbors: bool = True) -> None:
-        self.depths.append((list(depths), neighbors))
+    async def warm_queries(self, depths: list[int]) -> None:
+        self.depths.append(list(depths))
         await self.gate.wait()
         if self.fail:
             raise RuntimeError("store down")
@@ -328,7 +328,7 @@ async def test_serve_start_warms_store_queries_before_ready(loaded_service, fail
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.1)
         # every depth a request may ask, the default first
-        assert svc.preload_state == "loading" and graph.depths == [([1, 0, 2, 3], True)]
+        assert svc.preload_state == "loading" and graph.depths == [[1, 0, 2, 3]]
         graph.gate.set()
         assert await _state_after(svc, {"done", "failed"}) == ("failed" if fail else "done")
     finally:
