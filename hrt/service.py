@@ -119,6 +119,7 @@ class _EmbeddedWriter:
 # write timeout, and a write must not hang on it.
 READ_YOUR_WRITES_WAIT_S = 5.0
 
+
 class HRTService:
     def __init__(
         self,
@@ -257,7 +258,7 @@ class HRTService:
                 default = self.settings.default_depth
                 depths = sorted(range(4), key=lambda d: (d != default, d))
                 self._preloading += 1
-                self._warm_task = asyncio.create_task(self._warm_queries([lambda: graph_warm(depths)]))
+                self._warm_task = asyncio.create_task(self._warm_queries(lambda: graph_warm(depths)))
             if self.embedded is not None:
                 # a daemon thread: it never holds up a shutdown (a million-vector HNSW build takes minutes)
                 self._preloading += 1
@@ -298,13 +299,12 @@ class HRTService:
             log.exception("preloading users' caches failed")
             self._preloaded(ok=False)
 
-    async def _warm_queries(self, warmers: Sequence[Callable[[], Awaitable[None]]]) -> None:
+    async def _warm_queries(self, warm: Callable[[], Awaitable[None]]) -> None:
         """Have the store servers plan the read queries of retrieval before /readyz says ready (a
         Neo4j just started takes seconds over its first expansion)."""
         started = time.perf_counter()
         try:
-            for warm in warmers:
-                await warm()
+            await warm()
             log.info("warmed the stores' read queries in %.1f s", time.perf_counter() - started)
             self._preloaded(ok=True)
         except Exception as exc:  # a store that is down: readiness reports it, requests fail as 503

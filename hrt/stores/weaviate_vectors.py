@@ -131,6 +131,7 @@ _NAMESPACE = uuid.UUID("5f0b6f5e-2d1c-5a57-9a43-6872742d7665")  # fixed forever:
 _RAW_TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _ALL_KINDS = frozenset(Kind)
 _RETURNED_PB = search_get_pb2.PropertiesRequest(non_ref_properties=RETURNED)
+_STORED_PB = search_get_pb2.PropertiesRequest(non_ref_properties=list(PROPERTIES))
 _DISTANCE = search_get_pb2.MetadataRequest(distance=True)
 _SCORE = search_get_pb2.MetadataRequest(score=True)
 _SCORE_AND_VECTOR = search_get_pb2.MetadataRequest(score=True, vector=True)
@@ -421,11 +422,13 @@ class WeaviateVectorIndex:
                         f"{first.message[:300]}"
                     )
 
-    async def _stored(self, user_id: str, tenant: str, ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
-        """The stored form (:func:`_stored_form`) of those of ``ids`` the tenant holds: one gRPC
-        request per :data:`WRITE_CHUNK` ids; a tenant not created yet holds none."""
-        out: dict[str, tuple[Any, ...]] = {}
-        props = search_get_pb2.PropertiesRequest(non_ref_properties=list(PROPERTIES))
+    async def _by_ids(
+        self, user_id: str, tenant: str, ids: Sequence[str], properties: search_get_pb2.PropertiesRequest
+    ) -> list[tuple[Any, bytes | None]]:
+        """The tenant's objects of ``ids``, as (their ``properties`` fields, their stored vector's
+        bytes or None): one gRPC request per :data:`WRITE_CHUNK` ids; none for a tenant not
+        created yet."""
+        out: list[tuple[Any, bytes | None]] = []
         for start in range(0, len(ids), WRITE_CHUNK):
             chunk = ids[start : start + WRITE_CHUNK]
             by_uuid = base_pb2.Filters(
@@ -434,23 +437,24 @@ class WeaviateVectorIndex:
                 target=base_pb2.FilterTarget(property="_id"),
             )
             request = self._request(tenant, len(chunk), by_uuid, _VECTOR)
-            request.properties.CopyFrom(props)
+            request.properties.CopyFrom(properties)
             try:
                 reply = await self._search(request)
             except Exception as exc:
                 if _missing_tenant_candidate(exc) and not await self._collection.tenants.exists(tenant):
-                    return {}  # the first write of this user creates the tenant
+                    return []  # a user with nothing indexed yet
                 raise
             for obj in reply.results:
-                f = obj.properties.non_ref_props.fields
                 vector = next((v for v in obj.metadata.vectors if v.name == "default" and v.type in _SINGLE), None)
-                out[f["entity_id"].text_value] = (
-                    f["kind"].text_value,
-                    f["text"].text_value,
-                    f["ts"].number_value,
-                    vector.vector_bytes if vector is not None else b"",
-                )
+                out.append((obj.properties.non_ref_props.fields, vector.vector_bytes if vector is not None else None))
         return out
+
+    async def _stored(self, user_id: str, tenant: str, ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
+        """The stored form (:func:`_stored_form`) of those of ``ids`` the tenant holds."""
+        return {
+            f["entity_id"].text_value: (f["kind"].text_value, f["text"].text_value, f["ts"].number_value, vector or b"")
+            for f, vector in await self._by_ids(user_id, tenant, ids, _STORED_PB)
+        }
 
     async def delete(self, user_id: str, ids: Sequence[str]) -> None:
         uuids = sorted({object_uuid(user_id, ident) for ident in ids})
@@ -532,33 +536,22 @@ class WeaviateVectorIndex:
         return [self._merge(found[2 * p], found[2 * p + 1]) for p in range(len(phrases))]
 
     async def similarities(self, user_id: str, ids: Sequence[str], vectors: Vector) -> dict[str, float]:
-        """One gRPC request: the objects of ``ids`` by their uuids, with their stored vectors."""
+        """The objects of ``ids`` by their uuids, with their stored vectors (one gRPC request per
+        :data:`WRITE_CHUNK` ids)."""
         queries = np.asarray(vectors, dtype=np.float32)
         if queries.ndim == 1:
             queries = queries[None, :]
         wanted = sorted(set(ids))
         if not wanted or queries.shape[0] == 0:
             return {}
-        name = tenant_name(user_id)
-        by_uuid = base_pb2.Filters(
-            operator=base_pb2.Filters.OPERATOR_CONTAINS_ANY,
-            value_text_array=base_pb2.TextArray(values=[str(object_uuid(user_id, ident)) for ident in wanted]),
-            target=base_pb2.FilterTarget(property="_id"),
-        )
         async with self._guard("similarities", self._query_timeout):
-            try:
-                reply = await self._search(self._request(name, len(wanted), by_uuid, _VECTOR))
-            except Exception as exc:
-                if _missing_tenant_candidate(exc) and not await self._collection.tenants.exists(name):
-                    return {}  # a user with nothing indexed yet
-                raise
+            objects = await self._by_ids(user_id, tenant_name(user_id), wanted, _RETURNED_PB)
         found: list[str] = []
         stored: list[np.ndarray] = []
-        for obj in reply.results:
-            vector = next((v for v in obj.metadata.vectors if v.name == "default" and v.type in _SINGLE), None)
-            if vector is not None and len(vector.vector_bytes) == 4 * queries.shape[1]:
-                found.append(obj.properties.non_ref_props.fields["entity_id"].text_value)
-                stored.append(np.frombuffer(vector.vector_bytes, dtype="<f4"))
+        for fields, vector in objects:
+            if vector is not None and len(vector) == 4 * queries.shape[1]:
+                found.append(fields["entity_id"].text_value)
+                stored.append(np.frombuffer(vector, dtype="<f4"))
         if not found:
             return {}
         matrix = np.stack(stored)
