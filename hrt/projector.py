@@ -46,7 +46,7 @@ class Projector:
         graph: GraphStore,
         vectors: VectorIndex,
         *,
-        batch_size: int = 256,
+        batch_size: int = 1024,
         min_backoff: float = 0.2,
         max_backoff: float = 30.0,
     ) -> None:
@@ -80,19 +80,23 @@ class Projector:
             self._draining.release()
 
     async def _drain(self) -> DrainReport:
+        """The targets drain side by side (Neo4j and Weaviate each take a core; ingest spent 10 s
+        of 16 in the drain with one after the other), each in its own outbox order."""
         report = DrainReport()
-        for target in TARGETS:
-            while True:
-                events = await self.records.pending(target, self.batch_size)
-                if not events:
-                    break
-                done, error = await self._deliver(target, events)
-                await self.records.mark_done(target, done)
-                report.delivered[target] += len(done)
-                if error is not None:
-                    report.failed[target] = error
-                    break
+        await asyncio.gather(*(self._drain_target(target, report) for target in TARGETS))
         return report
+
+    async def _drain_target(self, target: str, report: DrainReport) -> None:
+        while True:
+            events = await self.records.pending(target, self.batch_size)
+            if not events:
+                return
+            done, error = await self._deliver(target, events)
+            await self.records.mark_done(target, done)
+            report.delivered[target] += len(done)
+            if error is not None:
+                report.failed[target] = error
+                return
 
     async def run(self, stop: asyncio.Event, idle_sleep: float = 0.5) -> None:
         """Background loop for ``hrt serve``: drain, back off while a target fails, stop on ``stop``."""

@@ -15,7 +15,7 @@ import pytest
 
 from hrt.config import Settings
 from hrt.contract import RetrieveRequest
-from hrt.errors import StoreError, StoreUnavailable
+from hrt.errors import InvalidInput, StoreError, StoreUnavailable
 from hrt.ingest import build_batch, parse_jsonl
 from hrt.projector import Projector
 from hrt.records import Concept, Kind
@@ -25,7 +25,7 @@ from hrt.stores.embedded import EmbeddedStore
 from hrt.stores.postgres_migrate import Migration, applied_versions, bundled_migrations, migrate
 from hrt.stores.postgres_records import PostgresRecordStore
 from tests.conftest import FIXED_NOW
-from tests.helpers import HashingEmbedder, jsonl, small_graph
+from tests.helpers import HashingEmbedder, concept, jsonl, mu, rel, small_graph
 
 pytestmark = pytest.mark.integration
 
@@ -117,6 +117,78 @@ def test_concurrent_writers_end_with_the_last_write_per_id(postgres_dsn):
         assert versions == list(range(1, len(mine) + 1)), f"lost or duplicated writes on {ident}"
         assert rows[ident] == mine[-1], "the stored row is not the last committed write"
         assert sorted(v for i, v in events if i == ident) == versions  # one outbox event per write
+
+
+async def test_a_batch_is_written_set_based_with_the_last_write_per_key_and_events_in_key_order(pg_records):
+    """One batch, whatever its size, is a handful of statements: check that it keeps what a write
+    per record gave (last write per key, relations to entities of the same batch, one event per
+    key in key order, versions per write) and that a bad relation still fails the whole batch."""
+    embedder = HashingEmbedder()
+    first = parse_jsonl(
+        jsonl(
+            [
+                mu("sb", "m2", "second"),
+                concept("sb", "c1", "Alpha"),
+                mu("sb", "m1", "first", tags=["x"]),
+                rel("sb", "MENTIONS", "m2", "c1", weight=0.2),
+                rel("sb", "MENTIONS", "m1", "c1", weight=0.5),
+                rel("sb", "MENTIONS", "m2", "c1", weight=0.7),  # the same key again: this one wins
+                {"kind": "preference", "user_id": "sb", "target_kind": "concept", "target": "c1", "weight": 0.1},
+                {"kind": "preference", "user_id": "sb", "target_kind": "concept", "target": "c1", "weight": 0.8},
+            ]
+        )
+    )
+    result = await pg_records.apply(build_batch(first, embedder))
+    assert result.versions == {("sb", "c1"): 1, ("sb", "m1"): 1, ("sb", "m2"): 1}
+    assert result.upserted == 3 + 3 + 2  # every record applied counts, as one write per record did
+
+    def state():
+        with psycopg.connect(pg_records._dsn) as conn:
+            relations = conn.execute(
+                "SELECT source, target, weight, version FROM hrt_relations WHERE user_id = 'sb' ORDER BY source"
+            ).fetchall()
+            prefs = conn.execute("SELECT target, weight FROM hrt_preferences WHERE user_id = 'sb'").fetchall()
+            events = conn.execute(
+                "SELECT op, key, version, vector_done FROM hrt_outbox WHERE user_id = 'sb' ORDER BY seq"
+            ).fetchall()
+            stored = conn.execute("SELECT id, data FROM hrt_entities WHERE user_id = 'sb' AND id = 'm1'").fetchone()
+        return relations, prefs, events, stored
+
+    relations, prefs, events, stored = state()
+    assert relations == [("m1", "c1", 0.5, 1), ("m2", "c1", 0.7, 1)]
+    assert prefs == [("c1", 0.8)]
+    assert stored[1]["tags"] == ["x"]
+    assert events == [
+        ("upsert_entity", {"id": "c1", "kind": "concept"}, 1, False),
+        ("upsert_entity", {"id": "m1", "kind": "memory_unit"}, 1, False),
+        ("upsert_entity", {"id": "m2", "kind": "memory_unit"}, 1, False),
+        ("upsert_relation", {"source": "m1", "target": "c1", "type": "MENTIONS"}, 1, True),
+        ("upsert_relation", {"source": "m2", "target": "c1", "type": "MENTIONS"}, 1, True),
+    ]
+
+    # written again: every key's version moves on by one, with one more event each
+    again = parse_jsonl(jsonl([mu("sb", "m1", "first, edited"), rel("sb", "MENTIONS", "m1", "c1", weight=0.9)]))
+    result = await pg_records.apply(build_batch(again, embedder))
+    assert result.versions == {("sb", "m1"): 2}
+    relations, _, events, stored = state()
+    assert relations[0] == ("m1", "c1", 0.9, 2)
+    assert stored[1]["content"] == "first, edited"
+    assert events[-2:] == [
+        ("upsert_entity", {"id": "m1", "kind": "memory_unit"}, 2, False),
+        ("upsert_relation", {"source": "m1", "target": "c1", "type": "MENTIONS"}, 2, True),
+    ]
+
+    # a relation to a missing entity, or between the wrong kinds, fails the batch: nothing of it stays
+    for bad, field, message in (
+        (rel("sb", "MENTIONS", "m3", "c-missing"), "target", "'c-missing' is not an entity of user 'sb'"),
+        (rel("sb", "MENTIONS", "c1", "m3"), "source", "MENTIONS source must be memory_unit"),
+    ):
+        batch = build_batch(parse_jsonl(jsonl([mu("sb", "m3", "third"), bad])), embedder)
+        with pytest.raises(InvalidInput) as info:
+            await pg_records.apply(batch)
+        assert info.value.field == field and message in info.value.message
+        assert set(await pg_records.ids("sb")) == {"c1", "m1", "m2"}
+        assert state()[2] == events
 
 
 # ------------------------------------------------------------------------------------------
@@ -280,7 +352,7 @@ CRASHING_WRITER = """
 import asyncio, os, sys
 from hrt.ingest import build_batch, parse_jsonl
 from hrt.stores.postgres_records import PostgresRecordStore
-from tests.helpers import HashingEmbedder, jsonl, small_graph
+from tests.helpers import HashingEmbedder, concept, jsonl, mu, rel, small_graph
 
 async def main():
     store = PostgresRecordStore(sys.argv[1])
