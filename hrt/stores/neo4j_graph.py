@@ -79,15 +79,9 @@ MAX_DEPTH = 3
 # hub's from the link order indexes (at 100k, the 8 index reads per node cost more than walking
 # the few relationships most nodes have: the expand query 30 -> 22 ms p50)
 SPARSE_DEGREE = 64
-# One size per plan-cache bucket of Neo4j that a retrieval's seeds or shown ids fall in, and one
-# length per bucket of user ids (1 to 128 characters), the commonest first.
+# One size per plan-cache bucket of Neo4j that a retrieval's seeds or shown ids fall in (user ids
+# need none: see _user_as_list)
 WARM_UP_LIST_SIZES = (1, 10, 100)
-WARM_UP_ID_LENGTHS = (10, 100, 1, 128)
-
-
-def _warm_up_user(length: int) -> str:
-    """A user id of ``length`` characters that no record can carry (it starts with ``_``)."""
-    return (WARM_UP_USER + "_" * 128)[:length]
 
 
 _VISIBLE = "($not_after IS NULL OR %(v)s.ts IS NULL OR %(v)s.ts <= $not_after)"
@@ -300,7 +294,7 @@ def expand_query(depth: int) -> str:
     adjacency = " + ".join(f"adjacency{level}" for level in range(1, depth + 1)) or "[]"
     levels = " + ".join(f"level{level}" for level in range(depth + 1))
     parts.append(_NODES % {"adjacency": adjacency, "levels": levels})
-    return "".join(parts)
+    return _user_as_list("".join(parts))
 
 
 _NEIGHBORS = f"""
@@ -339,12 +333,27 @@ CALL (ident) {{
 RETURN ident, found
 """
 
+
+def _user_as_list(text: str) -> str:
+    """A retrieval read with its user id taken from ``$user``, a list of that one id.
+
+    Neo4j keys its plan cache on the size bucket of each string and list parameter (1, 2-10,
+    11-100, 101-1000 characters or elements). A user id passed as a string would give each query
+    one plan per length bucket of user ids, each planned on the first request that falls in it
+    (1 to 4 s of planning) or by the warm-up (4 times the plans, most of ``/readyz``'s wait on a
+    fresh Neo4j). A list of one string is always in the bucket of size 1, whatever the id's length,
+    and ``$user[0]`` is a constant to the planner, so the index seeks stay (tested)."""
+    return text.replace("$user_id", "$user[0]")
+
+
 _NEIGHBOR_QUERIES: dict[tuple[EdgeType, bool], str] = {
-    (edge, outgoing): _NEIGHBORS % {"pattern": f"-[:{edge.value}]->" if outgoing else f"<-[:{edge.value}]-"}
+    (edge, outgoing): _user_as_list(
+        _NEIGHBORS % {"pattern": f"-[:{edge.value}]->" if outgoing else f"<-[:{edge.value}]-"}
+    )
     for edge in EdgeType
     for outgoing in (True, False)
 }
-_NEIGHBOR_QUERIES[(EdgeType.MENTIONS, False)] = _MENTIONED_BY
+_NEIGHBOR_QUERIES[(EdgeType.MENTIONS, False)] = _user_as_list(_MENTIONED_BY)
 
 
 def _min_key(not_after: float | None) -> float:
@@ -561,7 +570,7 @@ class Neo4jGraphStore:
         if not seeds:
             return []
         params = {
-            "user_id": user_id,
+            "user": [user_id],
             "seeds": sorted(seeds),
             "fanout": max(caps.fanout_per_node, 0),
             "sparse": self._sparse_degree,
@@ -598,26 +607,23 @@ class Neo4jGraphStore:
         )
 
     async def warm_queries(self, depths: Sequence[int] = tuple(range(MAX_DEPTH + 1))) -> None:
-        """Send every read query retrieval uses, for user ids no record can carry (they fail the id
+        """Send every read query retrieval uses, for a user id no record can carry (it fails the id
         pattern), so Neo4j plans them now and not on a user's first request (expansion took 1 to
-        3.7 s planning after a Neo4j start). Reads nothing: no node has those ids.
+        3.7 s planning after a Neo4j start). Reads nothing: no node has that user id.
 
         Neo4j keys its plan cache on the query text and on the size bucket of each string and list
-        parameter (1, 2-10, 11-100, 101-1000: a plan's cardinality estimates depend on it), so a
-        user id of 6 characters and one of 36 get different plans, and so do 3 and 30 seeds. Each
-        query is sent for user ids of every length bucket and lists of 1, 10 and 100 ids:
-        assembly's neighbour reads, then expansion at ``depths``."""
-        users = [_warm_up_user(n) for n in WARM_UP_ID_LENGTHS]
-        for user_id in users:
-            for size in WARM_UP_LIST_SIZES:
-                ids = [f"{WARM_UP_USER}{i}" for i in range(size)]
-                for outgoing in (True, False):
-                    await self.neighbors(user_id, ids, EdgeType.MENTIONS, outgoing, 1, not_after=0.0)
+        parameter (1, 2-10, 11-100, 101-1000: a plan's cardinality estimates depend on it), so 3
+        and 30 seeds get different plans. Each query is sent for lists of 1, 10 and 100 ids:
+        assembly's neighbour reads, then expansion at ``depths``; the user id is a one-element
+        list in every read, so its length makes no other plan (:func:`_user_as_list`)."""
+        for size in WARM_UP_LIST_SIZES:
+            ids = [f"{WARM_UP_USER}{i}" for i in range(size)]
+            for outgoing in (True, False):
+                await self.neighbors(WARM_UP_USER, ids, EdgeType.MENTIONS, outgoing, 1, not_after=0.0)
         for depth in depths:
-            for user_id in users:
-                for size in WARM_UP_LIST_SIZES:
-                    seeds = {f"{WARM_UP_USER}{i}": 1.0 for i in range(size)}
-                    await self.expand(user_id, seeds, ExpansionCaps(depth, 8, 8, 0.5), not_after=0.0)
+            for size in WARM_UP_LIST_SIZES:
+                seeds = {f"{WARM_UP_USER}{i}": 1.0 for i in range(size)}
+                await self.expand(WARM_UP_USER, seeds, ExpansionCaps(depth, 8, 8, 0.5), not_after=0.0)
 
     async def neighbors(
         self,
@@ -632,7 +638,7 @@ class Neo4jGraphStore:
             return {}
         query = _NEIGHBOR_QUERIES[(EdgeType(edge), bool(outgoing))]
         params = {
-            "user_id": user_id,
+            "user": [user_id],
             "ids": list(dict.fromkeys(ids)),
             "limit": max(limit, 0),
             "not_after": not_after,
