@@ -421,11 +421,16 @@ def start_neo4j(root: Path, timeout: float = 180.0) -> ServiceInfo:
     proc = _spawn(cmd, logfile, env={**os.environ, "NEO4J_HOME": str(home)}, cwd=home)
 
     def ready() -> bool:
+        # a port check first, then one auto-commit query: execute_query would retry a Neo4j still
+        # starting for 30 s, logging a warning for each attempt
+        if not port_open(bolt):
+            return False
         from neo4j import GraphDatabase
 
         with GraphDatabase.driver(f"bolt://127.0.0.1:{bolt}", auth=None) as driver:
-            records, _, _ = driver.execute_query("RETURN 1 AS one", database_="neo4j")
-            return bool(records and records[0]["one"] == 1)
+            with driver.session(database="neo4j") as session:
+                record = session.run("RETURN 1 AS one").single()
+            return bool(record and record["one"] == 1)
 
     wait_until(ready, "Neo4j", timeout, proc, logfile)
     return ServiceInfo(

@@ -3,6 +3,7 @@ processes started by the fixtures, with the real embedding model."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -111,3 +112,12 @@ def test_all_real_backends_end_to_end(postgres_dsn, stack_manager, own_weaviate,
              " [await g.delete_user(u) for u in ('u-maya','u-tom','u-sara')]\n await g.close()\nasyncio.run(m())",
              stack.neo4j_uri], capture_output=True, text=True, timeout=60)
         assert cleanup.returncode == 0, cleanup.stderr
+
+
+def test_starting_neo4j_logs_no_retry_warnings(caplog, tmp_path):
+    """``hrt dev up`` waits for Neo4j with a probe that does not retry: the driver's managed
+    transactions would log a warning for every attempt while Neo4j starts, which reads as a failure."""
+    with caplog.at_level(logging.INFO), devstack.running(tmp_path / "stack", ("neo4j",)) as stack:
+        assert devstack.port_open(stack.services["neo4j"].ports["bolt"])
+    noisy = [r.getMessage() for r in caplog.records if r.name.startswith("neo4j") and r.levelno >= logging.WARNING]
+    assert noisy == []
