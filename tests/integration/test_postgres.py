@@ -285,6 +285,40 @@ async def test_concurrent_drains_deliver_each_event_once(pg_records, tmp_path):
     target.close()
 
 
+async def test_the_graph_and_vector_targets_drain_side_by_side(pg_records, tmp_path):
+    # the graph target's first write waits until the vector target has written: one drain after the
+    # other would never get there (the wait times out), side by side both finish and the outbox empties
+    embedder = HashingEmbedder()
+    target = EmbeddedStore(tmp_path / "proj.db", embedder.dim)
+    vector_wrote = asyncio.Event()
+
+    class WaitingGraph:
+        def __getattr__(self, name):
+            return getattr(target.graph, name)
+
+        async def upsert_nodes(self, user_id, nodes):
+            await asyncio.wait_for(vector_wrote.wait(), timeout=10)
+            await target.graph.upsert_nodes(user_id, nodes)
+
+    class SignallingVectors:
+        def __getattr__(self, name):
+            return getattr(target.vectors, name)
+
+        async def upsert(self, user_id, docs):
+            await target.vectors.upsert(user_id, docs)
+            vector_wrote.set()
+
+    projector = Projector(pg_records, WaitingGraph(), SignallingVectors())
+    await pg_records.apply(build_batch(parse_jsonl(jsonl(small_graph("u1"))), embedder))
+    report = await projector.drain()
+    assert report.ok, report.failed
+    assert report.delivered["vector"] == 8 and report.delivered["graph"] > 8
+    assert await pg_records.outbox_size() == 0
+    nodes, edges, docs = await projected_state(target, "u1")
+    assert nodes == docs == set(await pg_records.ids("u1")) and edges
+    target.close()
+
+
 async def test_a_bounded_drain_gives_up_behind_a_stuck_one(pg_records, tmp_path):
     # a write's read-your-writes drain waits a bounded time behind the background drain (held up
     # here by a target that hangs), then returns and leaves its events in the outbox
