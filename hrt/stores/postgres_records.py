@@ -342,10 +342,7 @@ class PostgresRecordStore:
         for user_id, ident in seen:
             by_user.setdefault(user_id, []).append(ident)
         for user_id, ids in by_user.items():
-            cur = await conn.execute(
-                "SELECT id, kind FROM hrt_entities WHERE user_id = %s AND id = ANY(%s)", (user_id, ids)
-            )
-            for ident, kind in await cur.fetchall():
+            for ident, kind in (await _stored_kinds(conn, user_id, ids)).items():
                 if kind != seen[(user_id, ident)]:
                     raise Conflict(f"id {ident!r} already names a {kind} of user {user_id!r}", field="id")
 
@@ -357,10 +354,7 @@ class PostgresRecordStore:
             ends.setdefault(rel.user_id, set()).update((rel.source, rel.target))
         kinds: dict[tuple[str, str], Kind] = {}
         for user_id, ids in sorted(ends.items()):
-            cur = await conn.execute(
-                "SELECT id, kind FROM hrt_entities WHERE user_id = %s AND id = ANY(%s)", (user_id, sorted(ids))
-            )
-            kinds.update({(user_id, i): Kind(k) for i, k in await cur.fetchall()})
+            kinds.update({(user_id, i): Kind(k) for i, k in (await _stored_kinds(conn, user_id, sorted(ids))).items()})
         for rel in relations:
             allowed_src, allowed_dst = EDGE_ENDPOINTS[rel.type]
             for end, ident, allowed in (("source", rel.source, allowed_src), ("target", rel.target, allowed_dst)):
@@ -468,6 +462,12 @@ class PostgresRecordStore:
         async with self.connection("outbox size") as conn:
             row = await (await conn.execute("SELECT count(*) FROM hrt_outbox")).fetchone()
         return int(row[0]) if row else 0
+
+
+async def _stored_kinds(conn: psycopg.AsyncConnection[Any], user_id: str, ids: Sequence[str]) -> dict[str, str]:
+    """id -> kind of those of ``ids`` that ``user_id`` has, as this transaction sees them."""
+    cur = await conn.execute("SELECT id, kind FROM hrt_entities WHERE user_id = %s AND id = ANY(%s)", (user_id, ids))
+    return {ident: kind for ident, kind in await cur.fetchall()}
 
 
 def _columns(items: Sequence[T], row: Callable[[T], Sequence[Any]], width: int) -> list[list[Any]]:
