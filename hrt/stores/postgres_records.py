@@ -215,20 +215,17 @@ class PostgresRecordStore:
     async def _apply(self, conn: psycopg.AsyncConnection[Any], batch: WriteBatch) -> WriteResult:
         """Set-based: one statement per kind of write and one for their outbox rows, whatever the
         batch size (a statement per record cost ~3 round trips each: 120k for 10k entities)."""
-        entities = sorted(batch.entities, key=lambda e: (e.user_id, e.id))
-        await self._check_kinds(conn, entities)
+        # a statement may not touch a row twice, and the last write of a key in a batch wins, as it
+        # would across batches (kinds are checked over every write: an id given as two kinds fails)
+        await self._check_kinds(conn, batch.entities)
+        entities = _last_per_key(batch.entities, lambda e: (e.user_id, e.id))
         versions = await self._upsert_entities(conn, entities, batch)
-        # the last write of a relation in a batch wins, as it would across batches
-        last: dict[tuple[str, str, str, str], Relation] = {}
-        for rel in batch.relations:
-            last[(rel.user_id, rel.source, rel.target, rel.type.value)] = rel
-        relations = [last[key] for key in sorted(last)]
+        relations = _last_per_key(batch.relations, lambda r: (r.user_id, r.source, r.target, r.type.value))
         await self._check_edges(conn, relations)
         await self._upsert_relations(conn, relations)
         upserted = len(entities) + len(batch.relations)
         if batch.preferences:
-            last_pref = {(p.user_id, p.target_kind, p.target): p for p in batch.preferences}
-            prefs = [last_pref[key] for key in sorted(last_pref)]
+            prefs = _last_per_key(batch.preferences, lambda p: (p.user_id, p.target_kind, p.target))
             await conn.execute(
                 "INSERT INTO hrt_preferences (user_id, target_kind, target, weight) "
                 "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::float8[]) "
@@ -468,6 +465,12 @@ async def _stored_kinds(conn: psycopg.AsyncConnection[Any], user_id: str, ids: S
     """id -> kind of those of ``ids`` that ``user_id`` has, as this transaction sees them."""
     cur = await conn.execute("SELECT id, kind FROM hrt_entities WHERE user_id = %s AND id = ANY(%s)", (user_id, ids))
     return {ident: kind for ident, kind in await cur.fetchall()}
+
+
+def _last_per_key(items: Sequence[T], key: Callable[[T], tuple[str, ...]]) -> list[T]:
+    """The last of ``items`` for each key, in key order (the order rows are locked in)."""
+    last = {key(item): item for item in items}
+    return [last[k] for k in sorted(last)]
 
 
 def _columns(items: Sequence[T], row: Callable[[T], Sequence[Any]], width: int) -> list[list[Any]]:

@@ -178,6 +178,16 @@ async def test_a_batch_is_written_set_based_with_the_last_write_per_key_and_even
         ("upsert_relation", {"source": "m1", "target": "c1", "type": "MENTIONS"}, 2, True),
     ]
 
+    # a batch made by hand may repeat an entity (build_batch keeps the last): the last write wins here too
+    m2 = parse_jsonl(jsonl([mu("sb", "m2", "second, draft")]))[0]
+    m2_final = parse_jsonl(jsonl([mu("sb", "m2", "second, final")]))[0]
+    by_hand = WriteBatch(entities=[m2, m2_final], vectors={("sb", "m2"): embedder.embed(["second"])[0]})
+    result = await pg_records.apply(by_hand)
+    assert result.versions == {("sb", "m2"): 2}
+    assert (await pg_records.get_many("sb", Kind.MEMORY_UNIT, ["m2"]))["m2"].content == "second, final"
+    events = state()[2]
+    assert events[-1] == ("upsert_entity", {"id": "m2", "kind": "memory_unit"}, 2, False)
+
     # a relation to a missing entity, or between the wrong kinds, fails the batch: nothing of it stays
     for bad, field, message in (
         (rel("sb", "MENTIONS", "m3", "c-missing"), "target", "'c-missing' is not an entity of user 'sb'"),
