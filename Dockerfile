@@ -8,6 +8,7 @@ COPY hrt ./hrt
 COPY prompts ./prompts
 COPY migrations ./migrations
 COPY graph_schema ./graph_schema
+COPY neo4j-plugin ./neo4j-plugin
 RUN pip install --no-cache-dir .
 EXPOSE 8080
 # migrate (idempotent) then serve; the projector runs inside the server

@@ -67,6 +67,7 @@ NOT_IN_FINGERPRINT = (
     "postgres_pool_size",
     "neo4j_uri",
     "neo4j_database",
+    "neo4j_expansion",
     "weaviate_host",
     "weaviate_http_port",
     "weaviate_grpc_port",
@@ -102,6 +103,9 @@ class Settings(BaseSettings):
     postgres_pool_size: int = Field(4, ge=1, le=100)
     neo4j_uri: str = ""
     neo4j_database: str = "neo4j"
+    # where expansion's neighbourhood comes from: HRT's procedure hrt.expand (neo4j-plugin/) when
+    # Neo4j has it ("auto"), always ("procedure": fail without it) or never ("cypher"); same answers
+    neo4j_expansion: Literal["auto", "procedure", "cypher"] = "auto"
     weaviate_host: str = "127.0.0.1"
     weaviate_http_port: int = Field(8081, ge=1, le=65535)
     weaviate_grpc_port: int = Field(50051, ge=1, le=65535)

@@ -4,7 +4,8 @@ Users run the services deployment with ``docker compose up``; these machines hav
 engine, so developers and the test fixtures start the same servers here (``hrt dev up | down |
 status``). Everything binds to loopback on free ports. Slow artefacts are cached by version under
 ``$HRT_CACHE_DIR`` (default ``~/.cache/hrt``): the Weaviate binary (built once with ``go install``),
-the Neo4j jars (``mvn dependency:copy-dependencies``); PostgreSQL comes from apt when missing.
+the Neo4j jars (``mvn dependency:copy-dependencies``), HRT's Neo4j procedures (``neo4j-plugin/``,
+``mvn package``, keyed by the hash of its sources); PostgreSQL comes from apt when missing.
 A stack's addresses are written to ``<dir>/stack.json`` and ``<dir>/stack.env`` (``HRT_*``
 variables that ``hrt serve`` reads).
 """
@@ -12,6 +13,7 @@ variables that ``hrt serve`` reads).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -164,6 +166,52 @@ def ensure_neo4j_jars() -> Path:
         raise DevStackError(f"the Neo4j jars did not arrive in {lib}")
     marker.write_text(NEO4J_VERSION)
     return lib
+
+
+def plugin_source_dir() -> Path:
+    """``neo4j-plugin/``: packaged as ``hrt.neo4j_plugin`` when installed, else the source tree's."""
+    from importlib import resources
+
+    try:
+        packaged = Path(str(resources.files("hrt.neo4j_plugin")))
+    except ModuleNotFoundError:
+        packaged = None
+    if packaged is not None and (packaged / "pom.xml").is_file():
+        return packaged
+    return Path(__file__).resolve().parents[1] / "neo4j-plugin"
+
+
+def ensure_neo4j_plugin() -> Path:
+    """HRT's Neo4j procedures (``hrt.expand``) as a jar for Neo4j's ``plugins/`` folder, built once
+    with ``mvn package`` per content of ``neo4j-plugin/`` (its pom and Java sources)."""
+    source = plugin_source_dir()
+    files = sorted(
+        p
+        for p in source.rglob("*")
+        if p.is_file() and p.suffix in (".xml", ".java") and "target" not in p.relative_to(source).parts
+    )
+    if not files:
+        raise DevStackError(f"no Neo4j plugin sources in {source}")
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.relative_to(source).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    home = cache_dir() / "neo4j-plugin" / f"{NEO4J_VERSION}-{digest.hexdigest()[:16]}"
+    jar = home / "hrt-neo4j.jar"
+    if jar.exists():
+        return jar
+    if shutil.which("mvn") is None:
+        _apt_install("maven")
+    if not (JAVA17.parent / "javac").exists():
+        _apt_install("openjdk-17-jdk-headless")
+    build = home.parent / f".build-{os.getpid()}"
+    shutil.rmtree(build, ignore_errors=True)
+    shutil.copytree(source, build, ignore=shutil.ignore_patterns("target"))
+    env = {**os.environ, "JAVA_HOME": str(JAVA17.parents[1])}
+    _run(["mvn", "-q", "-B", "-f", str(build / "pom.xml"), "package", f"-Dneo4j.version={NEO4J_VERSION}"], env=env)
+    home.mkdir(parents=True, exist_ok=True)
+    os.replace(build / "target" / "hrt-neo4j.jar", jar)  # same filesystem: the jar appears whole or not at all
+    shutil.rmtree(build, ignore_errors=True)
+    return jar
 
 
 def ensure_weaviate() -> Path:
@@ -369,9 +417,13 @@ def start_postgres(root: Path, timeout: float = 60.0) -> ServiceInfo:
 def start_neo4j(root: Path, timeout: float = 180.0) -> ServiceInfo:
     java = ensure_java17()
     lib = ensure_neo4j_jars()
+    plugin = ensure_neo4j_plugin()
     home = root / "neo4j"
     for sub in ("conf", "data", "logs", "plugins", "import", "run"):
         (home / sub).mkdir(parents=True, exist_ok=True)
+    for old in (home / "plugins").glob("hrt-neo4j*.jar"):
+        old.unlink()
+    shutil.copy2(plugin, home / "plugins" / "hrt-neo4j.jar")
     bolt, http = free_port(), free_port()
     (home / "conf" / "neo4j.conf").write_text(
         "\n".join(
@@ -510,7 +562,7 @@ def start_weaviate(root: Path, timeout: float = 120.0) -> ServiceInfo:
 
 INSTALLERS: dict[str, Callable[[], object]] = {
     "postgres": ensure_postgres,
-    "neo4j": lambda: (ensure_java17(), ensure_neo4j_jars()),
+    "neo4j": lambda: (ensure_java17(), ensure_neo4j_jars(), ensure_neo4j_plugin()),
     "weaviate": ensure_weaviate,
 }
 

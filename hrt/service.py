@@ -214,7 +214,8 @@ class HRTService:
 
         if not self.settings.neo4j_uri:
             raise StoreError("HRT_GRAPH_STORE=neo4j needs HRT_NEO4J_URI")
-        store: GraphStore = Neo4jGraphStore(self.settings.neo4j_uri, database=self.settings.neo4j_database)
+        s = self.settings
+        store: GraphStore = Neo4jGraphStore(s.neo4j_uri, database=s.neo4j_database, expansion=s.neo4j_expansion)
         return store
 
     def _weaviate(self) -> VectorIndex:

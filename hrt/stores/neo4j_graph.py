@@ -37,6 +37,12 @@ newest mention is the first visible entry of ``mentions_newest``, and
 ties at it) the same way. The keys are derived data: :meth:`Neo4jGraphStore.apply_schema` fills
 them in once for relationships written before they existed (``004_link_keys_backfill.cypher``).
 
+The same neighbourhood can come from HRT's Neo4j procedure ``hrt.expand`` (``neo4j-plugin/``, a jar
+in Neo4j's ``plugins/`` folder), which reads it through Neo4j's Java API instead of Cypher's
+row-at-a-time runtime and returns exactly what the query returns (a contract test compares the
+two): ``expansion="auto"`` (``HRT_NEO4J_EXPANSION``) uses it when Neo4j has it in the version this
+adapter expects, else the query; ``"procedure"`` requires it, ``"cypher"`` never uses it.
+
 Driver errors are translated at this edge: connection loss and unavailable databases become
 :class:`~hrt.errors.StoreUnavailable`, any other driver or server error :class:`~hrt.errors.StoreError`.
 """
@@ -79,6 +85,9 @@ MAX_DEPTH = 3
 # hub's from the link order indexes (at 100k, the 8 index reads per node cost more than walking
 # the few relationships most nodes have: the expand query 30 -> 22 ms p50)
 SPARSE_DEGREE = 64
+# The version of hrt.expand (neo4j-plugin/, Expansion.VERSION) whose output this adapter reads
+PLUGIN_VERSION = "1"
+EXPANSION_MODES = ("auto", "procedure", "cypher")
 # One size per plan-cache bucket of Neo4j that a retrieval's seeds or shown ids fall in (user ids
 # need none: see _user_as_list)
 WARM_UP_LIST_SIZES = (1, 10, 100)
@@ -297,6 +306,14 @@ def expand_query(depth: int) -> str:
     return _user_as_list("".join(parts))
 
 
+# The neighbourhood of expand_query, fetched by the procedure (same columns, same values)
+_PROCEDURE = """
+CALL hrt.expand($user_id, $seeds, $depth, $fanout, $sparse, $not_after) YIELD adjacency, nodes
+RETURN adjacency, nodes
+"""
+_PLUGIN_VERSION_QUERY = "RETURN hrt.version() AS version"
+
+
 _NEIGHBORS = f"""
 UNWIND $ids AS ident
 CALL (ident) {{
@@ -346,6 +363,8 @@ def _user_as_list(text: str) -> str:
     return text.replace("$user_id", "$user[0]")
 
 
+_PROCEDURE_QUERY = _user_as_list(_PROCEDURE)
+
 _NEIGHBOR_QUERIES: dict[tuple[EdgeType, bool], str] = {
     (edge, outgoing): _user_as_list(
         _NEIGHBORS % {"pattern": f"-[:{edge.value}]->" if outgoing else f"<-[:{edge.value}]-"}
@@ -354,6 +373,11 @@ _NEIGHBOR_QUERIES: dict[tuple[EdgeType, bool], str] = {
     for outgoing in (True, False)
 }
 _NEIGHBOR_QUERIES[(EdgeType.MENTIONS, False)] = _user_as_list(_MENTIONED_BY)
+
+
+def _unknown_function(error: Neo4jError) -> bool:
+    """Neo4j's answer to a call of a function no plugin provides."""
+    return error.code == "Neo.ClientError.Statement.SyntaxError" and "Unknown function" in (error.message or "")
 
 
 def _min_key(not_after: float | None) -> float:
@@ -444,9 +468,14 @@ class Neo4jGraphStore:
         max_transaction_retry_time: float = 5.0,
         query_timeout: float | None = 30.0,
         sparse_degree: int = SPARSE_DEGREE,
+        expansion: str = "auto",
     ) -> None:
         """``sparse_degree``: expansion walks the relationships of a node with at most this many,
-        and reads a node with more from the link order indexes (both give the same links)."""
+        and reads a node with more from the link order indexes (both give the same links).
+        ``expansion``: where the neighbourhood comes from (module docstring): ``auto``,
+        ``procedure`` or ``cypher``."""
+        if expansion not in EXPANSION_MODES:
+            raise ValueError(f"expansion must be one of {', '.join(EXPANSION_MODES)}, got {expansion!r}")
         if (uri is None) == (driver is None):
             raise ValueError("give either a Neo4j uri or a driver")
         if driver is None:
@@ -469,6 +498,8 @@ class Neo4jGraphStore:
         self._database = database
         self._timeout = query_timeout
         self._sparse_degree = sparse_degree
+        self._expansion = expansion
+        self._procedure: bool | None = False if expansion == "cypher" else None  # None: not asked yet
 
     async def open(self) -> None:
         """Nothing to do: the driver connects lazily, so a Neo4j that is down at start only fails
@@ -577,7 +608,11 @@ class Neo4jGraphStore:
             "not_after": not_after,
             "min_key": _min_key(not_after),
         }
-        result = await self._run("expand", expand_query(caps.depth), params, read=True)
+        if await self.uses_procedure():
+            params["depth"] = caps.depth
+            result = await self._run("expand", _PROCEDURE_QUERY, params, read=True)
+        else:
+            result = await self._run("expand", expand_query(caps.depth), params, read=True)
         record = result.records[0]
         # Raw rows, not GraphNode objects: the walk reads only kinds and links, and GraphNodes are
         # made for the candidates alone (candidates() turns handles into GraphNodes).
@@ -605,6 +640,31 @@ class Neo4jGraphStore:
             lambda ident: tuple(rows[ident][8]),
             lambda ident: rows[ident][9],
         )
+
+    async def uses_procedure(self) -> bool:
+        """Whether expansion runs ``hrt.expand``: asked of Neo4j once (``hrt.version()``) in the
+        ``auto`` mode. A Neo4j that is down raises (and is asked again next time); one without the
+        procedure, or with another version of it, gets the Cypher query. The ``procedure`` mode
+        raises StoreError when the procedure is missing or of another version."""
+        if self._procedure is not None:
+            return self._procedure
+        problem: str | None
+        try:
+            result = await self._run("check hrt.expand", _PLUGIN_VERSION_QUERY, {}, read=True)
+        except StoreError as exc:
+            cause = exc.__cause__
+            if not (isinstance(cause, Neo4jError) and _unknown_function(cause)):
+                raise  # Neo4j down, a wrong database, ...: not an answer about the procedure
+            problem = "not installed"
+        else:
+            version = result.records[0]["version"]
+            problem = None if version == PLUGIN_VERSION else f"version {version!r}, this HRT reads {PLUGIN_VERSION!r}"
+        if problem is not None and self._expansion == "procedure":
+            raise StoreError(f"HRT_NEO4J_EXPANSION=procedure but Neo4j's hrt.expand is {problem}")
+        if problem is not None:
+            log.warning("Neo4j's hrt.expand is %s: expansion runs the Cypher query (slower)", problem)
+        self._procedure = problem is None
+        return self._procedure
 
     async def warm_queries(self, depths: Sequence[int] = tuple(range(MAX_DEPTH + 1))) -> None:
         """Send every read query retrieval uses, for a user id no record can carry (it fails the id

@@ -46,9 +46,11 @@ def raw(neo4j_uri: str) -> Iterator[Driver]:
         yield driver
 
 
-@pytest.fixture
-async def store(neo4j_uri: str) -> AsyncIterator[Neo4jGraphStore]:
-    graph = Neo4jGraphStore(neo4j_uri)
+@pytest.fixture(params=["procedure", "cypher"])
+async def store(neo4j_uri: str, request: pytest.FixtureRequest) -> AsyncIterator[Neo4jGraphStore]:
+    """The adapter with expansion's neighbourhood from HRT's procedure (the dev stack installs
+    neo4j-plugin/), and from the Cypher query."""
+    graph = Neo4jGraphStore(neo4j_uri, expansion=request.param)
     await graph.apply_schema()
     yield graph
     await graph.close()
@@ -182,12 +184,42 @@ async def test_warm_queries_plan_retrieval_reads_and_touch_no_data(loaded, raw):
         await store.neighbors(user, ["m1"], EdgeType.MENTIONS, False, 50)
     cleared = raw.execute_query("CALL db.clearQueryCaches()", database_="neo4j").records[0][0]
     # one plan per query and bucket, each made by the warm-up and found by every request after it:
-    # assembly's two neighbour reads and expansion at depths 0 to 3, for lists of 1, 2-10 and
-    # 11-100 ids; user ids of 1, 2-10, 11-100 and 101-128 characters share them
-    assert cleared == f"Query caches successfully cleared of {(2 + 4) * 3} queries."
+    # assembly's two neighbour reads and expansion (the procedure's call, or the query at each of
+    # depths 0 to 3), for lists of 1, 2-10 and 11-100 ids; user ids of 1, 2-10, 11-100 and 101-128
+    # characters share them
+    expansions = 1 if await store.uses_procedure() else 4
+    assert cleared == f"Query caches successfully cleared of {(2 + expansions) * 3} queries."
     assert raw.execute_query(count, database_="neo4j").records[0] == nodes_before
     assert await store.ids(WARM_UP_USER) == {}
     assert await store.expand(u1, {"m1": 0.8}, CAPS) == before
+
+
+async def test_expansion_mode_follows_the_installed_procedure(neo4j_uri, monkeypatch, caplog):
+    """``auto`` uses hrt.expand when Neo4j has it in this adapter's version, else the Cypher query
+    (with a warning); ``procedure`` refuses to run without it; ``cypher`` never asks."""
+    from hrt.stores import neo4j_graph
+
+    assert await Neo4jGraphStore(neo4j_uri).uses_procedure() is True  # the dev stack installs the plugin
+    assert await Neo4jGraphStore(neo4j_uri, expansion="cypher").uses_procedure() is False
+    for patch, problem in (
+        (("PLUGIN_VERSION", "0"), "version '1', this HRT reads '0'"),
+        (("_PLUGIN_VERSION_QUERY", "RETURN hrt.no_such_function() AS version"), "not installed"),
+    ):
+        with monkeypatch.context() as m:
+            m.setattr(neo4j_graph, *patch)
+            auto = Neo4jGraphStore(neo4j_uri)
+            caplog.clear()
+            assert await auto.uses_procedure() is False
+            assert problem in caplog.text
+            out = await auto.expand("nobody", {"a": 1.0}, CAPS)  # the Cypher query answers
+            assert out == []
+            strict = Neo4jGraphStore(neo4j_uri, expansion="procedure")
+            with pytest.raises(StoreError, match="HRT_NEO4J_EXPANSION=procedure"):
+                await strict.expand("nobody", {"a": 1.0}, CAPS)
+            for adapter in (auto, strict):
+                await adapter.close()
+    with pytest.raises(ValueError, match="expansion must be one of"):
+        Neo4jGraphStore(neo4j_uri, expansion="fast")
 
 
 async def test_uniqueness_is_enforced(store, tenants, raw):
@@ -292,8 +324,10 @@ def embedded_graph(tmp_path: Path) -> Iterator[EmbeddedStore]:
 async def test_expand_and_neighbors_agree_with_the_embedded_adapter(
     neo4j_uri: str, embedded_graph: EmbeddedStore, graphs, probe_list
 ) -> None:
-    neo4j = Neo4jGraphStore(neo4j_uri)
-    by_index = Neo4jGraphStore(neo4j_uri, sparse_degree=0)  # every node read as a hub is
+    neo4j = Neo4jGraphStore(neo4j_uri, expansion="cypher")
+    by_index = Neo4jGraphStore(neo4j_uri, sparse_degree=0, expansion="cypher")  # every node read as a hub is
+    procedure = Neo4jGraphStore(neo4j_uri, expansion="procedure")
+    procedure_by_index = Neo4jGraphStore(neo4j_uri, sparse_degree=0, expansion="procedure")
     run = uuid.uuid4().hex[:10]
     users = [f"t{run}-g{i}" for i in range(len(graphs))]
     try:
@@ -306,14 +340,16 @@ async def test_expand_and_neighbors_agree_with_the_embedded_adapter(
                 expected = await embedded_graph.graph.expand(user_id, seeds, caps, not_after)
                 assert await neo4j.expand(user_id, seeds, caps, not_after) == expected
                 assert await by_index.expand(user_id, seeds, caps, not_after) == expected
+                assert await procedure.expand(user_id, seeds, caps, not_after) == expected
+                assert await procedure_by_index.expand(user_id, seeds, caps, not_after) == expected
                 expected_nb = await embedded_graph.graph.neighbors(user_id, nb_ids, edge, outgoing, limit, not_after)
                 assert await neo4j.neighbors(user_id, nb_ids, edge, outgoing, limit, not_after) == expected_nb
     finally:
         for user_id in users:
             await neo4j.delete_user(user_id)
             await embedded_graph.graph.delete_user(user_id)
-        await neo4j.close()
-        await by_index.close()
+        for adapter in (neo4j, by_index, procedure, procedure_by_index):
+            await adapter.close()
 
 
 async def test_sample_graph_agrees_with_the_embedded_adapter(store, tenants, embedded_graph):
@@ -341,6 +377,51 @@ async def test_sample_graph_agrees_with_the_embedded_adapter(store, tenants, emb
                 assert await store.expand(renamed[user_id], seeds, caps, not_after) == expected
         expected_nb = await embedded_graph.graph.neighbors(renamed[user_id], mus, EdgeType.MENTIONS, True, 3)
         assert await store.neighbors(renamed[user_id], mus, EdgeType.MENTIONS, True, 3) == expected_nb
+
+
+async def test_procedure_returns_what_the_query_returns(neo4j_uri, tenants):
+    """hrt.expand is the expansion query's neighbourhood fetched through Neo4j's Java API: the same
+    adjacency (each node's links in visit order) and the same node rows, on the sample graph from
+    each user's busiest nodes, at every depth, fan-out and as-of, for sparse and hub reads."""
+    from importlib import resources
+
+    from hrt.stores.neo4j_graph import _PROCEDURE_QUERY, _min_key, expand_query
+
+    lines = resources.files("hrt.sample_data").joinpath("sample_graph.jsonl").read_text(encoding="utf-8")
+    graph = Neo4jGraphStore(neo4j_uri, expansion="cypher")
+    await graph.apply_schema()
+    compared = 0
+    for user_id, (nodes, edges) in projection(parse_jsonl(lines.splitlines())).items():
+        u = tenants(user_id)
+        await graph.upsert_nodes(u, nodes)
+        await graph.upsert_edges(u, edges)
+        degree: dict[str, int] = {}
+        for e in edges:
+            degree[e.source] = degree.get(e.source, 0) + 1
+            degree[e.target] = degree.get(e.target, 0) + 1
+        busiest = sorted(degree, key=lambda k: (-degree[k], k))
+        for depth in range(4):
+            for fanout, sparse in ((4, 64), (25, 64), (4, 0), (25, 0)):
+                for not_after in (None, 1.75e9, 0.0):
+                    params = {
+                        "user": [u],
+                        "seeds": sorted([*busiest[:3], "ghost"]),
+                        "fanout": fanout,
+                        "sparse": sparse,
+                        "not_after": not_after,
+                        "min_key": _min_key(not_after),
+                    }
+                    by_query = (await graph._run("q", expand_query(depth), params, read=True)).records[0]
+                    params["depth"] = depth
+                    by_procedure = (await graph._run("p", _PROCEDURE_QUERY, params, read=True)).records[0]
+                    assert dict(by_procedure["adjacency"]) == dict(by_query["adjacency"])
+                    assert len(by_procedure["adjacency"]) == len(by_query["adjacency"])
+                    rows = {row[0]: row for row in by_query["nodes"]}
+                    assert {row[0]: row for row in by_procedure["nodes"]} == rows
+                    assert len(by_procedure["nodes"]) == len(rows)
+                    compared += bool(rows)
+    assert compared > 50  # most probes reach something
+    await graph.close()
 
 
 async def test_link_keys_follow_timestamp_changes(store, tenants, embedded_graph):

@@ -16,7 +16,11 @@ COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 def test_services_versions_match_the_dev_stack():
     s = COMPOSE["services"]
     assert s["postgres"]["image"] == f"postgres:{devstack.POSTGRES_MAJOR}"
-    assert s["neo4j"]["image"].startswith("neo4j:5.26")
+    assert s["neo4j"]["image"] == f"hrt-neo4j:{devstack.NEO4J_VERSION}"
+    build = s["neo4j"]["build"]["dockerfile_inline"]  # Neo4j of the dev stack's version, with HRT's procedures
+    assert f"FROM neo4j:{devstack.NEO4J_VERSION}-community" in build
+    assert f"-Dneo4j.version={devstack.NEO4J_VERSION}" in build and "/plugins/hrt-neo4j.jar" in build
+    assert (ROOT / s["neo4j"]["build"]["context"] / "pom.xml").is_file()
     assert s["weaviate"]["image"].endswith(":" + devstack.WEAVIATE_VERSION.lstrip("v"))
     assert s["weaviate"]["environment"]["DEFAULT_VECTORIZER_MODULE"] == "none"
     assert "7474" in " ".join(s["neo4j"]["ports"]) and "50051" in " ".join(s["weaviate"]["ports"])

@@ -1,0 +1,621 @@
+package org.hrt.neo4j;
+
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Comparator;
+import java.util.HashSet;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Locale;
+import java.util.Set;
+import java.util.stream.Stream;
+import org.neo4j.exceptions.KernelException;
+import org.neo4j.graphdb.Direction;
+import org.neo4j.graphdb.Transaction;
+import org.neo4j.internal.kernel.api.CursorFactory;
+import org.neo4j.internal.kernel.api.IndexQueryConstraints;
+import org.neo4j.internal.kernel.api.IndexReadSession;
+import org.neo4j.internal.kernel.api.NodeCursor;
+import org.neo4j.internal.kernel.api.NodeValueIndexCursor;
+import org.neo4j.internal.kernel.api.PropertyCursor;
+import org.neo4j.internal.kernel.api.PropertyIndexQuery;
+import org.neo4j.internal.kernel.api.Read;
+import org.neo4j.internal.kernel.api.RelationshipScanCursor;
+import org.neo4j.internal.kernel.api.RelationshipTraversalCursor;
+import org.neo4j.internal.kernel.api.RelationshipValueIndexCursor;
+import org.neo4j.internal.kernel.api.TokenRead;
+import org.neo4j.token.api.TokenConstants;
+import org.neo4j.internal.schema.IndexDescriptor;
+import org.neo4j.internal.schema.IndexOrder;
+import org.neo4j.io.pagecache.context.CursorContext;
+import org.neo4j.kernel.api.KernelTransaction;
+import org.neo4j.kernel.impl.coreapi.InternalTransaction;
+import org.neo4j.memory.MemoryTracker;
+import org.neo4j.procedure.Context;
+import org.neo4j.procedure.Description;
+import org.neo4j.procedure.Mode;
+import org.neo4j.procedure.Name;
+import org.neo4j.procedure.Procedure;
+import org.neo4j.procedure.UserFunction;
+import org.neo4j.storageengine.api.PropertySelection;
+import org.neo4j.storageengine.api.RelationshipSelection;
+import org.neo4j.values.storable.ArrayValue;
+import org.neo4j.values.storable.NumberValue;
+import org.neo4j.values.storable.TextValue;
+import org.neo4j.values.storable.Value;
+import org.neo4j.values.storable.Values;
+
+/**
+ * {@code hrt.expand}: the neighbourhood that HRT's best-path walk reads, fetched inside Neo4j.
+ *
+ * <p>It returns exactly what the expansion Cypher query of {@code hrt/stores/neo4j_graph.py}
+ * returns (a contract test compares the two, and the Python adapter runs the same walk over
+ * either): {@code adjacency}, one {@code [id, links]} per node expanded (the seeds, then each
+ * level's new nodes up to level {@code depth - 1}), where {@code links} are the node's first
+ * {@code fanout} visible links in the walk's visit order as {@code [other id, type, weight,
+ * forward]}; and {@code nodes}, one row per node fetched: {@code [id, kind, label, ts, salience,
+ * category, tags, source_agent_id, mentions, newest mention ts]}.
+ *
+ * <p>Visit order (hrt/stores/graph_walk.py): strongest edge first ({@code nw} = -weight), then
+ * newest other end ({@code sts}/{@code tts} = -ts of the source/target, 0 without one), then the
+ * other end's id, then the edge type, then the edge's source and target ids, forward before
+ * backward. Every relationship carries those keys ({@code graph_schema/003_link_order.cypher}).
+ *
+ * <p>Why a procedure: Community Neo4j runs Cypher row at a time (the pipelined runtime is
+ * Enterprise only), and the query spent most of its time there. Here everything is read through
+ * the kernel's cursors: a node with few relationships has them walked and sorted; a hub's come
+ * from its 8 (type, direction) link order indexes, merged in order and cut after {@code fanout}
+ * entries, so a concept with thousands of mentions costs what one with ten does. Every read
+ * matches {@code user_id}. The kernel API is Neo4j's internal one: the plugin is built for one
+ * Neo4j version (pom.xml), and the adapter uses it only when {@code hrt.version()} matches.
+ */
+public final class Expansion {
+    /** Bumped whenever the output changes; the Python adapter uses the procedure only on a match. */
+    public static final String VERSION = "1";
+
+    private static final String[] TYPE_NAMES = {"MENTIONS", "RELATED_TO", "DERIVED_FROM", "FOLLOWS"};
+    private static final String MEMORY_UNIT = "memory_unit";
+    private static final String CONCEPT = "concept";
+    private static final int MAX_DEPTH = 3;
+    // the node properties a row returns, in row order
+    private static final String[] ROW_KEYS = {"id", "kind", "label", "ts", "salience", "category", "tags",
+            "source_agent_id"};
+
+    @Context
+    public Transaction tx;
+
+    /** The one output row of {@code hrt.expand}. */
+    public static final class Neighbourhood {
+        public List<Object> adjacency;
+        public List<Object> nodes;
+
+        Neighbourhood(List<Object> adjacency, List<Object> nodes) {
+            this.adjacency = adjacency;
+            this.nodes = nodes;
+        }
+    }
+
+    @UserFunction(name = "hrt.version")
+    @Description("The version of HRT's Neo4j procedures (hrt.expand).")
+    public String version() {
+        return VERSION;
+    }
+
+    @Procedure(name = "hrt.expand", mode = Mode.READ)
+    @Description("hrt.expand(user, seeds, depth, fanout, sparse, notAfter): the neighbourhood HRT's walk reads,"
+            + " per level each node's first `fanout` visible links in visit order, and every node's attributes.")
+    public Stream<Neighbourhood> expand(
+            @Name("user") String user,
+            @Name("seeds") List<String> seeds,
+            @Name("depth") long depth,
+            @Name("fanout") long fanout,
+            @Name("sparse") long sparse,
+            @Name("notAfter") Double notAfter)
+            throws KernelException {
+        if (user == null || seeds == null) {
+            throw new IllegalArgumentException("hrt.expand: user and seeds are required");
+        }
+        if (depth < 0 || depth > MAX_DEPTH) {
+            throw new IllegalArgumentException("hrt.expand: depth must be 0 to " + MAX_DEPTH + ", got " + depth);
+        }
+        KernelTransaction ktx = ((InternalTransaction) tx).kernelTransaction();
+        try (Walker walker = new Walker(ktx, user, (int) Math.min(Math.max(fanout, 0), Integer.MAX_VALUE), sparse,
+                notAfter)) {
+            return Stream.of(walker.run(seeds, (int) depth));
+        }
+    }
+
+    /** One link of a node with its visit order keys; {@code relationship} and {@code other} are
+     * store references. */
+    private record Link(double nw, double key, String other, int type, String sid, String tid, boolean forward,
+                        long relationship, long otherNode) {}
+
+    private static int cmp(double a, double b) {
+        return a < b ? -1 : (a > b ? 1 : 0);
+    }
+
+    /** The visit order (class comment). Type ids are compared by name. */
+    private static Comparator<Link> visitOrder(String[] typeNames) {
+        return (a, b) -> {
+            int c = cmp(a.nw, b.nw);
+            if (c == 0) c = cmp(a.key, b.key);
+            if (c == 0) c = a.other.compareTo(b.other);
+            if (c == 0) c = typeNames[a.type].compareTo(typeNames[b.type]);
+            if (c == 0) c = a.sid.compareTo(b.sid);
+            if (c == 0) c = a.tid.compareTo(b.tid);
+            if (c == 0) c = Boolean.compare(b.forward, a.forward);
+            return c;
+        };
+    }
+
+    private static final class Walker implements AutoCloseable {
+        private final KernelTransaction ktx;
+        private final Read read;
+        private final CursorFactory cursors;
+        private final CursorContext context;
+        private final MemoryTracker memory;
+        private final String user;
+        private final int fanout;
+        private final long sparse;
+        private final Double notAfter;
+        private final double minKey;
+        private final int entity, userKey, idKey, tsKey, sidKey, tidKey, nwKey, stsKey, ttsKey, weightKey;
+        private final int[] rowKeys;
+        private final int[] types; // the token ids of TYPE_NAMES that exist
+        private final int mentions;
+        private final String[] typeNames; // token id -> name, for the visit order and the output
+        private final Comparator<Link> order;
+        private final PropertySelection linkKeys, mentionKeys, rowSelection, idOnly, tsOnly, weightOnly;
+        private final Value userValue;
+        private final NodeCursor node, other;
+        private final RelationshipScanCursor scan;
+        private final RelationshipTraversalCursor relationships;
+        private final PropertyCursor properties;
+        private final java.util.Map<String, IndexReadSession> sessions = new java.util.HashMap<>();
+
+        Walker(KernelTransaction ktx, String user, int fanout, long sparse, Double notAfter) {
+            this.ktx = ktx;
+            this.read = ktx.dataRead();
+            this.cursors = ktx.cursors();
+            this.context = ktx.cursorContext();
+            this.memory = ktx.memoryTracker();
+            this.user = user;
+            this.fanout = fanout;
+            this.sparse = sparse;
+            this.notAfter = notAfter;
+            this.minKey = notAfter == null ? Double.NEGATIVE_INFINITY : 0.0 - notAfter;
+            TokenRead tokens = ktx.tokenRead();
+            entity = tokens.nodeLabel("Entity");
+            userKey = tokens.propertyKey("user_id");
+            idKey = tokens.propertyKey("id");
+            tsKey = tokens.propertyKey("ts");
+            sidKey = tokens.propertyKey("sid");
+            tidKey = tokens.propertyKey("tid");
+            nwKey = tokens.propertyKey("nw");
+            stsKey = tokens.propertyKey("sts");
+            ttsKey = tokens.propertyKey("tts");
+            weightKey = tokens.propertyKey("weight");
+            rowKeys = Arrays.stream(ROW_KEYS).mapToInt(tokens::propertyKey).toArray();
+            int highest = 0;
+            List<Integer> found = new ArrayList<>();
+            for (String name : TYPE_NAMES) {
+                int id = tokens.relationshipType(name);
+                if (id != TokenConstants.NO_TOKEN) {
+                    found.add(id);
+                    highest = Math.max(highest, id);
+                }
+            }
+            types = found.stream().mapToInt(Integer::intValue).toArray();
+            typeNames = new String[highest + 1];
+            for (String name : TYPE_NAMES) {
+                int id = tokens.relationshipType(name);
+                if (id != TokenConstants.NO_TOKEN) {
+                    typeNames[id] = name;
+                }
+            }
+            mentions = tokens.relationshipType("MENTIONS");
+            order = visitOrder(typeNames);
+            linkKeys = selection(userKey, nwKey, stsKey, ttsKey, sidKey, tidKey);
+            mentionKeys = selection(userKey, nwKey, ttsKey, tidKey);
+            rowSelection = selection(rowKeys);
+            idOnly = selection(idKey);
+            tsOnly = selection(tsKey);
+            userValue = Values.stringValue(user);
+            weightOnly = selection(weightKey);
+            node = cursors.allocateNodeCursor(context, memory);
+            other = cursors.allocateNodeCursor(context, memory);
+            relationships = cursors.allocateRelationshipTraversalCursor(context, memory);
+            properties = cursors.allocatePropertyCursor(context, memory);
+            scan = cursors.allocateRelationshipScanCursor(context, memory);
+        }
+
+        /** A selection of the keys that exist (a key no entity has yet has no token). */
+        private static PropertySelection selection(int... keys) {
+            int[] known = Arrays.stream(keys).filter(k -> k != TokenConstants.NO_TOKEN).toArray();
+            return known.length == 0 ? PropertySelection.NO_PROPERTIES : PropertySelection.selection(known);
+        }
+
+        @Override
+        public void close() {
+            node.close();
+            other.close();
+            relationships.close();
+            properties.close();
+            scan.close();
+        }
+
+        Neighbourhood run(List<String> seeds, int depth) throws KernelException {
+            LinkedHashSet<Long> fetched = new LinkedHashSet<>();
+            List<Long> level = new ArrayList<>();
+            for (String seed : seeds) {
+                long ref = find(seed);
+                if (ref >= 0 && visible(ref) && fetched.add(ref)) {
+                    level.add(ref);
+                }
+            }
+            List<Object> adjacency = new ArrayList<>();
+            Set<Long> expanded = new HashSet<>();
+            for (int hop = 1; hop <= depth && !level.isEmpty(); hop++) {
+                LinkedHashSet<Long> next = new LinkedHashSet<>();
+                for (long ref : level) {
+                    if (!expanded.add(ref)) {
+                        continue; // reached again at a deeper level: the same links as before
+                    }
+                    String id = idOf(ref);
+                    List<Link> links = links(ref, id);
+                    List<Object> rows = new ArrayList<>(links.size());
+                    for (Link link : links) {
+                        rows.add(Arrays.asList(link.other, typeNames[link.type], weight(link.relationship),
+                                link.forward));
+                        next.add(link.otherNode);
+                    }
+                    adjacency.add(Arrays.asList(id, rows));
+                }
+                level = new ArrayList<>(next);
+                fetched.addAll(next);
+            }
+            List<Object> nodes = new ArrayList<>(fetched.size());
+            for (long ref : fetched) {
+                nodes.add(row(ref));
+            }
+            return new Neighbourhood(adjacency, nodes);
+        }
+
+        // --- nodes ---------------------------------------------------------------------------
+
+        /** The node of (user, id), from the uniqueness constraint's index; -1 when there is none. */
+        private long find(String id) throws KernelException {
+            if (entity == TokenConstants.NO_TOKEN || userKey == TokenConstants.NO_TOKEN || idKey == TokenConstants.NO_TOKEN) {
+                return -1;
+            }
+            IndexDescriptor index = ktx.schemaRead().indexGetForName("entity_user_id");
+            if (index == IndexDescriptor.NO_INDEX) {
+                throw new IllegalStateException("hrt.expand needs the constraint entity_user_id (apply graph_schema/)");
+            }
+            try (NodeValueIndexCursor cursor = cursors.allocateNodeValueIndexCursor(context, memory)) {
+                read.nodeIndexSeek(ktx.queryContext(), read.indexReadSession(index), cursor,
+                        IndexQueryConstraints.unconstrained(),
+                        PropertyIndexQuery.exact(userKey, user), PropertyIndexQuery.exact(idKey, id));
+                return cursor.next() ? cursor.nodeReference() : -1;
+            }
+        }
+
+        private boolean positioned(NodeCursor cursor, long ref) {
+            read.singleNode(ref, cursor);
+            return cursor.next();
+        }
+
+        /** A node's ts (null without one) through the {@code other} cursor. */
+        private Value tsOf(long ref) {
+            if (!positioned(other, ref)) {
+                return Values.NO_VALUE;
+            }
+            other.properties(properties, tsOnly);
+            return properties.next() ? properties.propertyValue() : Values.NO_VALUE;
+        }
+
+        private boolean visible(long ref) {
+            Value ts = tsOf(ref);
+            return notAfter == null || !(ts instanceof NumberValue n) || n.doubleValue() <= notAfter;
+        }
+
+        private String idOf(long ref) {
+            if (positioned(other, ref)) {
+                other.properties(properties, idOnly);
+                if (properties.next() && properties.propertyValue() instanceof TextValue text) {
+                    return text.stringValue();
+                }
+            }
+            return null;
+        }
+
+        /** A link key {@code k} (-ts of the other end, 0 without one) is visible as of notAfter when
+         * k >= -notAfter, or when the other end has no ts at all. */
+        private boolean visibleKey(double key, long otherNode) {
+            return key >= minKey || (key == 0.0 && tsOf(otherNode) == Values.NO_VALUE);
+        }
+
+        /** [id, kind, label, ts, salience, category, tags, source_agent_id, mentions, newest mention ts] */
+        private List<Object> row(long ref) throws KernelException {
+            Object[] values = new Object[ROW_KEYS.length];
+            if (positioned(node, ref)) {
+                node.properties(properties, rowSelection);
+                while (properties.next()) {
+                    int key = properties.propertyKey();
+                    for (int i = 0; i < rowKeys.length; i++) {
+                        if (rowKeys[i] == key) {
+                            values[i] = output(properties.propertyValue());
+                        }
+                    }
+                }
+            }
+            Object kind = values[1];
+            List<Object> mentioned = MEMORY_UNIT.equals(kind) ? mentionsOf(ref) : List.of();
+            Double newest = CONCEPT.equals(kind) && values[0] instanceof String id ? newestMention(id) : null;
+            List<Object> row = new ArrayList<>(ROW_KEYS.length + 2);
+            row.addAll(Arrays.asList(values));
+            row.add(mentioned);
+            row.add(newest);
+            return row;
+        }
+
+        /** A stored value as the procedure returns it (arrays as lists). */
+        private static Object output(Value value) {
+            Object copy = value.asObjectCopy();
+            if (value instanceof ArrayValue) {
+                int size = java.lang.reflect.Array.getLength(copy);
+                List<Object> items = new ArrayList<>(size);
+                for (int i = 0; i < size; i++) {
+                    items.add(java.lang.reflect.Array.get(copy, i));
+                }
+                return items;
+            }
+            return copy;
+        }
+
+        /** A memory unit's mentioned concepts' ids (of its MENTIONS to :Entity nodes), by (nw, tts, tid). */
+        private List<Object> mentionsOf(long ref) {
+            if (mentions == TokenConstants.NO_TOKEN || !positioned(node, ref)) {
+                return List.of();
+            }
+            List<Object[]> found = new ArrayList<>();
+            node.relationships(relationships, RelationshipSelection.selection(mentions, Direction.OUTGOING));
+            while (relationships.next()) {
+                Value owner = Values.NO_VALUE, nw = Values.NO_VALUE, tts = Values.NO_VALUE, tid = Values.NO_VALUE;
+                relationships.properties(properties, mentionKeys);
+                while (properties.next()) {
+                    int key = properties.propertyKey();
+                    Value value = properties.propertyValue();
+                    if (key == userKey) owner = value;
+                    else if (key == nwKey) nw = value;
+                    else if (key == ttsKey) tts = value;
+                    else if (key == tidKey) tid = value;
+                }
+                if (!owner.equals(userValue)) {
+                    continue;
+                }
+                long target = relationships.targetNodeReference();
+                if (!positioned(other, target) || !other.hasLabel(entity)) {
+                    continue;
+                }
+                found.add(new Object[] {orNull(nw), orNull(tts), orNull(tid)});
+            }
+            found.sort((a, b) -> {
+                int c = nullsLast(a[0], b[0]);
+                if (c == 0) c = nullsLast(a[1], b[1]);
+                if (c == 0) c = nullsLast(a[2], b[2]);
+                return c;
+            });
+            List<Object> ids = new ArrayList<>(found.size());
+            for (Object[] f : found) {
+                ids.add(f[2]);
+            }
+            return ids;
+        }
+
+        private static Object orNull(Value value) {
+            return value == Values.NO_VALUE ? null : value.asObjectCopy();
+        }
+
+        @SuppressWarnings({"unchecked", "rawtypes"})
+        private static int nullsLast(Object a, Object b) {
+            if (a == null || b == null) {
+                return a == null ? (b == null ? 0 : 1) : -1;
+            }
+            if (a instanceof Number x && b instanceof Number y) {
+                return cmp(x.doubleValue(), y.doubleValue());
+            }
+            return ((Comparable) a).compareTo(b);
+        }
+
+        /** A concept's newest visible mentioning memory unit's ts: the first entry of mentions_newest
+         * (user_id, tid, sts = -ts of the memory unit) from -notAfter on whose memory unit has a ts. */
+        private Double newestMention(String id) throws KernelException {
+            if (userKey == TokenConstants.NO_TOKEN || tidKey == TokenConstants.NO_TOKEN || stsKey == TokenConstants.NO_TOKEN) {
+                return null;
+            }
+            try (RelationshipValueIndexCursor cursor = cursors.allocateRelationshipValueIndexCursor(context, memory)) {
+                read.relationshipIndexSeek(ktx.queryContext(), session("mentions_newest"), cursor,
+                        IndexQueryConstraints.constrained(IndexOrder.ASCENDING, false),
+                        PropertyIndexQuery.exact(userKey, user),
+                        PropertyIndexQuery.exact(tidKey, id),
+                        PropertyIndexQuery.range(stsKey, minKey, true, null, false));
+                while (cursor.next()) {
+                    if (!cursor.readFromStore()) {
+                        continue;
+                    }
+                    if (tsOf(cursor.sourceNodeReference()) instanceof NumberValue ts
+                            && (notAfter == null || ts.doubleValue() <= notAfter)) {
+                        return ts.doubleValue();
+                    }
+                }
+            }
+            return null;
+        }
+
+        // --- links ---------------------------------------------------------------------------
+
+        /** The node's first {@code fanout} visible links in visit order. */
+        private List<Link> links(long ref, String id) throws KernelException {
+            if (!positioned(node, ref)) {
+                return List.of();
+            }
+            if (node.degreeWithMax((int) Math.min(sparse + 1, Integer.MAX_VALUE), RelationshipSelection.ALL_RELATIONSHIPS)
+                    > sparse) {
+                return merged(id);
+            }
+            List<Link> all = new ArrayList<>();
+            node.relationships(relationships, RelationshipSelection.selection(types, Direction.BOTH));
+            while (relationships.next()) {
+                walked(ref, all);
+            }
+            all.sort(order);
+            return all.size() > fanout ? all.subList(0, fanout) : all;
+        }
+
+        /** The relationship under the traversal cursor as a link from node {@code ref}, if visible; a
+         * self-loop gives both of its ends. */
+        private void walked(long ref, List<Link> out) {
+            long source = relationships.sourceNodeReference(), target = relationships.targetNodeReference();
+            Value owner = Values.NO_VALUE, nw = Values.NO_VALUE, sts = Values.NO_VALUE, tts = Values.NO_VALUE;
+            Value sid = Values.NO_VALUE, tid = Values.NO_VALUE;
+            relationships.properties(properties, linkKeys);
+            while (properties.next()) {
+                int key = properties.propertyKey();
+                Value value = properties.propertyValue();
+                if (key == userKey) owner = value;
+                else if (key == nwKey) nw = value;
+                else if (key == stsKey) sts = value;
+                else if (key == ttsKey) tts = value;
+                else if (key == sidKey) sid = value;
+                else if (key == tidKey) tid = value;
+            }
+            if (!owner.equals(userValue) || !(nw instanceof NumberValue nwv)
+                    || !(sid instanceof TextValue sidv) || !(tid instanceof TextValue tidv)) {
+                return;
+            }
+            long relationship = relationships.relationshipReference();
+            int type = relationships.type();
+            if (source == ref && tts instanceof NumberValue key && visibleKey(key.doubleValue(), target)) {
+                out.add(new Link(nwv.doubleValue(), key.doubleValue(), tidv.stringValue(), type, sidv.stringValue(),
+                        tidv.stringValue(), true, relationship, target));
+            }
+            if (target == ref && sts instanceof NumberValue key && visibleKey(key.doubleValue(), source)) {
+                out.add(new Link(nwv.doubleValue(), key.doubleValue(), sidv.stringValue(), type, sidv.stringValue(),
+                        tidv.stringValue(), false, relationship, source));
+            }
+        }
+
+        /** A hub's first {@code fanout} visible links: its (type, direction) link order indexes
+         * (user_id, me, nw, key, other) each hand their entries over in index order, which is the
+         * visit order within one (type, direction), so merging their heads yields the node's links
+         * in visit order, and the merge stops after {@code fanout}: about {@code fanout} entries are
+         * read, whatever the degree. */
+        private List<Link> merged(String id) throws KernelException {
+            List<Seek> seeks = new ArrayList<>(2 * types.length);
+            List<Link> out = new ArrayList<>();
+            try {
+                for (int type : types) {
+                    for (boolean forward : new boolean[] {true, false}) {
+                        Seek seek = new Seek(id, type, forward);
+                        seeks.add(seek);
+                        seek.start();
+                    }
+                }
+                while (out.size() < fanout) {
+                    Seek first = null;
+                    for (Seek seek : seeks) {
+                        if (seek.head != null && (first == null || order.compare(seek.head, first.head) < 0)) {
+                            first = seek;
+                        }
+                    }
+                    if (first == null) {
+                        break;
+                    }
+                    out.add(first.head);
+                    first.advance();
+                }
+            } finally {
+                for (Seek seek : seeks) {
+                    seek.cursor.close();
+                }
+            }
+            return out;
+        }
+
+        private IndexReadSession session(String name) throws KernelException {
+            IndexReadSession session = sessions.get(name);
+            if (session == null) {
+                IndexDescriptor index = ktx.schemaRead().indexGetForName(name);
+                if (index == IndexDescriptor.NO_INDEX) {
+                    throw new IllegalStateException("hrt.expand needs the index " + name + " (apply graph_schema/)");
+                }
+                session = read.indexReadSession(index);
+                sessions.put(name, session);
+            }
+            return session;
+        }
+
+        /** One (type, direction) link order index of a hub read in index order; {@code head} is its
+         * next visible link, null when it has no more. */
+        private final class Seek {
+            final String id;
+            final int type;
+            final boolean forward;
+            final RelationshipValueIndexCursor cursor;
+            Link head;
+
+            Seek(String id, int type, boolean forward) {
+                this.id = id;
+                this.type = type;
+                this.forward = forward;
+                this.cursor = cursors.allocateRelationshipValueIndexCursor(context, memory);
+            }
+
+            void start() throws KernelException {
+                String index = "link_" + typeNames[type].toLowerCase(Locale.ROOT) + (forward ? "_out" : "_in");
+                read.relationshipIndexSeek(ktx.queryContext(), session(index), cursor,
+                        IndexQueryConstraints.constrained(IndexOrder.ASCENDING, true),
+                        PropertyIndexQuery.exact(userKey, user),
+                        PropertyIndexQuery.exact(forward ? sidKey : tidKey, id),
+                        PropertyIndexQuery.exists(nwKey),
+                        PropertyIndexQuery.exists(forward ? ttsKey : stsKey),
+                        PropertyIndexQuery.exists(forward ? tidKey : sidKey));
+                advance();
+            }
+
+            void advance() {
+                head = null;
+                while (cursor.next()) {
+                    if (!(cursor.propertyValue(2) instanceof NumberValue nw)
+                            || !(cursor.propertyValue(3) instanceof NumberValue k)
+                            || !(cursor.propertyValue(4) instanceof TextValue o)
+                            || !cursor.readFromStore()) {
+                        continue;
+                    }
+                    double key = k.doubleValue();
+                    long otherNode = forward ? cursor.targetNodeReference() : cursor.sourceNodeReference();
+                    if (!visibleKey(key, otherNode)) {
+                        continue; // the other end is after notAfter
+                    }
+                    String otherId = o.stringValue();
+                    head = new Link(nw.doubleValue(), key, otherId, type, forward ? id : otherId,
+                            forward ? otherId : id, forward, cursor.relationshipReference(), otherNode);
+                    return;
+                }
+            }
+        }
+
+        /** A link's weight, as stored. */
+        private Object weight(long relationship) {
+            read.singleRelationship(relationship, scan);
+            if (scan.next()) {
+                scan.properties(properties, weightOnly);
+                if (properties.next()) {
+                    return properties.propertyValue().asObjectCopy();
+                }
+            }
+            return null;
+        }
+    }
+}
