@@ -12,25 +12,11 @@ import java.util.stream.Stream;
 import org.neo4j.exceptions.KernelException;
 import org.neo4j.graphdb.Direction;
 import org.neo4j.graphdb.Transaction;
-import org.neo4j.internal.kernel.api.CursorFactory;
 import org.neo4j.internal.kernel.api.IndexQueryConstraints;
-import org.neo4j.internal.kernel.api.IndexReadSession;
-import org.neo4j.internal.kernel.api.NodeCursor;
-import org.neo4j.internal.kernel.api.NodeValueIndexCursor;
-import org.neo4j.internal.kernel.api.PropertyCursor;
 import org.neo4j.internal.kernel.api.PropertyIndexQuery;
-import org.neo4j.internal.kernel.api.Read;
-import org.neo4j.internal.kernel.api.RelationshipScanCursor;
-import org.neo4j.internal.kernel.api.RelationshipTraversalCursor;
 import org.neo4j.internal.kernel.api.RelationshipValueIndexCursor;
 import org.neo4j.internal.kernel.api.TokenRead;
-import org.neo4j.token.api.TokenConstants;
-import org.neo4j.internal.schema.IndexDescriptor;
 import org.neo4j.internal.schema.IndexOrder;
-import org.neo4j.io.pagecache.context.CursorContext;
-import org.neo4j.kernel.api.KernelTransaction;
-import org.neo4j.kernel.impl.coreapi.InternalTransaction;
-import org.neo4j.memory.MemoryTracker;
 import org.neo4j.procedure.Context;
 import org.neo4j.procedure.Description;
 import org.neo4j.procedure.Mode;
@@ -39,7 +25,6 @@ import org.neo4j.procedure.Procedure;
 import org.neo4j.procedure.UserFunction;
 import org.neo4j.storageengine.api.PropertySelection;
 import org.neo4j.storageengine.api.RelationshipSelection;
-import org.neo4j.values.storable.ArrayValue;
 import org.neo4j.values.storable.NumberValue;
 import org.neo4j.values.storable.TextValue;
 import org.neo4j.values.storable.Value;
@@ -73,13 +58,9 @@ public final class Expansion {
     /** Bumped whenever the output changes; the Python adapter uses the procedure only on a match. */
     public static final String VERSION = "1";
 
-    private static final String[] TYPE_NAMES = {"MENTIONS", "RELATED_TO", "DERIVED_FROM", "FOLLOWS"};
     private static final String MEMORY_UNIT = "memory_unit";
     private static final String CONCEPT = "concept";
     private static final int MAX_DEPTH = 3;
-    // the node properties a row returns, in row order
-    private static final String[] ROW_KEYS = {"id", "kind", "label", "ts", "salience", "category", "tags",
-            "source_agent_id"};
 
     @Context
     public Transaction tx;
@@ -112,33 +93,28 @@ public final class Expansion {
             @Name("sparse") long sparse,
             @Name("notAfter") Double notAfter)
             throws KernelException {
-        if (user == null || seeds == null) {
-            throw new IllegalArgumentException("hrt.expand: user and seeds are required");
+        if (seeds == null) {
+            throw new IllegalArgumentException("hrt.expand: seeds are required");
         }
         if (depth < 0 || depth > MAX_DEPTH) {
             throw new IllegalArgumentException("hrt.expand: depth must be 0 to " + MAX_DEPTH + ", got " + depth);
         }
-        KernelTransaction ktx = ((InternalTransaction) tx).kernelTransaction();
-        try (Walker walker = new Walker(ktx, user, (int) Math.min(Math.max(fanout, 0), Integer.MAX_VALUE), sparse,
+        try (Walker walker = new Walker(tx, user, (int) Math.min(Math.max(fanout, 0), Integer.MAX_VALUE), sparse,
                 notAfter)) {
             return Stream.of(walker.run(seeds, (int) depth));
         }
     }
 
-    /** One link of a node with its visit order keys; {@code relationship} and {@code other} are
+    /** One link of a node with its visit order keys; {@code relationship} and {@code otherNode} are
      * store references. */
     private record Link(double nw, double key, String other, int type, String sid, String tid, boolean forward,
                         long relationship, long otherNode) {}
 
-    private static int cmp(double a, double b) {
-        return a < b ? -1 : (a > b ? 1 : 0);
-    }
-
     /** The visit order (class comment). Type ids are compared by name. */
     private static Comparator<Link> visitOrder(String[] typeNames) {
         return (a, b) -> {
-            int c = cmp(a.nw, b.nw);
-            if (c == 0) c = cmp(a.key, b.key);
+            int c = GraphReader.cmp(a.nw, b.nw);
+            if (c == 0) c = GraphReader.cmp(a.key, b.key);
             if (c == 0) c = a.other.compareTo(b.other);
             if (c == 0) c = typeNames[a.type].compareTo(typeNames[b.type]);
             if (c == 0) c = a.sid.compareTo(b.sid);
@@ -148,100 +124,24 @@ public final class Expansion {
         };
     }
 
-    private static final class Walker implements AutoCloseable {
-        private final KernelTransaction ktx;
-        private final Read read;
-        private final CursorFactory cursors;
-        private final CursorContext context;
-        private final MemoryTracker memory;
-        private final String user;
+    private static final class Walker extends GraphReader {
         private final int fanout;
         private final long sparse;
-        private final Double notAfter;
-        private final double minKey;
-        private final int entity, userKey, idKey, tsKey, sidKey, tidKey, nwKey, stsKey, ttsKey, weightKey;
-        private final int[] rowKeys;
         private final int[] types; // the token ids of TYPE_NAMES that exist
         private final int mentions;
-        private final String[] typeNames; // token id -> name, for the visit order and the output
         private final Comparator<Link> order;
-        private final PropertySelection linkKeys, mentionKeys, rowSelection, idOnly, tsOnly, weightOnly;
-        private final Value userValue;
-        private final NodeCursor node, other;
-        private final RelationshipScanCursor scan;
-        private final RelationshipTraversalCursor relationships;
-        private final PropertyCursor properties;
-        private final java.util.Map<String, IndexReadSession> sessions = new java.util.HashMap<>();
+        private final PropertySelection linkKeys, mentionKeys;
 
-        Walker(KernelTransaction ktx, String user, int fanout, long sparse, Double notAfter) {
-            this.ktx = ktx;
-            this.read = ktx.dataRead();
-            this.cursors = ktx.cursors();
-            this.context = ktx.cursorContext();
-            this.memory = ktx.memoryTracker();
-            this.user = user;
+        Walker(Transaction tx, String user, int fanout, long sparse, Double notAfter) {
+            super(tx, user, notAfter);
             this.fanout = fanout;
             this.sparse = sparse;
-            this.notAfter = notAfter;
-            this.minKey = notAfter == null ? Double.NEGATIVE_INFINITY : 0.0 - notAfter;
             TokenRead tokens = ktx.tokenRead();
-            entity = tokens.nodeLabel("Entity");
-            userKey = tokens.propertyKey("user_id");
-            idKey = tokens.propertyKey("id");
-            tsKey = tokens.propertyKey("ts");
-            sidKey = tokens.propertyKey("sid");
-            tidKey = tokens.propertyKey("tid");
-            nwKey = tokens.propertyKey("nw");
-            stsKey = tokens.propertyKey("sts");
-            ttsKey = tokens.propertyKey("tts");
-            weightKey = tokens.propertyKey("weight");
-            rowKeys = Arrays.stream(ROW_KEYS).mapToInt(tokens::propertyKey).toArray();
-            int highest = 0;
-            List<Integer> found = new ArrayList<>();
-            for (String name : TYPE_NAMES) {
-                int id = tokens.relationshipType(name);
-                if (id != TokenConstants.NO_TOKEN) {
-                    found.add(id);
-                    highest = Math.max(highest, id);
-                }
-            }
-            types = found.stream().mapToInt(Integer::intValue).toArray();
-            typeNames = new String[highest + 1];
-            for (String name : TYPE_NAMES) {
-                int id = tokens.relationshipType(name);
-                if (id != TokenConstants.NO_TOKEN) {
-                    typeNames[id] = name;
-                }
-            }
+            types = Arrays.stream(TYPE_NAMES).mapToInt(tokens::relationshipType).filter(t -> !missing(t)).toArray();
             mentions = tokens.relationshipType("MENTIONS");
             order = visitOrder(typeNames);
             linkKeys = selection(userKey, nwKey, stsKey, ttsKey, sidKey, tidKey);
             mentionKeys = selection(userKey, nwKey, ttsKey, tidKey);
-            rowSelection = selection(rowKeys);
-            idOnly = selection(idKey);
-            tsOnly = selection(tsKey);
-            userValue = Values.stringValue(user);
-            weightOnly = selection(weightKey);
-            node = cursors.allocateNodeCursor(context, memory);
-            other = cursors.allocateNodeCursor(context, memory);
-            relationships = cursors.allocateRelationshipTraversalCursor(context, memory);
-            properties = cursors.allocatePropertyCursor(context, memory);
-            scan = cursors.allocateRelationshipScanCursor(context, memory);
-        }
-
-        /** A selection of the keys that exist (a key no entity has yet has no token). */
-        private static PropertySelection selection(int... keys) {
-            int[] known = Arrays.stream(keys).filter(k -> k != TokenConstants.NO_TOKEN).toArray();
-            return known.length == 0 ? PropertySelection.NO_PROPERTIES : PropertySelection.selection(known);
-        }
-
-        @Override
-        public void close() {
-            node.close();
-            other.close();
-            relationships.close();
-            properties.close();
-            scan.close();
         }
 
         Neighbourhood run(List<String> seeds, int depth) throws KernelException {
@@ -249,7 +149,7 @@ public final class Expansion {
             List<Long> level = new ArrayList<>();
             for (String seed : seeds) {
                 long ref = find(seed);
-                if (ref >= 0 && visible(ref) && fetched.add(ref)) {
+                if (ref >= 0 && visible(tsOf(ref)) && fetched.add(ref)) {
                     level.add(ref);
                 }
             }
@@ -281,101 +181,22 @@ public final class Expansion {
             return new Neighbourhood(adjacency, nodes);
         }
 
-        // --- nodes ---------------------------------------------------------------------------
-
-        /** The node of (user, id), from the uniqueness constraint's index; -1 when there is none. */
-        private long find(String id) throws KernelException {
-            if (entity == TokenConstants.NO_TOKEN || userKey == TokenConstants.NO_TOKEN || idKey == TokenConstants.NO_TOKEN) {
-                return -1;
-            }
-            IndexDescriptor index = ktx.schemaRead().indexGetForName("entity_user_id");
-            if (index == IndexDescriptor.NO_INDEX) {
-                throw new IllegalStateException("hrt.expand needs the constraint entity_user_id (apply graph_schema/)");
-            }
-            try (NodeValueIndexCursor cursor = cursors.allocateNodeValueIndexCursor(context, memory)) {
-                read.nodeIndexSeek(ktx.queryContext(), read.indexReadSession(index), cursor,
-                        IndexQueryConstraints.unconstrained(),
-                        PropertyIndexQuery.exact(userKey, user), PropertyIndexQuery.exact(idKey, id));
-                return cursor.next() ? cursor.nodeReference() : -1;
-            }
-        }
-
-        private boolean positioned(NodeCursor cursor, long ref) {
-            read.singleNode(ref, cursor);
-            return cursor.next();
-        }
-
-        /** A node's ts (null without one) through the {@code other} cursor. */
-        private Value tsOf(long ref) {
-            if (!positioned(other, ref)) {
-                return Values.NO_VALUE;
-            }
-            other.properties(properties, tsOnly);
-            return properties.next() ? properties.propertyValue() : Values.NO_VALUE;
-        }
-
-        private boolean visible(long ref) {
-            Value ts = tsOf(ref);
-            return notAfter == null || !(ts instanceof NumberValue n) || n.doubleValue() <= notAfter;
-        }
-
-        private String idOf(long ref) {
-            if (positioned(other, ref)) {
-                other.properties(properties, idOnly);
-                if (properties.next() && properties.propertyValue() instanceof TextValue text) {
-                    return text.stringValue();
-                }
-            }
-            return null;
-        }
-
-        /** A link key {@code k} (-ts of the other end, 0 without one) is visible as of notAfter when
-         * k >= -notAfter, or when the other end has no ts at all. */
-        private boolean visibleKey(double key, long otherNode) {
-            return key >= minKey || (key == 0.0 && tsOf(otherNode) == Values.NO_VALUE);
-        }
-
         /** [id, kind, label, ts, salience, category, tags, source_agent_id, mentions, newest mention ts] */
         private List<Object> row(long ref) throws KernelException {
-            Object[] values = new Object[ROW_KEYS.length];
-            if (positioned(node, ref)) {
-                node.properties(properties, rowSelection);
-                while (properties.next()) {
-                    int key = properties.propertyKey();
-                    for (int i = 0; i < rowKeys.length; i++) {
-                        if (rowKeys[i] == key) {
-                            values[i] = output(properties.propertyValue());
-                        }
-                    }
-                }
-            }
+            Object[] values = rowValues(ref);
             Object kind = values[1];
             List<Object> mentioned = MEMORY_UNIT.equals(kind) ? mentionsOf(ref) : List.of();
             Double newest = CONCEPT.equals(kind) && values[0] instanceof String id ? newestMention(id) : null;
-            List<Object> row = new ArrayList<>(ROW_KEYS.length + 2);
+            List<Object> row = new ArrayList<>(values.length + 2);
             row.addAll(Arrays.asList(values));
             row.add(mentioned);
             row.add(newest);
             return row;
         }
 
-        /** A stored value as the procedure returns it (arrays as lists). */
-        private static Object output(Value value) {
-            Object copy = value.asObjectCopy();
-            if (value instanceof ArrayValue) {
-                int size = java.lang.reflect.Array.getLength(copy);
-                List<Object> items = new ArrayList<>(size);
-                for (int i = 0; i < size; i++) {
-                    items.add(java.lang.reflect.Array.get(copy, i));
-                }
-                return items;
-            }
-            return copy;
-        }
-
         /** A memory unit's mentioned concepts' ids (of its MENTIONS to :Entity nodes), by (nw, tts, tid). */
         private List<Object> mentionsOf(long ref) {
-            if (mentions == TokenConstants.NO_TOKEN || !positioned(node, ref)) {
+            if (missing(mentions) || !positioned(node, ref)) {
                 return List.of();
             }
             List<Object[]> found = new ArrayList<>();
@@ -423,7 +244,7 @@ public final class Expansion {
                 return a == null ? (b == null ? 0 : 1) : -1;
             }
             if (a instanceof Number x && b instanceof Number y) {
-                return cmp(x.doubleValue(), y.doubleValue());
+                return GraphReader.cmp(x.doubleValue(), y.doubleValue());
             }
             return ((Comparable) a).compareTo(b);
         }
@@ -431,7 +252,7 @@ public final class Expansion {
         /** A concept's newest visible mentioning memory unit's ts: the first entry of mentions_newest
          * (user_id, tid, sts = -ts of the memory unit) from -notAfter on whose memory unit has a ts. */
         private Double newestMention(String id) throws KernelException {
-            if (userKey == TokenConstants.NO_TOKEN || tidKey == TokenConstants.NO_TOKEN || stsKey == TokenConstants.NO_TOKEN) {
+            if (missing(userKey) || missing(tidKey) || missing(stsKey)) {
                 return null;
             }
             try (RelationshipValueIndexCursor cursor = cursors.allocateRelationshipValueIndexCursor(context, memory)) {
@@ -543,19 +364,6 @@ public final class Expansion {
             return out;
         }
 
-        private IndexReadSession session(String name) throws KernelException {
-            IndexReadSession session = sessions.get(name);
-            if (session == null) {
-                IndexDescriptor index = ktx.schemaRead().indexGetForName(name);
-                if (index == IndexDescriptor.NO_INDEX) {
-                    throw new IllegalStateException("hrt.expand needs the index " + name + " (apply graph_schema/)");
-                }
-                session = read.indexReadSession(index);
-                sessions.put(name, session);
-            }
-            return session;
-        }
-
         /** One (type, direction) link order index of a hub read in index order; {@code head} is its
          * next visible link, null when it has no more. */
         private final class Seek {
@@ -606,16 +414,5 @@ public final class Expansion {
             }
         }
 
-        /** A link's weight, as stored. */
-        private Object weight(long relationship) {
-            read.singleRelationship(relationship, scan);
-            if (scan.next()) {
-                scan.properties(properties, weightOnly);
-                if (properties.next()) {
-                    return properties.propertyValue().asObjectCopy();
-                }
-            }
-            return null;
-        }
     }
 }
