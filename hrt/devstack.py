@@ -207,7 +207,11 @@ def ensure_neo4j_plugin() -> Path:
     shutil.rmtree(build, ignore_errors=True)
     shutil.copytree(source, build, ignore=shutil.ignore_patterns("target"))
     env = {**os.environ, "JAVA_HOME": str(JAVA17.parents[1])}
-    _run(["mvn", "-q", "-B", "-f", str(build / "pom.xml"), "package", f"-Dneo4j.version={NEO4J_VERSION}"], env=env)
+    try:
+        _run(["mvn", "-q", "-B", "-f", str(build / "pom.xml"), "package", f"-Dneo4j.version={NEO4J_VERSION}"], env=env)
+    except subprocess.CalledProcessError as exc:  # Maven reports compile errors on stdout
+        output = (exc.stdout or "")[-3000:] + (exc.stderr or "")
+        raise DevStackError(f"building the Neo4j plugin failed:\n{output}") from exc
     home.mkdir(parents=True, exist_ok=True)
     os.replace(build / "target" / "hrt-neo4j.jar", jar)  # same filesystem: the jar appears whole or not at all
     shutil.rmtree(build, ignore_errors=True)

@@ -38,10 +38,11 @@ ties at it) the same way. The keys are derived data: :meth:`Neo4jGraphStore.appl
 them in once for relationships written before they existed (``004_link_keys_backfill.cypher``).
 
 The same neighbourhood can come from HRT's Neo4j procedure ``hrt.expand`` (``neo4j-plugin/``, a jar
-in Neo4j's ``plugins/`` folder), which reads it through Neo4j's Java API instead of Cypher's
+in Neo4j's ``plugins/`` folder), which reads it through Neo4j's kernel cursors instead of Cypher's
 row-at-a-time runtime and returns exactly what the query returns (a contract test compares the
 two): ``expansion="auto"`` (``HRT_NEO4J_EXPANSION``) uses it when Neo4j has it in the version this
-adapter expects, else the query; ``"procedure"`` requires it, ``"cypher"`` never uses it.
+adapter expects, else the query (also from the first call that finds it gone, after a restart of
+Neo4j without it); ``"procedure"`` requires it, ``"cypher"`` never uses it.
 
 Driver errors are translated at this edge: connection loss and unavailable databases become
 :class:`~hrt.errors.StoreUnavailable`, any other driver or server error :class:`~hrt.errors.StoreError`.
@@ -375,9 +376,10 @@ _NEIGHBOR_QUERIES: dict[tuple[EdgeType, bool], str] = {
 _NEIGHBOR_QUERIES[(EdgeType.MENTIONS, False)] = _user_as_list(_MENTIONED_BY)
 
 
-def _unknown_function(error: Neo4jError) -> bool:
-    """Neo4j's answer to a call of a function no plugin provides."""
-    return error.code == "Neo.ClientError.Statement.SyntaxError" and "Unknown function" in (error.message or "")
+def _error_code(error: StoreError, code: str, message: str = "") -> bool:
+    """Whether a translated error is Neo4j's error ``code`` (with ``message`` in its text)."""
+    cause = error.__cause__
+    return isinstance(cause, Neo4jError) and cause.code == code and message in (cause.message or "")
 
 
 def _min_key(not_after: float | None) -> float:
@@ -600,18 +602,26 @@ class Neo4jGraphStore:
             raise InvalidInput(f"depth must be 0 to {MAX_DEPTH}, got {caps.depth}", field="depth")
         if not seeds:
             return []
-        params = {
+        params: dict[str, Any] = {
             "user": [user_id],
             "seeds": sorted(seeds),
             "fanout": max(caps.fanout_per_node, 0),
             "sparse": self._sparse_degree,
             "not_after": not_after,
-            "min_key": _min_key(not_after),
         }
+        result = None
         if await self.uses_procedure():
-            params["depth"] = caps.depth
-            result = await self._run("expand", _PROCEDURE_QUERY, params, read=True)
-        else:
+            try:
+                result = await self._run("expand", _PROCEDURE_QUERY, {**params, "depth": caps.depth}, read=True)
+            except StoreError as exc:
+                gone = _error_code(exc, "Neo.ClientError.Procedure.ProcedureNotFound")
+                if self._expansion == "procedure" or not gone:
+                    raise
+                # Neo4j restarted without the plugin: the query gives the same answer
+                log.warning("Neo4j no longer has hrt.expand: expansion runs the Cypher query (slower)")
+                self._procedure = False
+        if result is None:
+            params["min_key"] = _min_key(not_after)
             result = await self._run("expand", expand_query(caps.depth), params, read=True)
         record = result.records[0]
         # Raw rows, not GraphNode objects: the walk reads only kinds and links, and GraphNodes are
@@ -652,8 +662,7 @@ class Neo4jGraphStore:
         try:
             result = await self._run("check hrt.expand", _PLUGIN_VERSION_QUERY, {}, read=True)
         except StoreError as exc:
-            cause = exc.__cause__
-            if not (isinstance(cause, Neo4jError) and _unknown_function(cause)):
+            if not _error_code(exc, "Neo.ClientError.Statement.SyntaxError", "Unknown function"):
                 raise  # Neo4j down, a wrong database, ...: not an answer about the procedure
             problem = "not installed"
         else:

@@ -218,6 +218,21 @@ async def test_expansion_mode_follows_the_installed_procedure(neo4j_uri, monkeyp
                 await strict.expand("nobody", {"a": 1.0}, CAPS)
             for adapter in (auto, strict):
                 await adapter.close()
+    # a Neo4j restarted without the plugin: the first call that finds it gone falls back for good
+    auto = Neo4jGraphStore(neo4j_uri)
+    assert await auto.uses_procedure() is True
+    strict = Neo4jGraphStore(neo4j_uri, expansion="procedure")
+    gone = neo4j_graph._PROCEDURE_QUERY.replace("hrt.expand(", "hrt.no_such_procedure(")
+    with monkeypatch.context() as m:
+        m.setattr(neo4j_graph, "_PROCEDURE_QUERY", gone)
+        caplog.clear()
+        assert await auto.expand("nobody", {"a": 1.0}, CAPS) == []
+        assert "no longer has hrt.expand" in caplog.text
+        assert await auto.uses_procedure() is False
+        with pytest.raises(StoreError, match="no_such_procedure"):
+            await strict.expand("nobody", {"a": 1.0}, CAPS)
+    for adapter in (auto, strict):
+        await adapter.close()
     with pytest.raises(ValueError, match="expansion must be one of"):
         Neo4jGraphStore(neo4j_uri, expansion="fast")
 
