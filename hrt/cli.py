@@ -302,7 +302,12 @@ def cmd_dev(args: argparse.Namespace) -> int:
     directory = Path(args.dir)
     if args.action == "up":
         t0 = time.perf_counter()
-        stack = devstack.up(directory, tuple(args.services or devstack.SERVICES))
+        stack = devstack.up(
+            directory,
+            tuple(args.services or devstack.SERVICES),
+            neo4j_page_cache=args.neo4j_page_cache,
+            weaviate_memory=args.weaviate_memory,
+        )
         print(
             json.dumps(
                 {
@@ -396,6 +401,8 @@ def build_parser() -> argparse.ArgumentParser:
     dv.add_argument("action", choices=["up", "down", "status"])
     dv.add_argument("--dir", default=".hrt-dev", help="where the stack keeps data, logs and stack.env")
     dv.add_argument("--services", nargs="*", choices=["postgres", "neo4j", "weaviate"])
+    dv.add_argument("--neo4j-page-cache", default="256m", help="Neo4j's page cache (a million entities: ~3g)")
+    dv.add_argument("--weaviate-memory", default="1GiB", help="Weaviate's GOMEMLIMIT (a million entities: ~4GiB)")
     dv.set_defaults(func=cmd_dev)
 
     e = sub.add_parser("export-schema", help="write the JSON Schemas of the request and the response")

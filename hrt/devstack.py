@@ -13,11 +13,13 @@ variables that ``hrt serve`` reads).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
 import os
 import pwd
+import re
 import shutil
 import signal
 import socket
@@ -38,6 +40,12 @@ WEAVIATE_VERSION = "v1.38.11"
 JAVA17 = Path("/usr/lib/jvm/java-17-openjdk-amd64/bin/java")
 PG_BIN = Path(f"/usr/lib/postgresql/{POSTGRES_MAJOR}/bin")
 SERVICES = ("postgres", "neo4j", "weaviate")
+# Memory of the dev stack's servers: enough for the tests and 100k entities; a million entities
+# need more (Weaviate refuses writes near its GOMEMLIMIT: "not enough memory"), see hrt bench
+NEO4J_PAGE_CACHE = "256m"
+WEAVIATE_MEMORY = "1GiB"
+_NEO4J_SIZE = re.compile(r"^[1-9][0-9]*[kmg]$")
+_GO_SIZE = re.compile(r"^[1-9][0-9]*(MiB|GiB)$")
 
 
 class DevStackError(RuntimeError):
@@ -418,7 +426,7 @@ def start_postgres(root: Path, timeout: float = 60.0) -> ServiceInfo:
     )
 
 
-def start_neo4j(root: Path, timeout: float = 180.0) -> ServiceInfo:
+def start_neo4j(root: Path, timeout: float = 180.0, page_cache: str = NEO4J_PAGE_CACHE) -> ServiceInfo:
     java = ensure_java17()
     lib = ensure_neo4j_jars()
     plugin = ensure_neo4j_plugin()
@@ -441,7 +449,7 @@ def start_neo4j(root: Path, timeout: float = 180.0) -> ServiceInfo:
                 "server.https.enabled=false",
                 "dbms.security.auth_enabled=false",
                 "dbms.usage_report.enabled=false",
-                "server.memory.pagecache.size=256m",
+                f"server.memory.pagecache.size={page_cache}",
                 "dbms.memory.transaction.total.max=512m",
                 "server.jvm.additional=-XX:+UseG1GC",
             ]
@@ -494,7 +502,7 @@ def start_neo4j(root: Path, timeout: float = 180.0) -> ServiceInfo:
     )
 
 
-def start_weaviate(root: Path, timeout: float = 120.0) -> ServiceInfo:
+def start_weaviate(root: Path, timeout: float = 120.0, memory: str = WEAVIATE_MEMORY) -> ServiceInfo:
     binary = ensure_weaviate()
     home = root / "weaviate"
     data = home / "data"
@@ -521,7 +529,7 @@ def start_weaviate(root: Path, timeout: float = 120.0) -> ServiceInfo:
         "GO_PROFILING_DISABLE": "true",
         "DISABLE_TELEMETRY": "true",
         "QUERY_DEFAULTS_LIMIT": "25",
-        "GOMEMLIMIT": "1GiB",
+        "GOMEMLIMIT": memory,
         "GOMAXPROCS": "2",
         "LOG_LEVEL": "warning",
         "DISK_USE_READONLY_PERCENTAGE": "100",
@@ -595,8 +603,25 @@ def stop_pid(pid: int, grace: float = 30.0) -> None:
         os.waitpid(pid, 0)
 
 
-def up(directory: Path, services: tuple[str, ...] = SERVICES) -> Stack:
-    """Start what is not running yet (reusing a live stack in ``directory``); returns addresses."""
+def up(
+    directory: Path,
+    services: tuple[str, ...] = SERVICES,
+    *,
+    neo4j_page_cache: str = NEO4J_PAGE_CACHE,
+    weaviate_memory: str = WEAVIATE_MEMORY,
+) -> Stack:
+    """Start what is not running yet (reusing a live stack in ``directory``); returns addresses.
+    ``neo4j_page_cache`` (e.g. ``2g``) and ``weaviate_memory`` (Weaviate's GOMEMLIMIT, e.g.
+    ``4GiB``) size the servers it starts."""
+    if not _NEO4J_SIZE.match(neo4j_page_cache):
+        raise DevStackError(f"the Neo4j page cache must look like 256m or 2g, got {neo4j_page_cache!r}")
+    if not _GO_SIZE.match(weaviate_memory):
+        raise DevStackError(f"Weaviate's memory must look like 512MiB or 4GiB, got {weaviate_memory!r}")
+    starters: dict[str, Callable[[Path], ServiceInfo]] = {
+        **STARTERS,
+        "neo4j": functools.partial(start_neo4j, page_cache=neo4j_page_cache),
+        "weaviate": functools.partial(start_weaviate, memory=weaviate_memory),
+    }
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o755)  # PostgreSQL runs as another user and must traverse it
@@ -607,7 +632,7 @@ def up(directory: Path, services: tuple[str, ...] = SERVICES) -> Stack:
         INSTALLERS[name]()
     errors: list[str] = []
     with ThreadPoolExecutor(max_workers=max(1, len(missing))) as pool:
-        futures = {name: pool.submit(STARTERS[name], directory) for name in missing}
+        futures = {name: pool.submit(starters[name], directory) for name in missing}
         for name, future in futures.items():
             try:
                 stack.services[name] = future.result()

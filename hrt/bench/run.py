@@ -716,6 +716,17 @@ def evaluate_goals(run: dict[str, Any]) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------------------------
 
 
+def stack_memory(largest: int) -> dict[str, str]:
+    """The services' memory for a run whose largest store has ``largest`` entities: the dev
+    stack's defaults up to 100k; per million entities, Weaviate 3 GiB more (1M vectors of 384
+    floats are 1.5 GB before the HNSW graph; at its 1 GiB default it refused writes with "not
+    enough memory" at ~500k) and Neo4j's page cache 3 GB more (its store is ~2.5 GB at 1M)."""
+    millions = math.ceil(largest / 1_000_000) if largest > 100_000 else 0
+    if not millions:
+        return {}
+    return {"neo4j_page_cache": f"{256 + 3072 * millions}m", "weaviate_memory": f"{1 + 3 * millions}GiB"}
+
+
 @contextlib.contextmanager
 def services_stack(plan: Plan) -> Iterator[Any]:
     """The dev stack (reused from ``--stack-dir`` when live); stops only the services it started."""
@@ -727,7 +738,7 @@ def services_stack(plan: Plan) -> Iterator[Any]:
     live = {n for n, i in (before.services.items() if before else []) if devstack._alive(i.pid)}
     stack = None
     try:
-        stack = devstack.up(directory)
+        stack = devstack.up(directory, devstack.SERVICES, **stack_memory(max(plan.sizes, default=0)))
         yield stack
     finally:
         loaded = stack or devstack.Stack.load(directory.resolve())
@@ -827,6 +838,7 @@ def run_plan(plan: Plan) -> dict[str, Any]:
             "batch_size": plan.batch_size,
             "seed": plan.seed,
             "server_env": plan.server_env,
+            "stack_memory": stack_memory(max(plan.sizes, default=0)) if plan.stack_dir is None else "reused stack",
         },
         "goals": {f"{d} {size_label(n)}": g for (d, n), g in GOALS.items()},
         "runs": [],

@@ -153,3 +153,15 @@ def test_a_failed_deployment_is_reported_and_the_run_goes_on(tmp_path: Path) -> 
     run = bench.bench_one(plan, "services", 300, broken, tmp_path, None)
     assert run["status"] == "failed" and "store did not start" in run["error"]
     assert run["goals"] == []
+
+
+def test_services_memory_grows_with_the_largest_store(tmp_path: Path) -> None:
+    from hrt import devstack
+
+    assert bench.stack_memory(10_000) == bench.stack_memory(100_000) == {}  # the dev stack's defaults
+    assert bench.stack_memory(1_000_000) == {"neo4j_page_cache": "3328m", "weaviate_memory": "4GiB"}
+    assert bench.stack_memory(2_000_000) == {"neo4j_page_cache": "6400m", "weaviate_memory": "7GiB"}
+    for bad in ({"neo4j_page_cache": "lots"}, {"weaviate_memory": "4G"}):  # refused before anything starts
+        with pytest.raises(devstack.DevStackError):
+            devstack.up(tmp_path / "stack", **bad)
+        assert not (tmp_path / "stack").exists()
