@@ -278,8 +278,8 @@ public final class Expansion {
 
         /** The node's first {@code fanout} visible links in visit order. */
         private List<Link> links(long ref, String id) throws KernelException {
-            if (!positioned(node, ref)) {
-                return List.of();
+            if (types.length == 0 || !positioned(node, ref)) {
+                return List.of(); // no relationship of HRT's types exists yet
             }
             if (node.degreeWithMax((int) Math.min(sparse + 1, Integer.MAX_VALUE), RelationshipSelection.ALL_RELATIONSHIPS)
                     > sparse) {
@@ -317,6 +317,9 @@ public final class Expansion {
             }
             long relationship = relationships.relationshipReference();
             int type = relationships.type();
+            if (type >= typeNames.length || typeNames[type] == null) {
+                return; // not one of HRT's types (the selection asked for them only)
+            }
             if (source == ref && tts instanceof NumberValue key && visibleKey(key.doubleValue(), target)) {
                 out.add(new Link(nwv.doubleValue(), key.doubleValue(), tidv.stringValue(), type, sidv.stringValue(),
                         tidv.stringValue(), true, relationship, target));
