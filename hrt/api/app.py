@@ -258,6 +258,8 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
             "caches": service.preload_state,
             "embedder": service.embedder.name,
             "deployment": service.deployment,
+            # Neo4j: "procedure" (hrt.expand) or "cypher"; the embedded graph walks in process
+            "graph_expansion": getattr(service.graph, "expansion_path", "in_process"),
         }
         code = 200 if ok and not warming else 503
         return Response(json.dumps(body), status_code=code, media_type="application/json")

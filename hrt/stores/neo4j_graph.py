@@ -651,6 +651,12 @@ class Neo4jGraphStore:
             lambda ident: rows[ident][9],
         )
 
+    @property
+    def expansion_path(self) -> str:
+        """Where expansion reads from: ``procedure``, ``cypher``, or ``unknown`` before Neo4j was
+        asked (``hrt serve``'s warm-up asks before ``/readyz`` says ready)."""
+        return "unknown" if self._procedure is None else "procedure" if self._procedure else "cypher"
+
     async def uses_procedure(self) -> bool:
         """Whether expansion runs ``hrt.expand``: asked of Neo4j once (``hrt.version()``) in the
         ``auto`` mode. A Neo4j that is down raises (and is asked again next time); one without the

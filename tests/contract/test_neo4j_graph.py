@@ -199,8 +199,14 @@ async def test_expansion_mode_follows_the_installed_procedure(neo4j_uri, monkeyp
     (with a warning); ``procedure`` refuses to run without it; ``cypher`` never asks."""
     from hrt.stores import neo4j_graph
 
-    assert await Neo4jGraphStore(neo4j_uri).uses_procedure() is True  # the dev stack installs the plugin
-    assert await Neo4jGraphStore(neo4j_uri, expansion="cypher").uses_procedure() is False
+    fresh = Neo4jGraphStore(neo4j_uri)
+    assert fresh.expansion_path == "unknown"  # not asked yet
+    assert await fresh.uses_procedure() is True  # the dev stack installs the plugin
+    assert fresh.expansion_path == "procedure"
+    never = Neo4jGraphStore(neo4j_uri, expansion="cypher")
+    assert never.expansion_path == "cypher" and await never.uses_procedure() is False
+    for adapter in (fresh, never):
+        await adapter.close()
     for patch, problem in (
         (("PLUGIN_VERSION", "0"), "version '1', this HRT reads '0'"),
         (("_PLUGIN_VERSION_QUERY", "RETURN hrt.no_such_function() AS version"), "not installed"),

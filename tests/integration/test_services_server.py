@@ -70,6 +70,7 @@ def test_all_real_backends_end_to_end(postgres_dsn, stack_manager, own_weaviate,
             assert ready["stores"] == {"records": "ok", "graph": "ok", "vectors": "ok"}
             assert ready["caches"] == "done"  # Neo4j planned retrieval's queries before /readyz said ready
             assert ready["deployment"] == "postgres+neo4j+weaviate"
+            assert ready["graph_expansion"] == "procedure"  # the dev stack installs neo4j-plugin/
             docs = []
             for body in REQUESTS:
                 body = {**body, "as_of": "2025-12-31T00:00:00Z"}
