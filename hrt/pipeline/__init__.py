@@ -22,7 +22,7 @@ from hrt.contract import AugmentedMemoryContext, RetrieveRequest
 from hrt.embedder import Embedder
 from hrt.errors import NotFound, StoreUnavailable
 from hrt.metrics import Metrics
-from hrt.pipeline.assembly import assemble
+from hrt.pipeline.assembly import CONNECTED_CONCEPTS, assemble
 from hrt.pipeline.expansion import run_expansion, scale_reached
 from hrt.pipeline.grounding import Grounding, run_grounding
 from hrt.pipeline.hydration import run_hydration
@@ -74,10 +74,10 @@ class HybridRetrievalTool:
             self.metrics.stage_seconds.labels(stage=name).observe(elapsed)
 
     async def _neighbors(
-        self, user_id: str, ids: list[str], outgoing: bool, not_after: float
+        self, user_id: str, ids: list[str], outgoing: bool, limit: int, not_after: float
     ) -> dict[str, list[GraphNode]]:
-        """The ``MENTIONS`` neighbours (up to 50 each) that assembly shows; no read for no ids."""
-        return await self.graph.neighbors(user_id, ids, EdgeType.MENTIONS, outgoing, 50, not_after) if ids else {}
+        """The ``MENTIONS`` neighbours (up to ``limit`` each) that assembly shows; no read for no ids."""
+        return await self.graph.neighbors(user_id, ids, EdgeType.MENTIONS, outgoing, limit, not_after) if ids else {}
 
     async def retrieve(self, request: RetrieveRequest) -> AugmentedMemoryContext:
         return (await self.run(request))[0]
@@ -190,10 +190,12 @@ class HybridRetrievalTool:
             not_after = intake.as_of.timestamp()
             mu_ids = [x.id for x in selected[Kind.MEMORY_UNIT]]
             concept_ids = [x.id for x in selected[Kind.CONCEPT]]
-            # both reads at once: two round trips in flight, not one after the other
+            # both reads at once: two round trips in flight, not one after the other. A concept's
+            # related memory units are the selected ones that mention it, then its newest others
+            # (assembly.related_memory_units): its newest related_items + len(mu_ids) suffice
             mu_concepts, concept_mus = await asyncio.gather(
-                self._neighbors(intake.user_id, mu_ids, True, not_after),
-                self._neighbors(intake.user_id, concept_ids, False, not_after),
+                self._neighbors(intake.user_id, mu_ids, True, CONNECTED_CONCEPTS, not_after),
+                self._neighbors(intake.user_id, concept_ids, False, s.related_items + len(mu_ids), not_after),
             )
             stages["assembly"] = "ok"
             response = assemble(

@@ -33,6 +33,30 @@ from hrt.stores.base import GraphNode
 from hrt.text import STOPWORDS, WORD
 
 ELLIPSIS = "…"
+CONNECTED_CONCEPTS = 50  # a memory unit's connected concepts shown, newest first
+
+
+def related_memory_units(
+    concept_id: str,
+    selected_mus: Sequence[GraphNode],
+    mu_concepts: Mapping[str, Sequence[GraphNode]],
+    concept_mus: Mapping[str, Sequence[GraphNode]],
+    count: int,
+) -> list[GraphNode]:
+    """A concept's related memory units: those this response returns that mention it (in its
+    order), then the newest others. ``mu_concepts`` holds the returned memory units' concepts and
+    ``concept_mus`` the concept's newest mentioning memory units, at least ``count`` plus the
+    number returned (so that ``count`` others remain once the returned ones are set apart)."""
+    newest = concept_mus.get(concept_id, ())
+    in_newest = {mu.id for mu in newest}
+    returned = [
+        mu
+        for mu in selected_mus
+        if mu.id in in_newest or any(c.id == concept_id for c in mu_concepts.get(mu.id, ()))
+    ]
+    shown = {mu.id for mu in selected_mus}
+    others = [mu for mu in newest if mu.id not in shown]
+    return (returned + others)[:count]
 
 
 def find_anchor(text: str, phrases: Sequence[str]) -> int | None:
@@ -154,14 +178,12 @@ def assemble(
             )
         )
 
-    selected_mu_rank = {s.id: i for i, s in enumerate(selected.get(Kind.MEMORY_UNIT, ()))}
+    selected_mus = [s.candidate.node for s in selected.get(Kind.MEMORY_UNIT, ())]
     concepts: list[RetrievedConcept] = []
     for s in selected.get(Kind.CONCEPT, ()):
         c = entities[s.id]
         assert isinstance(c, Concept)
-        neighbours = list(concept_mus.get(s.id, ()))
-        # memory units this response also returns come first (in its order), then the newest
-        neighbours.sort(key=lambda n: (selected_mu_rank.get(n.id, len(selected_mu_rank)),))
+        neighbours = related_memory_units(s.id, selected_mus, mu_concepts, concept_mus, related_items)
         concepts.append(
             RetrievedConcept(
                 id=c.id,
@@ -172,9 +194,7 @@ def assemble(
                 salience=r(c.salience),
                 final_retrieval_score=r(s.final),
                 score_breakdown=breakdown(s),
-                related_top_memory_unit_ids_and_titles=[
-                    IdTitle(id=n.id, title=n.label) for n in neighbours[:related_items]
-                ],
+                related_top_memory_unit_ids_and_titles=[IdTitle(id=n.id, title=n.label) for n in neighbours],
                 key_properties_values={k: c.properties[k] for k in sorted(c.properties)},
             )
         )

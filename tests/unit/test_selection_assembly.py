@@ -1,8 +1,9 @@
 import pytest
 
-from hrt.pipeline.assembly import make_snippet, summary_text
+from hrt.pipeline.assembly import make_snippet, related_memory_units, summary_text
 from hrt.pipeline.selection import Fingerprint
 from hrt.records import Kind
+from hrt.stores.base import GraphNode
 
 FILLER = "Filler words about nothing in particular. " * 10
 TEXT = FILLER + "The Kubernetes upgrade failed at noon. " + "More filler afterwards. " * 10
@@ -67,3 +68,24 @@ def test_summary_wording():
     assert summary_text(2, 0, 0, 1, counts, [], True, ["rerank failed: Timeout"]).endswith(
         "Unmatched phrases: none. Reranked. Degraded: rerank failed: Timeout."
     )
+
+
+def test_related_memory_units_put_the_returned_ones_first_then_the_newest_others():
+    def mu(i: int) -> GraphNode:
+        return GraphNode(f"m{i}", Kind.MEMORY_UNIT, f"note {i}", float(i), 0.5, "meeting_note")
+
+    hub = GraphNode("c-hub", Kind.CONCEPT, "Hub", None, 0.5, "topic")
+    other = GraphNode("c-other", Kind.CONCEPT, "Other", None, 0.5, "topic")
+    # the response returns m2 (an old mention, beyond the newest read), m7 (among them) and m5
+    # (which mentions another concept only)
+    selected = [mu(2), mu(7), mu(5)]
+    mu_concepts = {"m2": [hub], "m7": [other, hub], "m5": [other]}
+    newest = {"c-hub": [mu(9), mu(8), mu(7), mu(6), mu(4), mu(3)]}  # count 3 + 3 returned
+    got = related_memory_units("c-hub", selected, mu_concepts, newest, 3)
+    assert [n.id for n in got] == ["m2", "m7", "m9"]
+    assert [n.id for n in related_memory_units("c-hub", selected, mu_concepts, newest, 5)] == [
+        "m2", "m7", "m9", "m8", "m6"]
+    # a returned one among the newest counts as returned; the rest newest first
+    assert [n.id for n in related_memory_units("c-x", selected, mu_concepts, {"c-x": [mu(5), mu(1)]}, 3)] == [
+        "m5", "m1"]
+    assert related_memory_units("c-hub", selected, mu_concepts, newest, 0) == []
