@@ -371,16 +371,38 @@ def services_target(stack: Any, label: str, create: bool = True) -> Target:
 # ------------------------------------------------------------------------------------------
 
 
-def _ingest_child(cfg: dict[str, Any], settings: dict[str, Any], vectors: str, batch_size: int) -> dict[str, Any]:
+def _ingest_child(
+    cfg: dict[str, Any], settings: dict[str, Any], vectors: str, batch_size: int, parent: int | None = None
+) -> dict[str, Any]:
     logging.basicConfig(level=logging.WARNING)
     t0 = time.perf_counter()
     embedder = TimedEmbedder(make_ingest_embedder(vectors))
     setup_s = time.perf_counter() - t0
-    return asyncio.run(_ingest(SynthConfig(**cfg), settings, embedder, batch_size, setup_s))
+    try:
+        return asyncio.run(_ingest(SynthConfig(**cfg), settings, embedder, batch_size, setup_s, parent))
+    except _Orphaned as exc:
+        # the stores are closed (the ingest's finally ran); end the pool's worker process too, or
+        # it would wait forever for work from a parent that is gone
+        print(f"hrt bench ingest: {exc}", file=sys.stderr, flush=True)
+        os._exit(3)
+
+
+class _Orphaned(Exception):
+    pass
+
+
+def orphaned(parent: int | None) -> bool:
+    """Whether the harness that started this ingest child is gone (the child was re-parented)."""
+    return parent is not None and os.getppid() != parent
 
 
 async def _ingest(
-    cfg: SynthConfig, overrides: dict[str, Any], embedder: TimedEmbedder, batch_size: int, setup_s: float
+    cfg: SynthConfig,
+    overrides: dict[str, Any],
+    embedder: TimedEmbedder,
+    batch_size: int,
+    setup_s: float,
+    parent: int | None = None,
 ) -> dict[str, Any]:
     from hrt.config import Settings
     from hrt.ingest import parse_record
@@ -397,6 +419,10 @@ async def _ingest(
     t0 = time.perf_counter()
     try:
         for raw in batches(cfg, batch_size, stats):
+            # `hrt bench` killed (not by Ctrl-C, which reaches the whole process group): stop at the
+            # next batch instead of writing into the stores for the hour a 1M ingest takes
+            if orphaned(parent):
+                raise _Orphaned(f"hrt bench (pid {parent}) is gone: ingest stopped after {n_records} records")
             t = time.perf_counter()
             records = [parse_record(obj, f"record {n_records + i}") for i, obj in enumerate(raw)]
             parse_s += time.perf_counter() - t
@@ -436,7 +462,7 @@ async def _ingest(
 def run_ingest(cfg: SynthConfig, target: Target, vectors: str, batch_size: int) -> dict[str, Any]:
     ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-        future = pool.submit(_ingest_child, asdict(cfg), target.settings, vectors, batch_size)
+        future = pool.submit(_ingest_child, asdict(cfg), target.settings, vectors, batch_size, os.getpid())
         result: dict[str, Any] = future.result()
     return result
 

@@ -165,3 +165,69 @@ def test_services_memory_grows_with_the_largest_store(tmp_path: Path) -> None:
         with pytest.raises(devstack.DevStackError):
             devstack.up(tmp_path / "stack", **bad)
         assert not (tmp_path / "stack").exists()
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")  # a zombie has exited (a container's init may never reap it)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_the_ingest_child_stops_when_the_harness_is_killed(tmp_path: Path) -> None:
+    """A killed ``hrt bench`` (SIGKILL, which its ingest child does not see) must not leave the
+    child writing into the stores: it stops at its next batch."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parents[2]
+    script = tmp_path / "harness.py"
+    script.write_text(
+        "import os\n"
+        "from pathlib import Path\n"
+        "from hrt.bench.run import embedded_target, run_ingest\n"
+        "from hrt.bench.synth import SynthConfig\n"
+        "if __name__ == '__main__':\n"
+        "    cfg = SynthConfig(entities=2_000_000, seed=7, user_id='u-orphan', id_prefix='o-')\n"
+        f"    run_ingest(cfg, embedded_target(Path({str(tmp_path)!r}), 'big'), 'tests.helpers:HashingEmbedder', 200)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)}
+    harness = subprocess.Popen([sys.executable, str(script)], cwd=root, env=env)
+    children: list[int] = []
+    try:
+        db = tmp_path / "embedded-big.db"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (db.exists() and db.stat().st_size > 0):
+            time.sleep(0.2)  # the child is writing batches
+        assert db.exists(), "the ingest child never started writing"
+        children = [c for c in _children(harness.pid) if _running(c)]
+        assert children
+        harness.send_signal(signal.SIGKILL)
+        harness.wait(timeout=30)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and any(_running(c) for c in children):
+            time.sleep(0.2)
+        assert not any(_running(c) for c in children), "the ingest child outlived the killed harness"
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+        for child in children:
+            if _running(child):
+                os.kill(child, signal.SIGKILL)
