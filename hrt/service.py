@@ -141,7 +141,6 @@ class HRTService:
         self._preload_failed = False
         self._preload_lock = threading.Lock()
         self._warm_task: asyncio.Task[None] | None = None
-        self._vector_warm_task: asyncio.Task[None] | None = None
         self._projector_stop = asyncio.Event()
 
         self.embedded: EmbeddedStore | None = None
@@ -261,12 +260,6 @@ class HRTService:
                 depths = sorted(range(4), key=lambda d: (d != default, d))
                 self._preloading += 1
                 self._warm_task = asyncio.create_task(self._warm_queries(lambda: graph_warm(depths)))
-            largest = getattr(self.records, "largest_users", None)
-            if self.settings.vector_index != "embedded" and largest is not None:
-                # Weaviate answered a 1M-entity tenant's first search in 1.8 s (later ones in
-                # ~50 ms): one search per large user before /readyz says ready
-                self._preloading += 1
-                self._vector_warm_task = asyncio.create_task(self._warm_vector_index(largest))
             if self.embedded is not None:
                 # a daemon thread: it never holds up a shutdown (a million-vector HNSW build takes minutes)
                 self._preloading += 1
@@ -319,22 +312,6 @@ class HRTService:
             log.warning("warming the stores' read queries failed: %s", exc)
             self._preloaded(ok=False)
 
-    async def _warm_vector_index(self, largest: Callable[[int], Awaitable[list[str]]]) -> None:
-        """One search of every leg for each of the largest users (``HRT_PRELOAD_USERS``), so the
-        vector index loads what their first request would wait for."""
-        started = time.perf_counter()
-        try:
-            users = await largest(self.settings.preload_users)
-            phrases = ["warm up"]
-            vectors = await asyncio.to_thread(self.embedder.embed, phrases)
-            for user_id in users:
-                await self.vectors.search(user_id, phrases, vectors, list(Kind), self.settings.search_k)
-            log.info("warmed the vector index for %d users in %.1f s", len(users), time.perf_counter() - started)
-            self._preloaded(ok=True)
-        except Exception as exc:  # a store that is down: readiness reports it, requests fail as 503
-            log.warning("warming the vector index failed: %s", exc)
-            self._preloaded(ok=False)
-
     def _preloaded(self, *, ok: bool) -> None:
         """One preload finished (from the event loop or the preload thread): /readyz leaves
         "loading" when all have."""
@@ -345,11 +322,10 @@ class HRTService:
                 self.preload_state = "failed" if self._preload_failed else "done"
 
     async def close(self) -> None:
-        for task in (self._warm_task, self._vector_warm_task):
-            if task is not None and not task.done():
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task
+        if self._warm_task is not None and not self._warm_task.done():
+            self._warm_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._warm_task
         if self._projector_task is not None:
             self._projector_stop.set()
             with contextlib.suppress(Exception):

@@ -117,17 +117,6 @@ class PostgresRecordStore:
             cur = await conn.execute("SELECT 1 FROM hrt_entities WHERE user_id = %s LIMIT 1", (user_id,))
             return await cur.fetchone() is not None
 
-    async def largest_users(self, limit: int) -> list[str]:
-        """The users with the most entities, most first (ties by id): whose indexes ``hrt serve``
-        warms at start."""
-        if limit <= 0:
-            return []
-        async with self.reading("largest_users") as conn:
-            cur = await conn.execute(
-                "SELECT user_id FROM hrt_entities GROUP BY user_id ORDER BY count(*) DESC, user_id LIMIT %s", (limit,)
-            )
-            return [row[0] for row in await cur.fetchall()]
-
     async def counts(self, user_id: str) -> dict[str, int]:
         async with self.connection("counts") as conn:
             cur = await conn.execute(

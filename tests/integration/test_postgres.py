@@ -119,18 +119,6 @@ def test_concurrent_writers_end_with_the_last_write_per_id(postgres_dsn):
         assert sorted(v for i, v in events if i == ident) == versions  # one outbox event per write
 
 
-async def test_largest_users_most_entities_first(pg_records):
-    """The users whose indexes `hrt serve` warms at start: most entities first, ties by id."""
-    records = [mu("lu-b", f"m{i}", f"note {i}") for i in range(3)]
-    records += [mu("lu-a", f"m{i}", f"note {i}") for i in range(3)]
-    records += [concept("lu-c", "c1", "Alpha"), concept("lu-big", "c1", "Beta")]
-    records += [mu("lu-big", f"m{i}", f"note {i}") for i in range(4)]
-    await pg_records.apply(build_batch(parse_jsonl(jsonl(records)), HashingEmbedder()))
-    assert await pg_records.largest_users(10) == ["lu-big", "lu-a", "lu-b", "lu-c"]
-    assert await pg_records.largest_users(2) == ["lu-big", "lu-a"]
-    assert await pg_records.largest_users(0) == []
-
-
 async def test_a_batch_is_written_set_based_with_the_last_write_per_key_and_events_in_key_order(pg_records):
     """One batch, whatever its size, is a handful of statements: check that it keeps what a write
     per record gave (last write per key, relations to entities of the same batch, one event per

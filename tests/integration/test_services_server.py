@@ -3,7 +3,6 @@ processes started by the fixtures, with the real embedding model."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import subprocess
@@ -114,50 +113,6 @@ def test_all_real_backends_end_to_end(postgres_dsn, stack_manager, own_weaviate,
              " [await g.delete_user(u) for u in ('u-maya','u-tom','u-sara')]\n await g.close()\nasyncio.run(m())",
              stack.neo4j_uri], capture_output=True, text=True, timeout=60)
         assert cleanup.returncode == 0, cleanup.stderr
-
-
-async def test_serve_searches_the_largest_users_before_ready(postgres_dsn, stack_manager, tmp_path):
-    """With Weaviate, `hrt serve`'s start searches the HRT_PRELOAD_USERS largest users' tenants
-    once (their first search at 1M entities took 1.8 s) before /readyz says ready."""
-    from hrt.config import Settings
-    from hrt.ingest import parse_jsonl
-    from hrt.service import HRTService
-    from hrt.stores.postgres_migrate import migrate
-    from tests.helpers import HashingEmbedder, jsonl, small_graph
-
-    weaviate = stack_manager.need("weaviate")
-    migrate(postgres_dsn)
-    settings = Settings(
-        record_store="postgres", graph_store="embedded", vector_index="weaviate", postgres_dsn=postgres_dsn,
-        weaviate_http_port=weaviate.weaviate_http_port, weaviate_grpc_port=weaviate.weaviate_grpc_port,
-        weaviate_collection="HRTWarm" + uuid.uuid4().hex[:8], db_path=tmp_path / "g.db", preload_users=2,
-    )
-    # u1 has the most entities, then u2 (a part of the graph), then u3 (one concept)
-    records = small_graph("u1") + small_graph("u2", "x")[:4] + small_graph("u3", "y")[:1]
-    writer = await HRTService(settings, embedder=HashingEmbedder()).start()
-    try:
-        await writer.ingest(parse_jsonl(jsonl(records)))
-    finally:
-        await writer.close()
-    served = HRTService(settings, embedder=HashingEmbedder())
-    searched: list[str] = []
-    search = served.vectors.search
-
-    async def recording(user_id, *args, **kwargs):  # the real Weaviate adapter answers
-        searched.append(user_id)
-        return await search(user_id, *args, **kwargs)
-
-    served.vectors.search = recording  # type: ignore[method-assign]
-    await served.start(background_projector=True)
-    try:
-        for _ in range(300):
-            if served.preload_state != "loading":
-                break
-            await asyncio.sleep(0.05)
-        assert served.preload_state == "done"
-        assert searched == ["u1", "u2"]
-    finally:
-        await served.close()
 
 
 def test_starting_neo4j_logs_no_retry_warnings(caplog, tmp_path):
