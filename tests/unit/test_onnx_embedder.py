@@ -189,6 +189,8 @@ def test_thread_count_leaves_vectors_bit_identical(onnx_embedder, cache_dir):
     for threads in (1, 2, 0):
         np.testing.assert_array_equal(OnnxEmbedder(cache_dir=cache_dir, threads=threads).embed(TEXTS), expected)
     assert Settings().embedding_threads == 2
+    # hence not in config_hash: tuning it does not mark responses as made under another configuration
+    assert Settings(embedding_threads=1).fingerprint() == Settings().fingerprint()
 
 
 @slow
