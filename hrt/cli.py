@@ -302,12 +302,17 @@ def cmd_dev(args: argparse.Namespace) -> int:
     directory = Path(args.dir)
     if args.action == "up":
         t0 = time.perf_counter()
-        stack = devstack.up(
-            directory,
-            tuple(args.services or devstack.SERVICES),
-            neo4j_page_cache=args.neo4j_page_cache,
-            weaviate_memory=args.weaviate_memory,
-        )
+        sizes = {"neo4j_page_cache": args.neo4j_page_cache, "weaviate_memory": args.weaviate_memory}
+        # unset: devstack's defaults (NEO4J_PAGE_CACHE, WEAVIATE_MEMORY)
+        try:
+            stack = devstack.up(
+                directory,
+                tuple(args.services or devstack.SERVICES),
+                **{k: v for k, v in sizes.items() if v is not None},
+            )
+        except devstack.DevStackError as exc:  # a bad size, a server that did not start: no traceback
+            print(f"hrt: error: {exc}", file=sys.stderr)
+            return 2
         print(
             json.dumps(
                 {
@@ -401,8 +406,14 @@ def build_parser() -> argparse.ArgumentParser:
     dv.add_argument("action", choices=["up", "down", "status"])
     dv.add_argument("--dir", default=".hrt-dev", help="where the stack keeps data, logs and stack.env")
     dv.add_argument("--services", nargs="*", choices=["postgres", "neo4j", "weaviate"])
-    dv.add_argument("--neo4j-page-cache", default="256m", help="Neo4j's page cache (a million entities: ~3g)")
-    dv.add_argument("--weaviate-memory", default="1GiB", help="Weaviate's GOMEMLIMIT (a million entities: ~4GiB)")
+    dv.add_argument(
+        "--neo4j-page-cache",
+        help="Neo4j's page cache (default: the dev stack's, for up to 100k entities; a million: ~3g)",
+    )
+    dv.add_argument(
+        "--weaviate-memory",
+        help="Weaviate's GOMEMLIMIT (default: the dev stack's, for up to 100k entities; a million: ~4GiB)",
+    )
     dv.set_defaults(func=cmd_dev)
 
     e = sub.add_parser("export-schema", help="write the JSON Schemas of the request and the response")

@@ -231,3 +231,30 @@ def test_the_ingest_child_stops_when_the_harness_is_killed(tmp_path: Path) -> No
         for child in children:
             if _running(child):
                 os.kill(child, signal.SIGKILL)
+
+
+def test_hrt_dev_up_sizes_default_to_the_dev_stack_and_bad_ones_are_refused(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    from hrt import cli, devstack
+
+    assert cli.main(["dev", "up", "--dir", str(tmp_path / "s"), "--neo4j-page-cache", "lots"]) == 2
+    assert "page cache" in capsys.readouterr().err and not (tmp_path / "s").exists()
+
+    calls: list[dict[str, object]] = []
+
+    class Started:
+        def __init__(self) -> None:
+            self.services: dict[str, object] = {}
+
+        def env(self) -> dict[str, str]:
+            return {}
+
+    def fake_up(directory: Path, services: tuple[str, ...], **sizes: object) -> Started:
+        calls.append(sizes)
+        return Started()
+
+    monkeypatch.setattr(devstack, "up", fake_up)
+    assert cli.main(["dev", "up", "--dir", str(tmp_path / "s")]) == 0
+    assert cli.main(["dev", "up", "--dir", str(tmp_path / "s"), "--weaviate-memory", "4GiB"]) == 0
+    assert calls == [{}, {"weaviate_memory": "4GiB"}]  # unset: devstack's own defaults apply
