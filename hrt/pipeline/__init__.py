@@ -29,7 +29,7 @@ from hrt.pipeline.hydration import run_hydration
 from hrt.pipeline.intake import run_intake
 from hrt.pipeline.rerank import run_rerank
 from hrt.pipeline.scoring import PreferenceBook, score_candidates
-from hrt.pipeline.selection import passes_filters, select, shortlist
+from hrt.pipeline.selection import apply_filters, select, shortlist
 from hrt.records import EdgeType, Kind, Preference, entity_body
 from hrt.reranker import NoopReranker, Reranker
 from hrt.stores.base import GraphNode, GraphStore, RecordStore, VectorIndex
@@ -154,7 +154,7 @@ class HybridRetrievalTool:
                 intake.as_of.timestamp(),
                 s.recency_half_life_days,
             )
-            scored = [x for x in scored if passes_filters(x, intake.filters)]
+            scored = apply_filters(scored, intake.filters)
             factor = max(s.shortlist_factor, s.reranker_oversample) if intake.rerank else s.shortlist_factor
             short = shortlist(scored, intake.limits, factor)
         stages["scoring"] = "ok"

@@ -144,8 +144,11 @@ def score_candidates(
     concept, memory_unit = Kind.CONCEPT, Kind.MEMORY_UNIT
     mention_weight: dict[str, float] = {}  # per mentioned concept: its weight, -1.0 for none
     plain_mentions = not book.concepts and not book.concept_types  # no mention can carry a weight
-    out: list[Scored] = []
-    for c in cands:
+    concept_weights, concept_type_weights, artifact_weights = book.concepts, book.concept_types, book.artifact_types
+    neutral = book.neutral
+    # sorted by (-final, id, position): the position only orders a repeated id, so a Scored is never compared
+    ranked: list[tuple[float, str, int, Scored]] = []
+    for position, c in enumerate(cands):
         node = c.node
         kind = node.kind
         sem = similarity.get(node.id, 0.0)
@@ -174,9 +177,13 @@ def score_candidates(
             if strongest >= 0.0:
                 signals.append(strongest)
             pref = sum(signals) / len(signals) if signals else book.neutral
+        elif kind is concept:
+            own = concept_weights.get(node.id)
+            pref = concept_type_weights.get(node.category, neutral) if own is None else own
         else:
-            pref = preference_score(node, c.mentions, book, concept_types)
+            pref = artifact_weights.get(node.category, neutral)
         pref = 0.0 if pref < 0.0 else 1.0 if pref > 1.0 else pref
-        out.append(Scored(c, sem, rec, sal, pref, a * sem + b * rec + g * sal + d * pref))
-    out.sort(key=lambda s: (-s.final, s.id))
-    return out
+        final = a * sem + b * rec + g * sal + d * pref
+        ranked.append((-final, node.id, position, Scored(c, sem, rec, sal, pref, final)))
+    ranked.sort()
+    return [item for *_, item in ranked]

@@ -43,14 +43,24 @@ def passes_filters(item: Scored, filters: Filters) -> bool:
     return True
 
 
+def apply_filters(scored: list[Scored], filters: Filters) -> list[Scored]:
+    """The items the request's filters keep, in their order; the list itself when it sets none
+    (the common case: no check per candidate)."""
+    if not (filters.kinds or filters.tags or filters.source_agent_ids or filters.time_range is not None):
+        return scored
+    return [x for x in scored if passes_filters(x, filters)]
+
+
 def order(items: Iterable[Scored]) -> list[Scored]:
     return sorted(items, key=lambda s: (-s.final, s.id))
 
 
 def shortlist(scored: Sequence[Scored], limits: Limits, factor: int) -> dict[Kind, list[Scored]]:
+    """Per kind the first ``limit x factor`` of ``scored``, which is best first, ties by id (as
+    :func:`~hrt.pipeline.scoring.score_candidates` returns it)."""
     out: dict[Kind, list[Scored]] = {k: [] for k in Kind}
     room = {k: limit_for(limits, k) * factor for k in Kind}
-    for item in order(scored):
+    for item in scored:
         kind = item.candidate.node.kind
         if room[kind] > 0:
             room[kind] -= 1

@@ -112,28 +112,38 @@ def candidates(
     mentions: Callable[[H], tuple[str, ...]],
     last_mention: Callable[[H], float | None],
 ) -> list[GraphCandidate]:
-    """The walk's result as the expansion contract: one candidate per node, sorted by id."""
+    """The walk's result as the expansion contract: one candidate per node, sorted by id (handles
+    sort as their ids, as :class:`WalkView` asks of ``order``: an adapter's index in id order, or
+    the id itself).
+
+    It runs for every node of every request (~700 at 100k entities), so the loop is written out:
+    names bound once, a path's steps made through one shared dict (paths share their steps), no
+    call per step."""
     out: list[GraphCandidate] = []
     steps: dict[tuple[EdgeType, H, bool], PathStep] = {}  # paths share their steps: make each once
-
-    def step(raw: tuple[EdgeType, H, bool]) -> PathStep:
-        made = steps.get(raw)
-        if made is None:
-            made = steps[raw] = PathStep(edge=raw[0], node_id=name(raw[1]), forward=raw[2])
-        return made
-
-    for handle, (score, hops, seed, path) in best.items():
+    memory_unit, concept, make, make_step = Kind.MEMORY_UNIT, Kind.CONCEPT, GraphCandidate, PathStep
+    for handle in sorted(best):  # type: ignore[type-var]  # handles are ints or strings
+        score, hops, seed, path = best[handle]
         n = node(handle)
+        kind = n.kind
+        made: tuple[PathStep, ...] = ()
+        if path:
+            made_steps: list[PathStep] = []
+            for raw in path:
+                s = steps.get(raw)
+                if s is None:
+                    s = steps[raw] = make_step(raw[0], name(raw[1]), raw[2])
+                made_steps.append(s)
+            made = tuple(made_steps)
         out.append(
-            GraphCandidate(
-                node=n,
-                hops=hops,
-                seed_id=name(seed),
-                path=tuple(map(step, path)),
-                path_score=score,
-                mentions=mentions(handle) if n.kind is Kind.MEMORY_UNIT else (),
-                last_mention_ts=last_mention(handle) if n.kind is Kind.CONCEPT else None,
+            make(
+                n,
+                hops,
+                name(seed),
+                made,
+                score,
+                mentions(handle) if kind is memory_unit else (),
+                last_mention(handle) if kind is concept else None,
             )
         )
-    out.sort(key=lambda c: c.node.id)
     return out

@@ -179,8 +179,12 @@ async def test_expand_depth_zero_returns_seeds_with_attributes(deployment):
 
 
 async def test_expand_walks_both_directions_with_decay_and_best_paths(deployment):
-    out = {c.node.id: c for c in await deployment.graph.expand("u1", {"m1": 0.8}, CAPS)}
+    found = await deployment.graph.expand("u1", {"m1": 0.8}, CAPS)
+    assert [c.node.id for c in found] == sorted(c.node.id for c in found)  # the contract's order
+    out = {c.node.id: c for c in found}
     assert out["c-phx"].hops == 1 and out["c-phx"].path_score == pytest.approx(0.4)
+    # a memory unit carries the concepts it mentions, anything else none
+    assert out["m1"].mentions == ("c-phx",) and out["c-phx"].mentions == () and out["a1"].mentions == ()
     assert out["m2"].hops == 1  # FOLLOWS, walked backwards
     assert out["a1"].hops == 1  # DERIVED_FROM, walked backwards
     assert out["c-bw"].hops == 2
