@@ -130,8 +130,10 @@ class BM25Index:
             keep = allowed[docs]
             docs, scores = docs[keep], scores[keep]
         if docs.size > k:
-            kth = np.partition(-scores, k - 1)[k - 1]
-            close = -scores <= kth
+            # every document tied with the k-th best score competes; partitioning the scores
+            # themselves (not their negation) spares two passes over up to ~500k of them at 1M
+            kth = np.partition(scores, docs.size - k)[docs.size - k]
+            close = scores >= kth
             docs, scores = docs[close], scores[close]
         order = np.lexsort((id_rank[docs], -scores))[:k]
         return [int(i) for i in docs[order]]

@@ -91,8 +91,8 @@ class _UserMatrix:
         """The first ``k`` of ``rows`` by their ``scores`` (aligned with ``rows``, descending), then
         id; every row tied with the k-th score competes, so ties never depend on row order."""
         if rows.size > k:
-            kth = np.partition(-scores, k - 1)[k - 1]
-            close = -scores <= kth
+            kth = np.partition(scores, rows.size - k)[rows.size - k]  # the k-th best score
+            close = scores >= kth
             rows, scores = rows[close], scores[close]
         order = np.lexsort((self.id_rank[rows], -scores))[:k]
         return [int(i) for i in rows[order]]

@@ -243,6 +243,34 @@ def test_bm25_top_equals_scoring_every_posting(seed, n_docs, phrase, k, filtered
     assert list(index.top(phrase, allowed, id_rank, k)) == reference_top(index, phrase, allowed, id_rank, k)
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(1, 120),
+    k=st.integers(1, 60),
+    levels=st.integers(1, 6),
+)
+def test_vector_leg_ranking_keeps_every_tie_at_the_kth_score(seed, n, k, levels):
+    """``_UserMatrix.ranked``: the first k rows by score then id, whatever the rows' order, with
+    scores drawn from a few levels so ties at the k-th place are the rule."""
+    from hrt.stores.embedded_vectors import _UserMatrix
+
+    rng = np.random.default_rng(seed)
+    ids = [f"e{i:03d}" for i in rng.permutation(n)]
+    um = _UserMatrix(
+        ids=ids,
+        rowids=np.arange(1, n + 1, dtype=np.int64),
+        codes=np.zeros(n, dtype=np.int8),
+        ts=np.full(n, np.nan),
+        matrix=np.zeros((n, 4), dtype=np.float32),
+        texts=["x"] * n,
+    )
+    rows = rng.permutation(n)[: int(rng.integers(1, n + 1))]
+    scores = rng.integers(0, levels, size=rows.size).astype(np.float32) / levels
+    expected = sorted(zip(scores.tolist(), rows.tolist(), strict=True), key=lambda sr: (-sr[0], ids[sr[1]]))[:k]
+    assert um.ranked(scores, rows, k) == [r for _, r in expected]
+
+
 def test_a_load_racing_a_write_is_not_cached(tmp_path):
     store = EmbeddedStore(tmp_path / "s.db", DIM)
     rng = np.random.default_rng(8)
