@@ -11,7 +11,7 @@ import inspect
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
@@ -99,9 +99,16 @@ class _UserMatrix:
 
 
 @dataclass(frozen=True, slots=True)
-class _Lexical:
+class _Scope:
+    """What one request searches: a user's rows, and those its filters allow (None: every row)."""
+
     um: _UserMatrix
     allowed: np.ndarray | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Lexical:
+    um: _UserMatrix
     ranks: list[dict[int, int]]  # per phrase: row -> 1-based lexical rank
 
 
@@ -224,18 +231,24 @@ class EmbeddedVectorIndex:
     ) -> list[list[VectorHit]]:
         # in worker threads: numpy, hnswlib and the BM25 arrays release the GIL, so concurrent
         # requests use the second core. Phrase vectors still being computed: the lexical leg needs
-        # none and runs meanwhile (at 1M documents it is most of this stage).
+        # none and runs meanwhile, and the vector leg starts as soon as they are in, beside what is
+        # left of the lexical leg (at 1M documents the lexical leg outlasts the embedding); only
+        # the merge of the two needs both.
         if not inspect.isawaitable(vectors):
             return await asyncio.to_thread(self._search, user_id, phrases, vectors, kinds, k, not_after)
-        lexical = asyncio.ensure_future(asyncio.to_thread(self._lexical, user_id, phrases, kinds, k, not_after))
+        scope = self._scope(user_id, kinds, not_after, in_memory_only=True)
+        if scope is None:  # the rows' first load, or a filter's mask over them: off the event loop
+            scope = await asyncio.to_thread(self._scope, user_id, kinds, not_after)
+        lexical = asyncio.ensure_future(asyncio.to_thread(self._lexical, scope, phrases, k))
         try:
-            queries = await vectors
+            queries = np.asarray(await vectors, dtype=np.float32)
+            ranked = await asyncio.to_thread(self._vector_ranked, scope, queries, k)
+            prepared = await lexical
         except BaseException:
             with contextlib.suppress(BaseException):
                 await lexical
             raise
-        prepared = await lexical
-        return await asyncio.to_thread(self._with_vectors, prepared, queries, k)
+        return self._merge(prepared, queries, ranked)
 
     def _search(
         self,
@@ -246,7 +259,9 @@ class EmbeddedVectorIndex:
         k: int,
         not_after: float | None,
     ) -> list[list[VectorHit]]:
-        return self._with_vectors(self._lexical(user_id, phrases, kinds, k, not_after), vectors, k)
+        scope = self._scope(user_id, kinds, not_after)
+        queries = np.asarray(vectors, dtype=np.float32)
+        return self._merge(self._lexical(scope, phrases, k), queries, self._vector_ranked(scope, queries, k))
 
     async def similarities(self, user_id: str, ids: Sequence[str], vectors: Vector) -> dict[str, float]:
         return await asyncio.to_thread(self._similarities, user_id, ids, vectors)
@@ -262,31 +277,56 @@ class EmbeddedVectorIndex:
         best = (um.matrix[rows] @ queries.T).max(axis=1)  # the same dot products as the vector leg
         return dict(zip(found, best.tolist(), strict=True))
 
-    def _lexical(
-        self, user_id: str, phrases: Sequence[str], kinds: Sequence[Kind], k: int, not_after: float | None
-    ) -> _Lexical:
-        """What needs no phrase vector: the user's rows, the filter and the lexical leg."""
-        um = self._matrix(user_id)
-        if len(um.ids) == 0 or not phrases:
-            return _Lexical(um, None, [{} for _ in phrases])
+    @overload
+    def _scope(self, user_id: str, kinds: Sequence[Kind], not_after: float | None) -> _Scope: ...
+
+    @overload
+    def _scope(
+        self, user_id: str, kinds: Sequence[Kind], not_after: float | None, in_memory_only: bool
+    ) -> _Scope | None: ...
+
+    def _scope(
+        self, user_id: str, kinds: Sequence[Kind], not_after: float | None, in_memory_only: bool = False
+    ) -> _Scope | None:
+        """The user's rows (loaded on first use) and the mask of those the request's filters allow.
+        ``in_memory_only``: None instead of loading the rows or building a mask, so the event loop
+        can take the common case (rows in memory, no filter that excludes any) without a thread."""
+        um = self._cache.peek(user_id) if in_memory_only else self._matrix(user_id)
+        if um is None or len(um.ids) == 0:
+            return None if um is None else _Scope(um, None)
         # a mask only when a filter excludes something: at 1M rows building one costs milliseconds
-        allowed: np.ndarray | None = None  # None: every row
         wanted = [KIND_CODES[Kind(kind)] for kind in kinds]
-        if not um.kinds_present <= set(wanted):
+        narrow_kinds = not um.kinds_present <= set(wanted)
+        earlier_only = not_after is not None and not_after < um.newest
+        if in_memory_only and (narrow_kinds or earlier_only):
+            return None
+        allowed: np.ndarray | None = None  # None: every row
+        if narrow_kinds:
             allowed = np.isin(um.codes, wanted)
-        if not_after is not None and not_after < um.newest:
+        if earlier_only:
             earlier = ~(um.ts > not_after)  # NaN (no timestamp) compares False: always allowed
             allowed = earlier if allowed is None else allowed & earlier
-        ranks = [{i: r + 1 for r, i in enumerate(um.bm25.top(phrase, allowed, um.id_rank, k))} for phrase in phrases]
-        return _Lexical(um, allowed, ranks)
+        return _Scope(um, allowed)
 
-    def _with_vectors(self, lexical: _Lexical, vectors: Vector, k: int) -> list[list[VectorHit]]:
-        um, allowed = lexical.um, lexical.allowed
-        if len(um.ids) == 0 or not lexical.ranks:
-            return [[] for _ in lexical.ranks]
-        queries = np.asarray(vectors, dtype=np.float32)
+    def _lexical(self, scope: _Scope, phrases: Sequence[str], k: int) -> _Lexical:
+        """The lexical leg: per phrase, its allowed rows' BM25 ranks (it needs no phrase vector)."""
+        um, allowed = scope.um, scope.allowed
+        if len(um.ids) == 0 or not phrases:
+            return _Lexical(um, [{} for _ in phrases])
+        ranks = [{i: r + 1 for r, i in enumerate(um.bm25.top(phrase, allowed, um.id_rank, k))} for phrase in phrases]
+        return _Lexical(um, ranks)
+
+    def _vector_ranked(self, scope: _Scope, queries: np.ndarray, k: int) -> list[list[int]]:
+        """The vector leg: per phrase, its first ``k`` allowed rows by cosine then id."""
+        if len(scope.um.ids) == 0 or len(queries) == 0:
+            return [[] for _ in range(len(queries))]
+        return self._vector_leg(scope.um, queries, scope.allowed, k)
+
+    def _merge(self, lexical: _Lexical, queries: np.ndarray, vector_ranked: list[list[int]]) -> list[list[VectorHit]]:
+        """Per phrase, the union of both legs' rows with both ranks and each row's cosine."""
+        um = lexical.um
         results: list[list[VectorHit]] = []
-        for p, ranked in enumerate(self._vector_leg(um, queries, allowed, k)):
+        for p, ranked in enumerate(vector_ranked):
             vector_rank = {i: r + 1 for r, i in enumerate(ranked)}
             lexical_rank = lexical.ranks[p]
             rows = np.array(sorted(set(vector_rank) | set(lexical_rank)), dtype=np.int64)

@@ -43,6 +43,11 @@ class UserCache(Generic[T]):
         with self._lock:
             return user_id in self._items
 
+    def peek(self, user_id: str) -> T | None:
+        """The user's cache if it is loaded, else None (never loads)."""
+        with self._lock:
+            return self._items.get(user_id)
+
     def invalidate(self, user_id: str) -> None:
         with self._lock:
             self._items.pop(user_id, None)

@@ -280,14 +280,45 @@ async def test_a_failed_embedding_fails_the_request_and_leaves_nothing_running(l
 async def test_unknown_user_is_refused_before_any_search(loaded_service):
     index = loaded_service.vectors
     calls: list[str] = []
-    original_lexical = index._lexical
-    index._lexical = lambda user_id, *a, **k: calls.append(user_id) or original_lexical(user_id, *a, **k)
+    original_scope = index._scope
+    index._scope = lambda user_id, *a, **k: calls.append(user_id) or original_scope(user_id, *a, **k)
     try:
         with pytest.raises(NotFound):
             await loaded_service.retrieve(req(user_id="nobody", key_phrases=["Postgres"]))
+        await loaded_service.retrieve(req(key_phrases=["Postgres"]))
     finally:
-        index._lexical = original_lexical
-    assert calls == []  # no cache is built for a user that does not exist
+        index._scope = original_scope
+    assert set(calls) == {"u1"}  # no cache is built for a user that does not exist (u1's request did search)
+
+
+async def test_vector_leg_runs_while_the_lexical_leg_is_still_running(loaded_service):
+    """The vector leg starts as soon as the phrase vectors are in, not after the lexical leg (at
+    1M documents the lexical leg outlasts the embedding), and the answer is the same."""
+    import threading
+
+    r = req(key_phrases=["Project Phoenix timeline", "Postgres"])
+    expected = (await loaded_service.retrieve(r)).canonical_json()
+    index = loaded_service.vectors
+    original_lexical, original_vector = index._lexical, index._vector_ranked
+    vector_started = threading.Event()
+    released_by_vector_leg: list[bool] = []
+
+    def slow_lexical(*args, **kwargs):
+        # holds the lexical leg until the vector leg has started (or 5 s: then it was not started)
+        released_by_vector_leg.append(vector_started.wait(5))
+        return original_lexical(*args, **kwargs)
+
+    def vector(*args, **kwargs):
+        vector_started.set()
+        return original_vector(*args, **kwargs)
+
+    index._lexical, index._vector_ranked = slow_lexical, vector
+    try:
+        got = (await loaded_service.retrieve(r)).canonical_json()
+    finally:
+        index._lexical, index._vector_ranked = original_lexical, original_vector
+    assert released_by_vector_leg == [True]
+    assert got == expected
 
 
 async def test_reached_evidence_scales_reached_paths_by_their_own_cosine(loaded_service, settings):
