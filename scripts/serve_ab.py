@@ -1,0 +1,130 @@
+"""Two versions of HRT side by side: one `hrt serve` per source tree on the same store, requests
+alternating between them, so the host's speed changes hit both alike.
+
+Bench runs minutes apart differ here by more than most single changes (docs/bench.md), so a change
+is judged this way: each request (3 new key phrases, depth 2, the bench's generator) goes to both
+servers, in alternating order, and the answers are compared byte for byte.
+
+    git worktree add /tmp/before HEAD~1
+    hrt bench --sizes 100k --deployments embedded --fake-vectors --keep --out /tmp/b100
+    python scripts/serve_ab.py --a /tmp/before --b . --db /tmp/b100/work/embedded-100k.db --size 100k
+
+``--a-env`` / ``--b-env NAME=VALUE`` give one side extra settings (then the same tree twice compares
+two settings). Both servers hold the store's caches at once: about twice a server's RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from hrt.bench.run import free_port, parse_server_timing, parse_size, size_label
+from hrt.bench.synth import SynthConfig, key_phrases
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _env(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"expected NAME=VALUE, got {pair!r}")
+        out[name] = value
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--a", required=True, type=Path, help="source tree of side A (the one before)")
+    ap.add_argument("--b", required=True, type=Path, help="source tree of side B (the one after)")
+    ap.add_argument("--db", required=True, type=Path, help="an embedded store kept by hrt bench --keep")
+    ap.add_argument("--size", required=True, help="the bench size the store was made for: 10k, 100k, 1m")
+    ap.add_argument("--requests", type=int, default=300, help="measured requests per side")
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--depth", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--a-env", action="append", default=[], metavar="NAME=VALUE")
+    ap.add_argument("--b-env", action="append", default=[], metavar="NAME=VALUE")
+    args = ap.parse_args()
+
+    n = parse_size(args.size)
+    label = size_label(n)
+    cfg = SynthConfig(entities=n, seed=args.seed, user_id=f"bench-{label}", id_prefix=f"{label}-")
+    sides = {"A": (args.a.resolve(), _env(args.a_env)), "B": (args.b.resolve(), _env(args.b_env))}
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    urls: dict[str, str] = {}
+    with contextlib.ExitStack() as logs:
+        try:
+            for side, (tree, extra) in sides.items():
+                port = free_port()
+                env = {**os.environ, "PYTHONPATH": str(tree), "HRT_DB_PATH": str(args.db.resolve())}
+                env.update({"HRT_LOG_LEVEL": "WARNING", **extra})
+                cmd = [sys.executable, "-m", "hrt.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
+                log = logs.enter_context(open(f"serve-ab-{side}.log", "wb"))
+                procs[side] = subprocess.Popen(cmd, env=env, cwd="/", stdout=log, stderr=subprocess.STDOUT)
+                urls[side] = f"http://127.0.0.1:{port}"
+            for side, url in urls.items():
+                deadline = time.monotonic() + 900
+                while True:
+                    if procs[side].poll() is not None:
+                        raise SystemExit(f"side {side} exited; see serve-ab-{side}.log")
+                    try:
+                        if httpx.get(url + "/readyz", timeout=5).status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        pass
+                    if time.monotonic() > deadline:
+                        raise SystemExit(f"side {side} was not ready in 900 s")
+                    time.sleep(0.2)
+            as_of = cfg.as_of().strftime("%Y-%m-%dT%H:%M:%SZ")
+            phrases = key_phrases(cfg, args.requests + args.warmup, salt="serve-ab")
+            latency: dict[str, list[float]] = {"A": [], "B": []}
+            stages: dict[str, dict[str, list[float]]] = {"A": {}, "B": {}}
+            identical = 0
+            with httpx.Client(timeout=120) as client:
+                for i, p in enumerate(phrases):
+                    body = {"user_id": cfg.user_id, "key_phrases": p, "max_depth": args.depth, "as_of": as_of}
+                    answers = {}
+                    for side in ("A", "B") if i % 2 else ("B", "A"):
+                        t0 = time.perf_counter()
+                        r = client.post(urls[side] + "/v1/retrieve", json=body)
+                        elapsed = (time.perf_counter() - t0) * 1000
+                        r.raise_for_status()
+                        answers[side] = r.content
+                        if i >= args.warmup:
+                            latency[side].append(elapsed)
+                            for stage, ms in parse_server_timing(r.headers.get("server-timing", "")).items():
+                                stages[side].setdefault(stage, []).append(ms)
+                    identical += answers["A"] == answers["B"]
+            print(f"byte-identical responses: {identical} of {len(phrases)}")
+            for side, (tree, extra) in sides.items():
+                v = latency[side]
+                print(
+                    f"{side} {tree} {extra or ''}: p50 {statistics.median(v):.2f} ms, p95 {_pct(v, 0.95):.2f} ms,"
+                    f" mean {statistics.mean(v):.2f} ms"
+                )
+            for stage in stages["A"]:
+                a, b = stages["A"][stage], stages["B"].get(stage, [float("nan")])
+                print(f"  {stage:10s} p50 {statistics.median(a):7.2f} -> {statistics.median(b):7.2f} ms")
+            return 0 if identical == len(phrases) else 1
+        finally:
+            for proc in procs.values():
+                proc.terminate()
+            for proc in procs.values():
+                proc.wait(60)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
