@@ -16,17 +16,13 @@ two settings). Both servers hold the store's caches at once: about twice a serve
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 
-from hrt.bench.run import free_port, parse_server_timing, parse_size, size_label
+from hrt.bench.run import Server, parse_server_timing, parse_size, size_label
 from hrt.bench.synth import SynthConfig, key_phrases
 
 
@@ -63,67 +59,46 @@ def main() -> int:
     label = size_label(n)
     cfg = SynthConfig(entities=n, seed=args.seed, user_id=f"bench-{label}", id_prefix=f"{label}-")
     sides = {"A": (args.a.resolve(), _env(args.a_env)), "B": (args.b.resolve(), _env(args.b_env))}
-    procs: dict[str, subprocess.Popen[bytes]] = {}
-    urls: dict[str, str] = {}
-    with contextlib.ExitStack() as logs:
-        try:
-            for side, (tree, extra) in sides.items():
-                port = free_port()
-                env = {**os.environ, "PYTHONPATH": str(tree), "HRT_DB_PATH": str(args.db.resolve())}
-                env.update({"HRT_LOG_LEVEL": "WARNING", **extra})
-                cmd = [sys.executable, "-m", "hrt.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
-                log = logs.enter_context(open(f"serve-ab-{side}.log", "wb"))
-                procs[side] = subprocess.Popen(cmd, env=env, cwd="/", stdout=log, stderr=subprocess.STDOUT)
-                urls[side] = f"http://127.0.0.1:{port}"
-            for side, url in urls.items():
-                deadline = time.monotonic() + 900
-                while True:
-                    if procs[side].poll() is not None:
-                        raise SystemExit(f"side {side} exited; see serve-ab-{side}.log")
-                    try:
-                        if httpx.get(url + "/readyz", timeout=5).status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    if time.monotonic() > deadline:
-                        raise SystemExit(f"side {side} was not ready in 900 s")
-                    time.sleep(0.2)
-            as_of = cfg.as_of().strftime("%Y-%m-%dT%H:%M:%SZ")
-            phrases = key_phrases(cfg, args.requests + args.warmup, salt="serve-ab")
-            latency: dict[str, list[float]] = {"A": [], "B": []}
-            stages: dict[str, dict[str, list[float]]] = {"A": {}, "B": {}}
-            identical = 0
-            with httpx.Client(timeout=120) as client:
-                for i, p in enumerate(phrases):
-                    body = {"user_id": cfg.user_id, "key_phrases": p, "max_depth": args.depth, "as_of": as_of}
-                    answers = {}
-                    for side in ("A", "B") if i % 2 else ("B", "A"):
-                        t0 = time.perf_counter()
-                        r = client.post(urls[side] + "/v1/retrieve", json=body)
-                        elapsed = (time.perf_counter() - t0) * 1000
-                        r.raise_for_status()
-                        answers[side] = r.content
-                        if i >= args.warmup:
-                            latency[side].append(elapsed)
-                            for stage, ms in parse_server_timing(r.headers.get("server-timing", "")).items():
-                                stages[side].setdefault(stage, []).append(ms)
-                    identical += answers["A"] == answers["B"]
-            print(f"byte-identical responses: {identical} of {len(phrases)}")
-            for side, (tree, extra) in sides.items():
-                v = latency[side]
-                print(
-                    f"{side} {tree} {extra or ''}: p50 {statistics.median(v):.2f} ms, p95 {_pct(v, 0.95):.2f} ms,"
-                    f" mean {statistics.mean(v):.2f} ms"
-                )
-            for stage in stages["A"]:
-                a, b = stages["A"][stage], stages["B"].get(stage, [float("nan")])
-                print(f"  {stage:10s} p50 {statistics.median(a):7.2f} -> {statistics.median(b):7.2f} ms")
-            return 0 if identical == len(phrases) else 1
-        finally:
-            for proc in procs.values():
-                proc.terminate()
-            for proc in procs.values():
-                proc.wait(60)
+    servers: dict[str, Server] = {}
+    try:
+        for side, (tree, extra) in sides.items():
+            env = {"PYTHONPATH": str(tree), "HRT_DB_PATH": str(args.db.resolve()), **extra}
+            servers[side] = Server(env, Path(f"serve-ab-{side}.log").resolve(), None, timeout=900, cwd=Path("/"))
+        urls = {side: server.base_url for side, server in servers.items()}
+        as_of = cfg.as_of().strftime("%Y-%m-%dT%H:%M:%SZ")
+        phrases = key_phrases(cfg, args.requests + args.warmup, salt="serve-ab")
+        latency: dict[str, list[float]] = {"A": [], "B": []}
+        stages: dict[str, dict[str, list[float]]] = {"A": {}, "B": {}}
+        identical = 0
+        with httpx.Client(timeout=120) as client:
+            for i, p in enumerate(phrases):
+                body = {"user_id": cfg.user_id, "key_phrases": p, "max_depth": args.depth, "as_of": as_of}
+                answers = {}
+                for side in ("A", "B") if i % 2 else ("B", "A"):
+                    t0 = time.perf_counter()
+                    r = client.post(urls[side] + "/v1/retrieve", json=body)
+                    elapsed = (time.perf_counter() - t0) * 1000
+                    r.raise_for_status()
+                    answers[side] = r.content
+                    if i >= args.warmup:
+                        latency[side].append(elapsed)
+                        for stage, ms in parse_server_timing(r.headers.get("server-timing", "")).items():
+                            stages[side].setdefault(stage, []).append(ms)
+                identical += answers["A"] == answers["B"]
+        print(f"byte-identical responses: {identical} of {len(phrases)}")
+        for side, (tree, extra) in sides.items():
+            v = latency[side]
+            print(
+                f"{side} {tree} {extra or ''}: p50 {statistics.median(v):.2f} ms, p95 {_pct(v, 0.95):.2f} ms,"
+                f" mean {statistics.mean(v):.2f} ms"
+            )
+        for stage in stages["A"]:
+            a, b = stages["A"][stage], stages["B"].get(stage, [float("nan")])
+            print(f"  {stage:10s} p50 {statistics.median(a):7.2f} -> {statistics.median(b):7.2f} ms")
+        return 0 if identical == len(phrases) else 1
+    finally:
+        for server in servers.values():
+            server.stop()
 
 
 if __name__ == "__main__":

@@ -479,7 +479,18 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, env: dict[str, str], log_path: Path, embedder_spec: str | None, timeout: float = 600.0):
+    """A real ``hrt serve`` on a free loopback port, ready (``/readyz`` 200) when constructed. ``cwd``:
+    where it starts; ``python -m`` puts that folder first on ``sys.path``, so a source tree chosen with
+    ``PYTHONPATH`` in ``env`` (scripts/serve_ab.py) needs one that holds no other ``hrt``."""
+
+    def __init__(
+        self,
+        env: dict[str, str],
+        log_path: Path,
+        embedder_spec: str | None,
+        timeout: float = 600.0,
+        cwd: Path | None = None,
+    ):
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -490,7 +501,9 @@ class Server:
             cmd = [sys.executable, "-m", "hrt.cli", "serve", "--host", "127.0.0.1", "--port"]
         self._log = log_path.open("wb")
         t0 = time.perf_counter()
-        self.proc = subprocess.Popen([*cmd, str(self.port)], stdout=self._log, stderr=subprocess.STDOUT, env=full_env)
+        self.proc = subprocess.Popen(
+            [*cmd, str(self.port)], stdout=self._log, stderr=subprocess.STDOUT, env=full_env, cwd=cwd
+        )
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
