@@ -129,11 +129,18 @@ class BM25Index:
         if allowed is not None:
             keep = allowed[docs]
             docs, scores = docs[keep], scores[keep]
-        if docs.size > k:
-            # every document tied with the k-th best score competes; partitioning the scores
-            # themselves (not their negation) spares two passes over up to ~500k of them at 1M
-            kth = np.partition(scores, docs.size - k)[docs.size - k]
-            close = scores >= kth
-            docs, scores = docs[close], scores[close]
-        order = np.lexsort((id_rank[docs], -scores))[:k]
-        return [int(i) for i in docs[order]]
+        return top_k(docs, scores, id_rank, k)
+
+
+def top_k(rows: np.ndarray, scores: np.ndarray, id_rank: np.ndarray, k: int) -> list[int]:
+    """The first ``k`` of ``rows`` by their ``scores`` (aligned with ``rows``, descending), then id
+    (``id_rank`` orders rows by id). Every row tied with the k-th score competes, so ties never
+    depend on row order; the lexical and the vector leg both rank with it."""
+    if rows.size > k:
+        # partitioning the scores themselves (not their negation) spares two passes over up to
+        # ~500k of them at 1M
+        kth = np.partition(scores, rows.size - k)[rows.size - k]
+        close = scores >= kth
+        rows, scores = rows[close], scores[close]
+    order = np.lexsort((id_rank[rows], -scores))[:k]
+    return [int(i) for i in rows[order]]

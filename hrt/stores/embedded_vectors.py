@@ -18,7 +18,7 @@ import numpy as np
 from hrt.records import Kind
 from hrt.stores.ann import AnnConfig, UserAnn
 from hrt.stores.base import PhraseVectors, Vector, VectorDoc, VectorHit
-from hrt.stores.bm25 import BM25Index
+from hrt.stores.bm25 import BM25Index, top_k
 from hrt.stores.embedded import KIND_CODES, KINDS_BY_CODE, user_scope_token
 from hrt.stores.user_cache import UserCache
 
@@ -90,12 +90,7 @@ class _UserMatrix:
     def ranked(self, scores: np.ndarray, rows: np.ndarray, k: int) -> list[int]:
         """The first ``k`` of ``rows`` by their ``scores`` (aligned with ``rows``, descending), then
         id; every row tied with the k-th score competes, so ties never depend on row order."""
-        if rows.size > k:
-            kth = np.partition(scores, rows.size - k)[rows.size - k]  # the k-th best score
-            close = scores >= kth
-            rows, scores = rows[close], scores[close]
-        order = np.lexsort((self.id_rank[rows], -scores))[:k]
-        return [int(i) for i in rows[order]]
+        return top_k(rows, scores, self.id_rank, k)
 
 
 @dataclass(frozen=True, slots=True)
