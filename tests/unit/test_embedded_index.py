@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hrt.ingest import parse_jsonl
 from hrt.records import Kind
 from hrt.service import HRTService
-from hrt.stores.ann import AnnConfig
+from hrt.stores.ann import AnnConfig, UserAnn
 from hrt.stores.base import VectorDoc
 from hrt.stores.bm25 import BM25Index, query_terms, tokens
 from hrt.stores.embedded import EmbeddedStore
@@ -114,6 +114,40 @@ def test_ann_follows_updates_deletes_and_inserts(pair):
     # the moved vectors are found where they now are: the query equal to one lands on it first
     probe = np.stack([-base[0].vector])
     assert search(ann, probe)[0][0].id == base[0].id == search(exact, probe)[0][0].id
+
+
+def clustered_rows(n: int = 10_000, dim: int = 32, clusters: int = 200) -> np.ndarray:
+    """Unit vectors in tight clusters, one cluster after another: rows in the order a user's
+    memories arrive, in runs on one topic."""
+    rng = np.random.default_rng(0)
+    centers = rng.standard_normal((clusters, dim)).astype(np.float32)
+    rows = np.repeat(centers, n // clusters, axis=0)
+    rows += 0.2 * rng.standard_normal(rows.shape).astype(np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("grown", [False, True], ids=["built", "synced"])
+def test_ann_recall_does_not_depend_on_the_order_rows_arrived(grown: bool) -> None:
+    """Inserted in row order, run by run, this graph found 0.88 of the true top 10 (0.86 on the
+    bench's 100k store); in the seeded shuffle, 0.94. ``synced``: most rows arrive after the graph
+    was built, through the update path."""
+    rows = clustered_rows()
+    rowids = np.arange(1, len(rows) + 1, dtype=np.int64)
+    crcs = np.zeros(len(rows), dtype=np.int64)
+    config = AnnConfig(min_vectors=1, m=16, ef_construction=200, ef_search=64)
+    first = 500 if grown else len(rows)
+    ann = UserAnn.build(config, rowids[:first], rows[:first], crcs[:first])
+    if grown:
+        assert ann._sync(config, rowids, rows, crcs)
+    q = np.asarray(np.random.default_rng(6).standard_normal((100, rows.shape[1])), dtype=np.float32)
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    labels = ann.candidates(q, 10, config.ef_search, None)
+    found = 0
+    for query, cand in zip(q, labels, strict=True):
+        exact = set(np.argsort(-(rows @ query))[:10].tolist())
+        rescored = (cand - 1)[np.argsort(-(rows[cand - 1] @ query))[:10]]
+        found += len(exact & set(rescored.tolist()))
+    assert found / (10 * len(q)) >= 0.9
 
 
 def test_ann_rebuilds_after_many_deletes(pair):
