@@ -75,6 +75,8 @@ from hrt.text import words
 log = logging.getLogger("hrt.bench")
 
 STAGES = ("intake", "grounding", "expansion", "scoring", "hydration", "rerank", "selection", "assembly", "total")
+# the processes whose CPU per request a run reports: the server, then the stores of services
+CPU_PROCESSES = ("hrt", "postgres", "neo4j", "weaviate")
 SCHEMA = "hrt-bench/1"
 
 # The issue's goals (2-core machine). (deployment, entities) -> metric -> bound.
@@ -241,6 +243,26 @@ def process_tree(pid: int) -> list[int]:
 
 def tree_rss_mb(pid: int) -> float:
     return round(sum(proc_status_kb(p, "VmRSS") or 0 for p in process_tree(pid)) / 1024, 1)
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, every thread) that a process tree has used so far, children it
+    has reaped included (a PostgreSQL backend that exits moves its time into the postmaster's)."""
+    ticks = 0
+    for p in process_tree(pid):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_ms_per_request(before: dict[str, float], after: dict[str, float], requests: int) -> dict[str, float]:
+    """Each process's CPU per request between two ``tree_cpu_s`` readings, and their ``total``:
+    on ``os.cpu_count()`` cores, ``total / cores`` is the least wall time a request can take even if
+    every process's share ran in parallel (the floor under the sequential p50)."""
+    out = {name: round((after[name] - before[name]) * 1000 / max(requests, 1), 1) for name in before}
+    out["total"] = round(sum(out.values()), 1)
+    return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -691,8 +713,10 @@ class Plan:
 
 
 def measure(
-    server: Server, cfg: SynthConfig, plan: Plan, phrases: list[list[str]]
+    server: Server, cfg: SynthConfig, plan: Plan, phrases: list[list[str]], stores: dict[str, int] | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Latency, throughput and memory of one server; ``stores``: the pids of the store processes
+    whose CPU per request is read beside the server's during the sequential requests."""
     as_of = cfg.as_of().strftime("%Y-%m-%dT%H:%M:%SZ")
     bodies = [request_body(cfg.user_id, p, as_of, plan.depth) for p in phrases]
     used = 0
@@ -708,8 +732,12 @@ def measure(
         for body in take(plan.warmup):
             post_retrieve(client, body)
         rss_after_warmup = server.rss_mb()
+        pids = {"hrt": server.proc.pid, **(stores or {})}
+        cpu_before = {name: tree_cpu_s(pid) for name, pid in pids.items()}
         seq = [post_retrieve(client, body) for body in take(plan.requests)]
+        cpu_after = {name: tree_cpu_s(pid) for name, pid in pids.items()}
     sequential = describe(seq)
+    sequential["cpu_ms_per_request"] = cpu_ms_per_request(cpu_before, cpu_after, len(seq))
     levels = [run_closed_loop(server.base_url, take(plan.requests), c) for c in concurrency_levels(plan.concurrency)]
     limit = 2 * sequential["end_to_end"]["p95_ms"]
     within = [lv for lv in levels if lv.get("p95_ms", math.inf) <= limit and not lv["errors"]]
@@ -825,7 +853,7 @@ def bench_one(
         server = Server({**target.env, **plan.server_env}, work / f"server-{deployment}-{label}.log", server_embedder)
         total = 1 + plan.warmup + plan.requests * (1 + len(concurrency_levels(plan.concurrency)))
         phrases = key_phrases(cfg, total)
-        figures, extra = measure(server, cfg, plan, phrases)
+        figures, extra = measure(server, cfg, plan, phrases, target.service_pids)
         run.update(figures)
         run["server"] = {"start_to_ready_s": server.start_s, "peak_rss_mb": server.peak_rss_mb(), **extra}
         if target.service_pids:
@@ -1101,6 +1129,27 @@ def render_readme(results: dict[str, Any], png: Path | None) -> str:
         st = r["sequential"]["stages"]
         cells = [f"{_fmt(st[s]['p50_ms'])} / {_fmt(st[s]['p95_ms'])}" if s in st else "-" for s in stage_cols]
         lines.append(f"| {r['deployment']} | {r['size']} | " + " | ".join(cells) + " |")
+    cpu_rows = [r for r in results["runs"] if r.get("status") == "ok" and "cpu_ms_per_request" in r["sequential"]]
+    if cpu_rows:
+        cores = m["cores"] or 1
+        lines += [
+            "",
+            "## CPU per request (sequential requests, per process tree), ms",
+            "",
+            f"The total over {cores} cores is the least wall time a request can take with every process's share "
+            "in parallel.",
+            "",
+            "| deployment | entities | " + " | ".join(CPU_PROCESSES) + f" | total | total / {cores} cores |",
+            "|---|---|" + "---|" * (len(CPU_PROCESSES) + 2),
+        ]
+        for r in cpu_rows:
+            cpu = r["sequential"]["cpu_ms_per_request"]
+            cells = [_fmt(cpu.get(name)) for name in CPU_PROCESSES]
+            lines.append(
+                f"| {r['deployment']} | {r['size']} | "
+                + " | ".join(cells)
+                + f" | {_fmt(cpu['total'])} | {_fmt(round(cpu['total'] / cores, 1))} |"
+            )
     goal_rows = [(r, g) for r in results["runs"] for g in r.get("goals", [])]
     if goal_rows:
         lines += [

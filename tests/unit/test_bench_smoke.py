@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -108,10 +110,40 @@ def test_tiny_run_writes_results(tmp_path: Path) -> None:
     assert [lv["clients"] for lv in run["concurrent"]["levels"]] == [1, 2]
     assert all(lv["errors"] == 0 and lv["requests"] == 6 for lv in run["concurrent"]["levels"])
     assert run["server"]["peak_rss_mb"] > 0
+    cpu = run["sequential"]["cpu_ms_per_request"]  # the embedded deployment has no store process
+    assert set(cpu) == {"hrt", "total"} and cpu["total"] == cpu["hrt"] >= 0
     assert run["goals"] == []  # no goal is set for 300 entities
     readme = (out / "README.md").read_text()
     assert "| embedded | 300 |" in readme and "Command: `hrt bench" in readme
+    assert "## CPU per request" in readme and f"| embedded | 300 | {bench._fmt(cpu['hrt'])} | - | - | - |" in readme
     assert (out / "latency_vs_size.png").stat().st_size > 0
+
+
+def test_cpu_per_request_reads_a_process_tree() -> None:
+    """``tree_cpu_s`` counts a child's CPU in its parent's tree, and the per-request figures add up."""
+    import subprocess
+    import sys
+
+    burn = (
+        "import sys, time\nsys.stdin.readline()\nt = time.process_time()\n"
+        "while time.process_time() - t < 0.3: pass\ntime.sleep(30)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", burn], stdin=subprocess.PIPE, text=True)
+    try:
+        before = bench.tree_cpu_s(os.getpid())
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        deadline = time.monotonic() + 20
+        while bench.tree_cpu_s(os.getpid()) - before < 0.25 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        after = bench.tree_cpu_s(os.getpid())
+    finally:
+        child.kill()
+        child.wait()
+    assert after - before >= 0.25  # the child's busy loop, read through this process's tree
+    per = bench.cpu_ms_per_request({"hrt": 1.0, "neo4j": 2.0}, {"hrt": 1.5, "neo4j": 2.25}, 10)
+    assert per == {"hrt": 50.0, "neo4j": 25.0, "total": 75.0}
 
 
 def test_reuse_serves_the_kept_store_without_ingesting(tmp_path: Path) -> None:
