@@ -256,6 +256,24 @@ def tree_cpu_s(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def wait_for_quiet(
+    pids: dict[str, int], idle_cores: float = 0.1, window_s: float = 2.0, timeout_s: float = 180.0
+) -> tuple[float, bool]:
+    """Wait until these process trees together use under ``idle_cores`` of CPU over ``window_s``:
+    after a bulk ingest the stores compact and index in the background for a minute or more, and a
+    measurement then would count that work as the requests'. Returns the seconds waited and whether
+    they settled within ``timeout_s``."""
+    t0 = time.monotonic()
+    last = sum(tree_cpu_s(pid) for pid in pids.values())
+    while time.monotonic() - t0 < timeout_s:
+        time.sleep(window_s)
+        now = sum(tree_cpu_s(pid) for pid in pids.values())
+        if now - last < idle_cores * window_s:
+            return round(time.monotonic() - t0, 1), True
+        last = now
+    return round(time.monotonic() - t0, 1), False
+
+
 def cpu_ms_per_request(before: dict[str, float], after: dict[str, float], requests: int) -> dict[str, float]:
     """Each process's CPU per request between two ``tree_cpu_s`` readings, and their ``total``:
     on ``os.cpu_count()`` cores, ``total / cores`` is the least wall time a request can take even if
@@ -850,6 +868,11 @@ def bench_one(
             file=sys.stderr,
             flush=True,
         )
+        if target.service_pids:
+            waited, settled = wait_for_quiet(target.service_pids)
+            run["stores_settle"] = {"waited_s": waited, "settled": settled}
+            state = "quiet" if settled else "still busy (measuring anyway)"
+            print(f"[bench] {deployment} {label}: stores {state} after {waited} s", file=sys.stderr, flush=True)
         server = Server({**target.env, **plan.server_env}, work / f"server-{deployment}-{label}.log", server_embedder)
         total = 1 + plan.warmup + plan.requests * (1 + len(concurrency_levels(plan.concurrency)))
         phrases = key_phrases(cfg, total)

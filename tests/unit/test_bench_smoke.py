@@ -146,6 +146,30 @@ def test_cpu_per_request_reads_a_process_tree() -> None:
     assert per == {"hrt": 50.0, "neo4j": 25.0, "total": 75.0}
 
 
+def test_measurement_waits_for_busy_stores_to_settle() -> None:
+    """A store still busy after an ingest (here a child burning 1.5 s of CPU) is waited for; an
+    idle one is not, and a store that never settles ends the wait at its timeout."""
+    import subprocess
+    import sys
+
+    busy = "import time\nt = time.process_time()\nwhile time.process_time() - t < {}: pass\ntime.sleep(60)"
+    child = subprocess.Popen([sys.executable, "-c", busy.format(1.5)])
+    try:
+        waited, settled = bench.wait_for_quiet({"store": child.pid}, window_s=0.5, timeout_s=20)
+        assert settled and 1.0 <= waited < 20
+        waited, settled = bench.wait_for_quiet({"store": child.pid}, window_s=0.5, timeout_s=20)
+        assert settled and waited < 1.0  # one quiet window
+    finally:
+        child.kill()
+        child.wait()
+    spinning = subprocess.Popen([sys.executable, "-c", busy.format(60)])
+    try:
+        assert bench.wait_for_quiet({"store": spinning.pid}, window_s=0.5, timeout_s=1.5)[1] is False
+    finally:
+        spinning.kill()
+        spinning.wait()
+
+
 def test_reuse_serves_the_kept_store_without_ingesting(tmp_path: Path) -> None:
     out = tmp_path / "results"
     argv = ["--sizes", "300", "--deployments", "embedded", "--out", str(out), "--requests", "3", "--warmup", "0"]
