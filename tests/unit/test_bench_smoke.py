@@ -8,11 +8,15 @@ test embedder for both ingest and the server, so it takes seconds and loads no m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -119,17 +123,24 @@ def test_tiny_run_writes_results(tmp_path: Path) -> None:
     assert (out / "latency_vs_size.png").stat().st_size > 0
 
 
+@contextlib.contextmanager
+def burning_child(cpu_s: float, wait_for_go: bool = False) -> Iterator[subprocess.Popen[str]]:
+    """A child process that burns ``cpu_s`` seconds of CPU (after a line on its stdin, if
+    ``wait_for_go``), then sleeps; killed on exit."""
+    go = "import sys\nsys.stdin.readline()\n" if wait_for_go else ""
+    burn = f"import time\nt = time.process_time()\nwhile time.process_time() - t < {cpu_s}: pass\ntime.sleep(60)"
+    script = go + burn
+    child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, text=True)
+    try:
+        yield child
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_cpu_per_request_reads_a_process_tree() -> None:
     """``tree_cpu_s`` counts a child's CPU in its parent's tree, and the per-request figures add up."""
-    import subprocess
-    import sys
-
-    burn = (
-        "import sys, time\nsys.stdin.readline()\nt = time.process_time()\n"
-        "while time.process_time() - t < 0.3: pass\ntime.sleep(30)"
-    )
-    child = subprocess.Popen([sys.executable, "-c", burn], stdin=subprocess.PIPE, text=True)
-    try:
+    with burning_child(0.3, wait_for_go=True) as child:
         before = bench.tree_cpu_s(os.getpid())
         assert child.stdin is not None
         child.stdin.write("go\n")
@@ -138,9 +149,6 @@ def test_cpu_per_request_reads_a_process_tree() -> None:
         while bench.tree_cpu_s(os.getpid()) - before < 0.25 and time.monotonic() < deadline:
             time.sleep(0.05)
         after = bench.tree_cpu_s(os.getpid())
-    finally:
-        child.kill()
-        child.wait()
     assert after - before >= 0.25  # the child's busy loop, read through this process's tree
     per = bench.cpu_ms_per_request({"hrt": 1.0, "neo4j": 2.0}, {"hrt": 1.5, "neo4j": 2.25}, 10)
     assert per == {"hrt": 50.0, "neo4j": 25.0, "total": 75.0}
@@ -149,25 +157,13 @@ def test_cpu_per_request_reads_a_process_tree() -> None:
 def test_measurement_waits_for_busy_stores_to_settle() -> None:
     """A store still busy after an ingest (here a child burning 1.5 s of CPU) is waited for; an
     idle one is not, and a store that never settles ends the wait at its timeout."""
-    import subprocess
-    import sys
-
-    busy = "import time\nt = time.process_time()\nwhile time.process_time() - t < {}: pass\ntime.sleep(60)"
-    child = subprocess.Popen([sys.executable, "-c", busy.format(1.5)])
-    try:
+    with burning_child(1.5) as child:
         waited, settled = bench.wait_for_quiet({"store": child.pid}, window_s=0.5, timeout_s=20)
         assert settled and 1.0 <= waited < 20
         waited, settled = bench.wait_for_quiet({"store": child.pid}, window_s=0.5, timeout_s=20)
         assert settled and waited < 1.0  # one quiet window
-    finally:
-        child.kill()
-        child.wait()
-    spinning = subprocess.Popen([sys.executable, "-c", busy.format(60)])
-    try:
+    with burning_child(60) as spinning:
         assert bench.wait_for_quiet({"store": spinning.pid}, window_s=0.5, timeout_s=1.5)[1] is False
-    finally:
-        spinning.kill()
-        spinning.wait()
 
 
 def test_reuse_serves_the_kept_store_without_ingesting(tmp_path: Path) -> None:
@@ -247,11 +243,7 @@ def _running(pid: int) -> bool:
 def test_the_ingest_child_stops_when_the_harness_is_killed(tmp_path: Path) -> None:
     """A killed ``hrt bench`` (SIGKILL, which its ingest child does not see) must not leave the
     child writing into the stores: it stops at its next batch."""
-    import os
     import signal
-    import subprocess
-    import sys
-    import time
 
     root = Path(__file__).resolve().parents[2]
     script = tmp_path / "harness.py"
