@@ -150,7 +150,8 @@ class Settings(BaseSettings):
 
     # --- grounding -----------------------------------------------------------------------------
     rrf_k: int = Field(60, ge=1)
-    search_k: int = Field(50, ge=1, le=1000)  # hits per phrase and per leg (vector, lexical)
+    # hits per phrase and per leg (vector, lexical); 25 (was 50): LoCoMo dev, docs/eval-locomo.md
+    search_k: int = Field(25, ge=1, le=1000)
     seeds_per_phrase: int = Field(10, ge=1, le=200)
     threshold_max: float = Field(0.75, ge=0.0, le=1.0)
     threshold_min: float = Field(0.35, ge=0.0, le=1.0)
@@ -158,19 +159,21 @@ class Settings(BaseSettings):
     threshold_target_ratio: float = Field(0.8, gt=0.0, le=1.0)
     # a lexical hit whose fused rank is within the target count is admitted at the floor threshold
     lexical_admits_at_floor: bool = True
-    # the direct semantic evidence scoring uses: the cosine, or RRF over both legs (see grounding.py)
-    semantic_evidence: Literal["cosine", "fused"] = "cosine"
-    # how a hit's evidence for several phrases combines: its best phrase (max), or the sum over all
-    # phrases divided by their number (mean: what the phrases agree on). mean keeps many short phrases
-    # from flooding the ranking (LoCoMo dev, every keyword its own phrase: recall@10 62.6 -> 70.1 with
-    # fused evidence) but shrinks the semantic term of what only one phrase matches; see grounding.py
-    phrase_evidence: Literal["max", "mean"] = "max"
+    # the direct semantic evidence scoring uses: RRF over both legs, normalised (fused), or the cosine
+    # (see grounding.py). fused keeps the lexical leg, the stronger one, in the score
+    semantic_evidence: Literal["cosine", "fused"] = "fused"
+    # how a hit's evidence for several phrases combines: the sum over all phrases divided by their
+    # number (mean: what the phrases agree on), or its best phrase (max). mean keeps many short
+    # phrases from flooding the ranking (fused max gives every phrase's first hit 1.0); see grounding.py
+    phrase_evidence: Literal["max", "mean"] = "mean"
 
     # --- expansion -----------------------------------------------------------------------------
-    # the semantic evidence of a candidate that no phrase's search returned (one reached through
-    # the graph alone): its best path score, or that score times its own best cosine similarity
-    # to the phrases (one more vector-index read per request; see expansion.py)
-    reached_evidence: Literal["path", "path_x_cosine"] = "path"
+    # the semantic evidence of a candidate beyond the seeds (hrt/pipeline/scoring.py): scoped (seeds
+    # their direct evidence; one hop out, hits the best of direct and path, others path x own cosine;
+    # further, path x own cosine x hop_decay per extra hop), path_x_cosine (hits max(direct, path),
+    # others path x own cosine) or path (max(direct, path)). The cosine rules cost one vector-index
+    # read per request
+    reached_evidence: Literal["path", "path_x_cosine", "scoped"] = "scoped"
     default_depth: int = Field(2, ge=0, le=3)
     hop_decay: float = Field(0.6, gt=0.0, le=1.0)
     fanout_per_node: int = Field(25, ge=1, le=10_000)
@@ -178,6 +181,13 @@ class Settings(BaseSettings):
 
     # --- scoring -------------------------------------------------------------------------------
     weights: Weights = Weights()
+    # relevance first: per kind, recency, salience and preference count for a candidate in
+    # proportion clamp((semantic / best semantic - gate) / (1 - gate), 0, 1), so a candidate below
+    # gate x the best one's semantic term never passes one above it; 0 is the plain weighted sum
+    relevance_gate: float = Field(0.5, ge=0.0, lt=1.0)
+    # dates named in the key phrases (hrt/pipeline/temporal.py): tier puts candidates whose
+    # timestamp falls in them above the others (semantic (1 + s) / 2 against s / 2); off ignores them
+    temporal_match: Literal["off", "tier"] = "tier"
     recency_half_life_days: float = Field(30.0, gt=0.0)
     neutral_preference: float = Field(0.5, ge=0.0, le=1.0)
 

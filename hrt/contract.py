@@ -221,6 +221,25 @@ class PhraseGrounding(_Out):
     matched: bool
 
 
+class TimeWindowOut(_Out):
+    """A date a key phrase names, as the span scoring matched timestamps against (start included,
+    end excluded, ISO-8601 UTC)."""
+
+    key_phrase: str
+    text: str
+    start: str
+    end: str
+
+
+class RelevanceGate(_Out):
+    """The relevance gate of this request: recency, salience and preference counted for an item in
+    proportion ``clamp((semantic / best_semantic[kind] - threshold) / (1 - threshold), 0, 1)``
+    (all of them when ``threshold`` is 0)."""
+
+    threshold: float
+    best_semantic: dict[str, float]
+
+
 class RetrievalMetadata(_Out):
     contract_version: str
     user_id: str
@@ -236,6 +255,8 @@ class RetrievalMetadata(_Out):
     near_duplicates_removed: int
     deployment: str
     config_hash: str
+    time_windows: list[TimeWindowOut]
+    relevance_gate: RelevanceGate
 
 
 class AugmentedMemoryContext(_Out):

@@ -23,13 +23,13 @@ from hrt.embedder import Embedder
 from hrt.errors import NotFound, StoreUnavailable
 from hrt.metrics import Metrics
 from hrt.pipeline.assembly import CONNECTED_CONCEPTS, assemble
-from hrt.pipeline.expansion import run_expansion, scale_reached
+from hrt.pipeline.expansion import own_similarities, run_expansion
 from hrt.pipeline.grounding import Grounding, run_grounding
 from hrt.pipeline.hydration import run_hydration
-from hrt.pipeline.intake import run_intake
+from hrt.pipeline.intake import Intake, run_intake
 from hrt.pipeline.rerank import run_rerank
-from hrt.pipeline.scoring import PreferenceBook, score_candidates
-from hrt.pipeline.selection import apply_filters, select, shortlist
+from hrt.pipeline.scoring import Evidence, PreferenceBook, Scored, best_semantic, score_candidates
+from hrt.pipeline.selection import filter_candidates, select, shortlist
 from hrt.records import EdgeType, Kind, Preference, entity_body
 from hrt.reranker import NoopReranker, Reranker
 from hrt.stores.base import GraphNode, GraphStore, RecordStore, VectorIndex
@@ -62,6 +62,9 @@ class HybridRetrievalTool:
         self.deployment = deployment
         self.clock = clock
         self._config_hash = settings.fingerprint()
+        # a hook that sees every request's scored candidates (the LoCoMo eval's candidate recall);
+        # never part of the response
+        self.trace: Callable[[Intake, list[Scored]], None] | None = None
 
     @contextmanager
     def _stage(self, name: str, timings: dict[str, float]) -> Iterator[None]:
@@ -138,14 +141,24 @@ class HybridRetrievalTool:
 
         with self._stage("expansion", timings):
             candidates = await run_expansion(intake, grounding, self.graph, s)
-            if s.reached_evidence == "path_x_cosine":
-                candidates = await scale_reached(
-                    intake, candidates, grounding.similarity, embedding.result(), self.vectors
-                )
+            # what the request's filters exclude is never scored: the relevance gate measures
+            # against the best candidate the request can get
+            candidates = filter_candidates(candidates, intake.filters)
+            own = await own_similarities(
+                intake, candidates, grounding.similarity, embedding.result(), self.vectors, s.reached_evidence
+            )
         stages["expansion"] = "ok" if intake.depth > 0 else "skipped"
 
         with self._stage("scoring", timings):
             book = PreferenceBook.build(preferences, s.neutral_preference)
+            evidence = Evidence(
+                rule=s.reached_evidence,
+                own=own,
+                hop_decay=s.hop_decay,
+                windows=intake.windows,
+                temporal=s.temporal_match == "tier",
+                gate=s.relevance_gate,
+            )
             scored = score_candidates(
                 candidates,
                 grounding.similarity,
@@ -153,8 +166,10 @@ class HybridRetrievalTool:
                 intake.weights,
                 intake.as_of.timestamp(),
                 s.recency_half_life_days,
+                evidence,
             )
-            scored = apply_filters(scored, intake.filters)
+            if self.trace is not None:
+                self.trace(intake, scored)
             factor = max(s.shortlist_factor, s.reranker_oversample) if intake.rerank else s.shortlist_factor
             short = shortlist(scored, intake.limits, factor)
         stages["scoring"] = "ok"
@@ -216,6 +231,9 @@ class HybridRetrievalTool:
                 decimals=s.score_decimals,
                 deployment=self.deployment,
                 config_hash=self._config_hash,
+                windows=intake.windows if s.temporal_match == "tier" else (),
+                gate=s.relevance_gate,
+                best=best_semantic(scored),
             )
 
         total = time.perf_counter() - started

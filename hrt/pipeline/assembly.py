@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 
 from hrt.contract import (
     CONTRACT_VERSION,
@@ -17,20 +18,27 @@ from hrt.contract import (
     IdName,
     IdTitle,
     PhraseGrounding,
+    RelevanceGate,
     RetrievalMetadata,
     RetrievedArtifact,
     RetrievedConcept,
     RetrievedMemoryUnit,
     ScoreBreakdown,
     ScoringDetails,
+    TimeWindowOut,
     WeightsUsed,
 )
 from hrt.pipeline.grounding import Grounding
 from hrt.pipeline.intake import Intake
 from hrt.pipeline.scoring import Scored
+from hrt.pipeline.temporal import TimeWindow
 from hrt.records import Artifact, Concept, Entity, Kind, MemoryUnit, iso
 from hrt.stores.base import GraphNode
 from hrt.text import STOPWORDS, WORD
+
+
+def iso_ts(ts: float) -> str:
+    return iso(datetime.fromtimestamp(ts, UTC))
 
 ELLIPSIS = "…"
 CONNECTED_CONCEPTS = 50  # a memory unit's connected concepts shown, newest first
@@ -147,6 +155,9 @@ def assemble(
     decimals: int,
     deployment: str,
     config_hash: str,
+    windows: Sequence[TimeWindow] = (),
+    gate: float = 0.0,
+    best: Mapping[Kind, float] | None = None,
 ) -> AugmentedMemoryContext:
     r = rounder(decimals)
     phrases = list(intake.phrases)
@@ -268,5 +279,13 @@ def assemble(
             near_duplicates_removed=near_duplicates_removed,
             deployment=deployment,
             config_hash=config_hash,
+            time_windows=[
+                TimeWindowOut(key_phrase=w.phrase, text=w.text, start=iso_ts(w.start), end=iso_ts(w.end))
+                for w in windows
+            ],
+            relevance_gate=RelevanceGate(
+                threshold=r(gate),
+                best_semantic={k.value: r(v) for k, v in sorted((best or {}).items(), key=lambda kv: kv[0].value)},
+            ),
         ),
     )

@@ -2,26 +2,20 @@
 
 Fan-out is capped per node (strongest edges first, then newest neighbours, then id) and per kind,
 so a hub concept cannot explode the frontier. A candidate's path score is its seed's semantic
-score times ``hop_decay x edge weight`` per hop; the best path wins, ties by visit order. Depth 0
-still calls the graph once: it returns the seeds with the attributes scoring needs.
+score times ``hop_decay x edge weight`` per hop; the best path wins, ties by visit order; each
+candidate also carries the hop at which the walk first reached it (its distance from the seeds).
+Depth 0 still calls the graph once: it returns the seeds with the attributes scoring needs.
 
-Reached evidence (``reached_evidence``): a candidate that no phrase's search returned has only its
-path as semantic evidence, and every turn an observation derives from, or every neighbour of a
-hub, inherits the same path score. With ``path_x_cosine`` that path score is multiplied by the
-candidate's own best cosine similarity to the phrases (clamped at 0), read from the vector index in
-one call: a reached candidate scores as high as its path *and* its text allow. A candidate the
-index has no vector for (its projection still pending) keeps its path score. LoCoMo dev, HRT full
-(fused evidence, depth 1): recall@10 74.7 -> 75.6, recall@5 62.8 -> 63.8, nDCG@10 53.4 -> 54.1,
-adversarial recall@10 75.7 -> 79.5 (docs/eval-locomo.md). Off by default: it costs a read per
-request, and it shrinks the semantic term of reached candidates, which shifts HRT's default
-weights towards recency and salience in a way LoCoMo (asked with semantic weight alone) cannot
-measure.
+Own evidence (:func:`own_similarities`): the ``reached_evidence`` rules ``scoped`` (default) and
+``path_x_cosine`` weigh a candidate's path by its own best cosine similarity to the phrases
+(``hrt/pipeline/scoring.py``): those of the candidates that need it are read from the vector
+index in one call (``VectorIndex.similarities``), after the walk. A candidate the index has no
+vector for (its projection still pending) is left out, and scoring keeps its path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Iterable, Mapping
 
 from hrt.config import Settings
 from hrt.pipeline.grounding import Grounding
@@ -43,22 +37,27 @@ async def run_expansion(
     return await graph.expand(intake.user_id, grounding.seeds, caps, not_after=intake.as_of.timestamp())
 
 
-async def scale_reached(
+def needs_own(candidates: Iterable[GraphCandidate], hits: Mapping[str, float], rule: str) -> list[str]:
+    """The candidates whose own cosine the rule reads: under ``path_x_cosine`` those no search
+    returned; under ``scoped`` those too, and every candidate two or more hops from the seeds."""
+    if rule == "path_x_cosine":
+        return [c.node.id for c in candidates if c.node.id not in hits]
+    if rule == "scoped":
+        return [c.node.id for c in candidates if c.distance >= 2 or (c.distance == 1 and c.node.id not in hits)]
+    return []
+
+
+async def own_similarities(
     intake: Intake,
     candidates: list[GraphCandidate],
     hits: Mapping[str, float],
     vectors: Vector,
     index: VectorIndex,
-) -> list[GraphCandidate]:
-    """``reached_evidence=path_x_cosine``: each candidate not in ``hits`` (the search hits' direct
-    evidence) with its path score times its own best cosine to the phrases, clamped at 0."""
-    reached = [c.node.id for c in candidates if c.node.id not in hits]
-    if not reached:
-        return candidates
-    own = await index.similarities(intake.user_id, reached, vectors)
-    return [
-        replace(c, path_score=c.path_score * max(0.0, own[c.node.id]))
-        if c.node.id not in hits and c.node.id in own
-        else c
-        for c in candidates
-    ]
+    rule: str,
+) -> dict[str, float]:
+    """The own best cosine to the phrases of the candidates ``rule`` needs it for, in one read
+    (none when it needs none)."""
+    wanted = needs_own(candidates, hits, rule)
+    if not wanted:
+        return {}
+    return await index.similarities(intake.user_id, wanted, vectors)

@@ -13,6 +13,7 @@ from datetime import datetime
 from hrt.config import WEIGHT_PRESETS, Settings, Weights
 from hrt.contract import MAX_KEY_PHRASES, MAX_PHRASE_CHARS, Filters, Limits, RetrieveRequest, normalise_phrase
 from hrt.errors import InvalidInput
+from hrt.pipeline.temporal import TimeWindow, phrase_windows
 
 MESSAGES_USED = 3
 MESSAGE_CHARS = 200
@@ -29,6 +30,7 @@ class Intake:
     as_of: datetime
     filters: Filters
     rerank: bool
+    windows: tuple[TimeWindow, ...] = ()  # dates the phrases name (hrt/pipeline/temporal.py)
 
 
 def dedupe_phrases(raw: list[str]) -> tuple[str, ...]:
@@ -71,4 +73,5 @@ def run_intake(request: RetrieveRequest, settings: Settings, now: datetime) -> I
         as_of=request.as_of or now,
         filters=request.filters,
         rerank=request.rerank,
+        windows=phrase_windows(phrases),
     )

@@ -1,12 +1,31 @@
 """Stage 4, scoring: the EntityScorer, pure functions with explicit inputs.
 
-    final = alpha * semantic + beta * recency + gamma * salience + delta * preference
+    final = alpha * semantic + relevance * (beta * recency + gamma * salience + delta * preference)
 
-with the weights normalised to sum 1 and every term in [0, 1]:
+with the weights normalised to sum 1 and every term in [0, 1]. Relevance comes first: the
+semantic term says how well a candidate matches the key phrases, and the other three only order
+candidates that match well enough (``relevance``, below). The terms:
 
-- semantic:   max(cosine similarity of the entity to any key phrase, when search returned it;
-              its best path score: seed similarity x (hop_decay x edge weight) per hop),
-              clamped to [0, 1].
+- semantic (:func:`candidate_semantic`, ``reached_evidence``): with ``scoped`` (the default) a
+  candidate's own evidence counts in full in the seeds' neighbourhood and less the further the
+  graph had to go to reach it:
+
+  - a seed (distance 0): its direct evidence (grounding's score for it: fused or cosine, over the
+    phrases);
+  - one hop from a seed: a search hit, the best of its direct evidence and its best path; any
+    other, its best path times its own best cosine to the phrases (clamped at 0);
+  - further: its best path times its own cosine times ``hop_decay`` for every hop past the first,
+    search hit or not (a hit that only a two-hop walk reaches is a weak hit far from every seed).
+
+  The path score is seed score x (``hop_decay`` x edge weight) per hop; distance is the hop at
+  which the walk first reached the candidate. A deeper walk can only add far candidates, which
+  compete on path *and* text, one ``hop_decay`` behind one-hop ones: many mediocre two-hop
+  candidates cannot crowd out one-hop evidence. ``path`` (max of direct evidence and path) and
+  ``path_x_cosine`` (search hits: max of direct and path; others: path x own cosine) are the
+  earlier rules. A candidate the index has no vector for keeps its path as its own cosine's place.
+- time (``temporal_match``): when the phrases name dates (``hrt/pipeline/temporal.py``), a
+  candidate whose timestamp falls in one of those windows scores ``(1 + s) / 2``, any other
+  ``s / 2``: in-window candidates first, each group in its own order. No date, no change.
 - recency:    0.5 ** (age_days / half_life_days), age measured back from ``as_of`` (never
               negative). Memory units use ``creation_ts``, artifacts ``created_at``, concepts the
               newest memory unit that mentions them; with no timestamp, 0.5 (neutral).
@@ -15,14 +34,21 @@ with the weights normalised to sum 1 and every term in [0, 1]:
               else its type's. Artifacts: their artifact_type's. Memory units: the mean of their
               source_type's weight and the strongest weight among the concepts they mention,
               over the signals that exist; neutral when none does.
+- relevance (``relevance_gate`` = tau, :func:`relevance_factor`): per kind, ``clamp((semantic /
+  best - tau) / (1 - tau), 0, 1)``, ``best`` the highest semantic term among the request's
+  candidates of that kind. A candidate below ``tau x best`` gets nothing from recency, salience
+  and preference, so it scores below ``alpha x tau x best`` and can never pass one at or above
+  ``tau x best``, whatever its age, importance or the user's preferences; from ``tau x best`` up
+  the three terms count more and more, in full at ``best``. ``tau`` 0 is the plain weighted sum.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from hrt.config import Weights
+from hrt.pipeline.temporal import TimeWindow, in_any
 from hrt.records import Kind, Preference
 from hrt.stores.base import GraphCandidate, GraphNode
 
@@ -41,7 +67,65 @@ def recency_score(ts: float | None, as_of: float, half_life_days: float) -> floa
 
 
 def semantic_score(direct_similarity: float | None, path_score: float) -> float:
+    """The ``path`` rule: the best of the direct evidence and the path, clamped."""
     return clamp01(max(direct_similarity if direct_similarity is not None else 0.0, path_score))
+
+
+REACHED_RULES = ("path", "path_x_cosine", "scoped")
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """How the semantic term is made beyond the direct evidence (module docstring): the rule, the
+    candidates' own cosines (``own``: ids the index has a vector for), ``hop_decay``, the
+    phrases' time windows (used when ``temporal``) and the relevance gate's ``tau``."""
+
+    rule: str = "path"
+    own: Mapping[str, float] = field(default_factory=dict)
+    hop_decay: float = 0.6
+    windows: Sequence[TimeWindow] = ()
+    temporal: bool = False
+    gate: float = 0.0
+
+
+PLAIN = Evidence()
+
+
+def candidate_semantic(
+    c: GraphCandidate, direct: float | None, own: float | None, rule: str, hop_decay: float
+) -> float:
+    """A candidate's semantic evidence before the time match (module docstring), in [0, 1]."""
+    path = c.path_score
+    if rule == "path":
+        return semantic_score(direct, path)
+    mine = path if own is None else path * (own if own > 0.0 else 0.0)
+    if rule == "path_x_cosine":
+        return semantic_score(direct, path) if direct is not None else clamp01(mine)
+    if rule != "scoped":
+        raise ValueError(f"unknown reached_evidence {rule!r}")
+    distance = c.distance
+    if distance == 0:
+        return clamp01(direct if direct is not None else path)
+    if distance == 1:
+        return semantic_score(direct, path) if direct is not None else clamp01(mine)
+    return clamp01(mine * hop_decay ** (distance - 1))
+
+
+def time_matched(semantic: float, ts: float | None, windows: Sequence[TimeWindow]) -> float:
+    """With windows: ``(1 + s) / 2`` for a timestamp in one of them, ``s / 2`` otherwise."""
+    if not windows:
+        return semantic
+    return (1.0 + semantic) / 2.0 if in_any(ts, windows) else semantic / 2.0
+
+
+def relevance_factor(semantic: float, best: float, tau: float) -> float:
+    """The share of recency, salience and preference a candidate gets: 1 with no gate (``tau``
+    0), else ``clamp((semantic / best - tau) / (1 - tau), 0, 1)`` (0 when nothing is relevant)."""
+    if tau <= 0.0:
+        return 1.0
+    if best <= 0.0:
+        return 0.0
+    return clamp01((semantic / best - tau) / (1.0 - tau))
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +182,7 @@ class Scored:
     preference: float
     final: float
     rerank: float | None = None
+    relevance: float = 1.0  # the relevance gate's factor on recency, salience and preference
 
     @property
     def id(self) -> str:
@@ -111,13 +196,35 @@ class Scored:
         return replace(self, rerank=rerank, final=final)
 
 
-def combine(weights: Weights, semantic: float, recency: float, salience: float, preference: float) -> float:
-    return (
-        weights.alpha_semantic_similarity * semantic
-        + weights.beta_recency * recency
-        + weights.gamma_salience * salience
-        + weights.delta_user_preference * preference
+def combine(
+    weights: Weights,
+    semantic: float,
+    recency: float,
+    salience: float,
+    preference: float,
+    relevance: float | None = None,
+) -> float:
+    """The weighted sum; with a ``relevance`` factor (a gated request), that factor times the
+    three terms after the semantic one."""
+    if relevance is None:
+        return (
+            weights.alpha_semantic_similarity * semantic
+            + weights.beta_recency * recency
+            + weights.gamma_salience * salience
+            + weights.delta_user_preference * preference
+        )
+    return weights.alpha_semantic_similarity * semantic + relevance * (
+        weights.beta_recency * recency + weights.gamma_salience * salience + weights.delta_user_preference * preference
     )
+
+
+def best_semantic(scored: Iterable[Scored]) -> dict[Kind, float]:
+    """Per kind, the highest semantic term (what the relevance gate measures against)."""
+    out: dict[Kind, float] = {}
+    for x in scored:
+        if x.semantic > out.get(x.kind, -1.0):
+            out[x.kind] = x.semantic
+    return out
 
 
 def score_candidates(
@@ -127,12 +234,15 @@ def score_candidates(
     weights: Weights,
     as_of: float,
     half_life_days: float,
+    evidence: Evidence = PLAIN,
 ) -> list[Scored]:
     """Score every candidate; returned best first, ties broken by id.
 
-    The loop is :func:`semantic_score`, :func:`recency_score`, :func:`preference_score` and
-    :func:`combine` written out (the same operations in the same order, so the same floats): it
-    runs for every candidate of every request, ~700 at 100k entities."""
+    The loop is :func:`candidate_semantic`, :func:`time_matched`, :func:`recency_score`,
+    :func:`preference_score`, :func:`relevance_factor` and :func:`combine` written out (the same
+    operations in the same order, so the same floats): it runs for every candidate of every
+    request, ~700 at 100k entities. The relevance gate needs every candidate's semantic term
+    first, so the final scores are a second pass."""
     cands = list(candidates)
     concept_types = {c.node.id: c.node.category for c in cands if c.node.kind is Kind.CONCEPT}
     a, b, g, d = (
@@ -146,15 +256,25 @@ def score_candidates(
     plain_mentions = not book.concepts and not book.concept_types  # no mention can carry a weight
     concept_weights, concept_type_weights, artifact_weights = book.concepts, book.concept_types, book.artifact_types
     neutral = book.neutral
-    # sorted by (-final, id, position): the position only orders a repeated id, so a Scored is never compared
-    ranked: list[tuple[float, str, int, Scored]] = []
-    for position, c in enumerate(cands):
+    rule, own_cosine, decay, tau = evidence.rule, evidence.own, evidence.hop_decay, evidence.gate
+    windows = evidence.windows if evidence.temporal else ()
+    plain = rule == "path"
+    terms: list[tuple[GraphCandidate, float, float, float, float]] = []
+    best: dict[Kind, float] = {}
+    for c in cands:
         node = c.node
         kind = node.kind
-        sem = similarity.get(node.id, 0.0)
-        if c.path_score > sem:
-            sem = c.path_score
-        sem = 0.0 if sem < 0.0 else 1.0 if sem > 1.0 else sem
+        if plain:
+            sem = similarity.get(node.id, 0.0)
+            if c.path_score > sem:
+                sem = c.path_score
+            sem = 0.0 if sem < 0.0 else 1.0 if sem > 1.0 else sem
+        else:
+            sem = candidate_semantic(c, similarity.get(node.id), own_cosine.get(node.id), rule, decay)
+        if windows:
+            sem = time_matched(sem, node.ts, windows)
+        if sem > best.get(kind, -1.0):
+            best[kind] = sem
         ts = c.last_mention_ts if kind is concept else node.ts
         rec = 0.5 if ts is None else float(0.5 ** ((max(0.0, as_of - ts) / SECONDS_PER_DAY) / half_life_days))
         sal = node.salience
@@ -183,7 +303,18 @@ def score_candidates(
         else:
             pref = artifact_weights.get(node.category, neutral)
         pref = 0.0 if pref < 0.0 else 1.0 if pref > 1.0 else pref
-        final = a * sem + b * rec + g * sal + d * pref
-        ranked.append((-final, node.id, position, Scored(c, sem, rec, sal, pref, final)))
+        terms.append((c, sem, rec, sal, pref))
+    # sorted by (-final, id, position): the position only orders a repeated id, so a Scored is never compared
+    ranked: list[tuple[float, str, int, Scored]] = []
+    for position, (c, sem, rec, sal, pref) in enumerate(terms):
+        if tau > 0.0:
+            top = best[c.node.kind]
+            rel = 0.0 if top <= 0.0 else (sem / top - tau) / (1.0 - tau)
+            rel = 0.0 if rel < 0.0 else 1.0 if rel > 1.0 else rel
+            final = a * sem + rel * (b * rec + g * sal + d * pref)
+        else:
+            rel = 1.0
+            final = a * sem + b * rec + g * sal + d * pref
+        ranked.append((-final, c.node.id, position, Scored(c, sem, rec, sal, pref, final, relevance=rel)))
     ranked.sort()
     return [item for *_, item in ranked]

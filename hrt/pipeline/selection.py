@@ -1,6 +1,6 @@
 """Stage 6, selection (with the filters and the shortlist that feeds hydration and rerank).
 
-- Filters drop candidates the request excludes (kinds, tags, agents, time range).
+- Filters drop candidates the request excludes (kinds, tags, agents, time range), before scoring.
 - The shortlist keeps, per kind, the best ``limit x shortlist_factor`` by score then id: enough
   for near-duplicate removal and rerank to choose from, few enough to hydrate in one read.
 - Near-duplicate removal: two items of one kind are duplicates when the Jaccard similarity of
@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from hrt.contract import Filters, Limits
 from hrt.pipeline.scoring import Scored
 from hrt.records import Kind
+from hrt.stores.base import GraphCandidate, GraphNode
 from hrt.text import words as tokenize
 
 
@@ -26,7 +27,10 @@ def limit_for(limits: Limits, kind: Kind) -> int:
 
 
 def passes_filters(item: Scored, filters: Filters) -> bool:
-    node = item.candidate.node
+    return node_passes(item.candidate.node, filters)
+
+
+def node_passes(node: GraphNode, filters: Filters) -> bool:
     if filters.kinds and node.kind.value not in filters.kinds:
         return False
     if node.kind is Kind.MEMORY_UNIT:
@@ -41,6 +45,14 @@ def passes_filters(item: Scored, filters: Filters) -> bool:
         if end is not None and node.ts > end.timestamp():
             return False
     return True
+
+
+def filter_candidates(candidates: list[GraphCandidate], filters: Filters) -> list[GraphCandidate]:
+    """The candidates the request's filters keep, in their order; the list itself when it sets
+    none (the common case: no check per candidate)."""
+    if not (filters.kinds or filters.tags or filters.source_agent_ids or filters.time_range is not None):
+        return candidates
+    return [c for c in candidates if node_passes(c.node, filters)]
 
 
 def apply_filters(scored: list[Scored], filters: Filters) -> list[Scored]:

@@ -71,12 +71,19 @@ class GraphCandidate:
     """One node reached by expansion (seeds included at hop 0), with its best path."""
 
     node: GraphNode
-    hops: int
+    hops: int  # edges on the best path
     seed_id: str
     path: tuple[PathStep, ...]
     path_score: float  # seed score x product over edges of (hop_decay x edge weight)
     mentions: tuple[str, ...] = ()  # memory units: ids of concepts they mention
     last_mention_ts: float | None = None  # concepts: newest memory unit mentioning them
+    # the hop at which the walk first reached the node: its distance from the nearest seed (a
+    # better path found deeper may have more edges, ``hops``); None means ``hops``
+    reached_at: int | None = None
+
+    @property
+    def distance(self) -> int:
+        return self.hops if self.reached_at is None else self.reached_at
 
 
 @dataclass(frozen=True, slots=True)

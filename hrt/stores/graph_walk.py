@@ -38,8 +38,8 @@ def visible(node: GraphNode | None, not_after: float | None) -> bool:
 
 H = TypeVar("H", bound=Hashable)  # a node handle: the id itself, or an adapter's index for it
 
-# best[handle] = (score, hops, seed handle, path as (edge, handle, forward) steps)
-_Best = dict[H, tuple[float, int, H, tuple[tuple[EdgeType, H, bool], ...]]]
+# best[handle] = (score, hops, seed handle, path as (edge, handle, forward) steps, hop first reached at)
+_Best = dict[H, tuple[float, int, H, tuple[tuple[EdgeType, H, bool], ...], int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,14 +57,17 @@ class WalkView(Generic[H]):
 def walk(view: WalkView[H], seeds: Sequence[tuple[H, float]], caps: ExpansionCaps) -> _Best[H]:
     """The best-path walk: seeds strongest first, then per hop each frontier node (best first,
     then id) offers its first ``fanout_per_node`` visible links; a node keeps the best path, ties
-    the first found; new nodes are admitted up to ``max_per_kind`` per kind (seeds are exempt)."""
+    the first found; new nodes are admitted up to ``max_per_kind`` per kind (seeds are exempt).
+    Each node also keeps the hop at which the walk first reached it (0 for a seed): a better path
+    found deeper replaces the path, never that hop, so a node's distance from the seeds does not
+    depend on the depth asked for."""
     best: _Best[H] = {}
     per_kind: dict[Kind, int] = {}
     order = view.order
     for seed, score in sorted(seeds, key=lambda hs: (-hs[1], order(hs[0]))):
         if seed in best or not view.visible(seed):
             continue
-        best[seed] = (score, 0, seed, ())
+        best[seed] = (score, 0, seed, (), 0)
         kind = view.kind(seed)
         per_kind[kind] = per_kind.get(kind, 0) + 1
 
@@ -79,7 +82,7 @@ def walk(view: WalkView[H], seeds: Sequence[tuple[H, float]], caps: ExpansionCap
     for hop in range(1, caps.depth + 1):
         reached: set[H] = set()
         for current in frontier:
-            score, _, seed, path = best[current]
+            score, _, seed, path, _ = best[current]
             taken = 0
             for other, edge, weight, forward in view.links(current):
                 if taken >= fanout:
@@ -92,12 +95,14 @@ def walk(view: WalkView[H], seeds: Sequence[tuple[H, float]], caps: ExpansionCap
                 if previous is not None:
                     if previous[0] >= candidate_score:
                         continue  # ties keep the path found first (visit order)
+                    first = previous[4]
                 else:
                     kind = kind_of(other)
                     if per_kind.get(kind, 0) >= cap:
                         continue
                     per_kind[kind] = per_kind.get(kind, 0) + 1
-                best[other] = (candidate_score, hop, seed, (*path, (edge, other, forward)))
+                    first = hop
+                best[other] = (candidate_score, hop, seed, (*path, (edge, other, forward)), first)
                 reached.add(other)
         frontier = sorted(reached, key=lambda h: (-best[h][0], order(h)))
         if not frontier:
@@ -123,7 +128,7 @@ def candidates(
     steps: dict[tuple[EdgeType, H, bool], PathStep] = {}  # paths share their steps: make each once
     memory_unit, concept, make, make_step = Kind.MEMORY_UNIT, Kind.CONCEPT, GraphCandidate, PathStep
     for handle in sorted(best):  # type: ignore[type-var]  # handles are ints or strings
-        score, hops, seed, path = best[handle]
+        score, hops, seed, path, first = best[handle]
         n = node(handle)
         kind = n.kind
         made: tuple[PathStep, ...] = ()
@@ -144,6 +149,7 @@ def candidates(
                 score,
                 mentions(handle) if kind is memory_unit else (),
                 last_mention(handle) if kind is concept else None,
+                first,
             )
         )
     return out

@@ -82,17 +82,21 @@ async def test_summary_numbers_equal_the_documents_counts(loaded_service):
 async def test_every_item_carries_a_consistent_breakdown(loaded_service):
     out = await loaded_service.retrieve(req(key_phrases=["Project Phoenix", "Postgres"]))
     w = out.scoring_details.weights_used
-    items = [*out.retrieved_memory_units, *out.retrieved_concepts, *out.retrieved_artifacts]
+    gate = out.retrieval_metadata.relevance_gate
+    assert gate.threshold == 0.5  # HRT_RELEVANCE_GATE's default
+    kinds = [("memory_unit", out.retrieved_memory_units), ("concept", out.retrieved_concepts)]
+    kinds.append(("artifact", out.retrieved_artifacts))
+    items = [(kind, it) for kind, group in kinds for it in group]
     assert items
-    for it in items:
+    for kind, it in items:
         b = it.score_breakdown
-        expected = (
-            w.alpha_semantic_similarity * b.semantic
-            + w.beta_recency * b.recency
-            + w.gamma_salience * b.salience
-            + w.delta_user_preference * b.preference
+        # what a caller can recompute from the breakdown, the weights and the gate (README, Scoring)
+        best = gate.best_semantic[kind]
+        relevance = min(1.0, max(0.0, (b.semantic / best - gate.threshold) / (1 - gate.threshold)))
+        expected = w.alpha_semantic_similarity * b.semantic + relevance * (
+            w.beta_recency * b.recency + w.gamma_salience * b.salience + w.delta_user_preference * b.preference
         )
-        assert it.final_retrieval_score == pytest.approx(expected, abs=2e-4)
+        assert it.final_retrieval_score == pytest.approx(expected, abs=1e-3)
         assert all(0.0 <= v <= 1.0 for v in (b.semantic, b.recency, b.salience, b.preference))
     for group in (out.retrieved_memory_units, out.retrieved_concepts, out.retrieved_artifacts):
         scores = [g.final_retrieval_score for g in group]
@@ -321,51 +325,66 @@ async def test_vector_leg_runs_while_the_lexical_leg_is_still_running(loaded_ser
     assert got == expected
 
 
-async def test_reached_evidence_scales_reached_paths_by_their_own_cosine(loaded_service, settings):
-    from hrt.pipeline.expansion import run_expansion, scale_reached
+def test_needs_own_names_the_candidates_each_rule_weighs_by_their_own_cosine():
+    from hrt.pipeline.expansion import needs_own
+    from hrt.records import Kind
+    from hrt.stores.base import GraphCandidate, GraphNode
+
+    def cand(ident: str, hops: int, reached_at: int | None = None) -> GraphCandidate:
+        n = GraphNode(id=ident, kind=Kind.MEMORY_UNIT, label=ident, ts=None, salience=0.5, category="x")
+        return GraphCandidate(n, hops, "s", (), 0.5, reached_at=reached_at)
+
+    # a seed, a hit and a non-hit one hop out, a hit and a non-hit two hops out, and a node first
+    # reached one hop out whose best path (found deeper) has three edges
+    cands = [cand("s", 0), cand("h1", 1), cand("r1", 1), cand("h2", 2), cand("r2", 2), cand("d1", 3, 1)]
+    hits = {"s": 0.9, "h1": 0.5, "h2": 0.4, "d1": 0.3}
+    assert needs_own(cands, hits, "path") == []
+    assert needs_own(cands, hits, "path_x_cosine") == ["r1", "r2"]
+    assert needs_own(cands, hits, "scoped") == ["r1", "h2", "r2"]
+
+
+async def test_own_similarities_are_one_read_of_what_the_rule_needs(loaded_service, settings):
+    from hrt.pipeline.expansion import needs_own, own_similarities, run_expansion
     from hrt.pipeline.grounding import run_grounding
     from hrt.pipeline.intake import run_intake
 
-    # two hits per phrase and leg: in a graph this small, a larger k returns every entity
-    narrow = settings.model_copy(update={"search_k": 2})
-    svc = HRTService(narrow, embedder=HashingEmbedder(), clock=lambda: FIXED_NOW)
+    svc = loaded_service
     r = req(key_phrases=["Project Phoenix timeline", "team bandwidth"], max_depth=2)
     intake = run_intake(r, svc.settings, FIXED_NOW)
     vectors = svc.embedder.embed(list(intake.phrases))
     grounding = await run_grounding(intake, vectors, svc.vectors, svc.settings)
-    plain = await run_expansion(intake, grounding, svc.graph, svc.settings)
-    scaled = await scale_reached(intake, plain, grounding.similarity, vectors, svc.vectors)
-    own = await svc.vectors.similarities("u1", [c.node.id for c in plain], vectors)
-    reached = [c.node.id for c in plain if c.node.id not in grounding.similarity]
-    assert reached and set(reached) <= set(own)  # the walk reaches what the search did not return
-    for before, after in zip(plain, scaled, strict=True):
-        assert (after.node, after.path, after.hops) == (before.node, before.path, before.hops)
-        if before.node.id in grounding.similarity:
-            assert after == before  # a search hit keeps its path; its direct evidence is its own
-        else:
-            assert after.path_score == pytest.approx(before.path_score * max(0.0, own[before.node.id]))
+    cands = await run_expansion(intake, grounding, svc.graph, svc.settings)
+    assert all(c.distance <= c.hops for c in cands)  # a better path found deeper keeps the distance
+    for rule in ("path", "path_x_cosine", "scoped"):
+        wanted = needs_own(cands, grounding.similarity, rule)
+        own = await own_similarities(intake, cands, grounding.similarity, vectors, svc.vectors, rule)
+        assert own == (await svc.vectors.similarities("u1", wanted, vectors) if wanted else {})
 
-    # end to end: only reached items' semantic term falls, and the answer stays deterministic
-    x = HRTService(
-        narrow.model_copy(update={"reached_evidence": "path_x_cosine"}), embedder=HashingEmbedder(),
-        clock=lambda: FIXED_NOW,
-    )
+
+@pytest.mark.parametrize("rule", ["path", "path_x_cosine", "scoped"])
+async def test_every_reached_evidence_rule_is_deterministic_and_hashed(loaded_service, settings, rule):
+    r = req(key_phrases=["Project Phoenix timeline", "team bandwidth"], max_depth=3)
+    chosen = settings.model_copy(update={"reached_evidence": rule})
+    x = HRTService(chosen, embedder=HashingEmbedder(), clock=lambda: FIXED_NOW)
     try:
         first, again = (await x.retrieve(r)).canonical_json(), (await x.retrieve(r)).canonical_json()
         assert first == again
-        with_cos = AugmentedMemoryContext.model_validate_json(first)
+        doc = AugmentedMemoryContext.model_validate_json(first)
+        assert doc.retrieved_memory_units
+        if rule != "scoped":
+            assert doc.retrieval_metadata.config_hash != settings.fingerprint()
     finally:
         await x.close()
-    path_only = await svc.retrieve(r)
-    await svc.close()
 
-    def semantic(doc: AugmentedMemoryContext) -> dict[str, float]:
-        items = [*doc.retrieved_memory_units, *doc.retrieved_concepts, *doc.retrieved_artifacts]
-        return {getattr(i, "muid", None) or i.id: i.score_breakdown.semantic for i in items}
 
-    a, b = semantic(path_only), semantic(with_cos)
-    shared = set(a) & set(b)
-    assert all(b[i] <= a[i] + 1e-9 for i in shared)
-    assert any(b[i] < a[i] - 1e-6 for i in shared & set(reached))
-    assert all(b[i] == a[i] for i in shared - set(reached))
-    assert with_cos.retrieval_metadata.config_hash != path_only.retrieval_metadata.config_hash
+async def test_a_date_in_a_phrase_ranks_memories_of_that_time_first_and_is_reported(loaded_service):
+    phrases = ["Phoenix timeline", "Postgres billing tables"]
+    plain = await loaded_service.retrieve(req(key_phrases=phrases, max_depth=1))
+    dated = await loaded_service.retrieve(req(key_phrases=[phrases[0], phrases[1] + " in July 2025"], max_depth=1))
+    assert plain.retrieval_metadata.time_windows == []
+    assert not plain.retrieved_memory_units[0].creation_ts.startswith("2025-07")  # June first without the date
+    (w,) = dated.retrieval_metadata.time_windows
+    assert (w.key_phrase, w.text) == ("Postgres billing tables in July 2025", "July 2025")
+    assert (w.start, w.end) == ("2025-06-30T00:00:00Z", "2025-08-02T00:00:00Z")
+    july = [m.creation_ts.startswith("2025-07") for m in dated.retrieved_memory_units]
+    assert any(july) and july == sorted(july, reverse=True)  # the month's memories first

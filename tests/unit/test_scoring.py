@@ -147,3 +147,94 @@ def test_score_candidates_is_the_per_term_functions(raw, with_book):
     out = score_candidates(cands, similarity, book, w, AS_OF, 30)
     assert {s.id: (s.semantic, s.recency, s.salience, s.preference, s.final) for s in out} == expected
     assert [s.id for s in out] == sorted(expected, key=lambda i: (-expected[i][4], i))
+
+
+# --- relevance first: the scoped rule, the time match and the relevance gate ------------------
+
+
+def cand(ident, hops, path, reached_at=None, ts=None, kind=Kind.MEMORY_UNIT):
+    return GraphCandidate(node(ident, kind, ts=ts), hops, "s", (), path, reached_at=reached_at)
+
+
+@pytest.mark.parametrize(
+    ("c", "direct", "own", "expected"),
+    [
+        (cand("s", 0, 0.9), 0.7, None, 0.7),  # a seed: its direct evidence, not a better path into it
+        (cand("h", 1, 0.5), 0.3, 0.9, 0.5),  # a hit one hop out: the best of direct and path
+        (cand("h", 1, 0.2), 0.3, 0.9, 0.3),
+        (cand("r", 1, 0.5), None, 0.6, 0.3),  # reached one hop out: path x own cosine
+        (cand("r", 1, 0.5), None, -0.2, 0.0),  # a negative cosine counts 0
+        (cand("r", 1, 0.5), None, None, 0.5),  # no vector yet: its path
+        (cand("f", 2, 0.5), 0.9, 0.6, 0.5 * 0.6 * 0.6),  # two hops out, hit or not: path x own x decay
+        (cand("f", 3, 0.5), None, 0.6, 0.5 * 0.6 * 0.6 * 0.6),
+        (cand("d", 3, 0.5, reached_at=1), None, 0.6, 0.3),  # distance is the first hop, not the path's
+    ],
+)
+def test_scoped_semantic_evidence(c, direct, own, expected):
+    from hrt.pipeline.scoring import candidate_semantic
+
+    assert candidate_semantic(c, direct, own, "scoped", 0.6) == pytest.approx(expected)
+
+
+def test_earlier_rules_are_kept():
+    from hrt.pipeline.scoring import candidate_semantic
+
+    c = cand("r", 2, 0.5)
+    assert candidate_semantic(c, None, 0.6, "path", 0.6) == 0.5
+    assert candidate_semantic(c, None, 0.6, "path_x_cosine", 0.6) == pytest.approx(0.3)
+    assert candidate_semantic(c, 0.2, 0.6, "path_x_cosine", 0.6) == 0.5  # a hit: max(direct, path)
+    with pytest.raises(ValueError, match="reached_evidence"):
+        candidate_semantic(c, None, 0.6, "sum", 0.6)
+
+
+def test_time_match_puts_candidates_in_the_named_window_first():
+    from hrt.pipeline.scoring import time_matched
+    from hrt.pipeline.temporal import TimeWindow
+
+    w = [TimeWindow("p", "May 2023", 100.0, 200.0)]
+    assert time_matched(0.3, 150.0, w) == pytest.approx(0.65)
+    assert time_matched(0.9, 250.0, w) == pytest.approx(0.45)  # out of the window: below any in it
+    assert time_matched(0.9, None, w) == pytest.approx(0.45)
+    assert time_matched(0.9, 250.0, []) == 0.9  # no date named: unchanged
+
+
+@given(
+    sems=st.lists(st.floats(0.0, 1.0), min_size=2, max_size=12),
+    others=st.lists(st.tuples(st.floats(AS_OF - 400 * DAY, AS_OF), st.floats(0.0, 1.0)), min_size=12, max_size=12),
+    tau=st.sampled_from([0.3, 0.5, 0.8]),
+    preset=st.sampled_from(sorted(WEIGHT_PRESETS)),
+)
+def test_the_relevance_gate_never_lets_other_terms_carry_an_irrelevant_candidate_past_a_relevant_one(
+    sems, others, tau, preset
+):
+    """Below tau x the best semantic term, no age, salience or preference lifts a candidate above
+    one at or above it, under every preset; the gated score is what the README says."""
+    from hrt.pipeline.scoring import Evidence, relevance_factor
+
+    w = WEIGHT_PRESETS[preset].normalised()
+    cands, similarity = [], {}
+    for i, s in enumerate(sems):
+        ts, sal = others[i]
+        ident = f"n{i}"
+        cands.append(GraphCandidate(node(ident, Kind.MEMORY_UNIT, salience=sal, ts=ts), 0, ident, (), s))
+        similarity[ident] = s
+    out = score_candidates(cands, similarity, PreferenceBook.build([]), w, AS_OF, 30, Evidence(rule="scoped", gate=tau))
+    best = max(sems)
+    relevant = [x for x in out if x.semantic >= tau * best]
+    irrelevant = [x for x in out if x.semantic < tau * best]
+    if relevant and irrelevant:
+        assert min(x.final for x in relevant) >= max(x.final for x in irrelevant)
+    for x in out:
+        rel = relevance_factor(x.semantic, best, tau)
+        assert x.relevance == pytest.approx(rel)
+        assert x.final == pytest.approx(combine(w, x.semantic, x.recency, x.salience, x.preference, rel))
+
+
+def test_no_gate_is_the_plain_weighted_sum():
+    from hrt.pipeline.scoring import Evidence
+
+    w = Weights().normalised()
+    cands = [GraphCandidate(node("a", Kind.MEMORY_UNIT, ts=AS_OF), 0, "a", (), 0.1)]
+    plain = score_candidates(cands, {"a": 0.1}, PreferenceBook.build([]), w, AS_OF, 30)
+    gate0 = score_candidates(cands, {"a": 0.1}, PreferenceBook.build([]), w, AS_OF, 30, Evidence(rule="path", gate=0.0))
+    assert plain[0].final == gate0[0].final == combine(w, 0.1, 1.0, 0.5, 0.5)
