@@ -22,14 +22,17 @@ The data is read at run time only; nothing of it is stored in this repository.
    day after the last session, the semantic weight alone.
 
 3. **Systems**, one store, one embedder, one run: BM25 only, dense only, hybrid RRF (both legs of
-   the store's search, fused, no graph), HRT at depth 0, HRT full (depth 1, tuned on the dev
-   conversations) and HRT at its default depth 2. The HRT systems run with the Settings overrides
-   of :data:`EVAL_SETTINGS` (``search_k`` 25, fused evidence), then ``--setting`` ones;
-   ``--experimental-path-sum`` swaps in :func:`path_sum_expansion`, a prototype of summing every
-   seed's path instead of keeping the best one.
+   the store's search, fused, no graph), and HRT (:data:`HRT_SYSTEMS`): the headline row with the
+   product's defaults and the semantic weight alone (``hrt``), the same with nothing overridden,
+   the default weights too (``hrt-unweighted``), the defaults at depth 0, 1, 2 and 3, and the
+   eval's tuned configuration from before issue #23 (``hrt-before``). ``--setting`` overrides
+   apply to every HRT system; ``--experimental-path-sum`` swaps in :func:`path_sum_expansion`, a
+   prototype of summing every seed's path instead of keeping the best one.
 
-4. **Metrics** per category and overall: evidence recall@k (k = 5, 10, 25), nDCG@10, MRR, and a
-   recall that credits an artifact whose DERIVED_FROM turns include the evidence.
+4. **Metrics** per category and overall: evidence recall@k (k = 5, 10, 25), nDCG@10, MRR, a
+   recall that credits an artifact whose DERIVED_FROM turns include the evidence, and candidate
+   recall (evidence turns the system considered at any rank). ``--compare BEFORE AFTER`` runs
+   nothing and prints the paired bootstrap of two runs' per-question output.
 
 The extractor (:func:`extract`) is rules only: capitalised-word runs for entities (a sentence's
 first word only when the conversation also capitalises it mid-sentence), RAKE-style runs of content
@@ -850,15 +853,26 @@ def reciprocal_rank(ranked: Sequence[str], relevant: Iterable[str]) -> float:
     return 0.0
 
 
-METRICS = (*(f"recall@{k}" for k in KS), f"ndcg@{NDCG_K}", "mrr", *(f"recall@{k}+artifacts" for k in KS))
+METRICS = (
+    *(f"recall@{k}" for k in KS),
+    f"ndcg@{NDCG_K}",
+    "mrr",
+    *(f"recall@{k}+artifacts" for k in KS),
+    "candidates",
+)
 
 
 def question_metrics(ranking: Ranking, evidence: frozenset[str]) -> dict[str, float]:
+    """Recall@k, nDCG@10, reciprocal rank, the artifact-credited recall@k and candidate recall:
+    the share of evidence turns the system considered at all, at any rank (an HRT system's scored
+    memory units; a baseline's search hits), the ceiling of any ranking of them."""
     out = {f"recall@{k}": recall_at(ranking.memory_units, evidence, k) for k in KS}
     out[f"ndcg@{NDCG_K}"] = ndcg_at(ranking.memory_units, evidence, NDCG_K)
     out["mrr"] = reciprocal_rank(ranking.memory_units, evidence)
     for k in KS:
         out[f"recall@{k}+artifacts"] = covered_recall_at(ranking.mixed, evidence, k)
+    pool = ranking.candidates if ranking.candidates is not None else frozenset(ranking.memory_units)
+    out["candidates"] = len(evidence & pool) / len(evidence) if evidence else 0.0
     return out
 
 
@@ -892,36 +906,78 @@ def _group_order(name: str) -> tuple[int, str]:
 class Ranking:
     memory_units: list[str]  # muids, best first
     mixed: list[frozenset[str]]  # memory units and artifacts best first, each as the turns it covers
+    candidates: frozenset[str] | None = None  # every memory unit the system considered, at any rank
 
 
 System = Callable[[Question], Awaitable[Ranking]]
 
-SYSTEMS = ("bm25", "dense", "hybrid-rrf", "hrt-depth0", "hrt-full", "hrt-depth2")
+SYSTEMS = (
+    "bm25",
+    "dense",
+    "hybrid-rrf",
+    "hrt-depth0",
+    "hrt",
+    "hrt-unweighted",
+    "hrt-depth1",
+    "hrt-depth2",
+    "hrt-depth3",
+    "hrt-before",
+)
+# run unless --systems names others: the headline rows, the baselines and the depth sweep
+DEFAULT_SYSTEMS = SYSTEMS
 SYSTEM_LABELS: dict[str, str] = {
     "bm25": "BM25 only",
     "dense": "dense only",
     "hybrid-rrf": "hybrid RRF, no graph",
     "hrt-depth0": "HRT, no expansion (depth 0)",
-    "hrt-full": "HRT full",
-    "hrt-depth2": "HRT full at depth 2",
+    "hrt": "HRT, product defaults (semantic weights)",
+    "hrt-unweighted": "HRT, nothing overridden (default weights too)",
+    "hrt-depth1": "HRT defaults at depth 1",
+    "hrt-depth2": "HRT defaults at depth 2",
+    "hrt-depth3": "HRT defaults at depth 3",
+    "hrt-before": "HRT before issue #23 (tuned, depth 1)",
 }
-# Recency means nothing for "which turn holds the evidence", salience and preference are flat in an
-# import without importance scores or preferences: the request ranks by the semantic term alone.
+# HRT systems: (max_depth, None = the request leaves it to HRT_DEFAULT_DEPTH; semantic weights or
+# the defaults; Settings overrides of that system alone)
+HRT_SYSTEMS: dict[str, tuple[int | None, bool, Mapping[str, Any]]] = {
+    "hrt-depth0": (0, True, {}),
+    "hrt": (None, True, {}),
+    "hrt-unweighted": (None, False, {}),
+    "hrt-depth1": (1, True, {}),
+    "hrt-depth2": (2, True, {}),
+    "hrt-depth3": (3, True, {}),
+    # the eval's tuned configuration before the defaults became the best measured one (issue #23):
+    # search_k 25, fused evidence over the best phrase, reached candidates path x cosine, no date
+    # match, no relevance gate, depth 1
+    "hrt-before": (
+        1,
+        True,
+        {
+            "search_k": 25,
+            "semantic_evidence": "fused",
+            "phrase_evidence": "max",
+            "reached_evidence": "path_x_cosine",
+            "temporal_match": "off",
+            "relevance_gate": 0.0,
+        },
+    ),
+}
+# The one thing the headline row overrides: the weights. "Which turn holds the evidence" is a question
+# of relevance alone here: every question is asked a day after the last session (recency would rank
+# the last sessions first whatever they say), and the import gives every turn the same importance and
+# the user no preferences (salience and preference are flat). The row "nothing overridden" runs the
+# default weights too.
 EVAL_WEIGHTS = Weights(alpha_semantic_similarity=1.0, beta_recency=0.0, gamma_salience=0.0, delta_user_preference=0.0)
-# Chosen on the dev conversations (docs/eval-locomo.md): 25 hits per phrase and leg instead of 50,
-# and fused (RRF) direct evidence instead of the cosine, right for this two-phrase request (question
-# + keywords: recall@10 74.2 -> 74.7, nDCG@10 +2.6, MRR +3.6, adversarial recall@10 +9.5) though not
-# for requests of many short phrases (every keyword its own phrase: 66.9 -> 62.6 unless
-# phrase_evidence=mean, 70.1); and reached candidates' path scores times their own cosine to the
-# phrases (recall@10 74.7 -> 75.6, nDCG@10 +0.8, adversarial recall@10 +3.8).
-EVAL_SETTINGS: dict[str, Any] = {"search_k": 25, "semantic_evidence": "fused", "reached_evidence": "path_x_cosine"}
+# No Settings override: the HRT systems run with the product's defaults (hrt/config.py), plus any
+# --setting given (which then applies to every HRT system and is echoed in the results).
+EVAL_SETTINGS: dict[str, Any] = {}
 
 
 @dataclass(frozen=True, slots=True)
 class EvalConfig:
     """What the HRT systems are asked: the request parameters and Settings overrides of the run."""
 
-    depth: int = 1  # HRT full's max_depth (tuned on dev; depth 2 is reported next to it)
+    depth: int | None = None  # the headline rows' max_depth: None leaves it to HRT_DEFAULT_DEPTH
     top_k: int = max(KS)
     artifacts: int = max(KS)
     weights: Weights = field(default_factory=lambda: EVAL_WEIGHTS)
@@ -980,9 +1036,9 @@ def baseline_systems(
 
     def make(order: Callable[[list[VectorHit]], list[str]]) -> System:
         async def run(q: Question) -> Ranking:
-            mus = order(await search(q, [Kind.MEMORY_UNIT]))[:top_k]
+            ranked = order(await search(q, [Kind.MEMORY_UNIT]))
             mixed = order(await search(q, [Kind.MEMORY_UNIT, Kind.ARTIFACT]))[:top_k]
-            return Ranking(mus, covers(q, mixed))
+            return Ranking(ranked[:top_k], covers(q, mixed), frozenset(ranked))
 
         return run
 
@@ -993,32 +1049,65 @@ def baseline_systems(
     }
 
 
-def request_for(q: Question, config: EvalConfig, depth: int) -> RetrieveRequest:
+def request_for(q: Question, config: EvalConfig, depth: int | None, weights: Weights | None = None) -> RetrieveRequest:
+    """The question as a request: its key phrases, 25 memory units and 25 artifacts (no concepts),
+    ``as_of`` a day after the last session; ``depth`` and ``weights`` None leave them to HRT's
+    defaults (``HRT_DEFAULT_DEPTH``, ``HRT_WEIGHTS``)."""
     phrases = list(q.key_phrases(config.phrases))
     return RetrieveRequest(
         user_id=q.user_id,
         key_phrases=phrases,
         limits=Limits(memory_units=config.top_k, concepts=0, artifacts=config.artifacts),
         max_depth=depth,
-        weights=config.weights,
+        weights=weights,
         as_of=q.as_of,
     )
 
 
+class Traced:
+    """The ids of the memory units each request scored (the pipeline's trace hook): which evidence
+    turns became candidates at all, at any rank. Read once per request, right after it."""
+
+    def __init__(self) -> None:
+        self.last: frozenset[str] = frozenset()
+
+    def __call__(self, intake: Intake, scored: Sequence[Any]) -> None:
+        self.last = frozenset(x.id for x in scored if x.kind is Kind.MEMORY_UNIT)
+
+
+def _tool(service: Any, settings: Settings) -> Any:
+    """A pipeline over the service's stores with other Settings (one system's overrides)."""
+    from hrt.pipeline import HybridRetrievalTool
+
+    return HybridRetrievalTool(
+        settings, service.embedder, vectors=service.vectors, graph=service.graph, records=service.records
+    )
+
+
 def hrt_system(
-    service: Any, derived: Mapping[str, Mapping[str, frozenset[str]]], config: EvalConfig, depth: int
+    tool: Any,
+    derived: Mapping[str, Mapping[str, frozenset[str]]],
+    config: EvalConfig,
+    depth: int | None,
+    weights: Weights | None,
+    traced: Traced | None = None,
 ) -> System:
     """HRT's own retrieval: memory units for recall, memory units and artifacts merged by score for
-    the artifact-credited recall."""
+    the artifact-credited recall; with ``traced``, the memory units it scored (candidate recall)."""
 
     async def run(q: Question) -> Ranking:
-        ctx = await service.retrieve(request_for(q, config, depth))
+        if traced is not None:
+            tool.trace = traced
+        try:
+            ctx = await tool.retrieve(request_for(q, config, depth, weights))
+        finally:
+            tool.trace = None
         mus = [m.muid for m in ctx.retrieved_memory_units]
         items = [(-m.final_retrieval_score, m.muid) for m in ctx.retrieved_memory_units]
         items += [(-a.final_retrieval_score, a.id) for a in ctx.retrieved_artifacts]
         table = derived.get(q.user_id, {})
         mixed = [table.get(i, frozenset([i])) for _, i in sorted(items)]
-        return Ranking(mus, mixed)
+        return Ranking(mus, mixed, traced.last if traced is not None else None)
 
     return run
 
@@ -1131,13 +1220,18 @@ async def evaluate(
         service.embedder.embed(phrases)  # one batch; every request below hits the cache
         derived = {c.user_id: c.derived_from for c in imported}
         baselines = baseline_systems(service, derived, cfg.top_k)
-        depths = {"hrt-depth0": 0, "hrt-full": cfg.depth, "hrt-depth2": 2}
+        traced = Traced()
         runners: dict[str, System] = {}
         for name in systems:
             if name in baselines:
                 runners[name] = baselines[name]
-            elif name in depths:
-                runners[name] = hrt_system(service, derived, cfg, depths[name])
+            elif name in HRT_SYSTEMS:
+                depth, semantic_weights, own_settings = HRT_SYSTEMS[name]
+                if name in ("hrt", "hrt-unweighted") and cfg.depth is not None:
+                    depth = cfg.depth
+                tool = service.tool if not own_settings else _tool(service, settings.model_copy(update=own_settings))
+                weights = cfg.weights if semantic_weights else None
+                runners[name] = hrt_system(tool, derived, cfg, depth, weights, traced)
             else:
                 raise ValueError(f"unknown system {name!r}; one of {', '.join(SYSTEMS)}")
         rows: dict[str, list[tuple[int, dict[str, float]]]] = {n: [] for n in runners}
@@ -1159,7 +1253,7 @@ async def evaluate(
                 rows[name].append((q.category, metrics))
                 entry["systems"][name] = {
                     "evidence_ranks": [r for r, m in enumerate(ranking.memory_units, start=1) if m in q.evidence],
-                    "recall@10": round(metrics["recall@10"], 4),
+                    **{m: round(metrics[m], 4) for m in PER_QUESTION_METRICS},
                 }
             per_question.append(entry)
             if (qi + 1) % 100 == 0:
@@ -1171,6 +1265,7 @@ async def evaluate(
             "questions_skipped_without_evidence": skipped,
             "embedder": getattr(embedder, "name", type(embedder).__name__),
             "config": cfg.as_json(),
+            "hrt_systems": {n: _system_json(n, cfg, settings) for n in runners if n in HRT_SYSTEMS},
             "config_hash": settings.fingerprint(),
             "import_options": _options_json(import_options or ImportOptions()),
             "seconds": {
@@ -1184,6 +1279,23 @@ async def evaluate(
     finally:
         setattr(pipeline, _EXPANSION, original_expansion)
         await service.close()
+
+
+def _system_json(name: str, cfg: EvalConfig, settings: Settings) -> dict[str, Any]:
+    """What an HRT system of the run was asked with: depth, weights, Settings overrides, hash."""
+    depth, semantic_weights, own = HRT_SYSTEMS[name]
+    if name in ("hrt", "hrt-unweighted") and cfg.depth is not None:
+        depth = cfg.depth
+    overrides = {**cfg.settings, **own}
+    return {
+        "max_depth": depth if depth is not None else f"HRT_DEFAULT_DEPTH ({settings.default_depth})",
+        "weights": "semantic only (EVAL_WEIGHTS)" if semantic_weights else "HRT_WEIGHTS (the default weights)",
+        "settings_overrides": {k: _jsonable(v) for k, v in sorted(overrides.items())},
+        "config_hash": settings.model_copy(update=dict(own)).fingerprint(),
+    }
+
+
+PER_QUESTION_METRICS = ("recall@5", "recall@10", "recall@25", "ndcg@10", "mrr", "recall@10+artifacts", "candidates")
 
 
 def _cached(embedder: Embedder, settings: Settings) -> Embedder:
@@ -1219,18 +1331,20 @@ def _cell(summary: Mapping[str, float] | None, metric: str) -> str:
 def markdown_report(result: EvalResult) -> str:
     """Every metric over categories 1-4 (adversarial beside it), then recall@10 per category."""
     lines = [
-        "| system | R@5 | R@10 | R@25 | nDCG@10 | MRR | R@10 +artifacts | adversarial R@10 |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| system | R@5 | R@10 | R@25 | nDCG@10 | MRR | R@10 +artifacts | candidates | adversarial R@10 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, per_group in result.systems.items():
         o = per_group.get(OVERALL)
-        cells = [_cell(o, m) for m in ("recall@5", "recall@10", "recall@25", "ndcg@10", "mrr", "recall@10+artifacts")]
+        metrics = ("recall@5", "recall@10", "recall@25", "ndcg@10", "mrr", "recall@10+artifacts", "candidates")
+        cells = [_cell(o, m) for m in metrics]
         cells.append(_cell(per_group.get("5"), "recall@10"))
-        lines.append(f"| {SYSTEM_LABELS.get(name, name)} | " + " | ".join(cells) + " |")
+        label = SYSTEM_LABELS.get(name, name)
+        lines.append(f"| {'**' + label + '**' if name == 'hrt' else label} | " + " | ".join(cells) + " |")
     d = PAPER_DRAGON
     lines.append(
         f"| *LoCoMo paper, DRAGON, dialogs as database (all ten conversations)* | *{d['recall@5']}* | "
-        f"*{d['recall@10']}* | *{d['recall@25']}* | | | | |"
+        f"*{d['recall@10']}* | *{d['recall@25']}* | | | | | |"
     )
     groups = _groups(result)
     first = next(iter(result.systems.values()), {})
@@ -1241,6 +1355,20 @@ def markdown_report(result: EvalResult) -> str:
         lines.append(
             f"| {SYSTEM_LABELS.get(name, name)} | "
             + " | ".join(_cell(per_group.get(g), "recall@10") for g in groups)
+            + " |"
+        )
+    lines += [
+        "",
+        "Candidate recall per category: evidence turns the system considered at all, at any rank "
+        "(HRT: the memory units it scored; a baseline: its search hits):",
+        "",
+    ]
+    lines.append("| system | " + " | ".join(_group_label(g) for g in groups) + " |")
+    lines.append("|---|" + "---:|" * len(groups))
+    for name, per_group in result.systems.items():
+        lines.append(
+            f"| {SYSTEM_LABELS.get(name, name)} | "
+            + " | ".join(_cell(per_group.get(g), "candidates") for g in groups)
             + " |"
         )
     return "\n".join(lines) + "\n"
@@ -1297,6 +1425,88 @@ def write_outputs(result: EvalResult, out: Path) -> dict[str, Path]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Paired bootstrap (how two runs, or two systems of one run, differ beyond noise)
+# ---------------------------------------------------------------------------------------------
+
+BOOTSTRAP_SEED = 20261125
+
+
+def paired_bootstrap(
+    before: Sequence[float], after: Sequence[float], resamples: int = 2000, seed: int = BOOTSTRAP_SEED
+) -> tuple[float, float, float, int, int]:
+    """Mean of ``after - before`` over paired questions, its 95% percentile interval over
+    ``resamples`` resamples of the questions (seeded: the same inputs give the same interval),
+    and how many questions got better and worse. As percentages."""
+    import random
+
+    diffs = [b - a for a, b in zip(before, after, strict=True)]
+    if not diffs:
+        return 0.0, 0.0, 0.0, 0, 0
+    rng = random.Random(seed)
+    n = len(diffs)
+    means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
+    lo, hi = means[int(0.025 * resamples)], means[min(resamples - 1, int(0.975 * resamples) - 1)]
+    better = sum(1 for d in diffs if d > 1e-12)
+    worse = sum(1 for d in diffs if d < -1e-12)
+    return 100.0 * sum(diffs) / n, 100.0 * lo, 100.0 * hi, better, worse
+
+
+def _per_question(spec: str) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """``DIR``, ``DIR:SYSTEM``, ``FILE`` or ``FILE:SYSTEM`` -> (question key -> entry, system)."""
+    path, system = Path(spec), None
+    if not path.exists() and ":" in spec:
+        head, _, system = spec.rpartition(":")
+        path = Path(head)
+    if path.is_dir():
+        path = path / "locomo-questions.jsonl"
+    entries: dict[str, dict[str, Any]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            e = json.loads(line)
+            entries[f"{e['sample_id']}/{e['qa_index']}"] = e
+    return entries, system
+
+
+COMPARED = ("recall@10", "recall@5", "ndcg@10", "recall@10+artifacts", "candidates")
+
+
+def compare_report(before_spec: str, after_spec: str, metrics: Sequence[str] = COMPARED) -> str:
+    """A markdown table: per system pair, per metric, after minus before over categories 1-4
+    (adversarial apart), with the paired bootstrap's 95% interval and the questions better / worse."""
+    before, sys_a = _per_question(before_spec)
+    after, sys_b = _per_question(after_spec)
+    keys = sorted(set(before) & set(after))
+    if sys_a or sys_b:
+        pairs = [(sys_a or sys_b or "", sys_b or sys_a or "")]
+    else:
+        first = next(iter(before.values()), {"systems": {}})["systems"]
+        second = next(iter(after.values()), {"systems": {}})["systems"]
+        pairs = [(n, n) for n in first if n in second]
+    lines = [
+        f"Paired bootstrap, {len(keys)} questions in both; after ({after_spec}) minus before ({before_spec}), "
+        "95% intervals over 2,000 resamples:",
+        "",
+        "| systems | metric | questions | difference | 95% interval | better / worse |",
+        "|---|---|---:|---:|---|---|",
+    ]
+    for a, b in pairs:
+        for group, cats in (("overall (1-4)", {1, 2, 3, 4}), ("multi-hop", {1}), ("adversarial", {5})):
+            ks = [k for k in keys if before[k]["category"] in cats and a in before[k]["systems"]]
+            ks = [k for k in ks if b in after[k]["systems"]]
+            for m in metrics if group == "overall (1-4)" else ("recall@10",):
+                if not ks or m not in before[ks[0]]["systems"][a] or m not in after[ks[0]]["systems"][b]:
+                    continue
+                mean, lo, hi, better, worse = paired_bootstrap(
+                    [before[k]["systems"][a][m] for k in ks], [after[k]["systems"][b][m] for k in ks]
+                )
+                label = a if a == b else f"{a} -> {b}"
+                lines.append(
+                    f"| {label} | {m} {group} | {len(ks)} | {mean:+.2f} | [{lo:+.2f}, {hi:+.2f}] | {better} / {worse} |"
+                )
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------------------------
 
@@ -1318,8 +1528,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", type=Path, default=None, help="the embedded store to build (default: a temp file)")
     parser.add_argument("--limit-questions", type=int, default=None, help="only the first N questions (quick runs)")
     parser.add_argument("--conversations", nargs="*", default=None, help="only these sample_ids")
-    parser.add_argument("--systems", nargs="*", default=list(SYSTEMS), choices=SYSTEMS, help="systems to run")
-    parser.add_argument("--depth", type=int, default=EvalConfig().depth, help="HRT full's depth (default: %(default)s)")
+    parser.add_argument("--systems", nargs="*", default=list(DEFAULT_SYSTEMS), choices=SYSTEMS, help="systems to run")
+    parser.add_argument(
+        "--depth",
+        type=int,
+        default=None,
+        help="max_depth of the two headline rows (default: none, HRT_DEFAULT_DEPTH decides)",
+    )
     parser.add_argument(
         "--phrases", default=EvalConfig().phrases, choices=PHRASE_MODES, help="key phrases per question (%(default)s)"
     )
@@ -1329,7 +1544,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help=f"a Settings override for the HRT systems, repeatable (default: {EVAL_SETTINGS})",
+        help="a Settings override for every HRT system, repeatable (default: none, the product's defaults)",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("BEFORE", "AFTER"),
+        default=None,
+        help="no run: paired bootstrap of two runs' locomo-questions.jsonl (DIR or DIR:SYSTEM, or FILE:SYSTEM), "
+        "after minus before, for every system both hold (or the two named)",
     )
     parser.add_argument(
         "--experimental-path-sum",
@@ -1343,6 +1566,9 @@ def run(args: argparse.Namespace, embedder: Embedder | None = None) -> int:
     """Run the evaluation the parsed arguments describe; ``embedder`` defaults to the configured
     model (``HRT_EMBEDDING_MODEL``, the bundled all-MiniLM-L6-v2)."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.compare:
+        sys.stdout.write(compare_report(*args.compare))
+        return 0
     if not args.data.exists():
         log.error("%s not found (LoCoMo data is read at run time; see LOCOMO-NOTICE.md)", args.data)
         return 2

@@ -293,11 +293,38 @@ def test_the_command_runs_end_to_end_on_the_fixture(tmp_path: Path) -> None:
         assert system[L.OVERALL]["n"] == 4 and system["5"]["n"] == 1
     # with seven turns, 25 results hold every turn: recall@25 is complete for the baselines
     assert body["systems"]["dense"][L.OVERALL]["recall@25"] == 100.0
+    for system in body["systems"].values():  # candidate recall bounds every recall
+        assert system[L.OVERALL]["recall@25"] <= system[L.OVERALL]["candidates"] <= 100.0
+    meta = body["meta"]["hrt_systems"]
+    # the headline row: the product's defaults, the weights alone overridden; the next, nothing
+    assert meta["hrt"]["settings_overrides"] == {} and meta["hrt"]["weights"].startswith("semantic only")
+    assert meta["hrt"]["max_depth"].startswith("HRT_DEFAULT_DEPTH")
+    unweighted = meta["hrt-unweighted"]
+    assert unweighted["weights"].startswith("HRT_WEIGHTS") and unweighted["settings_overrides"] == {}
+    assert meta["hrt"]["config_hash"] == meta["hrt-depth3"]["config_hash"] != meta["hrt-before"]["config_hash"]
     table = (out / "locomo-results.md").read_text()
-    assert "HRT full" in table and "BM25 only" in table and "66.2" in table
+    assert "HRT, product defaults" in table and "nothing overridden" in table and "BM25 only" in table
+    assert "66.2" in table and "Candidate recall per category" in table
     lines = (out / "locomo-questions.jsonl").read_text().splitlines()
     assert len(lines) == 5 and "question" not in json.loads(lines[0])  # no question text is copied
+    first = json.loads(lines[0])["systems"]["hrt"]
+    assert {"evidence_ranks", "recall@10", "ndcg@10", "recall@10+artifacts", "candidates"} <= set(first)
     assert (out / "locomo-recall.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # --compare: no run, the paired bootstrap of two runs (here a run against itself: all zero)
+    assert L.main(["--compare", str(out), f"{out}:hrt"]) == 0
+    report = L.compare_report(f"{out}:hrt-depth1", f"{out}:hrt-depth3")
+    assert "| hrt-depth1 -> hrt-depth3 | recall@10 overall (1-4) | 4 |" in report
+    same = L.compare_report(str(out), str(out))
+    assert "| hrt | recall@10 overall (1-4) | 4 | +0.00 | [+0.00, +0.00] | 0 / 0 |" in same
+
+
+def test_paired_bootstrap_by_hand():
+    mean, lo, hi, better, worse = L.paired_bootstrap([0.0, 0.0, 1.0, 0.5], [1.0, 0.0, 1.0, 0.0])
+    assert mean == pytest.approx(12.5) and (better, worse) == (1, 1)
+    assert lo <= mean <= hi and lo >= -50.0 and hi <= 100.0
+    assert L.paired_bootstrap([0.2] * 10, [0.2] * 10)[:3] == (0.0, 0.0, 0.0)
+    assert L.paired_bootstrap([0.0, 1.0], [1.0, 1.0]) == L.paired_bootstrap([0.0, 1.0], [1.0, 1.0])  # seeded
 
 
 # --- the Proposal B prototype (--experimental-path-sum) --------------------------------------
@@ -369,7 +396,7 @@ def test_the_command_runs_with_the_path_sum_prototype_and_restores_the_pipeline(
     data = tmp_path / "tiny-locomo.json"
     data.write_text(json.dumps([fixture_sample()]))
     out = tmp_path / "out"
-    argv = ["--data", str(data), "--out", str(out), "--db", str(tmp_path / "e.db"), "--systems", "hrt-full"]
+    argv = ["--data", str(data), "--out", str(out), "--db", str(tmp_path / "e.db"), "--systems", "hrt"]
     args = L.build_parser().parse_args([*argv, "--experimental-path-sum"])
     assert L.run(args, embedder=HashingEmbedder()) == 0
     assert pipeline.run_expansion is before
