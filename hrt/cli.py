@@ -1,4 +1,5 @@
-"""The ``hrt`` command: demo, serve, ingest, query, migrate, export-schema."""
+"""The ``hrt`` command: demo, serve, keys, ingest, query, migrate, project, doctor, eval, bench, dev,
+export-schema."""
 
 from __future__ import annotations
 
@@ -108,16 +109,92 @@ async def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def configure_server_logging(settings: Settings) -> None:
+    """HRT's own loggers at ``HRT_LOG_LEVEL``; the audit log (``hrt.audit``) always, one JSON
+    object per line on stderr."""
+    logging.getLogger("hrt").setLevel(settings.log_level.upper())
+    audit = logging.getLogger("hrt.audit")
+    audit.setLevel(logging.INFO)
+    audit.propagate = False
+    if not audit.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        audit.addHandler(handler)
+
+
+async def _active_keys(settings: Settings) -> int:
+    from hrt.service import open_key_store
+
+    now = time.time()
+    async with open_key_store(settings) as store:
+        return sum(1 for k in await store.keys() if k.status(now) == "active")
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from hrt.api import create_app
+    from hrt.api.app import AUTH_OFF_WARNING, NO_KEY_MESSAGE
+    from hrt.auth import auth_off_refused, is_loopback
 
     settings = _settings(args)
     host = args.host or settings.host
     port = args.port if args.port is not None else settings.port
+    settings = settings.model_copy(update={"host": host, "port": port})
+    if settings.auth == "off":
+        if not is_loopback(host):
+            raise HRTError(auth_off_refused(host))
+        print(f"hrt: warning: {AUTH_OFF_WARNING}", file=sys.stderr)
+    elif asyncio.run(_active_keys(settings)) == 0:
+        raise HRTError(NO_KEY_MESSAGE)
+    configure_server_logging(settings)
     uvicorn.run(create_app(settings), host=host, port=port, log_level=settings.log_level.lower())
     return 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    """``hrt keys create | list | revoke`` on the configured record store."""
+    from hrt.auth import new_key, parse_expiry
+    from hrt.service import open_key_store
+
+    settings = _settings(args)
+    now = time.time()
+
+    async def run() -> int:
+        async with open_key_store(settings) as store:
+            if args.action == "create":
+                expires = parse_expiry(args.expires, now) if args.expires else None
+                token, record = new_key(
+                    args.name,
+                    args.scope,
+                    None if args.all_users else args.user,
+                    expires_at=expires,
+                    rate_limit=args.rate_limit,
+                    max_concurrency=args.max_concurrency,
+                    now=now,
+                )
+                await store.create_key(record)
+                if args.json:
+                    print(json.dumps({"key": token, **record.describe(now)}))
+                else:
+                    print(token)
+                    who = "every user" if record.users is None else ", ".join(record.users)
+                    print(
+                        f"# key {record.name!r} ({record.key_id}): scopes {', '.join(record.scopes)}; acts for {who}"
+                        f"{'; expires ' + str(record.describe(now)['expires_at']) if expires else ''}. "
+                        "Store it now: it is not shown again.",
+                        file=sys.stderr,
+                    )
+            elif args.action == "list":
+                print(json.dumps([k.describe(now) for k in await store.keys()], indent=2))
+            else:
+                done = await store.revoke_key(args.name, now)
+                if done is None:
+                    raise HRTError(f"no unrevoked key is named {args.name!r}")
+                print(json.dumps(done.describe(now)))
+        return 0
+
+    return asyncio.run(run())
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -360,6 +437,31 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host")
     s.add_argument("--port", type=int)
     s.set_defaults(func=cmd_serve)
+
+    from hrt.auth import SCOPES
+
+    k = sub.add_parser("keys", help="create, list or revoke the API keys of `hrt serve` (in the record store)")
+    ks = k.add_subparsers(dest="action", required=True)
+    kc = ks.add_parser("create", help="create a key and print its secret, once")
+    kc.add_argument("--name", required=True, help="a unique name (shown in audit logs and metrics)")
+    kc.add_argument("--scope", action="append", choices=SCOPES, required=True, help="repeatable")
+    who = kc.add_mutually_exclusive_group(required=True)
+    who.add_argument("--user", action="append", help="a user the key acts for (repeatable)")
+    who.add_argument("--all-users", action="store_true", help="the key acts for every user")
+    kc.add_argument("--expires", help="a duration (30d, 12h, 90m, 2w) or an ISO date or time")
+    kc.add_argument(
+        "--rate-limit", type=float, help="requests per second per server (default HRT_KEY_RATE_LIMIT; 0: none)"
+    )
+    kc.add_argument(
+        "--max-concurrency", type=int, help="requests in flight per server (default HRT_KEY_MAX_CONCURRENCY; 0: none)"
+    )
+    kc.add_argument("--json", action="store_true", help="print the key and its record as JSON")
+    kl = ks.add_parser("list", help="every key with its status (never the secret)")
+    kr = ks.add_parser("revoke", help="revoke the unrevoked key of this name")
+    kr.add_argument("name")
+    for parser in (kc, kl, kr):
+        parser.add_argument("--db")
+    k.set_defaults(func=cmd_keys)
 
     i = sub.add_parser("ingest", help="ingest a JSONL file (see the README's ingest format)")
     i.add_argument("file")

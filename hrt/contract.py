@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import unicodedata
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
-from hrt.config import WEIGHT_PRESETS, Weights
+from hrt.config import Weights
 from hrt.records import UserId, utc
 
 CONTRACT_VERSION = "9.4"
@@ -33,7 +34,7 @@ MAX_LIMIT = 50
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class Message(_Strict):
@@ -76,20 +77,33 @@ def normalise_phrase(text: str) -> str:
     return " ".join(unicodedata.normalize("NFKC", text).split())
 
 
+# a phrase with something in it: the JSON Schema says so too, so generated clients and fuzzers know
+KeyPhrase = Annotated[str, Field(min_length=1, max_length=MAX_PHRASE_CHARS, pattern=r"\S")]
+PresetName = Literal["balanced", "semantic", "recent", "salient", "personal"]
+
+
 class RetrieveRequest(_Strict):
     """What the DialogueAgent (or an orchestrator) asks for.
 
     Key phrases come from ``key_phrases``; else ``query``; else the last three ``messages``.
     """
 
+    # one of the three is needed (checked below); omitted, not null, in the JSON Schema
+    model_config = ConfigDict(
+        json_schema_extra={"anyOf": [{"required": [name]} for name in ("key_phrases", "query", "messages")]}
+    )
+
     user_id: UserId
-    key_phrases: list[str] | None = Field(None, max_length=MAX_KEY_PHRASES)
-    query: str | None = Field(None, max_length=MAX_QUERY_CHARS)
-    messages: list[Message] | None = Field(None, max_length=MAX_MESSAGES)
+    # the bounds sit on the non-null member: on the union they would be applied to a null too
+    key_phrases: Annotated[list[KeyPhrase], Field(min_length=1, max_length=MAX_KEY_PHRASES)] | SkipJsonSchema[None] = (
+        None
+    )
+    query: Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=r"\S")] | SkipJsonSchema[None] = None
+    messages: Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES)] | SkipJsonSchema[None] = None
     limits: Limits = Field(default_factory=Limits)
     max_depth: int | None = Field(None, ge=0, le=3)
     weights: Weights | None = None
-    weights_preset: str | None = None
+    weights_preset: PresetName | None = None
     as_of: datetime | None = None
     filters: Filters = Field(default_factory=Filters)
     rerank: bool = False
@@ -106,13 +120,6 @@ class RetrieveRequest(_Strict):
                 raise ValueError(f"phrase {i} is {len(p)} characters; at most {MAX_PHRASE_CHARS}")
             if not normalise_phrase(p):
                 raise ValueError(f"phrase {i} is empty")
-        return value
-
-    @field_validator("weights_preset")
-    @classmethod
-    def _preset(cls, value: str | None) -> str | None:
-        if value is not None and value not in WEIGHT_PRESETS:
-            raise ValueError(f"unknown preset; one of {sorted(WEIGHT_PRESETS)}")
         return value
 
     @field_validator("as_of")

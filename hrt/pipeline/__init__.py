@@ -92,7 +92,8 @@ class HybridRetrievalTool:
             return await asyncio.wait_for(self._run(request), timeout=budget)
         except TimeoutError as exc:
             self.metrics.degraded.labels(stage="timeout").inc()
-            raise StoreUnavailable(f"retrieval exceeded its {budget:g}s budget: a store is slow or down") from exc
+            msg = f"retrieval exceeded its {budget:g}s budget: a store is slow or down"
+            raise StoreUnavailable(msg, public=msg) from exc
 
     async def _run(self, request: RetrieveRequest) -> tuple[AugmentedMemoryContext, dict[str, float]]:
         s = self.settings
@@ -110,9 +111,7 @@ class HybridRetrievalTool:
             searching: asyncio.Future[tuple[Grounding, list[Preference]]] | None = None
             try:
                 if not await self.records.user_exists(intake.user_id):
-                    raise NotFound(
-                        f"unknown user_id {intake.user_id!r}: nothing was ingested for it", field="user_id"
-                    )
+                    raise NotFound(f"unknown user_id {intake.user_id!r}: nothing was ingested for it", field="user_id")
                 # grounding starts before the vectors are in: its lexical leg needs none (at 1M
                 # documents that leg is most of the stage); the preferences that scoring needs
                 # are read meanwhile

@@ -17,6 +17,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from hrt.auth import KeyStore
 from hrt.records import Deletion, EdgeType, Entity, Kind, Preference, Relation
 
 Vector = npt.NDArray[np.float32]
@@ -200,7 +201,9 @@ class GraphStore(Protocol):
 
 
 @runtime_checkable
-class RecordStore(Protocol):
+class RecordStore(KeyStore, Protocol):
+    """Records, and the deployment's API keys (:class:`hrt.auth.KeyStore`)."""
+
     async def get_many(self, user_id: str, kind: Kind, ids: Sequence[str]) -> dict[str, Entity]: ...
 
     async def preferences(self, user_id: str) -> list[Preference]: ...

@@ -71,6 +71,19 @@ SCHEMA: list[tuple[int, str]] = [
         CREATE VIRTUAL TABLE fts USING fts5(text, scope, tokenize = 'porter unicode61');
         """,
     ),
+    (
+        2,
+        # API keys (hrt/auth.py): only an scrypt hash of each token; users NULL means every user.
+        # A name is unique among unrevoked keys, so a revoked key's name can be given again.
+        """
+        CREATE TABLE api_keys (
+            key_id TEXT PRIMARY KEY, name TEXT NOT NULL, scopes TEXT NOT NULL, users TEXT,
+            secret_hash BLOB NOT NULL, salt BLOB NOT NULL, created_at REAL NOT NULL,
+            expires_at REAL, revoked_at REAL, last_used_at REAL, rate_limit REAL, max_concurrency INTEGER
+        );
+        CREATE UNIQUE INDEX api_keys_live_name ON api_keys (name) WHERE revoked_at IS NULL;
+        """,
+    ),
 ]
 
 KIND_CODES: dict[Kind, int] = {Kind.MEMORY_UNIT: 0, Kind.CONCEPT: 1, Kind.ARTIFACT: 2}
@@ -110,7 +123,9 @@ class EmbeddedStore:
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute("PRAGMA foreign_keys=OFF")
         except (sqlite3.Error, OSError) as exc:
-            raise StoreUnavailable(f"cannot open the embedded store at {path}: {exc}") from exc
+            raise StoreUnavailable(
+                f"cannot open the embedded store at {path}: {exc}", store="the embedded store"
+            ) from exc
         self.applied_on_open = self.migrate()
         if dim is not None:
             self._check_dim()
@@ -209,7 +224,7 @@ class EmbeddedStore:
                     deleted += self._delete(db, d)
                     touched.add(d.user_id)
         except sqlite3.Error as exc:
-            raise StoreError(f"embedded store write failed: {exc}") from exc
+            raise StoreError(f"embedded store write failed: {exc}", store="the embedded store") from exc
         finally:
             for user_id in touched:
                 self.graph.invalidate(user_id)

@@ -58,7 +58,7 @@ def migrate(dsn: str, migrations: list[Migration] | None = None) -> list[int]:
     try:
         conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
     except psycopg.OperationalError as exc:
-        raise StoreUnavailable(f"cannot reach PostgreSQL for migrations: {exc}") from exc
+        raise StoreUnavailable(f"cannot reach PostgreSQL for migrations: {exc}", store="PostgreSQL") from exc
     applied: list[int] = []
     with conn:
         conn.execute(

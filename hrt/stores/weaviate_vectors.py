@@ -308,7 +308,7 @@ class WeaviateVectorIndex:
         async with self._guard("ping", self._connect_timeout):
             ready = await self._client.is_ready()
         if not ready:
-            raise StoreUnavailable("Weaviate is not ready")
+            raise StoreUnavailable("Weaviate is not ready", store="Weaviate")
 
     async def ensure_schema(self) -> None:
         """Create the collection when missing (a concurrent creator may win the race), then check
@@ -338,7 +338,8 @@ class WeaviateVectorIndex:
         if problems:
             raise StoreError(
                 f"Weaviate collection {self.collection_name!r} exists but does not fit HRT: {'; '.join(problems)}; "
-                "drop it or set another HRT_WEAVIATE_COLLECTION, then run `hrt migrate` and `hrt doctor --repair`"
+                "drop it or set another HRT_WEAVIATE_COLLECTION, then run `hrt migrate` and `hrt doctor --repair`",
+                store="Weaviate",
             )
 
     async def _create_collection(self) -> None:
@@ -419,7 +420,8 @@ class WeaviateVectorIndex:
                     first = next(iter(result.errors.values()))
                     raise StoreError(
                         f"Weaviate rejected {len(result.errors)} of {len(objects)} objects of user {user_id!r}: "
-                        f"{first.message[:300]}"
+                        f"{first.message[:300]}",
+                        store="Weaviate",
                     )
 
     async def _by_ids(
@@ -729,8 +731,8 @@ class WeaviateVectorIndex:
         except (WeaviateBaseError, AioRpcError, httpx.HTTPError, OSError, TimeoutError) as exc:
             detail = str(exc)[:300] or type(exc).__name__
             if _unavailable(exc):
-                raise StoreUnavailable(f"Weaviate unavailable during {action}: {detail}") from exc
-            raise StoreError(f"Weaviate error during {action}: {detail}") from exc
+                raise StoreUnavailable(f"Weaviate unavailable during {action}: {detail}", store="Weaviate") from exc
+            raise StoreError(f"Weaviate error during {action}: {detail}", store="Weaviate") from exc
 
 
 async def _top_k(fetch: Callable[[int], Awaitable[list[_Found]]], k: int, slack: int) -> list[_Found]:

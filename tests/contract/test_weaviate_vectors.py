@@ -17,6 +17,7 @@ import pytest
 import pytest_asyncio
 import weaviate
 from weaviate.classes.config import Configure
+from weaviate.classes.init import Auth
 
 from hrt.config import Settings
 from hrt.errors import StoreError, StoreUnavailable
@@ -99,6 +100,7 @@ async def loaded(tmp_path_factory: pytest.TempPathFactory, stack_manager: StackM
         grpc_host="127.0.0.1",
         grpc_port=stack.weaviate_grpc_port,
         grpc_secure=False,
+        auth_credentials=Auth.api_key(stack.weaviate_api_key),  # anonymous access is off
     )
     await client.connect()
     index = WeaviateVectorIndex(client=client, collection=name)  # an injected client: not closed by the index
@@ -333,6 +335,7 @@ async def test_a_dead_grpc_port_hits_the_adapter_deadline(loaded: Loaded, stack_
         grpc_port=free_port(),
         grpc_secure=False,
         skip_init_checks=True,
+        auth_credentials=Auth.api_key(stack.weaviate_api_key),
     )
     await client.connect()
     try:

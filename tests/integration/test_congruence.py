@@ -41,8 +41,9 @@ async def test_embedded_and_services_rank_alike(real_embedder, postgres_dsn, sta
     embedded_settings = Settings(db_path=tmp_path / "e.db")
     services_settings = Settings(
         db_path=tmp_path / "s.db", record_store="postgres", postgres_dsn=postgres_dsn, graph_store="neo4j",
-        neo4j_uri=stack.neo4j_uri, vector_index="weaviate", weaviate_http_port=stack.weaviate_http_port,
-        weaviate_grpc_port=stack.weaviate_grpc_port, weaviate_collection="HRTCongruence" + uuid.uuid4().hex[:8],
+        neo4j_uri=stack.neo4j_uri, neo4j_password=stack.neo4j_password, vector_index="weaviate",
+        weaviate_http_port=stack.weaviate_http_port, weaviate_grpc_port=stack.weaviate_grpc_port,
+        weaviate_api_key=stack.weaviate_api_key, weaviate_collection="HRTCongruence" + uuid.uuid4().hex[:8],
     )
     embedded = await HRTService(embedded_settings, embedder=real_embedder).start()
     services = await HRTService(services_settings, embedder=real_embedder).start()

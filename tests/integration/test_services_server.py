@@ -12,7 +12,6 @@ import time
 import uuid
 from pathlib import Path
 
-import httpx
 import pytest
 
 from hrt import devstack
@@ -36,8 +35,11 @@ def services_env(dsn: str, stack: devstack.Stack, weaviate: devstack.Stack, tmp:
         **os.environ,
         "HRT_RECORD_STORE": "postgres", "HRT_GRAPH_STORE": "neo4j", "HRT_VECTOR_INDEX": "weaviate",
         "HRT_POSTGRES_DSN": dsn, "HRT_NEO4J_URI": stack.neo4j_uri,
+        # every store runs with auth on; this test's own Weaviate has its own key
+        "HRT_NEO4J_USER": stack.neo4j_user, "HRT_NEO4J_PASSWORD": stack.neo4j_password,
         "HRT_WEAVIATE_HTTP_PORT": str(weaviate.weaviate_http_port),
         "HRT_WEAVIATE_GRPC_PORT": str(weaviate.weaviate_grpc_port),
+        "HRT_WEAVIATE_API_KEY": weaviate.weaviate_api_key,
         "HRT_WEAVIATE_COLLECTION": "HRTServer" + uuid.uuid4().hex[:8],
         "HRT_DB_PATH": str(tmp / "unused.db"), "HRT_REQUEST_TIMEOUT_S": "8", "HRT_RERANK_BUDGET_S": "5",
         "HRT_LOG_LEVEL": "WARNING",
@@ -60,7 +62,7 @@ def test_all_real_backends_end_to_end(postgres_dsn, stack_manager, own_weaviate,
     assert migrated.returncode == 0, migrated.stderr
     server = start_hrt_server(tmp_path / "unused.db", tmp_path / "server.log", env=env)
     try:
-        with httpx.Client(base_url=server.base_url, timeout=60) as c:
+        with server.client(timeout=60) as c:
             for user in SAMPLE_USERS:  # Neo4j is shared across tests: start from nothing
                 assert c.delete(f"/v1/users/{user}").status_code == 200
             r = c.post("/v1/ingest", content=sample_data_path().read_bytes(),
@@ -109,9 +111,10 @@ def test_all_real_backends_end_to_end(postgres_dsn, stack_manager, own_weaviate,
         cleanup = subprocess.run(
             [sys.executable, "-c",
              "import asyncio,sys\nfrom hrt.stores.neo4j_graph import Neo4jGraphStore\n"
-             "async def m():\n g=Neo4jGraphStore(sys.argv[1])\n"
+             "async def m():\n g=Neo4jGraphStore(sys.argv[1],auth=(sys.argv[2],sys.stdin.read()))\n"
              " [await g.delete_user(u) for u in ('u-maya','u-tom','u-sara')]\n await g.close()\nasyncio.run(m())",
-             stack.neo4j_uri], capture_output=True, text=True, timeout=60)
+             stack.neo4j_uri, stack.neo4j_user], input=stack.neo4j_password,  # a secret: not on a command line
+            capture_output=True, text=True, timeout=60)
         assert cleanup.returncode == 0, cleanup.stderr
 
 
