@@ -395,7 +395,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 {
                     "started_in_s": round(time.perf_counter() - t0, 1),
                     "env_file": str(directory / "stack.env"),
-                    "env": stack.env(),
+                    "env": stack.env(redacted=True),  # the secrets are in env_file (mode 0600)
                     "neo4j_browser": stack.neo4j_browser if "neo4j" in stack.services else None,
                 },
                 indent=2,
