@@ -211,13 +211,24 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def render_text(result: AugmentedMemoryContext) -> str:
+    """``hrt query``'s human output: the summary, then each item with how it was found."""
+    from hrt.pipeline.render import how_found
+
+    provenance = result.retrieval_metadata.provenance
     lines = [result.retrieval_summary, ""]
+
+    def how(ident: str) -> str:
+        p = provenance.get(ident)
+        return f"\n            {how_found(p, markdown=False)}" if p is not None else ""
+
     for mu in result.retrieved_memory_units:
-        lines.append(f"  memory  {mu.final_retrieval_score:.4f}  {mu.creation_ts[:10]}  {mu.muid}  {mu.title}")
+        lines.append(
+            f"  memory  {mu.final_retrieval_score:.4f}  {mu.creation_ts[:10]}  {mu.muid}  {mu.title}{how(mu.muid)}"
+        )
     for c in result.retrieved_concepts:
-        lines.append(f"  concept {c.final_retrieval_score:.4f}  {c.type:<10}  {c.id}  {c.name}")
+        lines.append(f"  concept {c.final_retrieval_score:.4f}  {c.type:<10}  {c.id}  {c.name}{how(c.id)}")
     for a in result.retrieved_artifacts:
-        lines.append(f"  artifact {a.final_retrieval_score:.4f} {a.artifact_type}  {a.id}  {a.title}")
+        lines.append(f"  artifact {a.final_retrieval_score:.4f} {a.artifact_type}  {a.id}  {a.title}{how(a.id)}")
     return "\n".join(lines)
 
 
@@ -235,6 +246,11 @@ def cmd_query(args: argparse.Namespace) -> int:
         body["weights_preset"] = args.preset
     if args.rerank:
         body["rerank"] = True
+    if args.min_score is not None:
+        body["min_score"] = args.min_score
+    if args.render:
+        render = {"format": args.render, "max_chars": args.max_chars, "max_tokens": args.max_tokens}
+        body["render"] = {k: v for k, v in render.items() if v is not None} | {"tokenizer": args.tokenizer}
     request = RetrieveRequest.model_validate(body)
 
     async def run() -> AugmentedMemoryContext:
@@ -246,7 +262,13 @@ def cmd_query(args: argparse.Namespace) -> int:
             await service.close()
 
     result = asyncio.run(run())
-    print(result.canonical_json(indent=2) if args.json else render_text(result))
+    rendered = result.retrieval_metadata.rendered
+    if args.json:
+        print(result.canonical_json(indent=2))
+    elif rendered is not None:
+        print(rendered.text, end="")
+    else:
+        print(render_text(result))
     return 0
 
 
@@ -477,6 +499,13 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--depth", type=int)
     q.add_argument("--preset", help="weights preset: balanced, semantic, recent, salient, personal")
     q.add_argument("--rerank", action="store_true")
+    q.add_argument("--min-score", type=float, help="leave out items scoring below this (0-1)")
+    q.add_argument(
+        "--render", choices=["markdown", "text"], help="print the context as one text for a prompt, within a budget"
+    )
+    q.add_argument("--max-chars", type=int, help="the rendered text's budget in characters (default 8000)")
+    q.add_argument("--max-tokens", type=int, help="the rendered text's budget in tokens (of --tokenizer)")
+    q.add_argument("--tokenizer", default="cl100k_base", choices=["cl100k_base", "minilm-wordpiece"])
     q.add_argument("--json", action="store_true", help="print the AugmentedMemoryContext V9.4 JSON")
     q.add_argument("--db")
     q.set_defaults(func=cmd_query)

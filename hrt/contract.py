@@ -72,6 +72,24 @@ class Filters(_Strict):
     time_range: TimeRange | None = None
 
 
+TokenizerName = Literal["cl100k_base", "minilm-wordpiece"]
+
+
+class RenderOptions(_Strict):
+    """Ask for the context as one text within a budget (``retrieval_metadata.rendered``).
+
+    The budget is ``max_tokens`` counted with ``tokenizer`` when given, else ``max_chars``
+    (8,000 characters by default); with both, the text fits both."""
+
+    format: Literal["markdown", "text"] = "markdown"
+    max_chars: int | None = Field(None, ge=200, le=400_000)
+    max_tokens: int | None = Field(None, ge=50, le=100_000)
+    tokenizer: TokenizerName = "cl100k_base"
+
+
+DEFAULT_RENDER_CHARS = 8_000
+
+
 def normalise_phrase(text: str) -> str:
     """NFKC, whitespace collapsed, trimmed. Case is kept (snippets quote it); dedup ignores it."""
     return " ".join(unicodedata.normalize("NFKC", text).split())
@@ -107,6 +125,9 @@ class RetrieveRequest(_Strict):
     as_of: datetime | None = None
     filters: Filters = Field(default_factory=Filters)
     rerank: bool = False
+    # seed 003: items scoring below it are not returned (after rerank when reranking)
+    min_score: float | None = Field(None, ge=0.0, le=1.0)
+    render: RenderOptions | None = None
 
     @field_validator("key_phrases")
     @classmethod
@@ -228,6 +249,54 @@ class PhraseGrounding(_Out):
     matched: bool
 
 
+class PathHop(_Out):
+    """One step of the path from a seed: the edge walked and the node it reached."""
+
+    edge: str
+    node_id: str
+    direction: Literal["out", "in"]  # out: the edge points from the previous node to node_id
+
+
+class ItemProvenance(_Out):
+    """Why an item came back: what grounded it or its seed, the path from the seed, and the
+    evidence its semantic term was scored on."""
+
+    kind: Literal["memory_unit", "concept", "artifact"]
+    phrases: list[str]  # the key phrases whose search returned the item itself
+    seed_id: str
+    seed_phrases: list[str]  # the key phrases whose search made the seed a seed
+    hops: list[PathHop]  # [] when the item is its own seed
+    evidence: Literal["search", "path"]  # which one its semantic term is: its own hit, or its path
+    search_evidence: float | None  # its own evidence from the search, when the search returned it
+    path_score: float
+
+
+class MemoryUnitAttributes(_Out):
+    """A returned memory unit's shared-memory attributes (seed 004), beside its V9.4 fields."""
+
+    source_agent_id: str | None
+    tags: list[str]
+    metadata: dict[str, Any]
+
+
+class RenderBudget(_Out):
+    unit: Literal["chars", "tokens"]
+    limit: int
+    used: int
+    tokenizer: str | None  # with tokens
+
+
+class RenderedContext(_Out):
+    """The context as one deterministic text for the agent's prompt (request field ``render``)."""
+
+    format: Literal["markdown", "text"]
+    text: str
+    budget: RenderBudget
+    included: list[str]  # item ids, in the text's order
+    truncated: str | None  # the last included item, when it was cut to fit (marked in the text)
+    left_out: list[str]  # returned items that did not fit, in score order
+
+
 class RetrievalMetadata(_Out):
     contract_version: str
     user_id: str
@@ -243,6 +312,11 @@ class RetrievalMetadata(_Out):
     near_duplicates_removed: int
     deployment: str
     config_hash: str
+    # per returned item id (memory units, concepts, artifacts), keys sorted
+    provenance: dict[str, ItemProvenance] = Field(default_factory=dict)
+    # per returned memory unit: who wrote it, its tags and metadata (keys sorted)
+    memory_unit_attributes: dict[str, MemoryUnitAttributes] = Field(default_factory=dict)
+    rendered: RenderedContext | None = None
 
 
 class AugmentedMemoryContext(_Out):

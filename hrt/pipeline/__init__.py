@@ -27,6 +27,7 @@ from hrt.pipeline.expansion import run_expansion, scale_reached
 from hrt.pipeline.grounding import Grounding, run_grounding
 from hrt.pipeline.hydration import run_hydration
 from hrt.pipeline.intake import run_intake
+from hrt.pipeline.render import render_context
 from hrt.pipeline.rerank import run_rerank
 from hrt.pipeline.scoring import PreferenceBook, score_candidates
 from hrt.pipeline.selection import apply_filters, select, shortlist
@@ -182,7 +183,11 @@ class HybridRetrievalTool:
 
         with self._stage("selection", timings):
             texts = {i: entity_body(e) for i, e in entities.items()}
-            selected, removed = select(outcome.items, texts, intake.limits, s.dedup_jaccard)
+            ranked = outcome.items
+            if request.min_score is not None:  # seed 003's floor, on the final (reranked) score as shown
+                floor, places = request.min_score, s.score_decimals
+                ranked = {k: [x for x in v if round(x.final, places) >= floor] for k, v in ranked.items()}
+            selected, removed = select(ranked, texts, intake.limits, s.dedup_jaccard)
         stages["selection"] = "ok"
 
         with self._stage("assembly", timings):
@@ -216,6 +221,8 @@ class HybridRetrievalTool:
                 deployment=self.deployment,
                 config_hash=self._config_hash,
             )
+            if request.render is not None:
+                response.retrieval_metadata.rendered = render_context(response, entities, request.render)
 
         total = time.perf_counter() - started
         timings["total"] = total

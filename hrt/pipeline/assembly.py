@@ -9,13 +9,17 @@ marking each cut. With no occurrence, the window is the text's beginning.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from hrt.contract import (
     CONTRACT_VERSION,
     AugmentedMemoryContext,
     IdName,
     IdTitle,
+    ItemProvenance,
+    MemoryUnitAttributes,
+    PathHop,
     PhraseGrounding,
     RetrievalMetadata,
     RetrievedArtifact,
@@ -50,9 +54,7 @@ def related_memory_units(
     newest = concept_mus.get(concept_id, ())
     in_newest = {mu.id for mu in newest}
     returned = [
-        mu
-        for mu in selected_mus
-        if mu.id in in_newest or any(c.id == concept_id for c in mu_concepts.get(mu.id, ()))
+        mu for mu in selected_mus if mu.id in in_newest or any(c.id == concept_id for c in mu_concepts.get(mu.id, ()))
     ]
     shown = {mu.id for mu in selected_mus}
     others = [mu for mu in newest if mu.id not in shown]
@@ -215,6 +217,7 @@ def assemble(
             )
         )
 
+    provenance = {s.id: item_provenance(s, grounding, r) for kind in Kind for s in selected.get(kind, ())}
     unmatched = grounding.unmatched
     counts = {Kind.MEMORY_UNIT: len(mus), Kind.CONCEPT: len(concepts), Kind.ARTIFACT: len(artifacts)}
     w = intake.weights
@@ -268,5 +271,47 @@ def assemble(
             near_duplicates_removed=near_duplicates_removed,
             deployment=deployment,
             config_hash=config_hash,
+            provenance={k: provenance[k] for k in sorted(provenance)},
+            memory_unit_attributes=dict(
+                sorted(
+                    (
+                        mu.muid,
+                        MemoryUnitAttributes(
+                            source_agent_id=m.source_agent_id, tags=list(m.tags), metadata=sorted_keys(m.metadata)
+                        ),
+                    )
+                    for mu in mus
+                    if isinstance(m := entities[mu.muid], MemoryUnit)
+                )
+            ),
         ),
+    )
+
+
+def sorted_keys(value: Any) -> Any:
+    """JSON with every object's keys sorted, so free-form metadata serialises one way."""
+    if isinstance(value, dict):
+        return {k: sorted_keys(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [sorted_keys(v) for v in value]
+    return value
+
+
+def item_provenance(s: Scored, grounding: Grounding, r: Callable[[float], float]) -> ItemProvenance:
+    """What grounded an item or its seed, the path from that seed, and which evidence its semantic
+    term is (scoring takes the larger of its own search evidence and its path score)."""
+    c = s.candidate
+    direct = grounding.similarity.get(s.id)
+    return ItemProvenance(
+        kind=s.kind.value,
+        phrases=list(grounding.hit_phrases.get(s.id, ())),
+        seed_id=c.seed_id,
+        seed_phrases=list(grounding.phrases_of.get(c.seed_id, ())),
+        hops=[
+            PathHop(edge=step.edge.value, node_id=step.node_id, direction="out" if step.forward else "in")
+            for step in c.path
+        ],
+        evidence="search" if direct is not None and direct >= c.path_score else "path",
+        search_evidence=None if direct is None else r(direct),
+        path_score=r(c.path_score),
     )

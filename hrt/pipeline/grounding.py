@@ -92,6 +92,7 @@ class Grounding:
     kinds: dict[str, Kind] = field(default_factory=dict)  # every hit seen
     similarity: dict[str, float] = field(default_factory=dict)  # direct evidence per hit seen (over phrases)
     phrases_of: dict[str, list[str]] = field(default_factory=dict)  # seed id -> phrases grounding it
+    hit_phrases: dict[str, list[str]] = field(default_factory=dict)  # hit id -> phrases whose search returned it
 
     @property
     def unmatched(self) -> list[str]:
@@ -158,6 +159,7 @@ async def run_grounding(intake: Intake, vectors: PhraseVectors, index: VectorInd
         for h in hits:
             grounding.kinds[h.id] = h.kind
             found.setdefault(h.id, []).append(evidence(h))
+            grounding.hit_phrases.setdefault(h.id, []).append(phrase)
         for h in chosen:
             score = min(1.0, max(0.0, evidence(h)))
             grounding.seeds[h.id] = max(grounding.seeds.get(h.id, 0.0), score)

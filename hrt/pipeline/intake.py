@@ -29,6 +29,7 @@ class Intake:
     as_of: datetime
     filters: Filters
     rerank: bool
+    query: str | None = None  # the request's query, normalised: what a reranker judges against
 
 
 def dedupe_phrases(raw: list[str]) -> tuple[str, ...]:
@@ -71,4 +72,5 @@ def run_intake(request: RetrieveRequest, settings: Settings, now: datetime) -> I
         as_of=request.as_of or now,
         filters=request.filters,
         rerank=request.rerank,
+        query=normalise_phrase(request.query) or None if request.query else None,
     )
