@@ -304,9 +304,13 @@ class WeaviateVectorIndex:
         await self.close()
 
     async def ping(self) -> None:
-        """Raise StoreUnavailable unless the node is ready to serve."""
+        """Raise StoreUnavailable unless the node is ready to serve, and a StoreError unless it
+        takes HRT's credentials: the readiness endpoint answers anyone, so an authenticated read
+        (does the collection exist) follows it."""
         async with self._guard("ping", self._connect_timeout):
             ready = await self._client.is_ready()
+            if ready:
+                await self._client.collections.exists(self.collection_name)
         if not ready:
             raise StoreUnavailable("Weaviate is not ready", store="Weaviate")
 

@@ -49,6 +49,13 @@ def test_postgres_refuses_a_client_without_the_password(stack_manager: StackMana
             "postgres",
             "scram-sha-256",
         )
+    # hrt migrate says the credentials are wrong, not that PostgreSQL is down
+    from hrt.errors import StoreUnavailable
+    from hrt.stores.postgres_migrate import migrate
+
+    with pytest.raises(StoreError, match="refused the credentials") as refused:
+        migrate(bare + " password=not-the-password")
+    assert not isinstance(refused.value, StoreUnavailable)
     # what initdb wrote: no TCP line lets anyone in without a password
     assert devstack._pg_hba_problems(Path(stack.services["postgres"].data_dir)) == []
 

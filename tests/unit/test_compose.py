@@ -20,10 +20,14 @@ SECRET_NAME = re.compile(r"PASSWORD|API_KEY|ALLOWED_KEYS|SECRET|TOKEN|_AUTH$")
 SECRETS = {"POSTGRES_PASSWORD", "NEO4J_PASSWORD", "WEAVIATE_API_KEY", "RERANKER_API_KEY"}
 
 
-def api_key_argument(command: list[str]) -> str:
-    """The value of the reranker's ``--api_key=VALUE`` (one token: a key may start with "-")."""
-    [value] = [a.split("=", 1)[1] for a in command if a.startswith("--api_key=")]
-    return value
+def reranker_key(service: dict[str, object]) -> str:
+    """The key the llama.cpp server demands: its ``API_KEY`` variable (llama_cpp.server's setting
+    for ``--api_key``), never on its command line, where process listings show it."""
+    command = service["command"]
+    assert isinstance(command, list) and not any("api_key" in str(a) for a in command)
+    environment = service["environment"]
+    assert isinstance(environment, dict)
+    return str(environment["API_KEY"])
 
 
 def env_example() -> dict[str, str]:
@@ -126,7 +130,7 @@ def test_no_secret_literal_in_the_file() -> None:
         assert value not in TEXT
     for m in re.finditer(r"password=(\$\{[^}]*\}|\S+)", TEXT):  # the DSN's password
         assert REFERENCE.fullmatch(m.group(1)), m.group(0)
-    assert REFERENCE.fullmatch(api_key_argument(COMPOSE["services"]["reranker"]["command"]))
+    assert REFERENCE.fullmatch(reranker_key(COMPOSE["services"]["reranker"]))
 
 
 def test_env_example_defines_every_required_variable_and_env_is_not_committed() -> None:
@@ -153,7 +157,7 @@ def test_every_store_has_authentication_on() -> None:
     assert weaviate["AUTHENTICATION_APIKEY_ENABLED"] == "true"
     assert weaviate["AUTHENTICATION_APIKEY_USERS"] == devstack.WEAVIATE_USER
     assert "POSTGRES_HOST_AUTH_METHOD" not in s["postgres"]["environment"]  # "trust" would drop the password
-    assert api_key_argument(s["reranker"]["command"])
+    assert reranker_key(s["reranker"])
 
 
 def test_healthchecks_work_with_authentication_on() -> None:
@@ -175,7 +179,7 @@ def test_with_env_example_every_client_gets_the_secret_its_server_was_given() ->
     assert resolved["postgres"]["environment"]["POSTGRES_PASSWORD"] == example["POSTGRES_PASSWORD"]
     assert resolved["neo4j"]["environment"]["NEO4J_AUTH"] == f"{hrt['HRT_NEO4J_USER']}/{hrt['HRT_NEO4J_PASSWORD']}"
     assert resolved["weaviate"]["environment"]["AUTHENTICATION_APIKEY_ALLOWED_KEYS"] == hrt["HRT_WEAVIATE_API_KEY"]
-    assert api_key_argument(resolved["reranker"]["command"]) == hrt["HRT_RERANKER_API_KEY"]
+    assert reranker_key(resolved["reranker"]) == hrt["HRT_RERANKER_API_KEY"]
     assert hrt["HRT_RERANKER_API_KEY"] == example["RERANKER_API_KEY"]
     settings = Settings(**{k[4:].lower(): v for k, v in hrt.items()})  # every value valid once resolved
     assert settings.neo4j_password is not None
