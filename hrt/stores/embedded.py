@@ -84,6 +84,19 @@ SCHEMA: list[tuple[int, str]] = [
         CREATE UNIQUE INDEX api_keys_live_name ON api_keys (name) WHERE revoked_at IS NULL;
         """,
     ),
+    (
+        3,
+        # what search filters read (SearchFilter): a memory unit's tags (JSON) and writing agent on
+        # its document, backfilled from the graph projection of the rows already stored
+        """
+        ALTER TABLE docs ADD COLUMN tags TEXT;
+        ALTER TABLE docs ADD COLUMN source_agent_id TEXT;
+        UPDATE docs SET
+            tags = (SELECT n.tags FROM nodes n WHERE n.user_id = docs.user_id AND n.id = docs.id),
+            source_agent_id = (SELECT n.source_agent_id FROM nodes n WHERE n.user_id = docs.user_id AND n.id = docs.id)
+        WHERE kind = 'memory_unit';
+        """,
+    ),
 ]
 
 KIND_CODES: dict[Kind, int] = {Kind.MEMORY_UNIT: 0, Kind.CONCEPT: 1, Kind.ARTIFACT: 2}
@@ -288,17 +301,19 @@ class EmbeddedStore:
         vec = np.ascontiguousarray(vector, dtype=np.float32)
         if vec.shape != (self.dim,):
             raise StoreError(f"vector for {entity.id!r} has shape {vec.shape}, expected ({self.dim},)")
+        tags = json.dumps(list(node.tags)) if kind is Kind.MEMORY_UNIT else None
         row = db.execute("SELECT rowid FROM docs WHERE user_id = ? AND id = ?", (entity.user_id, entity.id)).fetchone()
         if row is None:
             cur = db.execute(
-                "INSERT INTO docs (user_id, id, kind, ts, vec) VALUES (?, ?, ?, ?, ?)",
-                (entity.user_id, entity.id, kind.value, ts, vec.tobytes()),
+                "INSERT INTO docs (user_id, id, kind, ts, vec, tags, source_agent_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (entity.user_id, entity.id, kind.value, ts, vec.tobytes(), tags, node.source_agent_id),
             )
             rowid = cur.lastrowid
         else:
             rowid = row[0]
             db.execute(
-                "UPDATE docs SET kind = ?, ts = ?, vec = ? WHERE rowid = ?", (kind.value, ts, vec.tobytes(), rowid)
+                "UPDATE docs SET kind = ?, ts = ?, vec = ?, tags = ?, source_agent_id = ? WHERE rowid = ?",
+                (kind.value, ts, vec.tobytes(), tags, node.source_agent_id, rowid),
             )
             db.execute("DELETE FROM fts WHERE rowid = ?", (rowid,))
         db.execute(

@@ -117,7 +117,7 @@ class FixedIndex:
     def __init__(self, hits: dict[str, list[VectorHit]]) -> None:
         self.hits = hits
 
-    async def search(self, user_id, phrases, vectors, kinds, k, not_after=None):
+    async def search(self, user_id, phrases, vectors, kinds, k, not_after=None, where=None):
         return [self.hits[p] for p in phrases]
 
 
