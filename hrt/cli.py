@@ -1,5 +1,5 @@
-"""The ``hrt`` command: demo, serve, keys, ingest, query, migrate, project, doctor, eval, bench, dev,
-export-schema."""
+"""The ``hrt`` command: demo, serve, mcp, keys, ingest, query, migrate, project, doctor, eval, bench,
+dev, export-schema."""
 
 from __future__ import annotations
 
@@ -149,6 +149,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise HRTError(NO_KEY_MESSAGE)
     configure_server_logging(settings)
     uvicorn.run(create_app(settings), host=host, port=port, log_level=settings.log_level.lower())
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """``hrt mcp``: the MCP tools over stdio, in process on the configured store (like ``hrt query``),
+    acting as the operator who can open it: every scope for every user unless --user/--scope narrow it."""
+    from hrt.mcp_server import operator_principal, serve_stdio
+
+    settings = _settings(args)
+    configure_server_logging(settings)  # stderr only: stdout carries the protocol
+    asyncio.run(serve_stdio(settings, operator_principal(args.user, args.scope)))
     return 0
 
 
@@ -461,6 +472,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_serve)
 
     from hrt.auth import SCOPES
+
+    mc = sub.add_parser("mcp", help="serve HRT's MCP tools over stdio for an MCP host, on the configured store")
+    mc.add_argument("--db")
+    mc.add_argument("--user", action="append", help="act only for this user (repeatable; default: every user)")
+    mc.add_argument(
+        "--scope",
+        action="append",
+        choices=SCOPES,
+        help="allow only this scope (repeatable; default: every scope): retrieve for retrieve_memory and "
+        "memory_stats, ingest for remember and forgetting an entity, admin for forgetting a user",
+    )
+    mc.set_defaults(func=cmd_mcp)
 
     k = sub.add_parser("keys", help="create, list or revoke the API keys of `hrt serve` (in the record store)")
     ks = k.add_subparsers(dest="action", required=True)

@@ -10,12 +10,15 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Weights(BaseModel):
     """The EntityScorer's four weights; names as in V9.4 ``weights_used``."""
+
+    # strict: a request's weights are JSON numbers (lax validation would read true as 1.0)
+    model_config = ConfigDict(strict=True, allow_inf_nan=False)
 
     alpha_semantic_similarity: float = Field(0.4, ge=0.0, le=1000.0)
     beta_recency: float = Field(0.25, ge=0.0, le=1000.0)

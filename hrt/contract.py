@@ -15,8 +15,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
+from hrt.auth import KEY_NAME, SCOPES
+from hrt.auth import Scope as KeyScope
 from hrt.config import Weights
-from hrt.records import UserId, utc
+from hrt.records import IsoDateTime, UserId, utc
 
 CONTRACT_VERSION = "9.4"
 
@@ -34,7 +36,8 @@ MAX_LIMIT = 50
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    # strict: JSON's types as declared (lax validation reads true as 1, "3" as 3, 3.0 as 3)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
 
 class Message(_Strict):
@@ -49,8 +52,8 @@ class Limits(_Strict):
 
 
 class TimeRange(_Strict):
-    start: datetime | None = None
-    end: datetime | None = None
+    start: IsoDateTime | None = None
+    end: IsoDateTime | None = None
 
     _utc = field_validator("start", "end")(lambda v: utc(v) if v is not None else None)
 
@@ -122,7 +125,7 @@ class RetrieveRequest(_Strict):
     max_depth: int | None = Field(None, ge=0, le=3)
     weights: Weights | None = None
     weights_preset: PresetName | None = None
-    as_of: datetime | None = None
+    as_of: IsoDateTime | None = None
     filters: Filters = Field(default_factory=Filters)
     rerank: bool = False
     # seed 003: items scoring below it are not returned (after rerank when reranking)
@@ -350,3 +353,73 @@ def response_json_schema() -> dict[str, Any]:
 
 def request_json_schema() -> dict[str, Any]:
     return RetrieveRequest.model_json_schema()
+
+
+# --------------------------------------------------------------------------------------------
+# The other routes' bodies (the server answers them, hrt.client parses them)
+# --------------------------------------------------------------------------------------------
+
+
+class WriteSummary(BaseModel):
+    upserted: int
+    deleted: int
+
+
+class UserStats(BaseModel):
+    """Counts of one user's records; all zero for a user with none."""
+
+    memory_unit: int
+    concept: int
+    artifact: int
+    relation: int
+    preference: int
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class KeyInfo(BaseModel):
+    """An API key as listed: everything but its secret and hash."""
+
+    name: str
+    key_id: str
+    status: Literal["active", "expired", "revoked"]
+    scopes: list[KeyScope]
+    users: list[str] | Literal["*"]
+    created_at: str | None
+    expires_at: str | None
+    revoked_at: str | None
+    last_used_at: str | None
+    rate_limit: float | None
+    max_concurrency: int | None
+
+
+class NewKey(KeyInfo):
+    key: str = Field(description="the secret key: shown once, never again")
+
+
+class KeyRequest(BaseModel):
+    """A key to create over HTTP: within the scopes and users of the admin key that asks."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
+
+    name: str = Field(pattern=f"^{KEY_NAME.pattern}$", description="unique among live keys")
+    scopes: list[KeyScope] = Field(min_length=1, max_length=len(SCOPES))
+    users: list[UserId] | None = Field(
+        None, min_length=1, max_length=1000, description="the users it acts for; null for every user"
+    )
+    expires: str | None = Field(None, max_length=64, description="a duration (30d, 12h, 90m, 2w) or an ISO date")
+    rate_limit: float | None = Field(None, ge=0, le=1_000_000)
+    max_concurrency: int | None = Field(None, ge=0, le=100_000)
+
+
+class Readiness(BaseModel):
+    status: Literal["ready", "warming", "unavailable"]
+    stores: dict[str, Literal["ok", "unavailable"]]
+    caches: str
+    embedder: str
+    deployment: str
+    graph_expansion: str
+    auth: Literal["on", "off"]
+    warnings: list[str] = Field(default_factory=list)

@@ -60,7 +60,9 @@ def parse_record(obj: Any, where: str) -> Record:
     model: type[BaseModel] = Deletion if op == "delete" else RECORD_MODELS[kind]
     data = obj if op == "delete" else {k: v for k, v in obj.items() if k != "op"}
     try:
-        record = model.model_validate(data)
+        # strictly, from JSON: JSON's types as declared (lax validation reads true as 1.0), while
+        # date-times and enumerations still come as strings
+        record = model.model_validate_json(json.dumps(data), strict=True)
     except ValidationError as exc:
         loc, msg = _first_error(exc)
         raise InvalidInput(f"{where}: field '{loc}': {msg}", field=loc) from exc

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@\-]{0,127}$"
 _ID_RE = re.compile(ID_PATTERN)
@@ -52,6 +52,26 @@ def utc(ts: datetime) -> datetime:
         return ts.astimezone(UTC)
     except OverflowError as exc:
         raise ValueError("the time is out of range once converted to UTC (years 1 to 9999)") from exc
+
+
+_DATETIME = TypeAdapter(datetime)
+
+
+def _iso_input(value: Any) -> Any:
+    """A date-time on the wire is an ISO 8601 string (a ``datetime`` from Python code): not a
+    number, which lax validation would read as Unix seconds."""
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str):
+        raise ValueError("must be an ISO 8601 date-time string")
+    try:
+        return _DATETIME.validate_python(value)
+    except ValidationError as exc:
+        raise ValueError(f"is not an ISO 8601 date-time: {exc.errors()[0]['msg']}") from None
+
+
+# for models validated strictly: a JSON string parsed as a date-time, nothing else
+IsoDateTime = Annotated[datetime, BeforeValidator(_iso_input)]
 
 
 def iso(ts: datetime) -> str:
@@ -105,7 +125,7 @@ class MemoryUnit(_Record):
     muid: EntityId
     title: str = Field("", max_length=500)
     content: str = Field(..., min_length=1, max_length=100_000)
-    creation_ts: datetime
+    creation_ts: IsoDateTime
     source_type: str = Field("unknown", max_length=64)
     importance_score: float = Field(5.0, ge=0.0, le=10.0)
     source_agent_id: str | None = Field(None, max_length=128)
@@ -137,7 +157,7 @@ class Artifact(_Record):
     artifact_type: str = Field(..., min_length=1, max_length=64)
     title: str = Field("", max_length=500)
     content: str = Field(..., min_length=1, max_length=100_000)
-    created_at: datetime
+    created_at: IsoDateTime
     confidence: float = Field(0.5, ge=0.0, le=1.0)
 
     _utc = field_validator("created_at")(utc)

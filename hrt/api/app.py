@@ -16,13 +16,12 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.openapi.utils import get_openapi
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from hrt import __version__
 from hrt.api.errors import ERROR_RESPONSES, install_error_handlers, refusal_reason
 from hrt.api.guard import Guard
 from hrt.auth import (
-    KEY_NAME,
     SCOPES,
     KeyLimiter,
     KeyRing,
@@ -32,14 +31,21 @@ from hrt.auth import (
     new_key,
     parse_expiry,
 )
-from hrt.auth import (
-    Scope as KeyScope,
-)
 from hrt.config import Settings
-from hrt.contract import AugmentedMemoryContext, RetrieveRequest
+from hrt.contract import (
+    AugmentedMemoryContext,
+    Health,
+    KeyInfo,
+    KeyRequest,
+    NewKey,
+    Readiness,
+    RetrieveRequest,
+    UserStats,
+    WriteSummary,
+)
 from hrt.errors import Forbidden, HRTError, InvalidInput, MalformedBody, NotFound
 from hrt.ingest import decode_json, ingest_body_schema, parse_record
-from hrt.records import Kind, UserId, valid_id
+from hrt.records import Kind, valid_id
 from hrt.service import HRTService
 
 log = logging.getLogger(__name__)
@@ -164,71 +170,6 @@ async def _send_413(send: Send, limit: int) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-class WriteSummary(BaseModel):
-    upserted: int
-    deleted: int
-
-
-class UserStats(BaseModel):
-    """Counts of one user's records; all zero for a user with none."""
-
-    memory_unit: int
-    concept: int
-    artifact: int
-    relation: int
-    preference: int
-
-
-class Health(BaseModel):
-    status: Literal["ok"]
-
-
-class KeyInfo(BaseModel):
-    """An API key as listed: everything but its secret and hash."""
-
-    name: str
-    key_id: str
-    status: Literal["active", "expired", "revoked"]
-    scopes: list[KeyScope]
-    users: list[str] | Literal["*"]
-    created_at: str | None
-    expires_at: str | None
-    revoked_at: str | None
-    last_used_at: str | None
-    rate_limit: float | None
-    max_concurrency: int | None
-
-
-class NewKey(KeyInfo):
-    key: str = Field(description="the secret key: shown once, never again")
-
-
-class KeyRequest(BaseModel):
-    """A key to create over HTTP: within the scopes and users of the admin key that asks."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    name: str = Field(pattern=f"^{KEY_NAME.pattern}$", description="unique among live keys")
-    scopes: list[KeyScope] = Field(min_length=1, max_length=len(SCOPES))
-    users: list[UserId] | None = Field(
-        None, min_length=1, max_length=1000, description="the users it acts for; null for every user"
-    )
-    expires: str | None = Field(None, max_length=64, description="a duration (30d, 12h, 90m, 2w) or an ISO date")
-    rate_limit: float | None = Field(None, ge=0, le=1_000_000)
-    max_concurrency: int | None = Field(None, ge=0, le=100_000)
-
-
-class Readiness(BaseModel):
-    status: Literal["ready", "warming", "unavailable"]
-    stores: dict[str, Literal["ok", "unavailable"]]
-    caches: str
-    embedder: str
-    deployment: str
-    graph_expansion: str
-    auth: Literal["on", "off"]
-    warnings: list[str] = Field(default_factory=list)
-
-
 EntityKindPath = Literal["memory_unit", "concept", "artifact"]
 UserIdPath = Annotated[str, Field(max_length=128)]
 
@@ -266,7 +207,8 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
                 raise HRTError(auth_off_refused(settings.host))
             else:
                 log.warning("%s", AUTH_OFF_WARNING)
-            yield
+            async with mcp_endpoint.running():  # the MCP session manager's task group (/mcp)
+                yield
         finally:
             ring = state.pop("keyring", None)
             if ring is not None:
@@ -290,6 +232,11 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
     )
     if service is not None:
         state["svc"] = service
+    # MCP over streamable HTTP at /mcp: behind the Guard like every route (any valid key; each tool
+    # checks its own scope and users against the key, hrt/mcp_server.py, which imports hrt.api)
+    from hrt.mcp_server import MCPEndpoint, build_server, request_principal
+
+    mcp_endpoint = MCPEndpoint(build_server(lambda: svc(), request_principal))
 
     def svc() -> HRTService:
         result = state["svc"]
@@ -577,6 +524,7 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+    app.router.routes.append(mcp_endpoint.route("/mcp"))
 
     app.add_middleware(
         BodyLimit,

@@ -81,6 +81,9 @@ async def test_bad_ingest_line_names_its_position_and_writes_nothing(client):
     nd = json.dumps(concept("u1", "c-new", "New")) + "\n{broken\n"
     r = await client.post("/v1/ingest", content=nd, headers={"content-type": "application/x-ndjson"})
     assert r.status_code == 400 and r.json()["error"]["field"] == "line 2"
+    for field, value in [("importance_score", True), ("creation_ts", 1_700_000_000), ("importance_score", "7")]:
+        r = await client.post("/v1/ingest", json={"records": [mu("u1", "m-new", "x") | {field: value}]})
+        assert r.status_code == 422 and r.json()["error"]["field"] == f"records[0].{field}", r.text
     assert await snapshot(client) == before
 
 
@@ -146,6 +149,29 @@ BAD_INPUTS = [
         422,
         "limits.concepts",
     ),
+    # JSON's types as declared: lax validation once read true as 1, "3" as 3, a number as Unix time
+    (
+        "limit true",
+        {"json": {"user_id": "u1", "key_phrases": ["a"], "limits": {"concepts": True}}},
+        422,
+        "limits.concepts",
+    ),
+    (
+        "limit as text",
+        {"json": {"user_id": "u1", "key_phrases": ["a"], "limits": {"concepts": "3"}}},
+        422,
+        "limits.concepts",
+    ),
+    ("depth 1.0", {"json": {"user_id": "u1", "key_phrases": ["a"], "max_depth": 1.0}}, 422, "max_depth"),
+    ("rerank 1", {"json": {"user_id": "u1", "key_phrases": ["a"], "rerank": 1}}, 422, "rerank"),
+    ("min_score true", {"json": {"user_id": "u1", "key_phrases": ["a"], "min_score": True}}, 422, "min_score"),
+    (
+        "weight true",
+        {"json": {"user_id": "u1", "key_phrases": ["a"], "weights": {"beta_recency": True}}},
+        422,
+        "weights.beta_recency",
+    ),
+    ("as_of a number", {"json": {"user_id": "u1", "key_phrases": ["a"], "as_of": 1_700_000_000}}, 422, "as_of"),
     ("unknown user", {"json": {"user_id": "nobody", "key_phrases": ["a"]}}, 404, "user_id"),
     ("bad user id", {"json": {"user_id": "../etc", "key_phrases": ["a"]}}, 422, "user_id"),
     (

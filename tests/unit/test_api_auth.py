@@ -161,6 +161,9 @@ async def test_an_admin_key_manages_keys_within_its_own_scopes_and_users(api, ke
     ]:
         r = await api.post("/v1/keys", json=body, headers=admin)
         assert r.status_code == 403 and r.json()["error"]["field"] == field, r.text
+    for field, value in [("rate_limit", True), ("max_concurrency", 2.0), ("max_concurrency", "2")]:  # JSON's types
+        r = await api.post("/v1/keys", json={"name": "typed", "scopes": ["retrieve"], field: value}, headers=admin)
+        assert r.status_code == 422 and r.json()["error"]["field"] == field, r.text
     listed = await api.get("/v1/keys", headers=admin)
     assert [k["name"] for k in listed.json()] == ["u1-all", "u1-read", "slow", "u1-admin", "u1-reader"]
     assert secret not in listed.text and "secret_hash" not in listed.text
