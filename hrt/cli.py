@@ -1,4 +1,5 @@
-"""The ``hrt`` command: demo, serve, ingest, query, migrate, export-schema."""
+"""The ``hrt`` command: demo, serve, mcp, keys, ingest, query, migrate, project, doctor, eval, bench,
+dev, export-schema."""
 
 from __future__ import annotations
 
@@ -108,16 +109,103 @@ async def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def configure_server_logging(settings: Settings) -> None:
+    """HRT's own loggers at ``HRT_LOG_LEVEL``; the audit log (``hrt.audit``) always, one JSON
+    object per line on stderr."""
+    logging.getLogger("hrt").setLevel(settings.log_level.upper())
+    audit = logging.getLogger("hrt.audit")
+    audit.setLevel(logging.INFO)
+    audit.propagate = False
+    if not audit.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        audit.addHandler(handler)
+
+
+async def _active_keys(settings: Settings) -> int:
+    from hrt.service import open_key_store
+
+    now = time.time()
+    async with open_key_store(settings) as store:
+        return sum(1 for k in await store.keys() if k.status(now) == "active")
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from hrt.api import create_app
+    from hrt.api.app import AUTH_OFF_WARNING, NO_KEY_MESSAGE
+    from hrt.auth import auth_off_refused, is_loopback
 
     settings = _settings(args)
     host = args.host or settings.host
     port = args.port if args.port is not None else settings.port
+    settings = settings.model_copy(update={"host": host, "port": port})
+    if settings.auth == "off":
+        if not is_loopback(host):
+            raise HRTError(auth_off_refused(host))
+        print(f"hrt: warning: {AUTH_OFF_WARNING}", file=sys.stderr)
+    elif asyncio.run(_active_keys(settings)) == 0:
+        raise HRTError(NO_KEY_MESSAGE)
+    configure_server_logging(settings)
     uvicorn.run(create_app(settings), host=host, port=port, log_level=settings.log_level.lower())
     return 0
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """``hrt mcp``: the MCP tools over stdio, in process on the configured store (like ``hrt query``),
+    acting as the operator who can open it: every scope for every user unless --user/--scope narrow it."""
+    from hrt.mcp_server import operator_principal, serve_stdio
+
+    settings = _settings(args)
+    configure_server_logging(settings)  # stderr only: stdout carries the protocol
+    asyncio.run(serve_stdio(settings, operator_principal(args.user, args.scope)))
+    return 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    """``hrt keys create | list | revoke`` on the configured record store."""
+    from hrt.auth import new_key, parse_expiry
+    from hrt.service import open_key_store
+
+    settings = _settings(args)
+    now = time.time()
+
+    async def run() -> int:
+        async with open_key_store(settings) as store:
+            if args.action == "create":
+                expires = parse_expiry(args.expires, now) if args.expires else None
+                token, record = new_key(
+                    args.name,
+                    args.scope,
+                    None if args.all_users else args.user,
+                    expires_at=expires,
+                    rate_limit=args.rate_limit,
+                    max_concurrency=args.max_concurrency,
+                    now=now,
+                )
+                await store.create_key(record)
+                if args.json:
+                    print(json.dumps({"key": token, **record.describe(now)}))
+                else:
+                    print(token)
+                    who = "every user" if record.users is None else ", ".join(record.users)
+                    print(
+                        f"# key {record.name!r} ({record.key_id}): scopes {', '.join(record.scopes)}; acts for {who}"
+                        f"{'; expires ' + str(record.describe(now)['expires_at']) if expires else ''}. "
+                        "Store it now: it is not shown again.",
+                        file=sys.stderr,
+                    )
+            elif args.action == "list":
+                print(json.dumps([k.describe(now) for k in await store.keys()], indent=2))
+            else:
+                done = await store.revoke_key(args.name, now)
+                if done is None:
+                    raise HRTError(f"no unrevoked key is named {args.name!r}")
+                print(json.dumps(done.describe(now)))
+        return 0
+
+    return asyncio.run(run())
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -134,13 +222,24 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def render_text(result: AugmentedMemoryContext) -> str:
+    """``hrt query``'s human output: the summary, then each item with how it was found."""
+    from hrt.pipeline.render import how_found
+
+    provenance = result.retrieval_metadata.provenance
     lines = [result.retrieval_summary, ""]
+
+    def how(ident: str) -> str:
+        p = provenance.get(ident)
+        return f"\n            {how_found(p, markdown=False)}" if p is not None else ""
+
     for mu in result.retrieved_memory_units:
-        lines.append(f"  memory  {mu.final_retrieval_score:.4f}  {mu.creation_ts[:10]}  {mu.muid}  {mu.title}")
+        lines.append(
+            f"  memory  {mu.final_retrieval_score:.4f}  {mu.creation_ts[:10]}  {mu.muid}  {mu.title}{how(mu.muid)}"
+        )
     for c in result.retrieved_concepts:
-        lines.append(f"  concept {c.final_retrieval_score:.4f}  {c.type:<10}  {c.id}  {c.name}")
+        lines.append(f"  concept {c.final_retrieval_score:.4f}  {c.type:<10}  {c.id}  {c.name}{how(c.id)}")
     for a in result.retrieved_artifacts:
-        lines.append(f"  artifact {a.final_retrieval_score:.4f} {a.artifact_type}  {a.id}  {a.title}")
+        lines.append(f"  artifact {a.final_retrieval_score:.4f} {a.artifact_type}  {a.id}  {a.title}{how(a.id)}")
     return "\n".join(lines)
 
 
@@ -158,6 +257,11 @@ def cmd_query(args: argparse.Namespace) -> int:
         body["weights_preset"] = args.preset
     if args.rerank:
         body["rerank"] = True
+    if args.min_score is not None:
+        body["min_score"] = args.min_score
+    if args.render:
+        render = {"format": args.render, "max_chars": args.max_chars, "max_tokens": args.max_tokens}
+        body["render"] = {k: v for k, v in render.items() if v is not None} | {"tokenizer": args.tokenizer}
     request = RetrieveRequest.model_validate(body)
 
     async def run() -> AugmentedMemoryContext:
@@ -169,7 +273,13 @@ def cmd_query(args: argparse.Namespace) -> int:
             await service.close()
 
     result = asyncio.run(run())
-    print(result.canonical_json(indent=2) if args.json else render_text(result))
+    rendered = result.retrieval_metadata.rendered
+    if args.json:
+        print(result.canonical_json(indent=2))
+    elif rendered is not None:
+        print(rendered.text, end="")
+    else:
+        print(render_text(result))
     return 0
 
 
@@ -318,7 +428,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 {
                     "started_in_s": round(time.perf_counter() - t0, 1),
                     "env_file": str(directory / "stack.env"),
-                    "env": stack.env(),
+                    "env": stack.env(redacted=True),  # the secrets are in env_file (mode 0600)
                     "neo4j_browser": stack.neo4j_browser if "neo4j" in stack.services else None,
                 },
                 indent=2,
@@ -361,6 +471,43 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int)
     s.set_defaults(func=cmd_serve)
 
+    from hrt.auth import SCOPES
+
+    mc = sub.add_parser("mcp", help="serve HRT's MCP tools over stdio for an MCP host, on the configured store")
+    mc.add_argument("--db")
+    mc.add_argument("--user", action="append", help="act only for this user (repeatable; default: every user)")
+    mc.add_argument(
+        "--scope",
+        action="append",
+        choices=SCOPES,
+        help="allow only this scope (repeatable; default: every scope): retrieve for retrieve_memory and "
+        "memory_stats, ingest for remember and forgetting an entity, admin for forgetting a user",
+    )
+    mc.set_defaults(func=cmd_mcp)
+
+    k = sub.add_parser("keys", help="create, list or revoke the API keys of `hrt serve` (in the record store)")
+    ks = k.add_subparsers(dest="action", required=True)
+    kc = ks.add_parser("create", help="create a key and print its secret, once")
+    kc.add_argument("--name", required=True, help="a unique name (shown in audit logs and metrics)")
+    kc.add_argument("--scope", action="append", choices=SCOPES, required=True, help="repeatable")
+    who = kc.add_mutually_exclusive_group(required=True)
+    who.add_argument("--user", action="append", help="a user the key acts for (repeatable)")
+    who.add_argument("--all-users", action="store_true", help="the key acts for every user")
+    kc.add_argument("--expires", help="a duration (30d, 12h, 90m, 2w) or an ISO date or time")
+    kc.add_argument(
+        "--rate-limit", type=float, help="requests per second per server (default HRT_KEY_RATE_LIMIT; 0: none)"
+    )
+    kc.add_argument(
+        "--max-concurrency", type=int, help="requests in flight per server (default HRT_KEY_MAX_CONCURRENCY; 0: none)"
+    )
+    kc.add_argument("--json", action="store_true", help="print the key and its record as JSON")
+    kl = ks.add_parser("list", help="every key with its status (never the secret)")
+    kr = ks.add_parser("revoke", help="revoke the unrevoked key of this name")
+    kr.add_argument("name")
+    for parser in (kc, kl, kr):
+        parser.add_argument("--db")
+    k.set_defaults(func=cmd_keys)
+
     i = sub.add_parser("ingest", help="ingest a JSONL file (see the README's ingest format)")
     i.add_argument("file")
     i.add_argument("--db")
@@ -375,6 +522,13 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--depth", type=int)
     q.add_argument("--preset", help="weights preset: balanced, semantic, recent, salient, personal")
     q.add_argument("--rerank", action="store_true")
+    q.add_argument("--min-score", type=float, help="leave out items scoring below this (0-1)")
+    q.add_argument(
+        "--render", choices=["markdown", "text"], help="print the context as one text for a prompt, within a budget"
+    )
+    q.add_argument("--max-chars", type=int, help="the rendered text's budget in characters (default 8000)")
+    q.add_argument("--max-tokens", type=int, help="the rendered text's budget in tokens (of --tokenizer)")
+    q.add_argument("--tokenizer", default="cl100k_base", choices=["cl100k_base", "minilm-wordpiece"])
     q.add_argument("--json", action="store_true", help="print the AugmentedMemoryContext V9.4 JSON")
     q.add_argument("--db")
     q.set_defaults(func=cmd_query)

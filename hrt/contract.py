@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 import unicodedata
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
-from hrt.config import WEIGHT_PRESETS, Weights
-from hrt.records import UserId, utc
+from hrt.auth import KEY_NAME, SCOPES
+from hrt.auth import Scope as KeyScope
+from hrt.config import Weights
+from hrt.records import IsoDateTime, UserId, utc
 
 CONTRACT_VERSION = "9.4"
 
@@ -33,7 +36,8 @@ MAX_LIMIT = 50
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: JSON's types as declared (lax validation reads true as 1, "3" as 3, 3.0 as 3)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
 
 class Message(_Strict):
@@ -48,8 +52,8 @@ class Limits(_Strict):
 
 
 class TimeRange(_Strict):
-    start: datetime | None = None
-    end: datetime | None = None
+    start: IsoDateTime | None = None
+    end: IsoDateTime | None = None
 
     _utc = field_validator("start", "end")(lambda v: utc(v) if v is not None else None)
 
@@ -71,9 +75,32 @@ class Filters(_Strict):
     time_range: TimeRange | None = None
 
 
+TokenizerName = Literal["cl100k_base", "minilm-wordpiece"]
+
+
+class RenderOptions(_Strict):
+    """Ask for the context as one text within a budget (``retrieval_metadata.rendered``).
+
+    The budget is ``max_tokens`` counted with ``tokenizer`` when given, else ``max_chars``
+    (8,000 characters by default); with both, the text fits both."""
+
+    format: Literal["markdown", "text"] = "markdown"
+    max_chars: int | None = Field(None, ge=200, le=400_000)
+    max_tokens: int | None = Field(None, ge=50, le=100_000)
+    tokenizer: TokenizerName = "cl100k_base"
+
+
+DEFAULT_RENDER_CHARS = 8_000
+
+
 def normalise_phrase(text: str) -> str:
     """NFKC, whitespace collapsed, trimmed. Case is kept (snippets quote it); dedup ignores it."""
     return " ".join(unicodedata.normalize("NFKC", text).split())
+
+
+# a phrase with something in it: the JSON Schema says so too, so generated clients and fuzzers know
+KeyPhrase = Annotated[str, Field(min_length=1, max_length=MAX_PHRASE_CHARS, pattern=r"\S")]
+PresetName = Literal["balanced", "semantic", "recent", "salient", "personal"]
 
 
 class RetrieveRequest(_Strict):
@@ -82,17 +109,28 @@ class RetrieveRequest(_Strict):
     Key phrases come from ``key_phrases``; else ``query``; else the last three ``messages``.
     """
 
+    # one of the three is needed (checked below); omitted, not null, in the JSON Schema
+    model_config = ConfigDict(
+        json_schema_extra={"anyOf": [{"required": [name]} for name in ("key_phrases", "query", "messages")]}
+    )
+
     user_id: UserId
-    key_phrases: list[str] | None = Field(None, max_length=MAX_KEY_PHRASES)
-    query: str | None = Field(None, max_length=MAX_QUERY_CHARS)
-    messages: list[Message] | None = Field(None, max_length=MAX_MESSAGES)
+    # the bounds sit on the non-null member: on the union they would be applied to a null too
+    key_phrases: Annotated[list[KeyPhrase], Field(min_length=1, max_length=MAX_KEY_PHRASES)] | SkipJsonSchema[None] = (
+        None
+    )
+    query: Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=r"\S")] | SkipJsonSchema[None] = None
+    messages: Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES)] | SkipJsonSchema[None] = None
     limits: Limits = Field(default_factory=Limits)
     max_depth: int | None = Field(None, ge=0, le=3)
     weights: Weights | None = None
-    weights_preset: str | None = None
-    as_of: datetime | None = None
+    weights_preset: PresetName | None = None
+    as_of: IsoDateTime | None = None
     filters: Filters = Field(default_factory=Filters)
     rerank: bool = False
+    # seed 003: items scoring below it are not returned (after rerank when reranking)
+    min_score: float | None = Field(None, ge=0.0, le=1.0)
+    render: RenderOptions | None = None
 
     @field_validator("key_phrases")
     @classmethod
@@ -106,13 +144,6 @@ class RetrieveRequest(_Strict):
                 raise ValueError(f"phrase {i} is {len(p)} characters; at most {MAX_PHRASE_CHARS}")
             if not normalise_phrase(p):
                 raise ValueError(f"phrase {i} is empty")
-        return value
-
-    @field_validator("weights_preset")
-    @classmethod
-    def _preset(cls, value: str | None) -> str | None:
-        if value is not None and value not in WEIGHT_PRESETS:
-            raise ValueError(f"unknown preset; one of {sorted(WEIGHT_PRESETS)}")
         return value
 
     @field_validator("as_of")
@@ -240,6 +271,57 @@ class RelevanceGate(_Out):
     best_semantic: dict[str, float]
 
 
+class PathHop(_Out):
+    """One step of the path from a seed: the edge walked and the node it reached."""
+
+    edge: str
+    node_id: str
+    direction: Literal["out", "in"]  # out: the edge points from the previous node to node_id
+
+
+class ItemProvenance(_Out):
+    """Why an item came back: what grounded it or its seed, the path from the seed, and the
+    evidence its semantic term was scored on."""
+
+    kind: Literal["memory_unit", "concept", "artifact"]
+    phrases: list[str]  # the key phrases whose search returned the item itself
+    seed_id: str
+    seed_phrases: list[str]  # the key phrases whose search made the seed a seed
+    hops: list[PathHop]  # [] when the item is its own seed
+    # which evidence its semantic term is: its own search hit, its path from the seed, or that path
+    # times its own best cosine to the phrases (README, Scoring)
+    evidence: Literal["search", "path", "path_x_cosine"]
+    search_evidence: float | None  # its own evidence from the search, when the search returned it
+    path_score: float
+    own_similarity: float | None  # its own best cosine to the phrases, when path_x_cosine used it
+
+
+class MemoryUnitAttributes(_Out):
+    """A returned memory unit's shared-memory attributes (seed 004), beside its V9.4 fields."""
+
+    source_agent_id: str | None
+    tags: list[str]
+    metadata: dict[str, Any]
+
+
+class RenderBudget(_Out):
+    unit: Literal["chars", "tokens"]
+    limit: int
+    used: int
+    tokenizer: str | None  # with tokens
+
+
+class RenderedContext(_Out):
+    """The context as one deterministic text for the agent's prompt (request field ``render``)."""
+
+    format: Literal["markdown", "text"]
+    text: str
+    budget: RenderBudget
+    included: list[str]  # item ids, in the text's order
+    truncated: str | None  # the last included item, when it was cut to fit (marked in the text)
+    left_out: list[str]  # returned items that did not fit, in score order
+
+
 class RetrievalMetadata(_Out):
     contract_version: str
     user_id: str
@@ -257,6 +339,11 @@ class RetrievalMetadata(_Out):
     config_hash: str
     time_windows: list[TimeWindowOut]
     relevance_gate: RelevanceGate
+    # per returned item id (memory units, concepts, artifacts), keys sorted
+    provenance: dict[str, ItemProvenance] = Field(default_factory=dict)
+    # per returned memory unit: who wrote it, its tags and metadata (keys sorted)
+    memory_unit_attributes: dict[str, MemoryUnitAttributes] = Field(default_factory=dict)
+    rendered: RenderedContext | None = None
 
 
 class AugmentedMemoryContext(_Out):
@@ -290,3 +377,73 @@ def response_json_schema() -> dict[str, Any]:
 
 def request_json_schema() -> dict[str, Any]:
     return RetrieveRequest.model_json_schema()
+
+
+# --------------------------------------------------------------------------------------------
+# The other routes' bodies (the server answers them, hrt.client parses them)
+# --------------------------------------------------------------------------------------------
+
+
+class WriteSummary(BaseModel):
+    upserted: int
+    deleted: int
+
+
+class UserStats(BaseModel):
+    """Counts of one user's records; all zero for a user with none."""
+
+    memory_unit: int
+    concept: int
+    artifact: int
+    relation: int
+    preference: int
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class KeyInfo(BaseModel):
+    """An API key as listed: everything but its secret and hash."""
+
+    name: str
+    key_id: str
+    status: Literal["active", "expired", "revoked"]
+    scopes: list[KeyScope]
+    users: list[str] | Literal["*"]
+    created_at: str | None
+    expires_at: str | None
+    revoked_at: str | None
+    last_used_at: str | None
+    rate_limit: float | None
+    max_concurrency: int | None
+
+
+class NewKey(KeyInfo):
+    key: str = Field(description="the secret key: shown once, never again")
+
+
+class KeyRequest(BaseModel):
+    """A key to create over HTTP: within the scopes and users of the admin key that asks."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
+
+    name: str = Field(pattern=f"^{KEY_NAME.pattern}$", description="unique among live keys")
+    scopes: list[KeyScope] = Field(min_length=1, max_length=len(SCOPES))
+    users: list[UserId] | None = Field(
+        None, min_length=1, max_length=1000, description="the users it acts for; null for every user"
+    )
+    expires: str | None = Field(None, max_length=64, description="a duration (30d, 12h, 90m, 2w) or an ISO date")
+    rate_limit: float | None = Field(None, ge=0, le=1_000_000)
+    max_concurrency: int | None = Field(None, ge=0, le=100_000)
+
+
+class Readiness(BaseModel):
+    status: Literal["ready", "warming", "unavailable"]
+    stores: dict[str, Literal["ok", "unavailable"]]
+    caches: str
+    embedder: str
+    deployment: str
+    graph_expansion: str
+    auth: Literal["on", "off"]
+    warnings: list[str] = Field(default_factory=list)

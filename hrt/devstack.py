@@ -8,6 +8,14 @@ the Neo4j jars (``mvn dependency:copy-dependencies``), HRT's Neo4j procedures (`
 ``mvn package``, keyed by the hash of its sources); PostgreSQL comes from apt when missing.
 A stack's addresses are written to ``<dir>/stack.json`` and ``<dir>/stack.env`` (``HRT_*``
 variables that ``hrt serve`` reads).
+
+Every server runs with authentication on, as in ``docker-compose.yml``: a loopback port is open to
+every local user and process, so an open store would hand any of them every tenant's data. The
+first ``up`` of a directory generates a PostgreSQL password, a Neo4j password and a Weaviate API
+key; both files hold them and are readable by their owner alone (mode 0600). ``down`` keeps them in
+``stack.json``: PostgreSQL and Neo4j keep the passwords (as hashes) in the data the next ``up``
+reuses. Data made without them (by a dev stack from before authentication) is refused, never
+served open.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import logging
 import os
 import pwd
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -46,6 +55,10 @@ NEO4J_PAGE_CACHE = "256m"
 WEAVIATE_MEMORY = "1GiB"
 _NEO4J_SIZE = re.compile(r"^[1-9][0-9]*[kmg]$")
 _GO_SIZE = re.compile(r"^[1-9][0-9]*(MiB|GiB)$")
+POSTGRES_USER = "postgres"
+NEO4J_USER = "neo4j"  # the initial admin user, the one `dbms set-initial-password` sets
+WEAVIATE_USER = "hrt"  # the user Weaviate's one API key authenticates as (no authorization module: full access)
+REDACTED = "<secret: see stack.env>"
 
 
 class DevStackError(RuntimeError):
@@ -94,13 +107,21 @@ def _run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
 def wait_until(
     check: Callable[[], bool], what: str, timeout: float, proc: subprocess.Popen[bytes] | None, logfile: Path
 ) -> None:
+    """Poll ``check`` until it is true. It may raise anything while the server starts, except a
+    DevStackError: that is a definite answer (wrong credentials), which no waiting changes."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise DevStackError(f"{what} exited with {proc.returncode}; log tail:\n{tail(logfile)}")
-        with contextlib.suppress(Exception):
+        try:
             if check():
                 return
+        except DevStackError:
+            if proc is not None:
+                stop_pid(proc.pid, grace=10)
+            raise
+        except Exception:  # not up yet
+            pass
         time.sleep(0.3)
     if proc is not None:
         stop_pid(proc.pid, grace=10)
@@ -268,16 +289,60 @@ class ServiceInfo:
 
 
 @dataclass
+class Credentials:
+    """A stack's secrets, made by the first ``up`` of its directory and kept as long as its data."""
+
+    postgres_password: str
+    neo4j_password: str
+    weaviate_api_key: str
+
+    @classmethod
+    def generate(cls) -> Credentials:
+        # URL-safe base64: nothing a libpq DSN, an env file or a shell would need quoted
+        return cls(secrets.token_urlsafe(32), secrets.token_urlsafe(32), secrets.token_urlsafe(32))
+
+
+@dataclass
 class Stack:
     dir: str
     services: dict[str, ServiceInfo] = field(default_factory=dict)
+    credentials: Credentials | None = None
+
+    # --- credentials --------------------------------------------------------------------------
+
+    @property
+    def _creds(self) -> Credentials:
+        if self.credentials is None:
+            raise DevStackError(f"the dev stack in {self.dir} has no credentials; run `hrt dev up --dir {self.dir}`")
+        return self.credentials
+
+    @property
+    def postgres_password(self) -> str:
+        return self._creds.postgres_password
+
+    @property
+    def neo4j_user(self) -> str:
+        return NEO4J_USER
+
+    @property
+    def neo4j_password(self) -> str:
+        return self._creds.neo4j_password
+
+    @property
+    def neo4j_auth(self) -> tuple[str, str]:
+        """What the Neo4j driver takes as ``auth``."""
+        return (NEO4J_USER, self._creds.neo4j_password)
+
+    @property
+    def weaviate_api_key(self) -> str:
+        return self._creds.weaviate_api_key
 
     # --- addresses --------------------------------------------------------------------------
 
     @property
     def postgres_dsn(self) -> str:
         p = self.services["postgres"].ports["port"]
-        return f"host=127.0.0.1 port={p} user=postgres dbname=postgres"
+        return f"host=127.0.0.1 port={p} user={POSTGRES_USER} password={self.postgres_password} dbname=postgres"
 
     @property
     def neo4j_uri(self) -> str:
@@ -295,24 +360,37 @@ class Stack:
     def weaviate_grpc_port(self) -> int:
         return self.services["weaviate"].ports["grpc"]
 
-    def env(self) -> dict[str, str]:
+    def env(self, *, redacted: bool = False) -> dict[str, str]:
+        """The ``HRT_*`` variables that point HRT at this stack, credentials included;
+        ``redacted``: with each secret replaced by a pointer to stack.env, for printing."""
         out: dict[str, str] = {}
         if "postgres" in self.services:
             out["HRT_POSTGRES_DSN"] = self.postgres_dsn
         if "neo4j" in self.services:
             out["HRT_NEO4J_URI"] = self.neo4j_uri
+            out["HRT_NEO4J_USER"] = self.neo4j_user
+            out["HRT_NEO4J_PASSWORD"] = self.neo4j_password
         if "weaviate" in self.services:
             out["HRT_WEAVIATE_HOST"] = "127.0.0.1"
             out["HRT_WEAVIATE_HTTP_PORT"] = str(self.weaviate_http_port)
             out["HRT_WEAVIATE_GRPC_PORT"] = str(self.weaviate_grpc_port)
+            out["HRT_WEAVIATE_API_KEY"] = self.weaviate_api_key
+        if redacted:
+            for secret in asdict(self._creds).values():
+                out = {k: v.replace(secret, REDACTED) for k, v in out.items()}
         return out
 
     # --- persistence --------------------------------------------------------------------------
 
     def save(self) -> None:
+        """stack.json (addresses and credentials) and, while services run, stack.env; both mode
+        0600. Without services stack.json only keeps the credentials for the next ``up``."""
         d = Path(self.dir)
-        (d / "stack.json").write_text(json.dumps(asdict(self), indent=2) + "\n")
-        (d / "stack.env").write_text("".join(f"{k}='{v}'\n" for k, v in sorted(self.env().items())))
+        _write_private(d / "stack.json", json.dumps(asdict(self), indent=2) + "\n")
+        if self.services:
+            _write_private(d / "stack.env", "".join(f"{k}='{v}'\n" for k, v in sorted(self.env().items())))
+        else:
+            (d / "stack.env").unlink(missing_ok=True)
 
     @classmethod
     def load(cls, directory: Path) -> Stack | None:
@@ -320,7 +398,23 @@ class Stack:
         if not f.exists():
             return None
         raw = json.loads(f.read_text())
-        return cls(dir=raw["dir"], services={k: ServiceInfo(**v) for k, v in raw["services"].items()})
+        credentials = raw.get("credentials")  # absent in a stack.json from before authentication
+        return cls(
+            dir=raw["dir"],
+            services={k: ServiceInfo(**v) for k, v in raw["services"].items()},
+            credentials=Credentials(**credentials) if credentials else None,
+        )
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read: created 0600 under a temporary name, then renamed
+    over ``path``, so the secrets in it are never readable by others, not even for a moment."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 def _alive(pid: int) -> bool:
@@ -351,7 +445,18 @@ def _pg_user() -> str | None:
     return "postgres" if os.geteuid() == 0 else None
 
 
-def start_postgres(root: Path, timeout: float = 60.0) -> ServiceInfo:
+def _pg_hba_problems(data: Path) -> list[str]:
+    """The lines of a data directory's pg_hba.conf that let a TCP client in without a password
+    (``trust``: what the dev stack's initdb wrote before it had authentication)."""
+    problems = []
+    for line in (data / "pg_hba.conf").read_text().splitlines():
+        fields = line.split("#", 1)[0].split()
+        if fields and fields[0].startswith("host") and "trust" in fields[3:]:
+            problems.append(line.strip())
+    return problems
+
+
+def start_postgres(root: Path, credentials: Credentials, timeout: float = 60.0) -> ServiceInfo:
     pg = ensure_postgres()
     base = root / "postgres"
     base.mkdir(parents=True, exist_ok=True)
@@ -367,26 +472,44 @@ def start_postgres(root: Path, timeout: float = 60.0) -> ServiceInfo:
         pw = pwd.getpwnam(user)
         run_as = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
     env = {"LC_ALL": "C.UTF-8", "PATH": "/usr/bin:/bin"}
-    if not (data / "PG_VERSION").exists():
-        subprocess.run(
-            [
-                str(pg / "initdb"),
-                "-D",
-                str(data),
-                "-U",
-                "postgres",
-                "-A",
-                "trust",
-                "-E",
-                "UTF8",
-                "--locale=C.UTF-8",
-                "--no-sync",
-            ],
-            check=True,
-            capture_output=True,
-            env=env,
-            **run_as,
-        )
+    if (data / "PG_VERSION").exists():
+        open_lines = _pg_hba_problems(data)
+        if open_lines:
+            raise DevStackError(
+                f"PostgreSQL's data directory {data} lets clients in without a password ({open_lines[0]!r} in "
+                "pg_hba.conf: made by a dev stack from before authentication); delete it "
+                f"(`rm -rf {data}`, its databases go with it) and run `hrt dev up` again"
+            )
+    else:
+        # the superuser's password from a file (never on a command line, which every local user
+        # can read): TCP clients need it (SCRAM); the socket stays peer, the postgres OS user alone
+        pwfile = base / ".pwfile"
+        _write_private(pwfile, credentials.postgres_password + "\n")
+        if user is not None:
+            os.chown(pwfile, run_as["user"], run_as["group"])
+        try:
+            subprocess.run(
+                [
+                    str(pg / "initdb"),
+                    "-D",
+                    str(data),
+                    "-U",
+                    POSTGRES_USER,
+                    f"--pwfile={pwfile}",
+                    "--auth-host=scram-sha-256",
+                    "--auth-local=peer",
+                    "-E",
+                    "UTF8",
+                    "--locale=C.UTF-8",
+                    "--no-sync",
+                ],
+                check=True,
+                capture_output=True,
+                env=env,
+                **run_as,
+            )
+        finally:
+            pwfile.unlink(missing_ok=True)
     port = free_port()
     started = time.monotonic()
     proc = _spawn(
@@ -417,8 +540,17 @@ def start_postgres(root: Path, timeout: float = 60.0) -> ServiceInfo:
     def ready() -> bool:
         import psycopg
 
-        with psycopg.connect(f"host=127.0.0.1 port={port} user=postgres dbname=postgres", connect_timeout=2) as c:
-            return c.execute("select 1").fetchone() == (1,)
+        dsn = f"host=127.0.0.1 port={port} user={POSTGRES_USER} dbname=postgres"
+        try:
+            with psycopg.connect(dsn, password=credentials.postgres_password, connect_timeout=2) as c:
+                return c.execute("select 1").fetchone() == (1,)
+        except psycopg.OperationalError as exc:
+            if "password authentication failed" in str(exc):
+                raise DevStackError(
+                    f"PostgreSQL in {data} refuses the password in stack.json (its data was made with another "
+                    f"one); delete it (`rm -rf {data}`, its databases go with it) and run `hrt dev up` again"
+                ) from exc
+            raise
 
     wait_until(ready, "PostgreSQL", timeout, proc, logfile)
     return ServiceInfo(
@@ -426,13 +558,43 @@ def start_postgres(root: Path, timeout: float = 60.0) -> ServiceInfo:
     )
 
 
-def start_neo4j(root: Path, timeout: float = 180.0, page_cache: str = NEO4J_PAGE_CACHE) -> ServiceInfo:
+def _neo4j_set_initial_password(java: Path, lib: Path, home: Path, password: str) -> None:
+    """``neo4j-admin dbms set-initial-password``: writes the admin user's password hash to
+    ``data/dbms/auth.ini``, which Neo4j takes into its system database on its first start (and
+    ignores after). The password goes through a picocli argument file (``@file``), not the command
+    line, which every local user can read."""
+    argfile = home / "run" / "initial-password.args"
+    _write_private(argfile, password + "\n")
+    try:
+        _run(
+            [
+                str(java),
+                "-cp",
+                f"{lib}/*",
+                "org.neo4j.cli.AdminTool",
+                "dbms",
+                "set-initial-password",
+                f"@{argfile}",
+            ],
+            env={**os.environ, "NEO4J_HOME": str(home), "NEO4J_CONF": str(home / "conf")},
+            cwd=home,
+        )
+    except subprocess.CalledProcessError as exc:
+        raise DevStackError(f"setting Neo4j's initial password failed:\n{exc.stdout}{exc.stderr}") from exc
+    finally:
+        argfile.unlink(missing_ok=True)
+
+
+def start_neo4j(
+    root: Path, credentials: Credentials, timeout: float = 180.0, page_cache: str = NEO4J_PAGE_CACHE
+) -> ServiceInfo:
     java = ensure_java17()
     lib = ensure_neo4j_jars()
     plugin = ensure_neo4j_plugin()
     home = root / "neo4j"
     for sub in ("conf", "data", "logs", "plugins", "import", "run"):
         (home / sub).mkdir(parents=True, exist_ok=True)
+    home.chmod(0o700)  # its files are the graph: other local users must not read past the password
     for old in (home / "plugins").glob("hrt-neo4j*.jar"):
         old.unlink()
     shutil.copy2(plugin, home / "plugins" / "hrt-neo4j.jar")
@@ -447,7 +609,7 @@ def start_neo4j(root: Path, timeout: float = 180.0, page_cache: str = NEO4J_PAGE
                 "server.http.enabled=true",
                 f"server.http.listen_address=127.0.0.1:{http}",
                 "server.https.enabled=false",
-                "dbms.security.auth_enabled=false",
+                "dbms.security.auth_enabled=true",
                 "dbms.usage_report.enabled=false",
                 f"server.memory.pagecache.size={page_cache}",
                 "dbms.memory.transaction.total.max=512m",
@@ -456,6 +618,8 @@ def start_neo4j(root: Path, timeout: float = 180.0, page_cache: str = NEO4J_PAGE
         )
         + "\n"
     )
+    if not (home / "data" / "databases" / "system").exists():  # never started: its users are not made yet
+        _neo4j_set_initial_password(java, lib, home, credentials.neo4j_password)
     logfile = home / "neo4j-console.log"
     cmd = [
         str(java),
@@ -490,10 +654,18 @@ def start_neo4j(root: Path, timeout: float = 180.0, page_cache: str = NEO4J_PAGE
         if not port_open(bolt):
             return False
         from neo4j import GraphDatabase
+        from neo4j.exceptions import AuthError
 
-        with GraphDatabase.driver(f"bolt://127.0.0.1:{bolt}", auth=None) as driver:
-            with driver.session(database="neo4j") as session:
-                record = session.run("RETURN 1 AS one").single()
+        with GraphDatabase.driver(f"bolt://127.0.0.1:{bolt}", auth=(NEO4J_USER, credentials.neo4j_password)) as driver:
+            try:
+                with driver.session(database="neo4j") as session:
+                    record = session.run("RETURN 1 AS one").single()
+            except AuthError as exc:
+                raise DevStackError(
+                    f"Neo4j in {home} refuses the password in stack.json (its data was made without it: by a "
+                    f"dev stack from before authentication, or with another password); delete its data "
+                    f"(`rm -rf {home / 'data'}`) and run `hrt dev up` again"
+                ) from exc
             return bool(record and record["one"] == 1)
 
     wait_until(ready, "Neo4j", timeout, proc, logfile)
@@ -502,18 +674,26 @@ def start_neo4j(root: Path, timeout: float = 180.0, page_cache: str = NEO4J_PAGE
     )
 
 
-def start_weaviate(root: Path, timeout: float = 120.0, memory: str = WEAVIATE_MEMORY) -> ServiceInfo:
+def start_weaviate(
+    root: Path, credentials: Credentials, timeout: float = 120.0, memory: str = WEAVIATE_MEMORY
+) -> ServiceInfo:
     binary = ensure_weaviate()
     home = root / "weaviate"
     data = home / "data"
     data.mkdir(parents=True, exist_ok=True)
+    home.chmod(0o700)  # its files are the vectors and texts: other local users must not read past the key
     http, grpc = free_port(), free_port()
     gossip = free_port_block(4)
     data_port, raft, raft_rpc = gossip + 1, gossip + 2, gossip + 3
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "PERSISTENCE_DATA_PATH": str(data),
-        "AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED": "true",
+        # one API key, one user; without an authorization module an authenticated user may do
+        # everything, an anonymous request nothing (401)
+        "AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED": "false",
+        "AUTHENTICATION_APIKEY_ENABLED": "true",
+        "AUTHENTICATION_APIKEY_ALLOWED_KEYS": credentials.weaviate_api_key,
+        "AUTHENTICATION_APIKEY_USERS": WEAVIATE_USER,
         "DEFAULT_VECTORIZER_MODULE": "none",
         "CLUSTER_HOSTNAME": "node1",
         "CLUSTER_IN_LOCALHOST": "true",
@@ -557,8 +737,12 @@ def start_weaviate(root: Path, timeout: float = 120.0, memory: str = WEAVIATE_ME
     def ready() -> bool:
         import httpx
 
-        r = httpx.get(f"http://127.0.0.1:{http}/v1/.well-known/ready", timeout=2)
-        schema = httpx.get(f"http://127.0.0.1:{http}/v1/schema", timeout=2)
+        r = httpx.get(f"http://127.0.0.1:{http}/v1/.well-known/ready", timeout=2)  # open to anyone
+        schema = httpx.get(
+            f"http://127.0.0.1:{http}/v1/schema",
+            headers={"Authorization": f"Bearer {credentials.weaviate_api_key}"},
+            timeout=2,
+        )
         return r.status_code == 200 and schema.status_code == 200 and port_open(grpc)
 
     wait_until(ready, "Weaviate", timeout, proc, logfile)
@@ -578,7 +762,7 @@ INSTALLERS: dict[str, Callable[[], object]] = {
     "weaviate": ensure_weaviate,
 }
 
-STARTERS: dict[str, Callable[[Path], ServiceInfo]] = {
+STARTERS: dict[str, Callable[[Path, Credentials], ServiceInfo]] = {
     "postgres": start_postgres,
     "neo4j": start_neo4j,
     "weaviate": start_weaviate,
@@ -603,6 +787,32 @@ def stop_pid(pid: int, grace: float = 30.0) -> None:
         os.waitpid(pid, 0)
 
 
+def _refuse_unauthenticated(stack: Stack | None, directory: Path) -> None:
+    """Before a directory gets credentials: it must hold no server and no data made without them
+    (a dev stack from before authentication, or one whose stack.json was deleted). Those would run
+    open, or refuse the new passwords; either way only the user can decide to drop that data."""
+    live = [n for n, i in (stack.services.items() if stack else []) if _alive(i.pid)]
+    data = [
+        p
+        for p in (directory / "postgres" / "data" / "PG_VERSION", directory / "neo4j" / "data" / "databases")
+        if p.exists()
+    ]
+    if not live and not data:
+        return
+    found = []
+    if live:
+        found.append(f"servers running: {', '.join(live)}")
+    if data:
+        found.append(f"data: {', '.join(str(p.parent) for p in data)}")
+    steps = [f"`hrt dev down --dir {directory}`"] if live else []
+    steps.append(f"`rm -rf {directory}` (the stack's databases go with it)")
+    raise DevStackError(
+        f"the dev stack in {directory} predates authentication or lost its credentials ({'; '.join(found)}). "
+        f"Run {' then '.join(steps)}, then `hrt dev up --dir {directory}`: it starts every server with new "
+        "credentials (in stack.env)"
+    )
+
+
 def up(
     directory: Path,
     services: tuple[str, ...] = SERVICES,
@@ -617,7 +827,7 @@ def up(
         raise DevStackError(f"the Neo4j page cache must look like 256m or 2g, got {neo4j_page_cache!r}")
     if not _GO_SIZE.match(weaviate_memory):
         raise DevStackError(f"Weaviate's memory must look like 512MiB or 4GiB, got {weaviate_memory!r}")
-    starters: dict[str, Callable[[Path], ServiceInfo]] = {
+    starters: dict[str, Callable[[Path, Credentials], ServiceInfo]] = {
         **STARTERS,
         "neo4j": functools.partial(start_neo4j, page_cache=neo4j_page_cache),
         "weaviate": functools.partial(start_weaviate, memory=weaviate_memory),
@@ -625,14 +835,18 @@ def up(
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o755)  # PostgreSQL runs as another user and must traverse it
-    stack = Stack.load(directory) or Stack(dir=str(directory))
+    stack = Stack.load(directory)
+    if stack is None or stack.credentials is None:
+        _refuse_unauthenticated(stack, directory)
+        stack = Stack(dir=str(directory), credentials=Credentials.generate())
+    credentials = stack._creds
     missing = [n for n in services if n not in stack.services or not _alive(stack.services[n].pid)]
     # Installs first, one at a time (apt and maven must not race), then the servers in parallel.
     for name in missing:
         INSTALLERS[name]()
     errors: list[str] = []
     with ThreadPoolExecutor(max_workers=max(1, len(missing))) as pool:
-        futures = {name: pool.submit(starters[name], directory) for name in missing}
+        futures = {name: pool.submit(starters[name], directory, credentials) for name in missing}
         for name, future in futures.items():
             try:
                 stack.services[name] = future.result()
@@ -653,8 +867,11 @@ def down(directory: Path) -> list[str]:
         if _alive(info.pid):
             stop_pid(info.pid)
             stopped.append(name)
-    (Path(stack.dir) / "stack.json").unlink(missing_ok=True)
-    (Path(stack.dir) / "stack.env").unlink(missing_ok=True)
+    if stack.credentials is None:  # a stack from before authentication: nothing worth keeping
+        (Path(stack.dir) / "stack.json").unlink(missing_ok=True)
+        (Path(stack.dir) / "stack.env").unlink(missing_ok=True)
+    else:  # the data stays, and with it the passwords PostgreSQL and Neo4j know: keep them for `up`
+        Stack(dir=stack.dir, credentials=stack.credentials).save()
     return stopped
 
 
@@ -671,9 +888,12 @@ def status(directory: Path) -> dict[str, Any]:
             "open": all(port_open(p) for k, p in info.ports.items() if k not in ("gossip", "raft")),
         }
     return {
-        "running": all(s["alive"] for s in out.values()),
+        "running": bool(out) and all(s["alive"] for s in out.values()),
         "services": out,
-        "env": stack.env(),
+        # secrets stay in stack.env (mode 0600): this output ends up in terminals and logs; a stack
+        # without credentials predates authentication (`up` says what to do)
+        "env": stack.env(redacted=True) if stack.credentials is not None else {},
+        "env_file": str(Path(stack.dir) / "stack.env"),
         "neo4j_browser": stack.neo4j_browser if "neo4j" in stack.services else None,
     }
 

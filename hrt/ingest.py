@@ -10,13 +10,14 @@ its position and field, and nothing of that batch is written.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from hrt.embedder import Embedder
-from hrt.errors import InvalidInput
+from hrt.errors import InvalidInput, MalformedBody
 from hrt.records import (
     Artifact,
     Concept,
@@ -59,7 +60,9 @@ def parse_record(obj: Any, where: str) -> Record:
     model: type[BaseModel] = Deletion if op == "delete" else RECORD_MODELS[kind]
     data = obj if op == "delete" else {k: v for k, v in obj.items() if k != "op"}
     try:
-        record = model.model_validate(data)
+        # strictly, from JSON: JSON's types as declared (lax validation reads true as 1.0), while
+        # date-times and enumerations still come as strings
+        record = model.model_validate_json(json.dumps(data), strict=True)
     except ValidationError as exc:
         loc, msg = _first_error(exc)
         raise InvalidInput(f"{where}: field '{loc}': {msg}", field=loc) from exc
@@ -67,17 +70,52 @@ def parse_record(obj: Any, where: str) -> Record:
     return record
 
 
+def _not_json_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is out of range")
+    return value
+
+
+def decode_json(raw: str | bytes, where: str) -> Any:
+    """Strict JSON: UTF-8, no NaN or Infinity, every number finite (Python's json takes ``1e999``
+    as infinity, which SQLite stores as null and PostgreSQL refuses), nesting within Python's
+    recursion limit. Anything else is :class:`MalformedBody` naming ``where``."""
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MalformedBody(f"{where}: not UTF-8 (byte {exc.start})", field=where) from exc
+    try:
+        return json.loads(raw, parse_constant=_not_json_constant, parse_float=_finite)
+    except json.JSONDecodeError as exc:
+        raise MalformedBody(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})", field=where) from exc
+    except ValueError as exc:
+        raise MalformedBody(f"{where}: not valid JSON ({exc})", field=where) from exc
+    except RecursionError as exc:
+        raise MalformedBody(f"{where}: not valid JSON (nested too deeply)", field=where) from exc
+
+
 def parse_jsonl(lines: Iterable[str]) -> list[Record]:
     out: list[Record] = []
     for n, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InvalidInput(f"line {n}: not valid JSON ({exc.msg} at column {exc.colno})", field="line") from exc
-        out.append(parse_record(obj, f"line {n}"))
+        out.append(parse_record(decode_json(line, f"line {n}"), f"line {n}"))
     return out
+
+
+def ingest_body_schema(ref_template: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The JSON Schema of ``POST /v1/ingest``'s JSON body, and the definitions it refers to."""
+    records = TypeAdapter(list[MemoryUnit | Concept | Artifact | Relation | Preference | Deletion])
+    schema = records.json_schema(ref_template=ref_template)
+    defs = schema.pop("$defs", {})
+    body = {"type": "object", "properties": {"records": schema}, "required": ["records"]}
+    return body, defs
 
 
 def build_batch(

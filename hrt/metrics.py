@@ -48,6 +48,16 @@ class Metrics:
         self.degraded = Counter(
             "hrt_degraded_responses", "Responses marked degraded, by stage", ["stage"], registry=self.registry
         )
+        # the key's name as a label: bounded by the number of keys (a refused key has no name)
+        self.key_requests = Counter(
+            "hrt_key_requests", "HTTP requests by API key name and status", ["key", "status"], registry=self.registry
+        )
+        self.auth_refusals = Counter(
+            "hrt_auth_refusals",
+            "Requests refused by authentication, scope, user or limits, by reason",
+            ["reason"],
+            registry=self.registry,
+        )
         self.ingested = Counter(
             "hrt_ingested_records", "Records written by ingest, by kind", ["kind"], registry=self.registry
         )

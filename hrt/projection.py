@@ -56,4 +56,13 @@ def graph_edge(relation: Relation) -> GraphEdge:
 
 
 def vector_doc(entity: Entity, vector: Vector) -> VectorDoc:
-    return VectorDoc(id=entity.id, kind=Kind(entity.kind), text=entity_text(entity), vector=vector, ts=epoch(entity))
+    mu = entity if isinstance(entity, MemoryUnit) else None
+    return VectorDoc(
+        id=entity.id,
+        kind=Kind(entity.kind),
+        text=entity_text(entity),
+        vector=vector,
+        ts=epoch(entity),
+        tags=tuple(sorted(set(mu.tags))) if mu is not None else (),
+        source_agent_id=mu.source_agent_id if mu is not None else None,
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-from hrt.contract import AugmentedMemoryContext
+from hrt.contract import AugmentedMemoryContext, RenderOptions
 
 
 def load_template(name: str) -> str:
@@ -15,8 +15,14 @@ def load_template(name: str) -> str:
 
 
 def render_second_pass(final_input_text: str, context: AugmentedMemoryContext) -> str:
-    """The DialogueAgent's second LLM call prompt, with the V9.4 JSON embedded verbatim."""
+    """The DialogueAgent's second LLM call prompt, with the context's rendered text (the one the
+    request asked for with ``render``; else the default: markdown within 8,000 characters, from
+    the response's snippets)."""
+    from hrt.pipeline.render import render_context
+
+    rendered = context.retrieval_metadata.rendered or render_context(context, {}, RenderOptions())
     return load_template("dialogue_agent_second_pass.md").format(
         final_input_text=final_input_text,
-        augmented_memory_context_json=context.canonical_json(indent=2),
+        memory_context=rendered.text.strip(),
+        key_phrases=", ".join(f'"{p}"' for p in context.retrieval_metadata.key_phrases_processed),
     )

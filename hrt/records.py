@@ -6,12 +6,13 @@ relation names its endpoints by id alone and the relation type fixes which kinds
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@\-]{0,127}$"
 _ID_RE = re.compile(ID_PATTERN)
@@ -43,26 +44,78 @@ EDGE_ENDPOINTS: dict[EdgeType, tuple[frozenset[Kind], frozenset[Kind]]] = {
 
 
 def utc(ts: datetime) -> datetime:
-    """Naive timestamps are taken as UTC; aware ones are converted to UTC."""
+    """Naive timestamps are taken as UTC; aware ones are converted to UTC. A time whose UTC falls
+    outside years 1 to 9999 (``0001-01-01T00:00:00+01:00``) is a ValueError, as validation needs."""
     if ts.tzinfo is None:
         return ts.replace(tzinfo=UTC)
-    return ts.astimezone(UTC)
+    try:
+        return ts.astimezone(UTC)
+    except OverflowError as exc:
+        raise ValueError("the time is out of range once converted to UTC (years 1 to 9999)") from exc
+
+
+_DATETIME = TypeAdapter(datetime)
+
+
+def _iso_input(value: Any) -> Any:
+    """A date-time on the wire is an ISO 8601 string (a ``datetime`` from Python code): not a
+    number, which lax validation would read as Unix seconds."""
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str):
+        raise ValueError("must be an ISO 8601 date-time string")
+    try:
+        return _DATETIME.validate_python(value)
+    except ValidationError as exc:
+        raise ValueError(f"is not an ISO 8601 date-time: {exc.errors()[0]['msg']}") from None
+
+
+# for models validated strictly: a JSON string parsed as a date-time, nothing else
+IsoDateTime = Annotated[datetime, BeforeValidator(_iso_input)]
 
 
 def iso(ts: datetime) -> str:
-    """Canonical timestamp text: UTC, seconds precision unless sub-second data exists, ``Z``."""
+    """Canonical timestamp text: UTC, seconds precision unless sub-second data exists, ``Z``
+    (four-digit years: strftime writes year 1 as "1" here)."""
     ts = utc(ts)
-    if ts.microsecond:
-        return ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return ts.strftime("%Y-%m-%dT%H:%M:%SZ")
+    text = f"{ts.year:04d}-{ts.month:02d}-{ts.day:02d}T{ts.hour:02d}:{ts.minute:02d}:{ts.second:02d}"
+    return f"{text}.{ts.microsecond:06d}Z" if ts.microsecond else f"{text}Z"
 
 
 def valid_id(value: str) -> bool:
-    return bool(_ID_RE.match(value))
+    # fullmatch: re.match with "$" would accept a trailing newline
+    return _ID_RE.fullmatch(value) is not None
+
+
+MAX_METADATA_CHARS = 65_536
+MAX_METADATA_DEPTH = 16
+
+
+def _depth(value: Any, level: int = 0) -> int:
+    if isinstance(value, dict):
+        return max((_depth(v, level + 1) for v in value.values()), default=level + 1)
+    if isinstance(value, list):
+        return max((_depth(v, level + 1) for v in value), default=level + 1)
+    return level
+
+
+def check_metadata(value: dict[str, Any]) -> dict[str, Any]:
+    """Free-form metadata must be plain JSON every store keeps as given: finite numbers (SQLite
+    would store infinity as null, PostgreSQL refuses it), bounded size and depth."""
+    if _depth(value) > MAX_METADATA_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_METADATA_DEPTH} levels")
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError("must be JSON with finite numbers") from exc
+    if len(text) > MAX_METADATA_CHARS:
+        raise ValueError(f"is {len(text)} characters as JSON; at most {MAX_METADATA_CHARS}")
+    return value
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # no NaN or infinity in any float field (importance, salience, weights, concept properties)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     user_id: UserId
 
@@ -72,7 +125,7 @@ class MemoryUnit(_Record):
     muid: EntityId
     title: str = Field("", max_length=500)
     content: str = Field(..., min_length=1, max_length=100_000)
-    creation_ts: datetime
+    creation_ts: IsoDateTime
     source_type: str = Field("unknown", max_length=64)
     importance_score: float = Field(5.0, ge=0.0, le=10.0)
     source_agent_id: str | None = Field(None, max_length=128)
@@ -80,6 +133,7 @@ class MemoryUnit(_Record):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     _utc = field_validator("creation_ts")(utc)
+    _metadata = field_validator("metadata")(check_metadata)
 
     @property
     def id(self) -> str:
@@ -103,7 +157,7 @@ class Artifact(_Record):
     artifact_type: str = Field(..., min_length=1, max_length=64)
     title: str = Field("", max_length=500)
     content: str = Field(..., min_length=1, max_length=100_000)
-    created_at: datetime
+    created_at: IsoDateTime
     confidence: float = Field(0.5, ge=0.0, le=1.0)
 
     _utc = field_validator("created_at")(utc)

@@ -14,10 +14,11 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from hrt.auth import KeyStore
 from hrt.config import Settings
 from hrt.contract import AugmentedMemoryContext, RetrieveRequest
 from hrt.embedder import CachedEmbedder, Embedder, SentenceTransformerEmbedder
@@ -42,6 +43,7 @@ def load_reranker(settings: Settings, metrics: Metrics) -> Reranker:
 
     return Qwen3Reranker(
         base_url=settings.reranker_base_url,
+        api_key=settings.reranker_api_key.get_secret_value() if settings.reranker_api_key is not None else None,
         model=settings.reranker_model,
         instruction=settings.reranker_instruction,
         timeout_s=settings.reranker_timeout_s,
@@ -215,7 +217,10 @@ class HRTService:
         if not self.settings.neo4j_uri:
             raise StoreError("HRT_GRAPH_STORE=neo4j needs HRT_NEO4J_URI")
         s = self.settings
-        store: GraphStore = Neo4jGraphStore(s.neo4j_uri, database=s.neo4j_database, expansion=s.neo4j_expansion)
+        auth = (s.neo4j_user, s.neo4j_password.get_secret_value()) if s.neo4j_password is not None else None
+        store: GraphStore = Neo4jGraphStore(
+            s.neo4j_uri, database=s.neo4j_database, auth=auth, expansion=s.neo4j_expansion
+        )
         return store
 
     def _weaviate(self) -> VectorIndex:
@@ -227,6 +232,7 @@ class HRTService:
             http_port=s.weaviate_http_port,
             grpc_port=s.weaviate_grpc_port,
             collection=s.weaviate_collection,
+            api_key=s.weaviate_api_key.get_secret_value() if s.weaviate_api_key is not None else None,
         )
         return index
 
@@ -376,3 +382,26 @@ class HRTService:
         n = await self.writer.delete_user(user_id)
         await self._project_now()
         return n
+
+
+@contextlib.asynccontextmanager
+async def open_key_store(settings: Settings) -> AsyncIterator[KeyStore]:
+    """The record store that holds the API keys, opened alone (no embedder, graph or vectors):
+    the embedded SQLite file, or PostgreSQL."""
+    if settings.record_store == "postgres":
+        from hrt.stores.postgres_records import PostgresRecordStore
+
+        if not settings.postgres_dsn:
+            raise StoreError("HRT_RECORD_STORE=postgres needs HRT_POSTGRES_DSN")
+        pg = PostgresRecordStore(settings.postgres_dsn, max_size=1)
+        await pg.open()
+        try:
+            yield pg
+        finally:
+            await pg.close()
+    else:
+        store = EmbeddedStore(settings.db_path, dim=None)
+        try:
+            yield store.records
+        finally:
+            store.close()

@@ -24,7 +24,7 @@ from tests.integration.llama_server import llama_server, require_llama  # noqa: 
 from tests.integration.test_llama_reranker import DOCS, QUERY, TOP_N  # noqa: E402
 
 
-async def timed(base_url: str, mode: str, concurrency: int, query: str) -> tuple[float, float]:
+async def timed(base_url: str, api_key: str, mode: str, concurrency: int, query: str) -> tuple[float, float]:
     durations: list[float] = []
 
     async def on_request(request: httpx.Request) -> None:
@@ -34,7 +34,7 @@ async def timed(base_url: str, mode: str, concurrency: int, query: str) -> tuple
         durations.append(time.perf_counter() - response.request.extensions["t0"])
 
     async with httpx.AsyncClient(event_hooks={"request": [on_request], "response": [on_response]}) as client:
-        r = Qwen3Reranker(base_url=base_url, client=client, mode=mode, max_concurrency=concurrency,
+        r = Qwen3Reranker(base_url=base_url, api_key=api_key, client=client, mode=mode, max_concurrency=concurrency,
                           top_logprobs=TOP_N, timeout_s=120, cache_size=0)
         started = time.perf_counter()
         await r.score(query, DOCS)
@@ -42,13 +42,13 @@ async def timed(base_url: str, mode: str, concurrency: int, query: str) -> tuple
     return statistics.median(durations) * 1000, wall / len(DOCS) * 1000
 
 
-async def measure(base_url: str, label: str) -> None:
+async def measure(base_url: str, api_key: str, label: str) -> None:
     for mode in ("completion", "chat"):
-        warm = Qwen3Reranker(base_url=base_url, mode=mode, top_logprobs=TOP_N, timeout_s=120)
+        warm = Qwen3Reranker(base_url=base_url, api_key=api_key, mode=mode, top_logprobs=TOP_N, timeout_s=120)
         await warm.score("warm-up", DOCS[:1])
         await warm.aclose()
         for concurrency in (1, 2):
-            median_ms, per_doc = await timed(base_url, mode, concurrency, f"{QUERY} ({mode} {concurrency})")
+            median_ms, per_doc = await timed(base_url, api_key, mode, concurrency, f"{QUERY} ({mode} {concurrency})")
             print(f"{label:>10} {mode:>10} concurrency {concurrency}: median request {median_ms:6.0f} ms, "
                   f"wall {per_doc:6.0f} ms per document")
 
@@ -57,7 +57,7 @@ def main() -> None:
     model = require_llama()
     for label, extra in (("default", ()), ("n_batch 1", ("--n_batch", "1"))):
         with llama_server(model, extra_args=extra) as server:
-            asyncio.run(measure(server.base_url, label))
+            asyncio.run(measure(server.base_url, server.api_key, label))
 
 
 if __name__ == "__main__":

@@ -18,8 +18,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -94,7 +92,7 @@ def main() -> None:
         server = start_hrt_server(Path(tmp) / "h.db", Path(tmp) / "h.log")
         results["server_start_to_ready_s"] = round(time.perf_counter() - t3, 2)
         try:
-            with httpx.Client(base_url=server.base_url, timeout=60) as c:
+            with server.client(timeout=60) as c:
                 c.post(
                     "/v1/ingest",
                     content=sample_data_path().read_bytes(),

@@ -76,7 +76,7 @@ def main() -> int:
                 answers = {}
                 for side in ("A", "B") if i % 2 else ("B", "A"):
                     t0 = time.perf_counter()
-                    r = client.post(urls[side] + "/v1/retrieve", json=body)
+                    r = client.post(urls[side] + "/v1/retrieve", json=body, headers=servers[side].headers)
                     elapsed = (time.perf_counter() - t0) * 1000
                     r.raise_for_status()
                     answers[side] = r.content

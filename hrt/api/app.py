@@ -1,22 +1,50 @@
-"""The FastAPI application: ``POST /v1/retrieve`` and the write, health and metrics endpoints."""
+"""The FastAPI application: ``POST /v1/retrieve`` and the write, key, health and metrics endpoints.
+
+Every route but ``GET /healthz`` needs an API key (``hrt/auth.py``): :class:`hrt.api.guard.Guard`
+authenticates it and checks the route's scope before the request reaches a route; each route then
+checks that the key may act for the users it names, before it reads or writes anything.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import FastAPI, Request, Response
-from pydantic import BaseModel
+from fastapi import Depends, FastAPI, Request, Response
+from fastapi.openapi.utils import get_openapi
+from pydantic import Field
 
 from hrt import __version__
-from hrt.api.errors import install_error_handlers
+from hrt.api.errors import ERROR_RESPONSES, install_error_handlers, refusal_reason
+from hrt.api.guard import Guard
+from hrt.auth import (
+    SCOPES,
+    KeyLimiter,
+    KeyRing,
+    Principal,
+    auth_off_refused,
+    is_loopback,
+    new_key,
+    parse_expiry,
+)
 from hrt.config import Settings
-from hrt.contract import AugmentedMemoryContext, RetrieveRequest
-from hrt.errors import InvalidInput
-from hrt.ingest import parse_record
+from hrt.contract import (
+    AugmentedMemoryContext,
+    Health,
+    KeyInfo,
+    KeyRequest,
+    NewKey,
+    Readiness,
+    RetrieveRequest,
+    UserStats,
+    WriteSummary,
+)
+from hrt.errors import Forbidden, HRTError, InvalidInput, MalformedBody, NotFound
+from hrt.ingest import decode_json, ingest_body_schema, parse_record
 from hrt.records import Kind, valid_id
 from hrt.service import HRTService
 
@@ -28,11 +56,36 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+# (method, route) -> the scope it needs; a route not listed needs a valid key of any scope
+ROUTE_SCOPES: dict[tuple[str, str], str] = {
+    ("POST", "/v1/retrieve"): "retrieve",
+    ("GET", "/v1/users/{user_id}/stats"): "retrieve",
+    ("POST", "/v1/ingest"): "ingest",
+    ("DELETE", "/v1/users/{user_id}/entities/{kind}/{entity_id}"): "ingest",
+    ("DELETE", "/v1/users/{user_id}"): "admin",
+    ("GET", "/readyz"): "ops",
+    ("GET", "/metrics"): "ops",
+    ("GET", "/v1/keys"): "admin",
+    ("POST", "/v1/keys"): "admin",
+    ("DELETE", "/v1/keys/{name}"): "admin",
+}
+# every outcome of these is one line of the audit log (hrt.audit)
+AUDITED = frozenset(
+    {
+        ("POST", "/v1/ingest"),
+        ("DELETE", "/v1/users/{user_id}/entities/{kind}/{entity_id}"),
+        ("DELETE", "/v1/users/{user_id}"),
+        ("POST", "/v1/keys"),
+        ("DELETE", "/v1/keys/{name}"),
+    }
+)
+
 
 class RequestCounter:
-    """Counts every HTTP response by route and status: a plain ASGI middleware (Starlette's
-    ``BaseHTTPMiddleware`` cost about half a millisecond a request); an exception that escapes the
-    app counts as 500, the status the server then answers with."""
+    """Counts every HTTP response by route and status (and by key, for authenticated requests): a
+    plain ASGI middleware (Starlette's ``BaseHTTPMiddleware`` cost about half a millisecond a
+    request); an exception that escapes the app counts as 500, the status the server then answers
+    with."""
 
     def __init__(self, app: ASGIApp, count: Callable[[Scope, int], None]) -> None:
         self.app = app
@@ -117,21 +170,26 @@ async def _send_413(send: Send, limit: int) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-class IngestBody(BaseModel):
-    records: list[dict[str, Any]]
-
-
-class WriteSummary(BaseModel):
-    upserted: int
-    deleted: int
-
-
 EntityKindPath = Literal["memory_unit", "concept", "artifact"]
+UserIdPath = Annotated[str, Field(max_length=128)]
+
+AUTH_OFF_WARNING = "HRT_AUTH=off: every route answers without an API key (development on loopback only)"
+
+
+def principal(request: Request) -> Principal:
+    """The key the guard authenticated for this request."""
+    found = request.state.principal
+    assert isinstance(found, Principal)
+    return found
+
+
+Caller = Annotated[Principal, Depends(principal)]
 
 
 def create_app(settings: Settings | None = None, service: HRTService | None = None) -> FastAPI:
     settings = settings or Settings()
-    state: dict[str, HRTService] = {}
+    state: dict[str, Any] = {}
+    limiter = KeyLimiter(settings.key_rate_limit, settings.key_max_concurrency)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -139,38 +197,92 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
         if owned:
             state["svc"] = await HRTService(settings).start(background_projector=True)
         try:
-            yield
+            if settings.auth == "on":
+                ring = KeyRing(svc().records, refresh_s=settings.auth_refresh_s)
+                await ring.refresh()
+                if ring.active_count() == 0:
+                    raise HRTError(NO_KEY_MESSAGE)
+                state["keyring"] = ring
+            elif not is_loopback(settings.host):
+                raise HRTError(auth_off_refused(settings.host))
+            else:
+                log.warning("%s", AUTH_OFF_WARNING)
+            async with mcp_endpoint.running():  # the MCP session manager's task group (/mcp)
+                yield
         finally:
+            ring = state.pop("keyring", None)
+            if ring is not None:
+                try:
+                    await ring.flush()
+                except Exception as exc:  # last use is bookkeeping; shutting down goes on
+                    log.warning("recording the keys' last use at shutdown failed: %s", exc)
             if owned:
                 await state["svc"].close()
 
     app = FastAPI(
         title="HRT: Hybrid Retrieval Tool",
         version=__version__,
-        description="Deterministic knowledge-graph retrieval returning AugmentedMemoryContext V9.4.",
+        description=(
+            "Deterministic knowledge-graph retrieval returning AugmentedMemoryContext V9.4. Every route but "
+            "/healthz needs `Authorization: Bearer <API key>` (`hrt keys create`)."
+        ),
         lifespan=lifespan,
+        docs_url=None,  # a browser page cannot send the key; `hrt export-schema` writes the documents
+        redoc_url=None,
     )
     if service is not None:
         state["svc"] = service
-    install_error_handlers(app)
+    # MCP over streamable HTTP at /mcp: behind the Guard like every route (any valid key; each tool
+    # checks its own scope and users against the key, hrt/mcp_server.py, which imports hrt.api)
+    from hrt.mcp_server import MCPEndpoint, build_server, request_principal
+
+    mcp_endpoint = MCPEndpoint(build_server(lambda: svc(), request_principal))
 
     def svc() -> HRTService:
-        return state["svc"]
+        result = state["svc"]
+        assert isinstance(result, HRTService)
+        return result
+
+    def keyring() -> KeyRing:
+        # made at start by the lifespan (which checks that a key exists); an app driven without
+        # its lifespan (an in-process test client) makes it on first use
+        ring = state.get("keyring")
+        if ring is None:
+            ring = state["keyring"] = KeyRing(svc().records, refresh_s=settings.auth_refresh_s)
+        assert isinstance(ring, KeyRing)
+        return ring
 
     def count_request(scope: Scope, status: int) -> None:
-        if "svc" in state:
-            path = getattr(scope.get("route"), "path", "unmatched")
-            svc().metrics.requests.labels(route=path, status=str(status)).inc()
+        if "svc" not in state:
+            return
+        metrics = svc().metrics
+        path = getattr(scope.get("route"), "path", "unmatched")
+        metrics.requests.labels(route=path, status=str(status)).inc()
+        caller = scope.get("state", {}).get("principal")
+        if isinstance(caller, Principal):
+            metrics.key_requests.labels(key=caller.name, status=str(status)).inc()
 
-    app.add_middleware(RequestCounter, count=count_request)
+    def count_refusal(exc: HRTError) -> None:
+        reason = refusal_reason(exc)
+        if reason is not None and "svc" in state:
+            svc().metrics.auth_refusals.labels(reason=reason).inc()
+
+    install_error_handlers(app, count_refusal)
 
     @app.post(
         "/v1/retrieve",
         response_class=Response,
-        responses={200: {"model": AugmentedMemoryContext, "description": "AugmentedMemoryContext V9.4"}},
-        summary="Ground key phrases, expand, score and return the AugmentedMemoryContext V9.4",
+        responses={
+            200: {
+                "description": "AugmentedMemoryContext V9.4 (canonical JSON)",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/AugmentedMemoryContext"}}},
+            },
+            **ERROR_RESPONSES,
+        },
+        summary="Ground key phrases, expand, score and return the AugmentedMemoryContext V9.4 (scope: retrieve)",
     )
-    async def retrieve(request: RetrieveRequest) -> Response:
+    async def retrieve(request: RetrieveRequest, caller: Caller) -> Response:
+        caller.require_users([request.user_id])
         result, timings = await svc().retrieve_timed(request)
         server_timing = ", ".join(f"{stage};dur={sec * 1000:.2f}" for stage, sec in timings.items())
         return Response(
@@ -179,25 +291,29 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
             headers={"Server-Timing": server_timing},
         )
 
-    @app.post("/v1/ingest", response_model=WriteSummary, summary="Upsert or delete records (one transaction)")
-    async def ingest(request: Request) -> WriteSummary:
+    @app.post(
+        "/v1/ingest",
+        response_model=WriteSummary,
+        responses=ERROR_RESPONSES,
+        summary="Upsert or delete records in one transaction (scope: ingest)",
+    )
+    async def ingest(request: Request, caller: Caller) -> WriteSummary:
         raw = await request.body()
-        ctype = request.headers.get("content-type", "").split(";")[0].strip()
+        audit = request.state.audit = {"users": [], "records": 0}
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
         objects: list[Any]
         if ctype in ("application/x-ndjson", "application/jsonl"):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise MalformedBody(f"the body is not UTF-8 (byte {exc.start})", field="body") from exc
             objects = []
-            for n, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), start=1):
+            for n, line in enumerate(text.splitlines(), start=1):
                 if line.strip():
-                    try:
-                        objects.append(json.loads(line))
-                    except json.JSONDecodeError as exc:
-                        raise InvalidInput(f"line {n}: not valid JSON ({exc.msg})", field=f"line {n}") from exc
+                    objects.append(decode_json(line, f"line {n}"))
             where = [f"line {i + 1}" for i in range(len(objects))]
         else:
-            try:
-                body = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise InvalidInput(f"the body is not valid JSON ({exc.msg})", field="body") from exc
+            body = decode_json(raw, "body")
             if not isinstance(body, dict) or not isinstance(body.get("records"), list):
                 raise InvalidInput('the body must be {"records": [...]}', field="records")
             objects = body["records"]
@@ -208,34 +324,138 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
                 records.append(parse_record(obj, w))
             except InvalidInput as exc:
                 raise InvalidInput(exc.message, field=f"{w}.{exc.field}") from exc
+        users = sorted({r.user_id for r in records})
+        audit.update(users=users, records=len(records))
+        caller.require_users(users)  # before anything is written
         result = await svc().ingest(records)
+        audit.update(upserted=result.upserted, deleted=result.deleted)
         return WriteSummary(upserted=result.upserted, deleted=result.deleted)
 
-    @app.delete("/v1/users/{user_id}/entities/{kind}/{entity_id}", response_model=WriteSummary)
-    async def delete_entity(user_id: str, kind: EntityKindPath, entity_id: str) -> WriteSummary:
+    @app.delete(
+        "/v1/users/{user_id}/entities/{kind}/{entity_id}",
+        response_model=WriteSummary,
+        responses=ERROR_RESPONSES,
+        summary="Delete one entity and its edges in every store (scope: ingest)",
+    )
+    async def delete_entity(
+        request: Request, user_id: UserIdPath, kind: EntityKindPath, entity_id: UserIdPath, caller: Caller
+    ) -> WriteSummary:
+        request.state.audit = {"users": [user_id], "records": 1}
         _check_id(user_id, "user_id")
+        caller.require_users([user_id])
+        _check_id(entity_id, "entity_id")
         n = await svc().delete_entity(user_id, Kind(kind), entity_id)
+        request.state.audit.update(deleted=n)
         return WriteSummary(upserted=0, deleted=n)
 
-    @app.delete("/v1/users/{user_id}", response_model=WriteSummary, summary="Delete everything of one user")
-    async def delete_user(user_id: str) -> WriteSummary:
+    @app.delete(
+        "/v1/users/{user_id}",
+        response_model=WriteSummary,
+        responses=ERROR_RESPONSES,
+        summary="Delete everything of one user (scope: admin)",
+    )
+    async def delete_user(request: Request, user_id: UserIdPath, caller: Caller) -> WriteSummary:
+        request.state.audit = {"users": [user_id], "records": 0}
         _check_id(user_id, "user_id")
+        caller.require_users([user_id])
         n = await svc().delete_user(user_id)
+        request.state.audit.update(deleted=n)
         return WriteSummary(upserted=0, deleted=n)
 
-    @app.get("/v1/users/{user_id}/stats")
-    async def user_stats(user_id: str) -> dict[str, int]:
+    @app.get(
+        "/v1/users/{user_id}/stats",
+        response_model=UserStats,
+        responses=ERROR_RESPONSES,
+        summary="Counts of one user's records (scope: retrieve)",
+    )
+    async def user_stats(user_id: UserIdPath, caller: Caller) -> UserStats:
         _check_id(user_id, "user_id")
-        return await svc().records.counts(user_id)
+        caller.require_users([user_id])
+        return UserStats(**await svc().records.counts(user_id))
 
-    @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    def manageable(caller: Principal, users: tuple[str, ...] | None) -> bool:
+        """An admin key manages the keys whose users are all its own (every key, for all users)."""
+        return caller.users is None or (users is not None and set(users) <= caller.users)
 
-    @app.get("/readyz")
+    @app.get(
+        "/v1/keys",
+        response_model=list[KeyInfo],
+        responses=ERROR_RESPONSES,
+        summary="The API keys this admin key manages, never a secret (scope: admin)",
+    )
+    async def list_keys(caller: Caller) -> list[KeyInfo]:
+        now = time.time()
+        return [KeyInfo(**k.describe(now)) for k in await svc().records.keys() if manageable(caller, k.users)]
+
+    @app.post(
+        "/v1/keys",
+        response_model=NewKey,
+        status_code=201,
+        responses=ERROR_RESPONSES,
+        summary="Create an API key within this admin key's scopes and users; its secret is shown once (scope: admin)",
+    )
+    async def create_key(request: Request, body: KeyRequest, caller: Caller) -> NewKey:
+        now = time.time()
+        request.state.audit = {"users": body.users or ["*"], "records": 1}
+        if not set(body.scopes) <= caller.scopes:
+            raise Forbidden("a key cannot grant a scope it lacks", reason="scope", field="scopes")
+        if body.users is None:
+            if caller.users is not None:
+                raise Forbidden("a key for some users cannot create one for every user", reason="user", field="users")
+        else:
+            caller.require_users(body.users)
+        token, record = new_key(
+            body.name,
+            body.scopes,
+            body.users,
+            expires_at=parse_expiry(body.expires, now) if body.expires else None,
+            rate_limit=body.rate_limit,
+            max_concurrency=body.max_concurrency,
+            now=now,
+        )
+        await svc().records.create_key(record)
+        keyring().forget(record.key_id)  # read again at the next request
+        request.state.audit.update(upserted=1)
+        log.info("key %r created over HTTP by %r", record.name, caller.name)
+        return NewKey(key=token, **record.describe(now))
+
+    @app.delete(
+        "/v1/keys/{name}",
+        response_model=KeyInfo,
+        responses=ERROR_RESPONSES,
+        summary="Revoke the live key of this name, at once in this server (scope: admin)",
+    )
+    async def revoke_key(request: Request, name: Annotated[str, Field(max_length=64)], caller: Caller) -> KeyInfo:
+        now = time.time()
+        request.state.audit = {"users": [], "records": 1}
+        live = [k for k in await svc().records.keys() if k.name == name and k.revoked_at is None]
+        if not live or not manageable(caller, live[0].users):
+            # the same answer whether the key exists or belongs to other users
+            raise NotFound(f"no live key named {name!r} that this key manages", field="name")
+        done = await svc().records.revoke_key(name, now)
+        if done is None:
+            raise NotFound(f"no live key named {name!r} that this key manages", field="name")
+        keyring().forget(done.key_id)
+        request.state.audit.update(users=list(done.users or ["*"]), deleted=1)
+        log.info("key %r revoked over HTTP by %r", name, caller.name)
+        return KeyInfo(**done.describe(now))
+
+    @app.get("/healthz", response_model=Health, summary="Liveness (no key needed)")
+    async def healthz() -> Health:
+        return Health(status="ok")
+
+    @app.get(
+        "/readyz",
+        response_model=Readiness,
+        responses={
+            **ERROR_RESPONSES,
+            503: {"model": Readiness, "description": "a store is unavailable or caches are warming"},
+        },
+        summary="Readiness of every store and cache (scope: ops)",
+    )
     async def readyz() -> Response:
         service = svc()
-        checks: dict[str, str] = {}
+        checks: dict[str, Literal["ok", "unavailable"]] = {}
         for name, probe in (
             ("records", lambda: service.records.user_exists("readyz-probe")),
             ("graph", getattr(service.graph, "ping", None)),
@@ -252,28 +472,93 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
                 checks[name] = "unavailable"
         ok = all(v == "ok" for v in checks.values())
         warming = service.preload_state == "loading"
-        body = {
-            "status": "unavailable" if not ok else "warming" if warming else "ready",
-            "stores": checks,
-            "caches": service.preload_state,
-            "embedder": service.embedder.name,
-            "deployment": service.deployment,
+        body = Readiness(
+            status="unavailable" if not ok else "warming" if warming else "ready",
+            stores=checks,
+            caches=service.preload_state,
+            embedder=service.embedder.name,
+            deployment=service.deployment,
             # Neo4j: "procedure" (hrt.expand) or "cypher"; the embedded graph walks in process
-            "graph_expansion": getattr(service.graph, "expansion_path", "in_process"),
-        }
+            graph_expansion=getattr(service.graph, "expansion_path", "in_process"),
+            auth=settings.auth,
+            warnings=[AUTH_OFF_WARNING] if settings.auth == "off" else [],
+        )
         code = 200 if ok and not warming else 503
-        return Response(json.dumps(body), status_code=code, media_type="application/json")
+        return Response(body.model_dump_json(), status_code=code, media_type="application/json")
 
-    @app.get("/metrics")
+    @app.get(
+        "/metrics",
+        response_class=Response,
+        responses={
+            200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text"},
+            **ERROR_RESPONSES,
+        },
+        summary="Prometheus metrics (scope: ops)",
+    )
     async def metrics() -> Response:
         return Response(svc().metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+            schema.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {
+                "type": "http",
+                "scheme": "bearer",
+                "description": f"an HRT API key (hrt_<id>_<secret>); scopes: {', '.join(SCOPES)}",
+            }
+            components = schema["components"].setdefault("schemas", {})
+            components["AugmentedMemoryContext"] = _response_schema(schema)
+            body, defs = ingest_body_schema(ref_template="#/components/schemas/{model}")
+            for name, definition in defs.items():
+                components.setdefault(name, definition)
+            schema["paths"]["/v1/ingest"]["post"]["requestBody"] = {
+                "required": True,
+                "content": {
+                    "application/json": {"schema": body},
+                    "application/x-ndjson": {"schema": {"type": "string", "description": "one JSON record per line"}},
+                },
+            }
+            schema["security"] = [{"bearer": []}]
+            schema["paths"]["/healthz"]["get"]["security"] = []
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    app.router.routes.append(mcp_endpoint.route("/mcp"))
 
     app.add_middleware(
         BodyLimit,
         default_limit=settings.max_body_bytes,
         limits={"/v1/ingest": settings.max_ingest_body_bytes},
     )
+    app.add_middleware(
+        Guard,
+        routes=lambda: list(app.router.routes),
+        scopes=ROUTE_SCOPES,
+        audited=AUDITED,
+        keyring=keyring if settings.auth == "on" else None,
+        limiter=limiter,
+        on_refusal=count_refusal,
+    )
+    app.add_middleware(RequestCounter, count=count_request)
     return app
+
+
+NO_KEY_MESSAGE = (
+    "no API key is defined, and every route but /healthz needs one: create one with "
+    "`hrt keys create --name NAME --scope retrieve --user USER` (against the same store), "
+    "or set HRT_AUTH=off to serve without keys on a loopback address"
+)
+
+
+def _response_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The AugmentedMemoryContext's JSON Schema with its definitions moved into the document's
+    components (the route answers raw canonical JSON, so FastAPI does not generate it)."""
+    full = AugmentedMemoryContext.model_json_schema(ref_template="#/components/schemas/{model}")
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    for name, definition in full.pop("$defs", {}).items():
+        components.setdefault(name, definition)
+    return full
 
 
 def _check_id(value: str, field: str) -> None:

@@ -1,21 +1,45 @@
-"""HTTP status codes are decided here, in one place; the service layer raises HRT errors only."""
+"""HTTP status codes are decided here, in one place; the service layer raises HRT errors only.
+
+Every error, whoever raised it (HRT, request validation, routing, a bug), answers in one format:
+``{"error": {"code", "message", "field"}}``. A store's failure names the store and nothing else:
+hosts, ports and driver text go to the log.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from hrt.errors import Conflict, HRTError, InvalidInput, NotFound, PayloadTooLarge, StoreUnavailable
+from hrt.errors import (
+    Conflict,
+    Forbidden,
+    HRTError,
+    InvalidInput,
+    MalformedBody,
+    NotFound,
+    PayloadTooLarge,
+    RateLimited,
+    StoreError,
+    StoreUnavailable,
+    Unauthenticated,
+)
 
 log = logging.getLogger(__name__)
 
 STATUS: list[tuple[type[HRTError], int]] = [
     (PayloadTooLarge, 413),
+    (MalformedBody, 400),
     (InvalidInput, 422),
+    (Unauthenticated, 401),
+    (Forbidden, 403),
+    (RateLimited, 429),
     (NotFound, 404),
     (Conflict, 409),
     (StoreUnavailable, 503),
@@ -30,8 +54,70 @@ def status_for(exc: HRTError) -> int:
     return 500
 
 
-def _field(loc: tuple[Any, ...]) -> str:
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ErrorBody(BaseModel):
+    """Every error response: ``{"error": {"code", "message", "field"}}``."""
+
+    error: ErrorDetail
+
+
+def _described(text: str) -> dict[str, Any]:
+    return {"model": ErrorBody, "description": text}
+
+
+# the errors any route may answer, for the OpenAPI document (schemathesis checks them)
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: _described("malformed body: not JSON, not UTF-8"),
+    401: _described("missing, unknown, expired or revoked API key (with WWW-Authenticate: Bearer)"),
+    403: _described("the key lacks the route's scope, or may not act for the user"),
+    404: _described("unknown user or entity"),
+    405: _described("method not allowed"),
+    409: _described("an id already used by another kind of entity"),
+    413: _described("body over the size limit"),
+    415: _described("the body is not sent as application/json"),
+    422: _described("invalid input; field names it"),
+    429: _described("the key is over its request rate or concurrency (with Retry-After)"),
+    503: _described("a store is unavailable or the request ran out of time"),
+}
+
+
+def error_dict(exc: HRTError) -> dict[str, object]:
+    """What a caller sees: a store error's public message, every other error's own."""
+    if isinstance(exc, StoreError):
+        return exc.public_dict()
+    return exc.to_dict()
+
+
+def error_headers(exc: HRTError) -> dict[str, str]:
+    if isinstance(exc, Unauthenticated):
+        if exc.reason == "missing":
+            return {"WWW-Authenticate": 'Bearer realm="hrt"'}
+        return {"WWW-Authenticate": 'Bearer realm="hrt", error="invalid_token"'}
+    if isinstance(exc, RateLimited):
+        return {"Retry-After": str(exc.retry_after_s)}
+    return {}
+
+
+def refusal_reason(exc: HRTError) -> str | None:
+    """The ``hrt_auth_refusals_total`` label of an authentication or authorisation refusal."""
+    if isinstance(exc, Unauthenticated | Forbidden | RateLimited):
+        return exc.reason
+    return None
+
+
+# pydantic names the member of a union in an error's location ("key_phrases.list[constrained-str].0");
+# a caller wants the field ("key_phrases.0")
+_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "none", "list", "dict", "constrained-str"})
+
+
+def field_name(loc: tuple[Any, ...]) -> str:
     parts = [str(p) for p in loc if p not in ("body", "query", "path")]
+    parts = [p for p in parts if not ("[" in p or p in _TYPE_TAGS)]
     return ".".join(parts) or "body"
 
 
@@ -40,28 +126,42 @@ def _ctx_error(error: dict[str, Any]) -> str:
     return str(ctx.get("error", "")) if isinstance(ctx, dict) else ""
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def _json(
+    status: int, code: str, message: str, field: str | None, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(
+        status_code=status, content={"error": {"code": code, "message": message, "field": field}}, headers=headers
+    )
+
+
+def install_error_handlers(app: FastAPI, count: Callable[[HRTError], None] | None = None) -> None:
+    """``count`` sees every HRT error answered (the refusal metric)."""
+
     @app.exception_handler(HRTError)
     async def _hrt_error(request: Request, exc: HRTError) -> JSONResponse:
         code = status_for(exc)
         if code >= 500:
-            log.error("%s %s failed: %s", request.method, request.url.path, exc.message)
-        return JSONResponse(status_code=code, content={"error": exc.to_dict()})
+            # the full message (driver text, host, port) and its cause, for the operator only
+            log.error("%s %s failed: %s", request.method, request.url.path, exc.message, exc_info=exc.__cause__)
+        if count is not None:
+            count(exc)
+        return JSONResponse(status_code=code, content={"error": error_dict(exc)}, headers=error_headers(exc))
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors: list[dict[str, Any]] = [dict(e) for e in exc.errors()]
         first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request", "type": "invalid"}
-        body: dict[str, Any]
         if first.get("type") == "json_invalid":
-            body = {
-                "code": "malformed_json",
-                "message": f"the body is not valid JSON: {_ctx_error(first)}".strip(),
-                "field": "body",
-            }
-            return JSONResponse(status_code=400, content={"error": body})
-        field = _field(tuple(first.get("loc", ())))
-        detail = [{"field": _field(tuple(e.get("loc", ()))), "message": str(e.get("msg", ""))} for e in errors[:20]]
+            message = f"the body is not valid JSON: {_ctx_error(first)}".strip().rstrip(":")
+            return _json(400, "malformed_json", message, "body")
+        if tuple(first.get("loc", ())) == ("body",) and isinstance(first.get("input"), bytes):
+            # FastAPI reads a body as JSON only when its content-type says so
+            got = request.headers.get("content-type") or "none"
+            return _json(
+                415, "unsupported_media_type", f"send the body as application/json (content-type: {got})", "body"
+            )
+        field = field_name(tuple(first.get("loc", ())))
+        detail = [{"field": field_name(tuple(e.get("loc", ()))), "message": str(e.get("msg", ""))} for e in errors[:20]]
         body = {
             "code": "invalid_input",
             "message": f"field '{field}': {first.get('msg', 'invalid')}",
@@ -69,3 +169,21 @@ def install_error_handlers(app: FastAPI) -> None:
             "errors": detail,
         }
         return JSONResponse(status_code=422, content={"error": body})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # routing (404, 405) and FastAPI's own body parsing (400): the same format as the rest
+        if exc.status_code == 404:
+            return _json(404, "not_found", f"no route {request.url.path}", None)
+        if exc.status_code == 405:
+            return _json(405, "method_not_allowed", f"{request.method} is not allowed on {request.url.path}", None)
+        if exc.status_code == 400:
+            return _json(400, "malformed_json", "the body is not valid JSON", "body")
+        code = "http_error" if exc.status_code < 500 else "internal_error"
+        return _json(exc.status_code, code, str(exc.detail) if exc.status_code < 500 else "internal error", None)
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, exc: Exception) -> JSONResponse:
+        # a 5xx is a bug: logged whole, answered without internals
+        log.error("%s %s failed unexpectedly", request.method, request.url.path, exc_info=exc)
+        return _json(500, "internal_error", "internal error; the server log has the details", None)

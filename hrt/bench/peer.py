@@ -46,7 +46,8 @@ TOP_K = 10
 def _peer_embedder(inner: Any) -> Any:
     from neo4j_graphrag.embeddings.base import Embedder as PeerEmbedder
 
-    class SameModel(PeerEmbedder):
+    # neo4j-graphrag is the bench's optional extra: where it is not installed its Embedder is Any
+    class SameModel(PeerEmbedder):  # type: ignore[misc, unused-ignore]
         """HRT's embedder (same model, same normalisation) behind the peer's Embedder interface."""
 
         def embed_query(self, text: str) -> list[float]:
@@ -60,12 +61,17 @@ class Peer:
         import neo4j
         import weaviate
         from neo4j_graphrag.retrievers import WeaviateNeo4jRetriever
+        from weaviate.classes.init import Auth
 
         from hrt.stores.weaviate_vectors import tenant_name
 
-        self.driver = neo4j.GraphDatabase.driver(stack.neo4j_uri, auth=None)
+        # the dev stack's credentials: its Neo4j and Weaviate refuse anonymous clients
+        self.driver = neo4j.GraphDatabase.driver(stack.neo4j_uri, auth=stack.neo4j_auth)
         self.client = weaviate.connect_to_local(
-            host="127.0.0.1", port=stack.weaviate_http_port, grpc_port=stack.weaviate_grpc_port
+            host="127.0.0.1",
+            port=stack.weaviate_http_port,
+            grpc_port=stack.weaviate_grpc_port,
+            auth_credentials=Auth.api_key(stack.weaviate_api_key),
         )
         self.retriever = WeaviateNeo4jRetriever(
             driver=self.driver,

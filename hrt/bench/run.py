@@ -395,9 +395,12 @@ def services_target(stack: Any, label: str, create: bool = True) -> Target:
         "vector_index": "weaviate",
         "postgres_dsn": dsn,
         "neo4j_uri": stack.neo4j_uri,
+        "neo4j_user": stack.neo4j_user,
+        "neo4j_password": stack.neo4j_password,  # the dev stack runs every store with auth on
         "weaviate_host": "127.0.0.1",
         "weaviate_http_port": stack.weaviate_http_port,
         "weaviate_grpc_port": stack.weaviate_grpc_port,
+        "weaviate_api_key": stack.weaviate_api_key,
         "weaviate_collection": collection,
     }
     env = {**stack.env(), "HRT_POSTGRES_DSN": dsn, "HRT_WEAVIATE_COLLECTION": collection}
@@ -518,10 +521,30 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def provision_key(env: dict[str, str]) -> str:
+    """An API key with every scope, for every user and without rate or concurrency limits, created
+    in the record store that a server started with ``env`` will read: the bench measures the
+    request path a user gets, authentication included."""
+    from hrt.auth import SCOPES, new_key
+    from hrt.config import load_settings
+    from hrt.service import open_key_store
+
+    settings = load_settings(**{k[4:].lower(): v for k, v in env.items() if k.startswith("HRT_")})
+    token, record = new_key(f"bench-{os.getpid()}-{free_port()}", SCOPES, None, rate_limit=0, max_concurrency=0)
+
+    async def store() -> None:
+        async with open_key_store(settings) as keys:
+            await keys.create_key(record)
+
+    asyncio.run(store())
+    return token
+
+
 class Server:
-    """A real ``hrt serve`` on a free loopback port, ready (``/readyz`` 200) when constructed. ``cwd``:
-    where it starts; ``python -m`` puts that folder first on ``sys.path``, so a source tree chosen with
-    ``PYTHONPATH`` in ``env`` (scripts/serve_ab.py) needs one that holds no other ``hrt``."""
+    """A real ``hrt serve`` on a free loopback port, ready (``/readyz`` 200) when constructed, with an
+    API key of every scope in ``headers``. ``cwd``: where it starts; ``python -m`` puts that folder
+    first on ``sys.path``, so a source tree chosen with ``PYTHONPATH`` in ``env``
+    (scripts/serve_ab.py) needs one that holds no other ``hrt``."""
 
     def __init__(
         self,
@@ -535,6 +558,7 @@ class Server:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         full_env = {**os.environ, **env, "HRT_LOG_LEVEL": "WARNING"}
+        self.headers = {"authorization": f"Bearer {provision_key(full_env)}"}
         if embedder_spec:
             cmd = [sys.executable, "-m", "hrt.bench.run", "--serve-with-embedder", embedder_spec, "--port"]
         else:
@@ -549,7 +573,7 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"hrt serve exited with {self.proc.returncode}: {self.log_tail()}")
             with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{self.base_url}/readyz", timeout=5).status_code == 200:
+                if httpx.get(f"{self.base_url}/readyz", headers=self.headers, timeout=5).status_code == 200:
                     break
             if time.monotonic() > deadline:
                 self.stop()
@@ -657,7 +681,9 @@ def describe(samples: list[Sample]) -> dict[str, Any]:
     }
 
 
-def run_closed_loop(base_url: str, bodies: list[dict[str, Any]], clients: int) -> dict[str, Any]:
+def run_closed_loop(
+    base_url: str, bodies: list[dict[str, Any]], clients: int, headers: dict[str, str] | None = None
+) -> dict[str, Any]:
     """``clients`` threads, each with its own connection, sharing the bodies; throughput and latency."""
     lock = threading.Lock()
     todo: Iterator[dict[str, Any]] = iter(bodies)
@@ -665,7 +691,7 @@ def run_closed_loop(base_url: str, bodies: list[dict[str, Any]], clients: int) -
     errors: list[str] = []
 
     def worker() -> None:
-        with httpx.Client(base_url=base_url, timeout=120) as client:
+        with httpx.Client(base_url=base_url, headers=headers, timeout=120) as client:
             while True:
                 with lock:
                     body = next(todo, None)
@@ -745,7 +771,7 @@ def measure(
         used += n
         return part
 
-    with httpx.Client(base_url=server.base_url, timeout=300) as client:
+    with httpx.Client(base_url=server.base_url, headers=server.headers, timeout=300) as client:
         cold = post_retrieve(client, take(1)[0])
         for body in take(plan.warmup):
             post_retrieve(client, body)
@@ -756,7 +782,10 @@ def measure(
         cpu_after = {name: tree_cpu_s(pid) for name, pid in pids.items()}
     sequential = describe(seq)
     sequential["cpu_ms_per_request"] = cpu_ms_per_request(cpu_before, cpu_after, len(seq))
-    levels = [run_closed_loop(server.base_url, take(plan.requests), c) for c in concurrency_levels(plan.concurrency)]
+    levels = [
+        run_closed_loop(server.base_url, take(plan.requests), c, server.headers)
+        for c in concurrency_levels(plan.concurrency)
+    ]
     limit = 2 * sequential["end_to_end"]["p95_ms"]
     within = [lv for lv in levels if lv.get("p95_ms", math.inf) <= limit and not lv["errors"]]
     top = levels[-1]

@@ -1479,8 +1479,8 @@ def compare_report(before_spec: str, after_spec: str, metrics: Sequence[str] = C
     if sys_a or sys_b:
         pairs = [(sys_a or sys_b or "", sys_b or sys_a or "")]
     else:
-        first = next(iter(before.values()), {"systems": {}})["systems"]
-        second = next(iter(after.values()), {"systems": {}})["systems"]
+        first: dict[str, Any] = next(iter(before.values()), {"systems": {}})["systems"]
+        second: dict[str, Any] = next(iter(after.values()), {"systems": {}})["systems"]
         pairs = [(n, n) for n in first if n in second]
     lines = [
         f"Paired bootstrap, {len(keys)} questions in both; after ({after_spec}) minus before ({before_spec}), "

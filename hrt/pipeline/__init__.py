@@ -27,6 +27,7 @@ from hrt.pipeline.expansion import own_similarities, run_expansion
 from hrt.pipeline.grounding import Grounding, run_grounding
 from hrt.pipeline.hydration import run_hydration
 from hrt.pipeline.intake import Intake, run_intake
+from hrt.pipeline.render import render_context
 from hrt.pipeline.rerank import run_rerank
 from hrt.pipeline.scoring import Evidence, PreferenceBook, Scored, best_semantic, score_candidates
 from hrt.pipeline.selection import filter_candidates, select, shortlist
@@ -95,7 +96,8 @@ class HybridRetrievalTool:
             return await asyncio.wait_for(self._run(request), timeout=budget)
         except TimeoutError as exc:
             self.metrics.degraded.labels(stage="timeout").inc()
-            raise StoreUnavailable(f"retrieval exceeded its {budget:g}s budget: a store is slow or down") from exc
+            msg = f"retrieval exceeded its {budget:g}s budget: a store is slow or down"
+            raise StoreUnavailable(msg, public=msg) from exc
 
     async def _run(self, request: RetrieveRequest) -> tuple[AugmentedMemoryContext, dict[str, float]]:
         s = self.settings
@@ -113,9 +115,7 @@ class HybridRetrievalTool:
             searching: asyncio.Future[tuple[Grounding, list[Preference]]] | None = None
             try:
                 if not await self.records.user_exists(intake.user_id):
-                    raise NotFound(
-                        f"unknown user_id {intake.user_id!r}: nothing was ingested for it", field="user_id"
-                    )
+                    raise NotFound(f"unknown user_id {intake.user_id!r}: nothing was ingested for it", field="user_id")
                 # grounding starts before the vectors are in: its lexical leg needs none (at 1M
                 # documents that leg is most of the stage); the preferences that scoring needs
                 # are read meanwhile
@@ -198,7 +198,11 @@ class HybridRetrievalTool:
 
         with self._stage("selection", timings):
             texts = {i: entity_body(e) for i, e in entities.items()}
-            selected, removed = select(outcome.items, texts, intake.limits, s.dedup_jaccard)
+            ranked = outcome.items
+            if request.min_score is not None:  # seed 003's floor, on the final (reranked) score as shown
+                floor, places = request.min_score, s.score_decimals
+                ranked = {k: [x for x in v if round(x.final, places) >= floor] for k, v in ranked.items()}
+            selected, removed = select(ranked, texts, intake.limits, s.dedup_jaccard)
         stages["selection"] = "ok"
 
         with self._stage("assembly", timings):
@@ -234,7 +238,10 @@ class HybridRetrievalTool:
                 windows=intake.windows if s.temporal_match == "tier" else (),
                 gate=s.relevance_gate,
                 best=best_semantic(scored),
+                evidence=evidence,
             )
+            if request.render is not None:
+                response.retrieval_metadata.rendered = render_context(response, entities, request.render)
 
         total = time.perf_counter() - started
         timings["total"] = total

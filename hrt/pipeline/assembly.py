@@ -9,14 +9,18 @@ marking each cut. With no occurrence, the window is the text's beginning.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from hrt.contract import (
     CONTRACT_VERSION,
     AugmentedMemoryContext,
     IdName,
     IdTitle,
+    ItemProvenance,
+    MemoryUnitAttributes,
+    PathHop,
     PhraseGrounding,
     RelevanceGate,
     RetrievalMetadata,
@@ -30,7 +34,7 @@ from hrt.contract import (
 )
 from hrt.pipeline.grounding import Grounding
 from hrt.pipeline.intake import Intake
-from hrt.pipeline.scoring import Scored
+from hrt.pipeline.scoring import PLAIN, Evidence, Scored, evidence_source
 from hrt.pipeline.temporal import TimeWindow
 from hrt.records import Artifact, Concept, Entity, Kind, MemoryUnit, iso
 from hrt.stores.base import GraphNode
@@ -39,6 +43,7 @@ from hrt.text import STOPWORDS, WORD
 
 def iso_ts(ts: float) -> str:
     return iso(datetime.fromtimestamp(ts, UTC))
+
 
 ELLIPSIS = "…"
 CONNECTED_CONCEPTS = 50  # a memory unit's connected concepts shown, newest first
@@ -58,9 +63,7 @@ def related_memory_units(
     newest = concept_mus.get(concept_id, ())
     in_newest = {mu.id for mu in newest}
     returned = [
-        mu
-        for mu in selected_mus
-        if mu.id in in_newest or any(c.id == concept_id for c in mu_concepts.get(mu.id, ()))
+        mu for mu in selected_mus if mu.id in in_newest or any(c.id == concept_id for c in mu_concepts.get(mu.id, ()))
     ]
     shown = {mu.id for mu in selected_mus}
     others = [mu for mu in newest if mu.id not in shown]
@@ -158,6 +161,7 @@ def assemble(
     windows: Sequence[TimeWindow] = (),
     gate: float = 0.0,
     best: Mapping[Kind, float] | None = None,
+    evidence: Evidence = PLAIN,
 ) -> AugmentedMemoryContext:
     r = rounder(decimals)
     phrases = list(intake.phrases)
@@ -226,6 +230,7 @@ def assemble(
             )
         )
 
+    provenance = {s.id: item_provenance(s, grounding, evidence, r) for kind in Kind for s in selected.get(kind, ())}
     unmatched = grounding.unmatched
     counts = {Kind.MEMORY_UNIT: len(mus), Kind.CONCEPT: len(concepts), Kind.ARTIFACT: len(artifacts)}
     w = intake.weights
@@ -287,5 +292,50 @@ def assemble(
                 threshold=r(gate),
                 best_semantic={k.value: r(v) for k, v in sorted((best or {}).items(), key=lambda kv: kv[0].value)},
             ),
+            provenance={k: provenance[k] for k in sorted(provenance)},
+            memory_unit_attributes=dict(
+                sorted(
+                    (
+                        mu.muid,
+                        MemoryUnitAttributes(
+                            source_agent_id=m.source_agent_id, tags=list(m.tags), metadata=sorted_keys(m.metadata)
+                        ),
+                    )
+                    for mu in mus
+                    if isinstance(m := entities[mu.muid], MemoryUnit)
+                )
+            ),
         ),
+    )
+
+
+def sorted_keys(value: Any) -> Any:
+    """JSON with every object's keys sorted, so free-form metadata serialises one way."""
+    if isinstance(value, dict):
+        return {k: sorted_keys(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [sorted_keys(v) for v in value]
+    return value
+
+
+def item_provenance(s: Scored, grounding: Grounding, evidence: Evidence, r: Callable[[float], float]) -> ItemProvenance:
+    """What grounded an item or its seed, the path from that seed, and which evidence its semantic
+    term is (scoring.evidence_source: the rule of ``evidence`` decides)."""
+    c = s.candidate
+    direct = grounding.similarity.get(s.id)
+    own = evidence.own.get(s.id)
+    source = evidence_source(c, direct, own, evidence.rule)
+    return ItemProvenance(
+        kind=s.kind.value,
+        phrases=list(grounding.hit_phrases.get(s.id, ())),
+        seed_id=c.seed_id,
+        seed_phrases=list(grounding.phrases_of.get(c.seed_id, ())),
+        hops=[
+            PathHop(edge=step.edge.value, node_id=step.node_id, direction="out" if step.forward else "in")
+            for step in c.path
+        ],
+        evidence=source,
+        search_evidence=None if direct is None else r(direct),
+        path_score=r(c.path_score),
+        own_similarity=r(own) if source == "path_x_cosine" and own is not None else None,
     )

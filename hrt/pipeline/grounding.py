@@ -45,9 +45,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hrt.config import Settings
+from hrt.contract import Filters
 from hrt.pipeline.intake import Intake
 from hrt.records import Kind
-from hrt.stores.base import PhraseVectors, VectorHit, VectorIndex
+from hrt.stores.base import PhraseVectors, SearchFilter, VectorHit, VectorIndex
 
 EPS = 1e-9
 
@@ -92,6 +93,7 @@ class Grounding:
     kinds: dict[str, Kind] = field(default_factory=dict)  # every hit seen
     similarity: dict[str, float] = field(default_factory=dict)  # direct evidence per hit seen (over phrases)
     phrases_of: dict[str, list[str]] = field(default_factory=dict)  # seed id -> phrases grounding it
+    hit_phrases: dict[str, list[str]] = field(default_factory=dict)  # hit id -> phrases whose search returned it
 
     @property
     def unmatched(self) -> list[str]:
@@ -136,6 +138,20 @@ def combine_phrase_evidence(per_phrase: Sequence[float], n_phrases: int, mode: s
     raise ValueError(f"unknown phrase_evidence {mode!r}")
 
 
+def search_filter(filters: Filters) -> SearchFilter | None:
+    """The request's filters that search can apply (memory units' tags and agents, the time range
+    of memory units and artifacts), so each leg's top k holds what the request can return. Kinds
+    stay unfiltered: seeds of any kind lead the walk to the kinds the request wants."""
+    tr = filters.time_range
+    where = SearchFilter(
+        tags=tuple(filters.tags),
+        source_agent_ids=tuple(filters.source_agent_ids),
+        ts_from=tr.start.timestamp() if tr is not None and tr.start is not None else None,
+        ts_to=tr.end.timestamp() if tr is not None and tr.end is not None else None,
+    )
+    return where or None
+
+
 async def run_grounding(intake: Intake, vectors: PhraseVectors, index: VectorIndex, settings: Settings) -> Grounding:
     per_phrase = await index.search(
         intake.user_id,
@@ -144,6 +160,7 @@ async def run_grounding(intake: Intake, vectors: PhraseVectors, index: VectorInd
         kinds=list(Kind),
         k=settings.search_k,
         not_after=intake.as_of.timestamp(),
+        where=search_filter(intake.filters),
     )
     fused = settings.semantic_evidence == "fused"
 
@@ -158,6 +175,7 @@ async def run_grounding(intake: Intake, vectors: PhraseVectors, index: VectorInd
         for h in hits:
             grounding.kinds[h.id] = h.kind
             found.setdefault(h.id, []).append(evidence(h))
+            grounding.hit_phrases.setdefault(h.id, []).append(phrase)
         for h in chosen:
             score = min(1.0, max(0.0, evidence(h)))
             grounding.seeds[h.id] = max(grounding.seeds.get(h.id, 0.0), score)

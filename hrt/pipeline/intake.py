@@ -31,6 +31,7 @@ class Intake:
     filters: Filters
     rerank: bool
     windows: tuple[TimeWindow, ...] = ()  # dates the phrases name (hrt/pipeline/temporal.py)
+    query: str | None = None  # the request's query, normalised: what a reranker judges against
 
 
 def dedupe_phrases(raw: list[str]) -> tuple[str, ...]:
@@ -74,4 +75,5 @@ def run_intake(request: RetrieveRequest, settings: Settings, now: datetime) -> I
         filters=request.filters,
         rerank=request.rerank,
         windows=phrase_windows(phrases),
+        query=normalise_phrase(request.query) or None if request.query else None,
     )

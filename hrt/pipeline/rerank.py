@@ -69,7 +69,8 @@ async def run_rerank(
     flat = rerank_candidates(shortlisted, entities, intake.limits, oversample, max_candidates)
     if not flat:
         return RerankOutcome(unchanged, "skipped", None, False)
-    query = "; ".join(intake.phrases)
+    # the caller's own question when it gave one (seed 003), else what its key phrases say
+    query = intake.query or "; ".join(intake.phrases)
     try:
         scores = await asyncio.wait_for(
             reranker.score(query, [entity_text(entities[s.id]) for s in flat]), timeout=budget_s

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from hrt.config import Weights
 from hrt.pipeline.temporal import TimeWindow, in_any
@@ -109,6 +110,26 @@ def candidate_semantic(
     if distance == 1:
         return semantic_score(direct, path) if direct is not None else clamp01(mine)
     return clamp01(mine * hop_decay ** (distance - 1))
+
+
+EvidenceSource = Literal["search", "path", "path_x_cosine"]
+
+
+def evidence_source(c: GraphCandidate, direct: float | None, own: float | None, rule: str) -> EvidenceSource:
+    """Which evidence :func:`candidate_semantic` took for a candidate: its own search hit
+    (``search``), its path from the seed (``path``), or that path times its own best cosine to the
+    phrases (``path_x_cosine``; times ``hop_decay`` per hop past the first). Provenance reports it."""
+    best_of: EvidenceSource = "search" if direct is not None and direct >= c.path_score else "path"
+    if rule == "path":
+        return best_of
+    mine: EvidenceSource = "path" if own is None else "path_x_cosine"
+    if rule == "path_x_cosine":
+        return best_of if direct is not None else mine
+    if c.distance == 0:
+        return "search" if direct is not None else "path"
+    if c.distance == 1:
+        return best_of if direct is not None else mine
+    return mine
 
 
 def time_matched(semantic: float, ts: float | None, windows: Sequence[TimeWindow]) -> float:

@@ -300,6 +300,7 @@ class Qwen3Reranker:
         self,
         *,
         base_url: str,
+        api_key: str | None = None,
         model: str = "qwen3-reranker",
         instruction: str = DEFAULT_INSTRUCTION,
         timeout_s: float = 10.0,
@@ -333,6 +334,8 @@ class Qwen3Reranker:
         self.prompt = prompt or load_prompt()
         self._client = client
         self._owns_client = client is None
+        # llama.cpp's --api-key (both servers): a bearer token on every call
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._metrics = metrics
         self._breaker = CircuitBreaker(breaker_failures, breaker_reset_s, clock)
         self._cache = _ScoreCache(cache_size)
@@ -401,7 +404,9 @@ class Qwen3Reranker:
             with map_httpx_errors(self._url, self._server_error):
                 # asyncio.timeout bounds the whole exchange; httpx's own timeout bounds each phase
                 async with asyncio.timeout(self.timeout_s):
-                    response = await self._http().post(self._url, json=body, timeout=self.timeout_s)
+                    response = await self._http().post(
+                        self._url, json=body, headers=self._headers, timeout=self.timeout_s
+                    )
         if not response.is_success:
             self._server_error("http_status")
             log.warning("rerank server answered %d: %s", response.status_code, _preview(response.text))

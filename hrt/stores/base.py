@@ -17,6 +17,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from hrt.auth import KeyStore
 from hrt.records import Deletion, EdgeType, Entity, Kind, Preference, Relation
 
 Vector = npt.NDArray[np.float32]
@@ -101,6 +102,25 @@ class VectorDoc:
     text: str
     vector: Vector
     ts: float | None
+    # memory units: what a request's tag and agent filters are checked against in search
+    tags: tuple[str, ...] = ()
+    source_agent_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFilter:
+    """A request's filters pushed down into search, so the top ``k`` of each leg holds what the
+    request can return, not what it will filter out: memory units carrying any of ``tags`` and
+    written by any of ``source_agent_ids`` (each when given), memory units and artifacts
+    timestamped within ``[ts_from, ts_to]``; concepts always pass (they carry neither)."""
+
+    tags: tuple[str, ...] = ()
+    source_agent_ids: tuple[str, ...] = ()
+    ts_from: float | None = None
+    ts_to: float | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.tags or self.source_agent_ids or self.ts_from is not None or self.ts_to is not None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,10 +174,12 @@ class VectorIndex(Protocol):
         kinds: Sequence[Kind],
         k: int,
         not_after: float | None = None,
+        where: SearchFilter | None = None,
     ) -> list[list[VectorHit]]:
         """Per phrase, the union of the top ``k`` vector hits and top ``k`` lexical hits, each with
-        its cosine similarity and both ranks, in one call for all phrases. ``vectors`` may be an
-        awaitable still computing them: the lexical leg needs none and may run meanwhile."""
+        its cosine similarity and both ranks, in one call for all phrases, among the documents
+        ``where`` lets through (all when None). ``vectors`` may be an awaitable still computing
+        them: the lexical leg needs none and may run meanwhile."""
         ...
 
     async def similarities(self, user_id: str, ids: Sequence[str], vectors: Vector) -> dict[str, float]:
@@ -207,7 +229,9 @@ class GraphStore(Protocol):
 
 
 @runtime_checkable
-class RecordStore(Protocol):
+class RecordStore(KeyStore, Protocol):
+    """Records, and the deployment's API keys (:class:`hrt.auth.KeyStore`)."""
+
     async def get_many(self, user_id: str, kind: Kind, ids: Sequence[str]) -> dict[str, Entity]: ...
 
     async def preferences(self, user_id: str) -> list[Preference]: ...

@@ -71,6 +71,32 @@ SCHEMA: list[tuple[int, str]] = [
         CREATE VIRTUAL TABLE fts USING fts5(text, scope, tokenize = 'porter unicode61');
         """,
     ),
+    (
+        2,
+        # API keys (hrt/auth.py): only an scrypt hash of each token; users NULL means every user.
+        # A name is unique among unrevoked keys, so a revoked key's name can be given again.
+        """
+        CREATE TABLE api_keys (
+            key_id TEXT PRIMARY KEY, name TEXT NOT NULL, scopes TEXT NOT NULL, users TEXT,
+            secret_hash BLOB NOT NULL, salt BLOB NOT NULL, created_at REAL NOT NULL,
+            expires_at REAL, revoked_at REAL, last_used_at REAL, rate_limit REAL, max_concurrency INTEGER
+        );
+        CREATE UNIQUE INDEX api_keys_live_name ON api_keys (name) WHERE revoked_at IS NULL;
+        """,
+    ),
+    (
+        3,
+        # what search filters read (SearchFilter): a memory unit's tags (JSON) and writing agent on
+        # its document, backfilled from the graph projection of the rows already stored
+        """
+        ALTER TABLE docs ADD COLUMN tags TEXT;
+        ALTER TABLE docs ADD COLUMN source_agent_id TEXT;
+        UPDATE docs SET
+            tags = (SELECT n.tags FROM nodes n WHERE n.user_id = docs.user_id AND n.id = docs.id),
+            source_agent_id = (SELECT n.source_agent_id FROM nodes n WHERE n.user_id = docs.user_id AND n.id = docs.id)
+        WHERE kind = 'memory_unit';
+        """,
+    ),
 ]
 
 KIND_CODES: dict[Kind, int] = {Kind.MEMORY_UNIT: 0, Kind.CONCEPT: 1, Kind.ARTIFACT: 2}
@@ -110,7 +136,9 @@ class EmbeddedStore:
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute("PRAGMA foreign_keys=OFF")
         except (sqlite3.Error, OSError) as exc:
-            raise StoreUnavailable(f"cannot open the embedded store at {path}: {exc}") from exc
+            raise StoreUnavailable(
+                f"cannot open the embedded store at {path}: {exc}", store="the embedded store"
+            ) from exc
         self.applied_on_open = self.migrate()
         if dim is not None:
             self._check_dim()
@@ -209,7 +237,7 @@ class EmbeddedStore:
                     deleted += self._delete(db, d)
                     touched.add(d.user_id)
         except sqlite3.Error as exc:
-            raise StoreError(f"embedded store write failed: {exc}") from exc
+            raise StoreError(f"embedded store write failed: {exc}", store="the embedded store") from exc
         finally:
             for user_id in touched:
                 self.graph.invalidate(user_id)
@@ -273,17 +301,19 @@ class EmbeddedStore:
         vec = np.ascontiguousarray(vector, dtype=np.float32)
         if vec.shape != (self.dim,):
             raise StoreError(f"vector for {entity.id!r} has shape {vec.shape}, expected ({self.dim},)")
+        tags = json.dumps(list(node.tags)) if kind is Kind.MEMORY_UNIT else None
         row = db.execute("SELECT rowid FROM docs WHERE user_id = ? AND id = ?", (entity.user_id, entity.id)).fetchone()
         if row is None:
             cur = db.execute(
-                "INSERT INTO docs (user_id, id, kind, ts, vec) VALUES (?, ?, ?, ?, ?)",
-                (entity.user_id, entity.id, kind.value, ts, vec.tobytes()),
+                "INSERT INTO docs (user_id, id, kind, ts, vec, tags, source_agent_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (entity.user_id, entity.id, kind.value, ts, vec.tobytes(), tags, node.source_agent_id),
             )
             rowid = cur.lastrowid
         else:
             rowid = row[0]
             db.execute(
-                "UPDATE docs SET kind = ?, ts = ?, vec = ? WHERE rowid = ?", (kind.value, ts, vec.tobytes(), rowid)
+                "UPDATE docs SET kind = ?, ts = ?, vec = ?, tags = ?, source_agent_id = ? WHERE rowid = ?",
+                (kind.value, ts, vec.tobytes(), tags, node.source_agent_id, rowid),
             )
             db.execute("DELETE FROM fts WHERE rowid = ?", (rowid,))
         db.execute(

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import sqlite3
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from hrt.auth import KeyRecord
+from hrt.errors import Conflict
 from hrt.records import Entity, Kind, Preference
 from hrt.stores.embedded import ENTITY_MODELS, chunks
 
@@ -68,3 +72,58 @@ class EmbeddedRecordStore:
         with self._store.lock:
             rows = self._store.db.execute("SELECT DISTINCT user_id FROM entities ORDER BY user_id").fetchall()
         return [r[0] for r in rows]
+
+    # ---------------------------------------------------------------------------------------
+    # API keys (KeyStore)
+    # ---------------------------------------------------------------------------------------
+
+    async def create_key(self, key: KeyRecord) -> None:
+        try:
+            with self._store.transaction() as db:
+                db.execute(
+                    "INSERT INTO api_keys VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    tuple(json.dumps(v) if isinstance(v, list) else v for v in key.columns()),
+                )
+        except sqlite3.IntegrityError as exc:
+            raise Conflict(
+                f"a key named {key.name!r} exists; revoke it first or choose another name", field="name"
+            ) from exc
+
+    async def keys(self) -> list[KeyRecord]:
+        with self._store.lock:
+            rows = self._store.db.execute(
+                "SELECT key_id, name, scopes, users, secret_hash, salt, created_at, expires_at, revoked_at, "
+                "last_used_at, rate_limit, max_concurrency FROM api_keys ORDER BY created_at, name, key_id"
+            ).fetchall()
+        return [
+            KeyRecord(
+                key_id=r[0],
+                name=r[1],
+                scopes=tuple(json.loads(r[2])),
+                users=tuple(json.loads(r[3])) if r[3] is not None else None,
+                secret_hash=bytes(r[4]),
+                salt=bytes(r[5]),
+                created_at=r[6],
+                expires_at=r[7],
+                revoked_at=r[8],
+                last_used_at=r[9],
+                rate_limit=r[10],
+                max_concurrency=r[11],
+            )
+            for r in rows
+        ]
+
+    async def revoke_key(self, name: str, at: float) -> KeyRecord | None:
+        with self._store.transaction() as db:
+            row = db.execute("SELECT key_id FROM api_keys WHERE name = ? AND revoked_at IS NULL", (name,)).fetchone()
+            if row is None:
+                return None
+            db.execute("UPDATE api_keys SET revoked_at = ? WHERE key_id = ?", (at, row[0]))
+        return next(k for k in await self.keys() if k.key_id == row[0])
+
+    async def touch_keys(self, used: Mapping[str, float]) -> None:
+        with self._store.transaction() as db:
+            db.executemany(
+                "UPDATE api_keys SET last_used_at = max(coalesce(last_used_at, 0), ?) WHERE key_id = ?",
+                [(at, key_id) for key_id, at in sorted(used.items())],
+            )

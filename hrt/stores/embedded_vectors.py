@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import functools
 import inspect
+import json
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,7 +19,7 @@ import numpy as np
 
 from hrt.records import Kind
 from hrt.stores.ann import AnnConfig, UserAnn
-from hrt.stores.base import PhraseVectors, Vector, VectorDoc, VectorHit
+from hrt.stores.base import PhraseVectors, SearchFilter, Vector, VectorDoc, VectorHit
 from hrt.stores.bm25 import BM25Index, top_k
 from hrt.stores.embedded import KIND_CODES, KINDS_BY_CODE, user_scope_token
 from hrt.stores.user_cache import UserCache
@@ -34,6 +36,7 @@ class _UserMatrix:
     __slots__ = (
         "_by_id",
         "ann",
+        "attributes",
         "bm25",
         "codes",
         "id_rank",
@@ -69,6 +72,7 @@ class _UserMatrix:
         self.id_rank[np.argsort(np.array(ids, dtype=object), kind="stable")] = np.arange(len(ids))
         self.bm25 = BM25Index(texts, len(ids))
         self._by_id: tuple[list[str], np.ndarray] | None = None  # ids in order, and their rows
+        self.attributes: _Attributes | None = None  # memory units' tags and agents, on first filter
 
     def rows_of(self, ids: Sequence[str]) -> tuple[list[str], np.ndarray]:
         """The ``ids`` this user has, and their rows (by binary search over the ids in order: a
@@ -91,6 +95,22 @@ class _UserMatrix:
         """The first ``k`` of ``rows`` by their ``scores`` (aligned with ``rows``, descending), then
         id; every row tied with the k-th score competes, so ties never depend on row order."""
         return top_k(rows, scores, self.id_rank, k)
+
+
+@dataclass(frozen=True, slots=True)
+class _Attributes:
+    """What tag and agent filters match, as the rows carrying each tag and each agent."""
+
+    tag_rows: dict[str, np.ndarray]
+    agent_rows: dict[str, np.ndarray]
+
+    def rows_with(self, table: dict[str, np.ndarray], values: Sequence[str], n: int) -> np.ndarray:
+        mask = np.zeros(n, dtype=bool)
+        for value in values:
+            rows = table.get(value)
+            if rows is not None:
+                mask[rows] = True
+        return mask
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,16 +194,18 @@ class EmbeddedVectorIndex:
             for doc in docs:
                 vec = np.ascontiguousarray(doc.vector, dtype=np.float32).tobytes()
                 row = db.execute("SELECT rowid FROM docs WHERE user_id = ? AND id = ?", (user_id, doc.id)).fetchone()
+                tags = json.dumps(list(doc.tags)) if doc.kind is Kind.MEMORY_UNIT else None
                 if row is None:
                     rowid = db.execute(
-                        "INSERT INTO docs (user_id, id, kind, ts, vec) VALUES (?, ?, ?, ?, ?)",
-                        (user_id, doc.id, doc.kind.value, doc.ts, vec),
+                        "INSERT INTO docs (user_id, id, kind, ts, vec, tags, source_agent_id) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (user_id, doc.id, doc.kind.value, doc.ts, vec, tags, doc.source_agent_id),
                     ).lastrowid
                 else:
                     rowid = row[0]
                     db.execute(
-                        "UPDATE docs SET kind = ?, ts = ?, vec = ? WHERE rowid = ?",
-                        (doc.kind.value, doc.ts, vec, rowid),
+                        "UPDATE docs SET kind = ?, ts = ?, vec = ?, tags = ?, source_agent_id = ? WHERE rowid = ?",
+                        (doc.kind.value, doc.ts, vec, tags, doc.source_agent_id, rowid),
                     )
                     db.execute("DELETE FROM fts WHERE rowid = ?", (rowid,))
                 db.execute(
@@ -223,6 +245,7 @@ class EmbeddedVectorIndex:
         kinds: Sequence[Kind],
         k: int,
         not_after: float | None = None,
+        where: SearchFilter | None = None,
     ) -> list[list[VectorHit]]:
         # in worker threads: numpy, hnswlib and the BM25 arrays release the GIL, so concurrent
         # requests use the second core. Phrase vectors still being computed: the lexical leg needs
@@ -230,10 +253,10 @@ class EmbeddedVectorIndex:
         # left of the lexical leg (at 1M documents the lexical leg outlasts the embedding); only
         # the merge of the two needs both.
         if not inspect.isawaitable(vectors):
-            return await asyncio.to_thread(self._search, user_id, phrases, vectors, kinds, k, not_after)
-        scope = self._scope(user_id, kinds, not_after, in_memory_only=True)
+            return await asyncio.to_thread(self._search, user_id, phrases, vectors, kinds, k, not_after, where)
+        scope = self._scope(user_id, kinds, not_after, in_memory_only=True, where=where)
         if scope is None:  # the rows' first load, or a filter's mask over them: off the event loop
-            scope = await asyncio.to_thread(self._scope, user_id, kinds, not_after)
+            scope = await asyncio.to_thread(functools.partial(self._scope, user_id, kinds, not_after, where=where))
         lexical = asyncio.ensure_future(asyncio.to_thread(self._lexical, scope, phrases, k))
         try:
             queries = np.asarray(await vectors, dtype=np.float32)
@@ -253,8 +276,9 @@ class EmbeddedVectorIndex:
         kinds: Sequence[Kind],
         k: int,
         not_after: float | None,
+        where: SearchFilter | None = None,
     ) -> list[list[VectorHit]]:
-        scope = self._scope(user_id, kinds, not_after)
+        scope = self._scope(user_id, kinds, not_after, where=where)
         queries = np.asarray(vectors, dtype=np.float32)
         return self._merge(self._lexical(scope, phrases, k), queries, self._vector_ranked(scope, queries, k))
 
@@ -273,15 +297,27 @@ class EmbeddedVectorIndex:
         return dict(zip(found, best.tolist(), strict=True))
 
     @overload
-    def _scope(self, user_id: str, kinds: Sequence[Kind], not_after: float | None) -> _Scope: ...
+    def _scope(
+        self, user_id: str, kinds: Sequence[Kind], not_after: float | None, *, where: SearchFilter | None = None
+    ) -> _Scope: ...
 
     @overload
     def _scope(
-        self, user_id: str, kinds: Sequence[Kind], not_after: float | None, in_memory_only: bool
+        self,
+        user_id: str,
+        kinds: Sequence[Kind],
+        not_after: float | None,
+        in_memory_only: bool,
+        where: SearchFilter | None = None,
     ) -> _Scope | None: ...
 
     def _scope(
-        self, user_id: str, kinds: Sequence[Kind], not_after: float | None, in_memory_only: bool = False
+        self,
+        user_id: str,
+        kinds: Sequence[Kind],
+        not_after: float | None,
+        in_memory_only: bool = False,
+        where: SearchFilter | None = None,
     ) -> _Scope | None:
         """The user's rows (loaded on first use) and the mask of those the request's filters allow.
         ``in_memory_only``: None instead of loading the rows or building a mask, so the event loop
@@ -293,7 +329,7 @@ class EmbeddedVectorIndex:
         wanted = [KIND_CODES[Kind(kind)] for kind in kinds]
         narrow_kinds = not um.kinds_present <= set(wanted)
         earlier_only = not_after is not None and not_after < um.newest
-        if in_memory_only and (narrow_kinds or earlier_only):
+        if in_memory_only and (narrow_kinds or earlier_only or where):
             return None
         allowed: np.ndarray | None = None  # None: every row
         if narrow_kinds:
@@ -301,7 +337,55 @@ class EmbeddedVectorIndex:
         if earlier_only:
             earlier = ~(um.ts > not_after)  # NaN (no timestamp) compares False: always allowed
             allowed = earlier if allowed is None else allowed & earlier
+        if where:
+            passing = self._passing(user_id, um, where)
+            allowed = passing if allowed is None else allowed & passing
         return _Scope(um, allowed)
+
+    def _passing(self, user_id: str, um: _UserMatrix, where: SearchFilter) -> np.ndarray:
+        """The rows ``where`` lets through: concepts always; memory units with a wanted tag and
+        agent; memory units and artifacts within the time range."""
+        n = len(um.ids)
+        passing = np.ones(n, dtype=bool)
+        if where.tags or where.source_agent_ids:
+            attrs = um.attributes or self._attributes(user_id, um)
+            match = np.ones(n, dtype=bool)
+            if where.tags:
+                match &= attrs.rows_with(attrs.tag_rows, where.tags, n)
+            if where.source_agent_ids:
+                match &= attrs.rows_with(attrs.agent_rows, where.source_agent_ids, n)
+            passing &= (um.codes != KIND_CODES[Kind.MEMORY_UNIT]) | match
+        if where.ts_from is not None or where.ts_to is not None:
+            within = np.ones(n, dtype=bool)  # NaN compares False: no timestamp, not within
+            if where.ts_from is not None:
+                within &= um.ts >= where.ts_from
+            if where.ts_to is not None:
+                within &= um.ts <= where.ts_to
+            passing &= (um.codes == KIND_CODES[Kind.CONCEPT]) | within
+        return passing
+
+    def _attributes(self, user_id: str, um: _UserMatrix) -> _Attributes:
+        """Read the user's memory units' tags and agents once per cached matrix (a write drops both)."""
+        with self._store.lock:
+            rows = self._store.db.execute(
+                "SELECT rowid, tags, source_agent_id FROM docs WHERE user_id = ? AND kind = 'memory_unit'", (user_id,)
+            ).fetchall()
+        tag_rows: dict[str, list[int]] = {}
+        agent_rows: dict[str, list[int]] = {}
+        for rowid, tags, agent in rows:
+            i = int(np.searchsorted(um.rowids, rowid))  # the matrix's rows are in rowid order
+            if i >= len(um.rowids) or um.rowids[i] != rowid:
+                continue  # written after the matrix was loaded: the next load has it
+            for tag in json.loads(tags) if tags else ():
+                tag_rows.setdefault(tag, []).append(i)
+            if agent is not None:
+                agent_rows.setdefault(agent, []).append(i)
+        attrs = _Attributes(
+            {t: np.array(r, dtype=np.int64) for t, r in tag_rows.items()},
+            {a: np.array(r, dtype=np.int64) for a, r in agent_rows.items()},
+        )
+        um.attributes = attrs
+        return attrs
 
     def _lexical(self, scope: _Scope, phrases: Sequence[str], k: int) -> _Lexical:
         """The lexical leg: per phrase, its allowed rows' BM25 ranks (it needs no phrase vector)."""

@@ -105,13 +105,13 @@ def translate_errors(action: str) -> Iterator[None]:
     try:
         yield
     except (ServiceUnavailable, SessionExpired, ConnectionPoolError, DatabaseUnavailable) as exc:
-        raise StoreUnavailable(f"Neo4j is unavailable ({action}): {exc}") from exc
+        raise StoreUnavailable(f"Neo4j is unavailable ({action}): {exc}", store="Neo4j") from exc
     except Neo4jError as exc:
-        raise StoreError(f"Neo4j failed ({action}): {exc.code}: {exc.message}") from exc
+        raise StoreError(f"Neo4j failed ({action}): {exc.code}: {exc.message}", store="Neo4j") from exc
     except DriverError as exc:
-        raise StoreError(f"Neo4j driver failed ({action}): {exc}") from exc
+        raise StoreError(f"Neo4j driver failed ({action}): {exc}", store="Neo4j") from exc
     except OSError as exc:
-        raise StoreUnavailable(f"Neo4j is unreachable ({action}): {exc}") from exc
+        raise StoreUnavailable(f"Neo4j is unreachable ({action}): {exc}", store="Neo4j") from exc
 
 
 # --- Cypher ----------------------------------------------------------------------------------
@@ -675,7 +675,7 @@ class Neo4jGraphStore:
             version = result.records[0]["version"]
             problem = None if version == PLUGIN_VERSION else f"version {version!r}, this HRT reads {PLUGIN_VERSION!r}"
         if problem is not None and self._expansion == "procedure":
-            raise StoreError(f"HRT_NEO4J_EXPANSION=procedure but Neo4j's hrt.expand is {problem}")
+            raise StoreError(f"HRT_NEO4J_EXPANSION=procedure but Neo4j's hrt.expand is {problem}", store="Neo4j")
         if problem is not None:
             log.warning("Neo4j's hrt.expand is %s: expansion runs the Cypher query (slower)", problem)
         self._procedure = problem is None

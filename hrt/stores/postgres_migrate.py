@@ -58,7 +58,11 @@ def migrate(dsn: str, migrations: list[Migration] | None = None) -> list[int]:
     try:
         conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
     except psycopg.OperationalError as exc:
-        raise StoreUnavailable(f"cannot reach PostgreSQL for migrations: {exc}") from exc
+        if "password authentication failed" in str(exc) or "no password supplied" in str(exc):
+            raise StoreError(
+                f"PostgreSQL refused the credentials of HRT_POSTGRES_DSN for migrations: {exc}", store="PostgreSQL"
+            ) from exc
+        raise StoreUnavailable(f"cannot reach PostgreSQL for migrations: {exc}", store="PostgreSQL") from exc
     applied: list[int] = []
     with conn:
         conn.execute(

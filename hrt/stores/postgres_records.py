@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import Any, TypeVar
 
@@ -21,6 +21,7 @@ from psycopg import errors as pg_errors
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
+from hrt.auth import KeyRecord
 from hrt.errors import Conflict, InvalidInput, StoreError, StoreUnavailable
 from hrt.records import EDGE_ENDPOINTS, Deletion, Entity, Kind, Preference, Relation, entity_ts
 from hrt.stores.base import WriteBatch, WriteResult
@@ -38,9 +39,9 @@ def translate_errors(action: str) -> Iterator[None]:
     try:
         yield
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-        raise StoreUnavailable(f"PostgreSQL unavailable during {action}: {str(exc)[:300]}") from exc
+        raise StoreUnavailable(f"PostgreSQL unavailable during {action}: {str(exc)[:300]}", store="PostgreSQL") from exc
     except psycopg.Error as exc:
-        raise StoreError(f"PostgreSQL error during {action}: {str(exc)[:300]}") from exc
+        raise StoreError(f"PostgreSQL error during {action}: {str(exc)[:300]}", store="PostgreSQL") from exc
 
 
 class PostgresRecordStore:
@@ -210,7 +211,9 @@ class PostgresRecordStore:
                     await asyncio.sleep(0.02 * (attempt + 1))
                     continue
                 raise
-        raise StoreError("write batch failed after retries")  # pragma: no cover - loop always returns/raises
+        raise StoreError(
+            "write batch failed after retries", store="PostgreSQL"
+        )  # pragma: no cover - loop always returns/raises
 
     async def _apply(self, conn: psycopg.AsyncConnection[Any], batch: WriteBatch) -> WriteResult:
         """Set-based: one statement per kind of write and one for their outbox rows, whatever the
@@ -460,6 +463,56 @@ class PostgresRecordStore:
             row = await (await conn.execute("SELECT count(*) FROM hrt_outbox")).fetchone()
         return int(row[0]) if row else 0
 
+    # ---------------------------------------------------------------------------------------
+    # API keys (KeyStore, hrt/auth.py): the hrt_api_keys table of migration 0002
+    # ---------------------------------------------------------------------------------------
+
+    async def create_key(self, key: KeyRecord) -> None:
+        with _keys_table():
+            try:
+                async with self.connection("create_key") as conn, conn.transaction():
+                    await conn.execute(
+                        "INSERT INTO hrt_api_keys VALUES (%s, %s, %s, %s, %s, %s, to_timestamp(%s), to_timestamp(%s), "
+                        "to_timestamp(%s), to_timestamp(%s), %s, %s)",
+                        key.columns(),
+                    )
+            except StoreError as exc:
+                if isinstance(exc.__cause__, pg_errors.UniqueViolation):
+                    raise Conflict(
+                        f"a key named {key.name!r} exists; revoke it first or choose another name", field="name"
+                    ) from exc
+                raise
+
+    async def keys(self) -> list[KeyRecord]:
+        with _keys_table():
+            async with self.reading("keys") as conn:
+                cur = await conn.execute(f"SELECT {_KEY_COLUMNS} FROM hrt_api_keys ORDER BY created_at, name, key_id")
+                rows = await cur.fetchall()
+        return [_key(r) for r in rows]
+
+    async def revoke_key(self, name: str, at: float) -> KeyRecord | None:
+        with _keys_table():
+            async with self.connection("revoke_key") as conn, conn.transaction():
+                cur = await conn.execute(
+                    f"UPDATE hrt_api_keys SET revoked_at = to_timestamp(%s) WHERE name = %s AND revoked_at IS NULL "
+                    f"RETURNING {_KEY_COLUMNS}",
+                    (at, name),
+                )
+                row = await cur.fetchone()
+        return _key(row) if row is not None else None
+
+    async def touch_keys(self, used: Mapping[str, float]) -> None:
+        if not used:
+            return
+        items = sorted(used.items())
+        with _keys_table():
+            async with self.connection("touch_keys") as conn, conn.transaction():
+                await conn.execute(
+                    "UPDATE hrt_api_keys k SET last_used_at = greatest(k.last_used_at, to_timestamp(u.at)) "
+                    "FROM unnest(%s::text[], %s::float8[]) AS u(key_id, at) WHERE k.key_id = u.key_id",
+                    ([k for k, _ in items], [a for _, a in items]),
+                )
+
 
 async def _stored_kinds(conn: psycopg.AsyncConnection[Any], user_id: str, ids: Sequence[str]) -> dict[str, str]:
     """id -> kind of those of ``ids`` that ``user_id`` has, as this transaction sees them."""
@@ -488,3 +541,44 @@ def _done_column(target: str) -> str:
     if target == "vector":
         return "vector_done"
     raise ValueError(f"unknown projection target {target!r}")
+
+
+# API keys: hrt_api_keys as a KeyRecord (timestamps as epoch seconds)
+_KEY_COLUMNS = (
+    "key_id, name, scopes, users, secret_hash, salt, extract(epoch FROM created_at), extract(epoch FROM expires_at), "
+    "extract(epoch FROM revoked_at), extract(epoch FROM last_used_at), rate_limit, max_concurrency"
+)
+
+
+def _key(row: Sequence[Any]) -> KeyRecord:
+    def ts(v: Any) -> float | None:
+        return float(v) if v is not None else None
+
+    return KeyRecord(
+        key_id=row[0],
+        name=row[1],
+        scopes=tuple(row[2]),
+        users=tuple(row[3]) if row[3] is not None else None,
+        secret_hash=bytes(row[4]),
+        salt=bytes(row[5]),
+        created_at=float(row[6]),
+        expires_at=ts(row[7]),
+        revoked_at=ts(row[8]),
+        last_used_at=ts(row[9]),
+        rate_limit=row[10],
+        max_concurrency=row[11],
+    )
+
+
+@contextmanager
+def _keys_table() -> Iterator[None]:
+    try:
+        yield
+    except StoreError as exc:
+        if isinstance(exc.__cause__, pg_errors.UndefinedTable):
+            raise StoreError(
+                "PostgreSQL has no API key table yet: run `hrt migrate`",
+                store="PostgreSQL",
+                public="PostgreSQL's schema is not up to date (`hrt migrate`)",
+            ) from exc
+        raise

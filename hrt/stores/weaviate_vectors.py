@@ -110,7 +110,7 @@ from weaviate.proto.v1 import base_pb2, base_search_pb2, search_get_pb2
 
 from hrt.errors import HRTError, StoreError, StoreUnavailable
 from hrt.records import Kind
-from hrt.stores.base import PhraseVectors, Vector, VectorDoc, VectorHit, resolve_vectors
+from hrt.stores.base import PhraseVectors, SearchFilter, Vector, VectorDoc, VectorHit, resolve_vectors
 from hrt.stores.user_cache import keep_out_of_gc
 from hrt.text import content_words
 
@@ -118,7 +118,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_COLLECTION = "HRTEntity"
 NO_TS = -1.0e18  # "no timestamp": before any real date, so `ts <= not_after` always admits it
-PROPERTIES = ("entity_id", "kind", "text", "ts")
+PROPERTIES = ("entity_id", "kind", "text", "ts", "tags", "source_agent_id")
+# added after the first collections were made: ensure_schema adds them to an older collection
+LATER_PROPERTIES = ("tags", "source_agent_id")
 RETURNED = ["entity_id", "kind"]
 TIE_SLACK = 4  # extra hits fetched per leg so that ties at the k cut can be broken by id
 # BM25 ties are common (equal term counts in equally long texts): with 50 extra hits the first page
@@ -185,7 +187,19 @@ def _stored_form(doc: VectorDoc) -> tuple[Any, ...]:
         doc.text,
         NO_TS if doc.ts is None else float(doc.ts),
         np.asarray(doc.vector, dtype="<f4").tobytes(),
+        tuple(doc.tags),
+        doc.source_agent_id or "",
     )
+
+
+def _later_properties() -> list[Property]:
+    # filterable, not searchable: tag and agent filters match whole values (FIELD tokenization)
+    return [
+        Property(name="tags", data_type=DataType.TEXT_ARRAY, tokenization=Tokenization.FIELD, index_searchable=False),
+        Property(
+            name="source_agent_id", data_type=DataType.TEXT, tokenization=Tokenization.FIELD, index_searchable=False
+        ),
+    ]
 
 
 def _unavailable(exc: BaseException) -> bool:
@@ -304,11 +318,15 @@ class WeaviateVectorIndex:
         await self.close()
 
     async def ping(self) -> None:
-        """Raise StoreUnavailable unless the node is ready to serve."""
+        """Raise StoreUnavailable unless the node is ready to serve, and a StoreError unless it
+        takes HRT's credentials: the readiness endpoint answers anyone, so an authenticated read
+        (does the collection exist) follows it."""
         async with self._guard("ping", self._connect_timeout):
             ready = await self._client.is_ready()
+            if ready:
+                await self._client.collections.exists(self.collection_name)
         if not ready:
-            raise StoreUnavailable("Weaviate is not ready")
+            raise StoreUnavailable("Weaviate is not ready", store="Weaviate")
 
     async def ensure_schema(self) -> None:
         """Create the collection when missing (a concurrent creator may win the race), then check
@@ -322,6 +340,18 @@ class WeaviateVectorIndex:
                         raise
                     log.info("collection %s was created concurrently", self.collection_name)
             config = await self._collection.config.get()
+            have = {p.name for p in config.properties}
+            later = [p for p in _later_properties() if p.name not in have]
+            for prop in later:  # a collection from before search filters: objects gain them on rewrite
+                await self._collection.config.add_property(prop)
+            if later:
+                log.warning(
+                    "added %s to Weaviate collection %s; objects written before have none, so tag and agent "
+                    "filters miss them until they are written again (`hrt doctor --repair`)",
+                    ", ".join(p.name for p in later),
+                    self.collection_name,
+                )
+                config = await self._collection.config.get()
         problems = []
         if not config.multi_tenancy_config.enabled:
             problems.append("multi-tenancy is off")
@@ -338,7 +368,8 @@ class WeaviateVectorIndex:
         if problems:
             raise StoreError(
                 f"Weaviate collection {self.collection_name!r} exists but does not fit HRT: {'; '.join(problems)}; "
-                "drop it or set another HRT_WEAVIATE_COLLECTION, then run `hrt migrate` and `hrt doctor --repair`"
+                "drop it or set another HRT_WEAVIATE_COLLECTION, then run `hrt migrate` and `hrt doctor --repair`",
+                store="Weaviate",
             )
 
     async def _create_collection(self) -> None:
@@ -366,6 +397,7 @@ class WeaviateVectorIndex:
                     text_analyzer=Configure.text_analyzer(ascii_fold=True),  # as FTS5 unicode61 folds diacritics
                 ),
                 Property(name="ts", data_type=DataType.NUMBER, index_range_filters=True),
+                *_later_properties(),
             ],
             vector_config=Configure.Vectors.self_provided(
                 vector_index_config=Configure.VectorIndex.hnsw(distance_metric=VectorDistances.COSINE)
@@ -405,6 +437,8 @@ class WeaviateVectorIndex:
                     "kind": Kind(doc.kind).value,
                     "text": doc.text,
                     "ts": NO_TS if doc.ts is None else float(doc.ts),
+                    "tags": list(doc.tags),
+                    "source_agent_id": doc.source_agent_id or "",
                 },
                 uuid=object_uuid(user_id, doc.id),
                 vector=np.asarray(doc.vector, dtype=np.float32).tolist(),
@@ -419,7 +453,8 @@ class WeaviateVectorIndex:
                     first = next(iter(result.errors.values()))
                     raise StoreError(
                         f"Weaviate rejected {len(result.errors)} of {len(objects)} objects of user {user_id!r}: "
-                        f"{first.message[:300]}"
+                        f"{first.message[:300]}",
+                        store="Weaviate",
                     )
 
     async def _by_ids(
@@ -452,7 +487,14 @@ class WeaviateVectorIndex:
     async def _stored(self, user_id: str, tenant: str, ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
         """The stored form (:func:`_stored_form`) of those of ``ids`` the tenant holds."""
         return {
-            f["entity_id"].text_value: (f["kind"].text_value, f["text"].text_value, f["ts"].number_value, vector or b"")
+            f["entity_id"].text_value: (
+                f["kind"].text_value,
+                f["text"].text_value,
+                f["ts"].number_value,
+                vector or b"",
+                tuple(f["tags"].list_value.text_values.values) if "tags" in f else (),
+                f["source_agent_id"].text_value if "source_agent_id" in f else "",
+            )
             for f, vector in await self._by_ids(user_id, tenant, ids, _STORED_PB)
         }
 
@@ -499,6 +541,7 @@ class WeaviateVectorIndex:
         kinds: Sequence[Kind],
         k: int,
         not_after: float | None = None,
+        where: SearchFilter | None = None,
     ) -> list[list[VectorHit]]:
         """Per phrase, the union of the top ``k`` vector hits and top ``k`` BM25 hits, each with its
         cosine similarity and both 1-based ranks; hits ordered by similarity, then id. The vectors
@@ -518,7 +561,7 @@ class WeaviateVectorIndex:
         if k < 1 or not kinds:
             return empty
         name = tenant_name(user_id)
-        filters = self._filters(kinds, not_after)
+        filters = self._filters(kinds, not_after, where)
         legs: list[Awaitable[list[_Found]]] = []
         for phrase, query in zip(phrases, queries, strict=True):
             legs.append(self._vector_leg(name, query, filters, k))
@@ -580,7 +623,9 @@ class WeaviateVectorIndex:
         return hits
 
     @staticmethod
-    def _filters(kinds: Sequence[Kind], not_after: float | None) -> base_pb2.Filters | None:
+    def _filters(
+        kinds: Sequence[Kind], not_after: float | None, where: SearchFilter | None = None
+    ) -> base_pb2.Filters | None:
         parts: list[base_pb2.Filters] = []
         wanted = {Kind(kind) for kind in kinds}
         if wanted != _ALL_KINDS:  # no filter at all keeps the unfiltered (HNSW) path
@@ -599,6 +644,8 @@ class WeaviateVectorIndex:
                     target=base_pb2.FilterTarget(property="ts"),
                 )
             )
+        if where:
+            parts += _pushed_down(where)
         if not parts:
             return None
         return parts[0] if len(parts) == 1 else base_pb2.Filters(operator=base_pb2.Filters.OPERATOR_AND, filters=parts)
@@ -729,8 +776,57 @@ class WeaviateVectorIndex:
         except (WeaviateBaseError, AioRpcError, httpx.HTTPError, OSError, TimeoutError) as exc:
             detail = str(exc)[:300] or type(exc).__name__
             if _unavailable(exc):
-                raise StoreUnavailable(f"Weaviate unavailable during {action}: {detail}") from exc
-            raise StoreError(f"Weaviate error during {action}: {detail}") from exc
+                raise StoreUnavailable(f"Weaviate unavailable during {action}: {detail}", store="Weaviate") from exc
+            raise StoreError(f"Weaviate error during {action}: {detail}", store="Weaviate") from exc
+
+
+def _text_is(prop: str, value: str, equal: bool = True) -> base_pb2.Filters:
+    op = base_pb2.Filters.OPERATOR_EQUAL if equal else base_pb2.Filters.OPERATOR_NOT_EQUAL
+    return base_pb2.Filters(operator=op, value_text=value, target=base_pb2.FilterTarget(property=prop))
+
+
+def _any_of(*filters: base_pb2.Filters) -> base_pb2.Filters:
+    return filters[0] if len(filters) == 1 else base_pb2.Filters(operator=base_pb2.Filters.OPERATOR_OR, filters=filters)
+
+
+def _pushed_down(where: SearchFilter) -> list[base_pb2.Filters]:
+    """The request's filters as Weaviate filters (see :class:`SearchFilter`): each applies to the
+    kinds that carry its property and lets the others through."""
+    parts: list[base_pb2.Filters] = []
+    not_mu = _text_is("kind", Kind.MEMORY_UNIT.value, equal=False)
+    if where.tags:
+        tags = base_pb2.Filters(
+            operator=base_pb2.Filters.OPERATOR_CONTAINS_ANY,
+            value_text_array=base_pb2.TextArray(values=sorted(set(where.tags))),
+            target=base_pb2.FilterTarget(property="tags"),
+        )
+        parts.append(_any_of(not_mu, tags))
+    if where.source_agent_ids:
+        agents = [_text_is("source_agent_id", a) for a in sorted(set(where.source_agent_ids))]
+        parts.append(_any_of(not_mu, *agents))
+    bounds: list[base_pb2.Filters] = []
+    if where.ts_from is not None:
+        bounds.append(
+            base_pb2.Filters(
+                operator=base_pb2.Filters.OPERATOR_GREATER_THAN_EQUAL,
+                value_number=float(where.ts_from),
+                target=base_pb2.FilterTarget(property="ts"),
+            )
+        )
+    if where.ts_to is not None:
+        bounds.append(
+            base_pb2.Filters(
+                operator=base_pb2.Filters.OPERATOR_LESS_THAN_EQUAL,
+                value_number=float(where.ts_to),
+                target=base_pb2.FilterTarget(property="ts"),
+            )
+        )
+    if bounds:
+        within = (
+            bounds[0] if len(bounds) == 1 else base_pb2.Filters(operator=base_pb2.Filters.OPERATOR_AND, filters=bounds)
+        )
+        parts.append(_any_of(_text_is("kind", Kind.CONCEPT.value), within))
+    return parts
 
 
 async def _top_k(fetch: Callable[[int], Awaitable[list[_Found]]], k: int, slack: int) -> list[_Found]:

@@ -8,8 +8,9 @@ a server with other work.
 
 from __future__ import annotations
 
+import functools
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from neo4j import Driver, GraphDatabase
 from neo4j.exceptions import ConstraintError
 
+from hrt.devstack import Stack
 from hrt.errors import InvalidInput, StoreError, StoreUnavailable
 from hrt.ingest import parse_jsonl
 from hrt.projection import graph_edge, graph_node
@@ -32,25 +34,37 @@ from tests.helpers import jsonl, small_graph
 pytestmark = pytest.mark.integration
 
 CAPS = ExpansionCaps(depth=2, fanout_per_node=25, max_per_kind=100, hop_decay=0.5)
+Connect = Callable[..., Neo4jGraphStore]
 
 
 @pytest.fixture(scope="module")
-def neo4j_uri(stack_manager: StackManager) -> str:
-    return stack_manager.need("neo4j").neo4j_uri  # started by the fixtures when not running: never a skip
+def neo4j_stack(stack_manager: StackManager) -> Stack:
+    return stack_manager.need("neo4j")  # started by the fixtures when not running: never a skip
 
 
 @pytest.fixture(scope="module")
-def raw(neo4j_uri: str) -> Iterator[Driver]:
+def neo4j_uri(neo4j_stack: Stack) -> str:
+    return neo4j_stack.neo4j_uri
+
+
+@pytest.fixture(scope="module")
+def connect(neo4j_stack: Stack) -> Connect:
+    """``Neo4jGraphStore`` on the dev stack's Neo4j, with its credentials (auth is on)."""
+    return functools.partial(Neo4jGraphStore, neo4j_stack.neo4j_uri, auth=neo4j_stack.neo4j_auth)
+
+
+@pytest.fixture(scope="module")
+def raw(neo4j_stack: Stack) -> Iterator[Driver]:
     """A plain driver for checking what the adapter wrote, as an operator would."""
-    with GraphDatabase.driver(neo4j_uri) as driver:
+    with GraphDatabase.driver(neo4j_stack.neo4j_uri, auth=neo4j_stack.neo4j_auth) as driver:
         yield driver
 
 
 @pytest.fixture(params=["procedure", "cypher"])
-async def store(neo4j_uri: str, request: pytest.FixtureRequest) -> AsyncIterator[Neo4jGraphStore]:
+async def store(connect: Connect, request: pytest.FixtureRequest) -> AsyncIterator[Neo4jGraphStore]:
     """The adapter with expansion's neighbourhood from HRT's procedure (the dev stack installs
     neo4j-plugin/), and from the Cypher query."""
-    graph = Neo4jGraphStore(neo4j_uri, expansion=request.param)
+    graph = connect(expansion=request.param)
     await graph.apply_schema()
     yield graph
     await graph.close()
@@ -194,16 +208,16 @@ async def test_warm_queries_plan_retrieval_reads_and_touch_no_data(loaded, raw):
     assert await store.expand(u1, {"m1": 0.8}, CAPS) == before
 
 
-async def test_expansion_mode_follows_the_installed_procedure(neo4j_uri, monkeypatch, caplog):
+async def test_expansion_mode_follows_the_installed_procedure(connect, monkeypatch, caplog):
     """``auto`` uses hrt.expand when Neo4j has it in this adapter's version, else the Cypher query
     (with a warning); ``procedure`` refuses to run without it; ``cypher`` never asks."""
     from hrt.stores import neo4j_graph
 
-    fresh = Neo4jGraphStore(neo4j_uri)
+    fresh = connect()
     assert fresh.expansion_path == "unknown"  # not asked yet
     assert await fresh.uses_procedure() is True  # the dev stack installs the plugin
     assert fresh.expansion_path == "procedure"
-    never = Neo4jGraphStore(neo4j_uri, expansion="cypher")
+    never = connect(expansion="cypher")
     assert never.expansion_path == "cypher" and await never.uses_procedure() is False
     for adapter in (fresh, never):
         await adapter.close()
@@ -213,21 +227,21 @@ async def test_expansion_mode_follows_the_installed_procedure(neo4j_uri, monkeyp
     ):
         with monkeypatch.context() as m:
             m.setattr(neo4j_graph, *patch)
-            auto = Neo4jGraphStore(neo4j_uri)
+            auto = connect()
             caplog.clear()
             assert await auto.uses_procedure() is False
             assert problem in caplog.text
             out = await auto.expand("nobody", {"a": 1.0}, CAPS)  # the Cypher query answers
             assert out == []
-            strict = Neo4jGraphStore(neo4j_uri, expansion="procedure")
+            strict = connect(expansion="procedure")
             with pytest.raises(StoreError, match="HRT_NEO4J_EXPANSION=procedure"):
                 await strict.expand("nobody", {"a": 1.0}, CAPS)
             for adapter in (auto, strict):
                 await adapter.close()
     # a Neo4j restarted without the plugin: the first call that finds it gone falls back for good
-    auto = Neo4jGraphStore(neo4j_uri)
+    auto = connect()
     assert await auto.uses_procedure() is True
-    strict = Neo4jGraphStore(neo4j_uri, expansion="procedure")
+    strict = connect(expansion="procedure")
     gone = neo4j_graph._PROCEDURE_QUERY.replace("hrt.expand(", "hrt.no_such_procedure(")
     with monkeypatch.context() as m:
         m.setattr(neo4j_graph, "_PROCEDURE_QUERY", gone)
@@ -240,7 +254,7 @@ async def test_expansion_mode_follows_the_installed_procedure(neo4j_uri, monkeyp
     for adapter in (auto, strict):
         await adapter.close()
     with pytest.raises(ValueError, match="expansion must be one of"):
-        Neo4jGraphStore(neo4j_uri, expansion="fast")
+        connect(expansion="fast")
 
 
 async def test_uniqueness_is_enforced(store, tenants, raw):
@@ -250,18 +264,24 @@ async def test_uniqueness_is_enforced(store, tenants, raw):
         raw.execute_query("CREATE (:Entity {user_id: $u, id: 'c1'})", {"u": u}, database_="neo4j")
 
 
-async def test_errors_are_translated(neo4j_uri):
+async def test_errors_are_translated(neo4j_uri, connect):
     down = Neo4jGraphStore("bolt://127.0.0.1:1", connection_timeout=1.0, max_transaction_retry_time=0.0)
     with pytest.raises(StoreUnavailable) as exc_info:
         await down.ping()
     assert exc_info.value.__cause__ is not None
     await down.close()
-    wrong_db = Neo4jGraphStore(neo4j_uri, database="no-such-database")
+    for auth in (None, ("neo4j", "not-the-password")):  # auth is on: a clear error, not an empty graph
+        refused = connect(auth=auth, max_transaction_retry_time=0.0)
+        with pytest.raises(StoreError, match="Unauthorized") as refusal:
+            await refused.expand("u", {"a": 1.0}, CAPS)
+        assert not isinstance(refusal.value, StoreUnavailable)
+        await refused.close()
+    wrong_db = connect(database="no-such-database")
     with pytest.raises(StoreError) as err:
         await wrong_db.expand("u", {"a": 1.0}, CAPS)
     assert not isinstance(err.value, StoreUnavailable) and err.value.__cause__ is not None
     await wrong_db.close()
-    ok = Neo4jGraphStore(neo4j_uri)
+    ok = connect()
     await ok.ping()
     with pytest.raises(InvalidInput):
         await ok.expand("u", {"a": 1.0}, ExpansionCaps(4, 25, 100, 0.5))
@@ -343,12 +363,12 @@ def embedded_graph(tmp_path: Path) -> Iterator[EmbeddedStore]:
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(graphs=st.lists(user_graphs(), min_size=1, max_size=3), probe_list=st.lists(probes(), min_size=1, max_size=3))
 async def test_expand_and_neighbors_agree_with_the_embedded_adapter(
-    neo4j_uri: str, embedded_graph: EmbeddedStore, graphs, probe_list
+    connect: Connect, embedded_graph: EmbeddedStore, graphs, probe_list
 ) -> None:
-    neo4j = Neo4jGraphStore(neo4j_uri, expansion="cypher")
-    by_index = Neo4jGraphStore(neo4j_uri, sparse_degree=0, expansion="cypher")  # every node read as a hub is
-    procedure = Neo4jGraphStore(neo4j_uri, expansion="procedure")
-    procedure_by_index = Neo4jGraphStore(neo4j_uri, sparse_degree=0, expansion="procedure")
+    neo4j = connect(expansion="cypher")
+    by_index = connect(sparse_degree=0, expansion="cypher")  # every node read as a hub is
+    procedure = connect(expansion="procedure")
+    procedure_by_index = connect(sparse_degree=0, expansion="procedure")
     run = uuid.uuid4().hex[:10]
     users = [f"t{run}-g{i}" for i in range(len(graphs))]
     try:
@@ -400,7 +420,7 @@ async def test_sample_graph_agrees_with_the_embedded_adapter(store, tenants, emb
         assert await store.neighbors(renamed[user_id], mus, EdgeType.MENTIONS, True, 3) == expected_nb
 
 
-async def test_procedure_returns_what_the_query_returns(neo4j_uri, tenants):
+async def test_procedure_returns_what_the_query_returns(connect, tenants):
     """hrt.expand is the expansion query's neighbourhood fetched through Neo4j's Java API: the same
     adjacency (each node's links in visit order) and the same node rows, on the sample graph from
     each user's busiest nodes, at every depth, fan-out and as-of, for sparse and hub reads."""
@@ -409,7 +429,7 @@ async def test_procedure_returns_what_the_query_returns(neo4j_uri, tenants):
     from hrt.stores.neo4j_graph import _PROCEDURE_QUERY, _min_key, expand_query
 
     lines = resources.files("hrt.sample_data").joinpath("sample_graph.jsonl").read_text(encoding="utf-8")
-    graph = Neo4jGraphStore(neo4j_uri, expansion="cypher")
+    graph = connect(expansion="cypher")
     await graph.apply_schema()
     compared = 0
     for user_id, (nodes, edges) in projection(parse_jsonl(lines.splitlines())).items():

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pytest
+from pydantic import SecretStr
 
 from hrt.config import Settings
 from hrt.ingest import parse_jsonl
@@ -61,7 +62,9 @@ async def deployment(request, tmp_path) -> AsyncIterator[Deployment]:
             update={
                 "graph_store": "neo4j",
                 "neo4j_uri": stack.neo4j_uri,
+                "neo4j_password": SecretStr(stack.neo4j_password),  # every store runs with auth on
                 "vector_index": "weaviate",
+                "weaviate_api_key": SecretStr(stack.weaviate_api_key),
                 "weaviate_http_port": stack.weaviate_http_port,
                 "weaviate_grpc_port": stack.weaviate_grpc_port,
                 "weaviate_collection": "HRTContract" + uuid.uuid4().hex[:8],

@@ -17,6 +17,7 @@ import pytest
 import pytest_asyncio
 import weaviate
 from weaviate.classes.config import Configure
+from weaviate.classes.init import Auth
 
 from hrt.config import Settings
 from hrt.errors import StoreError, StoreUnavailable
@@ -24,7 +25,7 @@ from hrt.ingest import parse_jsonl
 from hrt.projection import vector_doc
 from hrt.records import Artifact, Concept, Kind, MemoryUnit, entity_text
 from hrt.service import HRTService
-from hrt.stores.base import VectorDoc, VectorHit
+from hrt.stores.base import SearchFilter, VectorDoc, VectorHit
 from hrt.stores.embedded_vectors import EmbeddedVectorIndex
 from hrt.stores.weaviate_vectors import LEXICAL_TIE_SLACK, NO_TS, WeaviateVectorIndex, object_uuid, tenant_name
 from tests.conftest import FIXED_NOW, StackManager
@@ -99,6 +100,7 @@ async def loaded(tmp_path_factory: pytest.TempPathFactory, stack_manager: StackM
         grpc_host="127.0.0.1",
         grpc_port=stack.weaviate_grpc_port,
         grpc_secure=False,
+        auth_credentials=Auth.api_key(stack.weaviate_api_key),  # anonymous access is off
     )
     await client.connect()
     index = WeaviateVectorIndex(client=client, collection=name)  # an injected client: not closed by the index
@@ -257,7 +259,8 @@ async def test_an_identical_upsert_writes_nothing_and_leaves_bm25_scores_as_they
 
     async def state() -> dict[str, tuple[float | None, object]]:
         res = await tenant.query.bm25(
-            query="Postgres billing tables bandwidth Phoenix", limit=50,
+            query="Postgres billing tables bandwidth Phoenix",
+            limit=50,
             return_metadata=MetadataQuery(score=True, last_update_time=True),
         )
         return {str(o.properties["entity_id"]): (o.metadata.score, o.metadata.last_update_time) for o in res.objects}
@@ -333,6 +336,7 @@ async def test_a_dead_grpc_port_hits_the_adapter_deadline(loaded: Loaded, stack_
         grpc_port=free_port(),
         grpc_secure=False,
         skip_init_checks=True,
+        auth_credentials=Auth.api_key(stack.weaviate_api_key),
     )
     await client.connect()
     try:
@@ -360,6 +364,68 @@ async def test_ensure_schema_refuses_a_collection_that_does_not_fit(loaded: Load
             await WeaviateVectorIndex(client=client, collection=name).ensure_schema()
     finally:
         await client.collections.delete(name)
+
+
+async def test_ensure_schema_adds_the_filter_properties_to_an_older_collection(loaded: Loaded) -> None:
+    """A collection made before search filters (no tags, no source_agent_id) gains them."""
+    from weaviate.classes.config import DataType, Property, Tokenization, VectorDistances
+
+    client = loaded.index._client
+    name = f"HRTTestOld{uuid.uuid4().hex[:8]}"
+    await client.collections.create(
+        name,
+        properties=[
+            Property(name="entity_id", data_type=DataType.TEXT, tokenization=Tokenization.FIELD),
+            Property(name="kind", data_type=DataType.TEXT, tokenization=Tokenization.FIELD),
+            Property(name="text", data_type=DataType.TEXT),
+            Property(name="ts", data_type=DataType.NUMBER, index_range_filters=True),
+        ],
+        vector_config=Configure.Vectors.self_provided(
+            vector_index_config=Configure.VectorIndex.hnsw(distance_metric=VectorDistances.COSINE)
+        ),
+        multi_tenancy_config=Configure.multi_tenancy(
+            enabled=True, auto_tenant_creation=True, auto_tenant_activation=True
+        ),
+    )
+    try:
+        index = WeaviateVectorIndex(client=client, collection=name)
+        await index.ensure_schema()
+        props = {p.name: p for p in (await client.collections.use(name).config.get()).properties}
+        assert {"tags", "source_agent_id"} <= set(props)
+        user = "u1"
+        m1 = loaded.docs[user]["m1"]
+        await index.upsert(user, [m1])
+        [hits] = await index.search(
+            user, ["Phoenix"], loaded.embedder.embed(["Phoenix"]), ALL_KINDS, 5, where=SearchFilter(tags=("phoenix",))
+        )
+        assert [h.id for h in hits] == ["m1"]
+    finally:
+        await client.collections.delete(name)
+
+
+# (filter, the memory units of u1 it lets through); concepts always pass
+PUSHED_DOWN = {
+    "tags": (SearchFilter(tags=("phoenix", "people")), {"m1", "m2"}),
+    "agent": (SearchFilter(source_agent_ids=("meeting-agent",)), {"m1"}),
+    "tags-and-agent": (SearchFilter(tags=("infra",), source_agent_ids=("dialogue-agent",)), {"m3", "m4"}),
+    "time": (SearchFilter(ts_from=1749513600.0, ts_to=1749859200.0), {"m1", "m2"}),  # 2025-06-10 to 06-14
+    "no-match": (SearchFilter(tags=("nothing-has-this",)), set()),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PUSHED_DOWN))
+async def test_pushed_down_filters_let_through_what_the_embedded_adapter_does(loaded: Loaded, case: str) -> None:
+    where, expected = PUSHED_DOWN[case]
+    vectors = loaded.embedder.embed(CONGRUENCE_PHRASES)
+    remote = await loaded.index.search("u1", CONGRUENCE_PHRASES, vectors, ALL_KINDS, 20, where=where)
+    local = await loaded.embedded.search("u1", CONGRUENCE_PHRASES, vectors, ALL_KINDS, 20, where=where)
+    for phrase, r, e in zip(CONGRUENCE_PHRASES, remote, local, strict=True):
+        # u1 has fewer documents than k: each vector leg is every document the filter lets through
+        assert set(_leg(r, lexical=False)) == set(_leg(e, lexical=False)), phrase
+    allowed = set(_leg(remote[0], lexical=False))
+    kinds = {i: loaded.docs["u1"][i].kind for i in allowed}
+    assert {i for i, k in kinds.items() if k is Kind.MEMORY_UNIT} == expected
+    assert {i for i, k in kinds.items() if k is Kind.CONCEPT} == {"c-phx", "c-bw", "c-pg"}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from hrt.bench.run import provision_key
 from hrt.config import Settings
 from hrt.embedder import Embedder
 from hrt.service import load_embedder
@@ -30,10 +31,16 @@ def real_embedder() -> Embedder:
 
 
 class ServerProcess:
-    def __init__(self, proc: subprocess.Popen[bytes], base_url: str, log: Path) -> None:
+    """``headers`` carry an API key with every scope for every user (``provision_key``)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], base_url: str, log: Path, headers: dict[str, str]) -> None:
         self.proc = proc
         self.base_url = base_url
         self.log = log
+        self.headers = headers
+
+    def client(self, **kwargs: object) -> httpx.Client:
+        return httpx.Client(base_url=self.base_url, headers=self.headers, **kwargs)  # type: ignore[arg-type]
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -48,9 +55,11 @@ class ServerProcess:
 def start_hrt_server(
     db_path: Path, log_path: Path, timeout: float = 120.0, env: dict[str, str] | None = None
 ) -> ServerProcess:
-    """``hrt serve`` as a real process (uvicorn) on a free loopback port; returns once /readyz is 200."""
+    """``hrt serve`` as a real process (uvicorn) on a free loopback port, with a key of every scope
+    created in its store first; returns once /readyz is 200."""
     port = free_port()
     env = {**os.environ, "HRT_DB_PATH": str(db_path), "HRT_LOG_LEVEL": "WARNING", **(env or {})}
+    headers = {"authorization": f"Bearer {provision_key(env)}"}
     log = log_path.open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "hrt.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
@@ -58,13 +67,13 @@ def start_hrt_server(
         stderr=subprocess.STDOUT,
         env=env,
     )
-    server = ServerProcess(proc, f"http://127.0.0.1:{port}", log_path)
+    server = ServerProcess(proc, f"http://127.0.0.1:{port}", log_path, headers)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"hrt serve exited with {proc.returncode}: {log_path.read_text()[-2000:]}")
         try:
-            if httpx.get(f"{server.base_url}/readyz", timeout=2).status_code == 200:
+            if httpx.get(f"{server.base_url}/readyz", headers=headers, timeout=2).status_code == 200:
                 return server
         except httpx.TransportError:
             pass

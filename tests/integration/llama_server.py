@@ -6,7 +6,10 @@ Usage (from a fixture)::
 
     model = require_llama()                 # skips locally, fails under CI, when not installed
     with llama_server(model) as server:     # waits until GET /v1/models answers 200
-        ...server.base_url...
+        ...server.base_url, server.api_key...
+
+The server always runs with an API key (``--api_key``, a fresh one per server unless given), as a
+reranker should: every endpoint answers 401 to a request without ``Authorization: Bearer <key>``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -89,6 +93,12 @@ class LlamaServer:
     process: subprocess.Popen[bytes]
     log_path: Path
     command: list[str] = field(default_factory=list)
+    api_key: str = ""
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What a client must send: the server refuses every request without it."""
+        return {"Authorization": f"Bearer {self.api_key}"}
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -126,10 +136,11 @@ def _wait_ready(server: LlamaServer, timeout_s: float) -> None:
             if not server.alive():
                 raise RuntimeError(
                     f"llama.cpp server exited with code {server.process.returncode} before it was ready\n"
-                    f"command: {' '.join(server.command)}\n--- log tail ---\n{server.log_tail()}"
+                    f"command: {' '.join(server.command).replace(server.api_key, '<api key>')}\n"
+                    f"--- log tail ---\n{server.log_tail()}"
                 )
             try:
-                response = client.get(f"{server.base_url}/v1/models")
+                response = client.get(f"{server.base_url}/v1/models", headers=server.headers)
                 if response.status_code == 200:
                     return
                 last = f"HTTP {response.status_code}"
@@ -150,12 +161,15 @@ def llama_server(
     startup_timeout_s: float = 120.0,
     log_dir: Path | None = None,
     extra_args: Sequence[str] = (),
+    api_key: str | None = None,
 ) -> Iterator[LlamaServer]:
     """A running ``python -m llama_cpp.server`` on 127.0.0.1; stopped (SIGTERM, then SIGKILL) on exit.
+    ``api_key``: the key it demands (default: a fresh random one, in ``server.api_key``).
 
     ``logits_all`` defaults to True in the server, which logprobs need.
     """
     port = free_port()
+    api_key = api_key or secrets.token_urlsafe(24)
     command = [
         sys.executable,
         "-m",
@@ -170,6 +184,7 @@ def llama_server(
         str(n_ctx),
         "--n_threads",
         str(n_threads),
+        f"--api_key={api_key}",  # one token: a key starting with "-" would read as an option
         *extra_args,
     ]
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="hrt-llama-"))
@@ -183,7 +198,7 @@ def llama_server(
             env=_server_env(),
             start_new_session=True,  # a Ctrl-C in the test terminal does not hit the server first
         )
-    server = LlamaServer(f"http://127.0.0.1:{port}", process, log_path, command)
+    server = LlamaServer(f"http://127.0.0.1:{port}", process, log_path, command, api_key)
     try:
         _wait_ready(server, startup_timeout_s)
         yield server

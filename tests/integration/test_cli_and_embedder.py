@@ -94,7 +94,7 @@ def test_ingest_query_and_a_bad_line(tmp_path):
     assert unknown.returncode == 2 and "unknown user_id" in unknown.stderr
     m = run_hrt("migrate", "--db", db)
     embedded = json.loads(m.stdout)["embedded"]
-    assert embedded["schema_versions"] == [1] and embedded["applied_now"] == []
+    assert embedded["schema_versions"] == [1, 2, 3] and embedded["applied_now"] == []  # 2: API keys, 3: filters
 
 
 def test_real_embedder_is_normalised_semantic_and_cached(real_embedder):

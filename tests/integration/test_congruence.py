@@ -2,10 +2,12 @@
 (PostgreSQL + Neo4j + Weaviate) answers the same requests with the same top memory units.
 
 Tolerance (documented in the README): the two lexical engines differ (SQLite FTS5 stems with
-Porter, Weaviate's BM25 does not, and their BM25 statistics differ), so the lexical ranks, and
-through RRF the seeds, may differ on some phrase. The test requires the same set of top-5 memory
-units per request and final scores within 0.02 for each; on the sample graph today they are
-identical, in the same order.
+Porter, Weaviate's BM25 does not, and their BM25 statistics differ), so the lexical ranks differ on
+some phrases. With the default ``semantic_evidence`` ``fused`` those ranks are part of every hit's
+score, so the test requires the same top memory unit, at most one of the five swapped, and shared
+items' final scores within 0.08 (measured: one swap at rank 5, largest gap 0.067). With ``cosine``
+evidence the lexical leg only admits seeds, and the test requires the same five memory units and
+scores within 0.02.
 """
 
 from __future__ import annotations
@@ -40,16 +42,25 @@ async def test_embedded_and_services_rank_alike(real_embedder, postgres_dsn, sta
     migrate(postgres_dsn)
     embedded_settings = Settings(db_path=tmp_path / "e.db")
     services_settings = Settings(
-        db_path=tmp_path / "s.db", record_store="postgres", postgres_dsn=postgres_dsn, graph_store="neo4j",
-        neo4j_uri=stack.neo4j_uri, vector_index="weaviate", weaviate_http_port=stack.weaviate_http_port,
-        weaviate_grpc_port=stack.weaviate_grpc_port, weaviate_collection="HRTCongruence" + uuid.uuid4().hex[:8],
+        db_path=tmp_path / "s.db",
+        record_store="postgres",
+        postgres_dsn=postgres_dsn,
+        graph_store="neo4j",
+        neo4j_uri=stack.neo4j_uri,
+        neo4j_password=stack.neo4j_password,
+        vector_index="weaviate",
+        weaviate_http_port=stack.weaviate_http_port,
+        weaviate_grpc_port=stack.weaviate_grpc_port,
+        weaviate_api_key=stack.weaviate_api_key,
+        weaviate_collection="HRTCongruence" + uuid.uuid4().hex[:8],
     )
     embedded = await HRTService(embedded_settings, embedder=real_embedder).start()
     services = await HRTService(services_settings, embedder=real_embedder).start()
     # the same stores read with reached candidates scored by path x own cosine: the vector index's
     # similarities (SQLite matrix vs Weaviate's stored vectors) must agree too
     # (fewer hits per phrase, so that what the graph alone reaches is among the answers)
-    cosine = {"reached_evidence": "path_x_cosine", "search_k": 10}
+    # and with cosine direct evidence, so that the lexical engines' ranks do not enter the scores
+    cosine = {"reached_evidence": "path_x_cosine", "search_k": 10, "semantic_evidence": "cosine"}
     embedded_x = await HRTService(embedded_settings.model_copy(update=cosine), embedder=real_embedder).start()
     services_x = await HRTService(services_settings.model_copy(update=cosine), embedder=real_embedder).start()
     read: list[int] = []  # how many reached candidates each request's similarities read found in Weaviate
@@ -68,18 +79,24 @@ async def test_embedded_and_services_rank_alike(real_embedder, postgres_dsn, sta
         records = parse_jsonl(sample_data_path().read_text().splitlines())
         await embedded.ingest(records)
         await services.ingest(records)
-        for one, other in ((embedded, services), (embedded_x, services_x)):
-            identical = 0
+        for one, other, swaps, tolerance in ((embedded, services, 1, 0.08), (embedded_x, services_x, 0, 0.02)):
+            identical, worst = 0, 0.0
             for user, phrases in CASES:
                 request = RetrieveRequest(user_id=user, key_phrases=phrases, as_of="2025-12-31T00:00:00Z")
                 a = (await one.retrieve(request)).retrieved_memory_units
                 b = (await other.retrieve(request)).retrieved_memory_units
-                assert {m.muid for m in a} == {m.muid for m in b}, (phrases, [m.muid for m in a], [m.muid for m in b])
+                ids_a, ids_b = [m.muid for m in a], [m.muid for m in b]
+                shared = set(ids_a) & set(ids_b)
+                assert ids_a[0] == ids_b[0] and len(shared) >= len(ids_a) - swaps, (phrases, ids_a, ids_b)
                 b_scores = {m.muid: m.final_retrieval_score for m in b}
                 for m in a:
-                    assert abs(m.final_retrieval_score - b_scores[m.muid]) <= 0.02, (phrases, m.muid)
-                identical += [m.muid for m in a] == [m.muid for m in b]
-            assert identical >= len(CASES) - 1  # the order may differ at most on one request (tolerance above)
+                    if m.muid in shared:
+                        gap = abs(m.final_retrieval_score - b_scores[m.muid])
+                        worst = max(worst, gap)
+                        assert gap <= tolerance, (phrases, m.muid, gap)
+                identical += ids_a == ids_b
+            print(f"congruence: {identical} of {len(CASES)} identical, largest score gap {worst:.4f}")
+            assert identical >= len(CASES) - 1 - swaps  # the order may differ on a request or two
         assert len(read) == len(CASES) and min(read) > 0  # each request read reached candidates' vectors
     finally:
         for u in users:

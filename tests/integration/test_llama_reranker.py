@@ -68,6 +68,7 @@ def make(server: LlamaServer, **kwargs: Any) -> Qwen3Reranker:
     kwargs.setdefault("top_logprobs", TOP_N)
     kwargs.setdefault("timeout_s", 90.0)  # generous: a loaded 2-core machine is slow, never wrong
     kwargs.setdefault("cache_size", 0)  # every call below must reach the server
+    kwargs.setdefault("api_key", server.api_key)  # the server refuses calls without it
     return Qwen3Reranker(base_url=server.base_url, **kwargs)
 
 
@@ -76,7 +77,7 @@ async def test_real_logprobs_come_back(llama: LlamaServer, mode: str) -> None:
     r = make(llama, mode=mode, top_logprobs=20)
     path = "/v1/chat/completions" if mode == "chat" else "/v1/completions"
     async with httpx.AsyncClient(timeout=60, trust_env=False) as client:
-        response = await client.post(llama.base_url + path, json=r.payload(QUERY, DOCS[0]))
+        response = await client.post(llama.base_url + path, json=r.payload(QUERY, DOCS[0]), headers=llama.headers)
     assert response.status_code == 200, response.text[:500]
     logprobs = response.json()["choices"][0]["logprobs"]
     if mode == "chat":
@@ -88,6 +89,27 @@ async def test_real_logprobs_come_back(llama: LlamaServer, mode: str) -> None:
     pairs = extract_top_logprobs(response.json())
     assert all(isinstance(lp, float) and lp <= 0.0 for _, lp in pairs)
     await r.aclose()
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_server_refuses_a_call_without_its_api_key(llama: LlamaServer, mode: str) -> None:
+    """A reranker is a service like the stores: without the key (or with another one) the server
+    answers 401 and the adapter fails the call as a server error, which the pipeline degrades."""
+    path = "/v1/chat/completions" if mode == "chat" else "/v1/completions"
+    payload = make(llama, mode=mode).payload(QUERY, DOCS[0])
+    async with httpx.AsyncClient(base_url=llama.base_url, timeout=60, trust_env=False) as client:
+        for headers in ({}, {"Authorization": "Bearer not-the-key"}):
+            refused = await client.post(path, json=payload, headers=headers)
+            assert refused.status_code == 401, refused.text[:300]
+            assert (await client.get("/v1/models", headers=headers)).status_code == 401
+    for key in (None, "not-the-key"):
+        async with make(llama, mode=mode, api_key=key) as r:
+            with pytest.raises(StoreError) as info:
+                await r.score(QUERY, DOCS[:1])
+        assert not isinstance(info.value, StoreUnavailable)  # the server is up: it said no
+    async with make(llama, mode=mode) as r:  # HRT's reranker sends the key
+        scores = await r.score(QUERY, DOCS[:1])
+    assert scores is not None and len(scores) == 1 and 0.0 <= scores[0] <= 1.0
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -31,29 +31,34 @@ pytestmark = pytest.mark.integration
 
 
 def test_migrations_from_empty_rerun_and_refusals(postgres_dsn):
-    assert migrate(postgres_dsn) == [1]
+    versions = [m.version for m in bundled_migrations()]
+    assert versions == list(range(1, len(versions) + 1)) and len(versions) >= 2  # 0002: API keys
+    assert migrate(postgres_dsn) == versions
     assert migrate(postgres_dsn) == []  # idempotent
-    assert applied_versions(postgres_dsn) == [1]
+    assert applied_versions(postgres_dsn) == versions
     with psycopg.connect(postgres_dsn) as conn:
         tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
-    assert {"hrt_entities", "hrt_relations", "hrt_preferences", "hrt_outbox", "hrt_schema_migrations"} <= tables
+    expected = {"hrt_entities", "hrt_relations", "hrt_preferences", "hrt_outbox", "hrt_api_keys"}
+    assert expected | {"hrt_schema_migrations"} <= tables
     changed = [Migration(1, "records_and_outbox", bundled_migrations()[0].sql + "\n-- edited")]
     with pytest.raises(StoreError, match="changed after it was applied"):
         migrate(postgres_dsn, changed)
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO hrt_schema_migrations (version, name, checksum) VALUES (2, 'half', 'x')")
+        conn.execute(
+            "INSERT INTO hrt_schema_migrations (version, name, checksum) VALUES (%s, 'half', 'x')", (versions[-1] + 1,)
+        )
     with pytest.raises(StoreError, match="not finished"):
         migrate(postgres_dsn)
 
 
 def test_a_failing_migration_leaves_nothing_behind(postgres_dsn):
-    migrate(postgres_dsn)
-    bad = [*bundled_migrations(), Migration(2, "broken", "CREATE TABLE t_ok (x int); SELECT * FROM no_such_table;")]
+    applied = migrate(postgres_dsn)
+    broken = Migration(applied[-1] + 1, "broken", "CREATE TABLE t_ok (x int); SELECT * FROM no_such_table;")
     with pytest.raises(psycopg.Error):
-        migrate(postgres_dsn, bad)
+        migrate(postgres_dsn, [*bundled_migrations(), broken])
     with psycopg.connect(postgres_dsn) as conn:
         assert conn.execute("SELECT to_regclass('t_ok')").fetchone() == (None,)
-    assert applied_versions(postgres_dsn) == [1]
+    assert applied_versions(postgres_dsn) == applied
 
 
 def test_unreachable_postgres_is_store_unavailable():

@@ -25,10 +25,12 @@ def exact_llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServe
         yield s
 
 
-def settings_for(server: LlamaServer, tmp_path) -> Settings:
+def settings_for(server: LlamaServer, tmp_path, api_key: str | None = "") -> Settings:
+    """``api_key``: what HRT sends (default: the server's own key; None: none)."""
     # gemma never puts yes/no in its top 20, so ask for more logprobs than a real reranker needs
     return Settings(db_path=tmp_path / "r.db", reranker_base_url=server.base_url, reranker_top_logprobs=1000,
-                    reranker_timeout_s=60, rerank_budget_s=120, request_timeout_s=300, reranker_max_candidates=8)
+                    reranker_timeout_s=60, rerank_budget_s=120, request_timeout_s=300, reranker_max_candidates=8,
+                    reranker_api_key=server.api_key if api_key == "" else api_key)
 
 
 def request(phrases: list[str], rerank: bool = True) -> RetrieveRequest:
@@ -52,6 +54,30 @@ async def test_rerank_true_is_valid_v94_and_deterministic_across_processes(exact
     assert md.rerank_applied and md.stages["rerank"] == "ok" and not md.degraded
     reranked = [m.score_breakdown.rerank for m in doc.retrieved_memory_units]
     assert reranked and all(r is not None and 0.0 <= r <= 1.0 for r in reranked)
+
+
+async def test_hrt_reranks_with_the_api_key_and_degrades_without_it(exact_llama, tmp_path):
+    """HRT_RERANKER_API_KEY reaches the server: with it the stage runs; without it (or with another
+    key) the server refuses every call and the response says so, in the scorer's order."""
+    outputs = {}
+    for label, key in (("none", None), ("wrong", "not-the-key"), ("right", "")):
+        svc = await HRTService(settings_for(exact_llama, tmp_path / label, api_key=key), embedder=HashingEmbedder(),
+                               clock=lambda: FIXED_NOW).start()
+        try:
+            await svc.ingest(parse_jsonl(jsonl(small_graph("u1"))))
+            outputs[label] = await svc.retrieve(request(["Phoenix brainstorm"]))
+            plain = await svc.retrieve(request(["Phoenix brainstorm"], rerank=False))
+        finally:
+            await svc.close()
+        if label != "right":
+            md = outputs[label].retrieval_metadata
+            assert md.stages["rerank"] == "degraded" and md.degraded and not md.rerank_applied, md
+            assert md.degraded_reasons[0].startswith("rerank failed")
+            assert [m.muid for m in outputs[label].retrieved_memory_units] == [
+                m.muid for m in plain.retrieved_memory_units]
+    md = outputs["right"].retrieval_metadata
+    assert md.rerank_applied and md.stages["rerank"] == "ok" and not md.degraded
+    assert all(m.score_breakdown.rerank is not None for m in outputs["right"].retrieved_memory_units)
 
 
 async def test_killing_the_server_mid_run_gives_the_degraded_fallback(tmp_path):

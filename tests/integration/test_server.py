@@ -7,7 +7,7 @@ import pytest
 
 from hrt.cli import sample_data_path
 from hrt.contract import AugmentedMemoryContext
-from tests.integration.conftest import start_hrt_server
+from tests.integration.conftest import ServerProcess, start_hrt_server
 
 pytestmark = pytest.mark.integration
 
@@ -18,9 +18,10 @@ BODY = {
 }
 
 
-def ingest_sample(base_url: str) -> None:
+def ingest_sample(server: ServerProcess) -> None:
     data = sample_data_path().read_bytes()
-    r = httpx.post(f"{base_url}/v1/ingest", content=data, headers={"content-type": "application/x-ndjson"}, timeout=120)
+    headers = {**server.headers, "content-type": "application/x-ndjson"}
+    r = httpx.post(f"{server.base_url}/v1/ingest", content=data, headers=headers, timeout=120)
     assert r.status_code == 200, r.text
     assert r.json()["upserted"] == sum(1 for line in data.splitlines() if line.strip())
 
@@ -29,33 +30,39 @@ def test_serve_ingest_retrieve_and_restart_is_byte_identical(tmp_path):
     db = tmp_path / "srv.db"
     server = start_hrt_server(db, tmp_path / "a.log")
     try:
-        ingest_sample(server.base_url)
-        first = httpx.post(f"{server.base_url}/v1/retrieve", json=BODY, timeout=30)
-        again = httpx.post(f"{server.base_url}/v1/retrieve", json=BODY, timeout=30)
+        ingest_sample(server)
+        first = httpx.post(f"{server.base_url}/v1/retrieve", json=BODY, headers=server.headers, timeout=30)
+        again = httpx.post(f"{server.base_url}/v1/retrieve", json=BODY, headers=server.headers, timeout=30)
         assert first.status_code == 200, first.text
         assert first.content == again.content
         doc = AugmentedMemoryContext.model_validate_json(first.content)
         assert doc.retrieved_memory_units and doc.retrieved_concepts
         assert all(m.muid.startswith("maya-") for m in doc.retrieved_memory_units)
-        bad = httpx.post(f"{server.base_url}/v1/retrieve", json={"user_id": "u-maya", "max_depth": 99}, timeout=30)
+        bad = httpx.post(
+            f"{server.base_url}/v1/retrieve",
+            json={"user_id": "u-maya", "max_depth": 99},
+            headers=server.headers,
+            timeout=30,
+        )
         assert bad.status_code == 422
-        metrics = httpx.get(f"{server.base_url}/metrics", timeout=10).text
+        metrics = httpx.get(f"{server.base_url}/metrics", headers=server.headers, timeout=10).text
         assert 'hrt_requests_total{route="/v1/retrieve",status="422"} 1.0' in metrics
     finally:
         server.stop()
     restarted = start_hrt_server(db, tmp_path / "b.log")
     try:
-        after = httpx.post(f"{restarted.base_url}/v1/retrieve", json=BODY, timeout=30)
+        after = httpx.post(f"{restarted.base_url}/v1/retrieve", json=BODY, headers=restarted.headers, timeout=30)
         assert after.content == first.content
     finally:
         restarted.stop()
 
 
 def test_tenants_sharing_concept_names_stay_apart(hrt_server):
-    ingest_sample(hrt_server.base_url)
+    ingest_sample(hrt_server)
     for user, prefix in (("u-maya", "maya-"), ("u-tom", "tom-"), ("u-sara", "sara-")):
         r = httpx.post(
             f"{hrt_server.base_url}/v1/retrieve",
+            headers=hrt_server.headers,
             timeout=30,
             json={
                 "user_id": user,

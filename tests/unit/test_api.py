@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from hrt.api import create_app
+from hrt.auth import SCOPES, new_key
 from hrt.contract import AugmentedMemoryContext
 from tests.helpers import concept, mu, rel
 
@@ -17,9 +18,13 @@ AS_OF = "2025-08-01T00:00:00Z"
 
 @pytest.fixture
 async def client(loaded_service, settings):
+    """An in-process client holding a key with every scope for every user."""
+    token, record = new_key("test-admin", SCOPES, None)
+    await loaded_service.records.create_key(record)
     app = create_app(settings, service=loaded_service)
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://hrt") as c:
+    headers = {"authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(transport=transport, base_url="http://hrt", headers=headers) as c:
         yield c
 
 
@@ -75,7 +80,10 @@ async def test_bad_ingest_line_names_its_position_and_writes_nothing(client):
     assert err["field"] == "records[1].importance_score" and "records[1]" in err["message"]
     nd = json.dumps(concept("u1", "c-new", "New")) + "\n{broken\n"
     r = await client.post("/v1/ingest", content=nd, headers={"content-type": "application/x-ndjson"})
-    assert r.status_code == 422 and r.json()["error"]["field"] == "line 2"
+    assert r.status_code == 400 and r.json()["error"]["field"] == "line 2"
+    for field, value in [("importance_score", True), ("creation_ts", 1_700_000_000), ("importance_score", "7")]:
+        r = await client.post("/v1/ingest", json={"records": [mu("u1", "m-new", "x") | {field: value}]})
+        assert r.status_code == 422 and r.json()["error"]["field"] == f"records[0].{field}", r.text
     assert await snapshot(client) == before
 
 
@@ -110,7 +118,7 @@ BAD_INPUTS = [
     # (name, request kwargs, status, field)
     ("no phrases", {"json": {"user_id": "u1"}}, 422, "body"),
     ("empty phrases", {"json": {"user_id": "u1", "key_phrases": []}}, 422, "key_phrases"),
-    ("10k-char phrase", {"json": {"user_id": "u1", "key_phrases": ["x" * 10_000]}}, 422, "key_phrases"),
+    ("10k-char phrase", {"json": {"user_id": "u1", "key_phrases": ["x" * 10_000]}}, 422, "key_phrases.0"),
     ("depth 99", {"json": {"user_id": "u1", "key_phrases": ["a"], "max_depth": 99}}, 422, "max_depth"),
     (
         "negative weights",
@@ -141,6 +149,29 @@ BAD_INPUTS = [
         422,
         "limits.concepts",
     ),
+    # JSON's types as declared: lax validation once read true as 1, "3" as 3, a number as Unix time
+    (
+        "limit true",
+        {"json": {"user_id": "u1", "key_phrases": ["a"], "limits": {"concepts": True}}},
+        422,
+        "limits.concepts",
+    ),
+    (
+        "limit as text",
+        {"json": {"user_id": "u1", "key_phrases": ["a"], "limits": {"concepts": "3"}}},
+        422,
+        "limits.concepts",
+    ),
+    ("depth 1.0", {"json": {"user_id": "u1", "key_phrases": ["a"], "max_depth": 1.0}}, 422, "max_depth"),
+    ("rerank 1", {"json": {"user_id": "u1", "key_phrases": ["a"], "rerank": 1}}, 422, "rerank"),
+    ("min_score true", {"json": {"user_id": "u1", "key_phrases": ["a"], "min_score": True}}, 422, "min_score"),
+    (
+        "weight true",
+        {"json": {"user_id": "u1", "key_phrases": ["a"], "weights": {"beta_recency": True}}},
+        422,
+        "weights.beta_recency",
+    ),
+    ("as_of a number", {"json": {"user_id": "u1", "key_phrases": ["a"], "as_of": 1_700_000_000}}, 422, "as_of"),
     ("unknown user", {"json": {"user_id": "nobody", "key_phrases": ["a"]}}, 404, "user_id"),
     ("bad user id", {"json": {"user_id": "../etc", "key_phrases": ["a"]}}, 422, "user_id"),
     (
@@ -186,3 +217,122 @@ async def test_huge_body_without_content_length_is_413(client):
 async def test_bad_delete_path(client):
     r = await client.delete("/v1/users/u1/entities/person/x")
     assert r.status_code == 422 and r.json()["error"]["field"] == "kind"
+
+
+async def test_unknown_routes_and_methods_answer_in_the_one_error_format(client):
+    r = await client.get("/v1/nothing-here")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    r = await client.put("/v1/retrieve", json={})
+    assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed"
+    anonymous = await client.get("/v1/nothing-here", headers={"authorization": ""})
+    assert anonymous.status_code == 401  # which routes exist is not told without a key
+
+
+def _deep(n: int) -> bytes:
+    return b"[" * n
+
+
+WRITE_BAD_INPUTS = [
+    # (name, method, path, request kwargs, status, field): each once answered 500 or was accepted
+    ("newline in path id", "DELETE", "/v1/users/u1%0A/entities/memory_unit/m1", {}, 422, "user_id"),
+    ("newline in entity id", "DELETE", "/v1/users/u1/entities/memory_unit/m1%0A", {}, 422, "entity_id"),
+    (
+        "creation_ts past year 9999 in UTC",
+        "POST",
+        "/v1/ingest",
+        {"json": {"records": [mu("u1", "m-late", "x", "9999-12-31T23:59:59-01:00")]}},
+        422,
+        "records[0].creation_ts",
+    ),
+    (
+        "invalid UTF-8",
+        "POST",
+        "/v1/ingest",
+        {"content": b'{"records": ["\xff\xfe"]}', "headers": {"content-type": "application/json"}},
+        400,
+        "body",
+    ),
+    (
+        "invalid UTF-8 in NDJSON",
+        "POST",
+        "/v1/ingest",
+        {"content": b'{"kind": "\xff"}\n', "headers": {"content-type": "application/x-ndjson"}},
+        400,
+        "body",
+    ),
+    ("100,000 [", "POST", "/v1/ingest", {"content": _deep(100_000)}, 400, "body"),
+    (
+        "1e999 in concept properties",
+        "POST",
+        "/v1/ingest",
+        {
+            "content": b'{"records": [{"kind": "concept", "user_id": "u1", "id": "c-x", "name": "X", '
+            b'"properties": {"x": 1e999}}]}'
+        },
+        400,
+        "body",
+    ),
+    (
+        "NaN in metadata",
+        "POST",
+        "/v1/ingest",
+        {
+            "content": json.dumps(mu("u1", "m-nan", "x") | {"metadata": {"v": float("nan")}}).encode() + b"\n",
+            "headers": {"content-type": "application/x-ndjson"},
+        },
+        400,
+        "line 1",
+    ),
+    (
+        "metadata nested 40 deep",
+        "POST",
+        "/v1/ingest",
+        {"json": {"records": [mu("u1", "m-deep", "x") | {"metadata": json.loads('{"a":' * 40 + "1" + "}" * 40)}]}},
+        422,
+        "records[0].metadata",
+    ),
+    (
+        "as_of before year 1 in UTC",
+        "POST",
+        "/v1/retrieve",
+        {"json": {"user_id": "u1", "key_phrases": ["a"], "as_of": "0001-01-01T00:00:00+01:00"}},
+        422,
+        "as_of",
+    ),
+    (
+        "retrieve of 100,000 [",
+        "POST",
+        "/v1/retrieve",
+        {"content": _deep(100_000), "headers": {"content-type": "application/json"}},
+        400,
+        "body",
+    ),
+    (
+        "retrieve as text/plain",
+        "POST",
+        "/v1/retrieve",
+        {"content": b"user_id=u1", "headers": {"content-type": "text/plain"}},
+        415,
+        "body",
+    ),
+    (
+        "retrieve with invalid UTF-8",
+        "POST",
+        "/v1/retrieve",
+        {"content": b'{"user_id": "\xff"}', "headers": {"content-type": "application/json"}},
+        400,
+        "body",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "method", "path", "kwargs", "status", "field"), WRITE_BAD_INPUTS, ids=[b[0] for b in WRITE_BAD_INPUTS]
+)
+async def test_input_that_once_gave_500_gets_a_4xx_naming_the_field(client, name, method, path, kwargs, status, field):
+    before = await snapshot(client)
+    r = await client.request(method, path, **kwargs)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) >= {"code", "message", "field"} and err["field"] == field and err["message"], err
+    assert await snapshot(client) == before

@@ -295,8 +295,8 @@ def test_hrt_dev_up_sizes_default_to_the_dev_stack_and_bad_ones_are_refused(
         def __init__(self) -> None:
             self.services: dict[str, object] = {}
 
-        def env(self) -> dict[str, str]:
-            return {}
+        def env(self, *, redacted: bool = False) -> dict[str, str]:
+            return {"HRT_NEO4J_PASSWORD": devstack.REDACTED if redacted else "s3cret"}
 
     def fake_up(directory: Path, services: tuple[str, ...], **sizes: object) -> Started:
         calls.append(sizes)
@@ -306,3 +306,5 @@ def test_hrt_dev_up_sizes_default_to_the_dev_stack_and_bad_ones_are_refused(
     assert cli.main(["dev", "up", "--dir", str(tmp_path / "s")]) == 0
     assert cli.main(["dev", "up", "--dir", str(tmp_path / "s"), "--weaviate-memory", "4GiB"]) == 0
     assert calls == [{}, {"weaviate_memory": "4GiB"}]  # unset: devstack's own defaults apply
+    printed = capsys.readouterr().out
+    assert "s3cret" not in printed and devstack.REDACTED in printed  # secrets stay in stack.env

@@ -1,16 +1,57 @@
 """docker-compose.yml is for users (no Docker engine here): check what can be checked without one."""
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from hrt import devstack
 from hrt.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+TEXT = (ROOT / "docker-compose.yml").read_text()
+COMPOSE = yaml.safe_load(TEXT)
+# compose's variable references: ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?error}, ${NAME?error}
+REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
+SECRET_NAME = re.compile(r"PASSWORD|API_KEY|ALLOWED_KEYS|SECRET|TOKEN|_AUTH$")
+SECRETS = {"POSTGRES_PASSWORD", "NEO4J_PASSWORD", "WEAVIATE_API_KEY", "RERANKER_API_KEY"}
+
+
+def reranker_key(service: dict[str, object]) -> str:
+    """The key the llama.cpp server demands: its ``API_KEY`` variable (llama_cpp.server's setting
+    for ``--api_key``), never on its command line, where process listings show it."""
+    command = service["command"]
+    assert isinstance(command, list) and not any("api_key" in str(a) for a in command)
+    environment = service["environment"]
+    assert isinstance(environment, dict)
+    return str(environment["API_KEY"])
+
+
+def env_example() -> dict[str, str]:
+    out = {}
+    for line in (ROOT / ".env.example").read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            name, value = line.split("=", 1)
+            out[name.strip()] = value.strip()
+    return out
+
+
+def interpolate(text: str, env: dict[str, str]) -> str:
+    """What compose does to the file with ``env`` as its .env (the subset of its syntax used here)."""
+
+    def one(m: re.Match[str]) -> str:
+        name, op, arg = m.group(1), m.group(2), m.group(3)
+        value = env.get(name)
+        if op in (":?", "?") and not value:
+            raise KeyError(f"{name}: {arg}")
+        if op in (":-", "-") and not value:
+            return arg
+        return value or ""
+
+    return REFERENCE.sub(one, text.replace("$$", "\0")).replace("\0", "$")
 
 
 def test_services_versions_match_the_dev_stack():
@@ -43,7 +84,7 @@ def test_hrt_environment_uses_real_settings_and_the_dev_stack_names():
         "postgres": devstack.ServiceInfo("postgres", 1, {"port": 1}, "", ""),
         "neo4j": devstack.ServiceInfo("neo4j", 1, {"bolt": 1, "http": 2}, "", ""),
         "weaviate": devstack.ServiceInfo("weaviate", 1, {"http": 1, "grpc": 2}, "", ""),
-    })
+    }, credentials=devstack.Credentials.generate())
     assert set(stack.env()) <= set(env)
     assert (env["HRT_RECORD_STORE"], env["HRT_GRAPH_STORE"], env["HRT_VECTOR_INDEX"]) == (
         "postgres", "neo4j", "weaviate")
@@ -59,3 +100,109 @@ def test_docker_compose_config_when_the_plugin_exists():
         assert r.returncode == 0, r.stderr
     else:  # no compose plugin here: the YAML parsed above is what can be checked
         assert COMPOSE["name"] == "hrt"
+
+
+# ------------------------------------------------------------------------------------------
+# authentication: every store has it on, every secret comes from .env
+# ------------------------------------------------------------------------------------------
+
+
+def test_every_secret_is_a_required_reference_to_env() -> None:
+    refs = [(m.group(1), m.group(2)) for m in REFERENCE.finditer(TEXT)]
+    secret_refs = {name for name, _ in refs if SECRET_NAME.search(name)}
+    assert secret_refs == SECRETS
+    for name, op in refs:
+        if name in SECRETS:  # never a default: an unset secret stops compose instead of running open
+            assert op == ":?", (name, op)
+    # every variable whose name says it holds a secret gets its value from such a reference
+    for service, svc in COMPOSE["services"].items():
+        for key, value in (svc.get("environment") or {}).items():
+            if SECRET_NAME.search(key):
+                names = {m.group(1) for m in REFERENCE.finditer(str(value))}
+                assert names & SECRETS, (service, key, value)
+                literal = REFERENCE.sub("", str(value))
+                assert literal in ("", "neo4j/"), (service, key, literal)  # the user name, nothing secret
+
+
+def test_no_secret_literal_in_the_file() -> None:
+    assert "password=hrt" not in TEXT and "POSTGRES_PASSWORD: hrt" not in TEXT
+    for value in env_example().values():  # not even the placeholders
+        assert value not in TEXT
+    for m in re.finditer(r"password=(\$\{[^}]*\}|\S+)", TEXT):  # the DSN's password
+        assert REFERENCE.fullmatch(m.group(1)), m.group(0)
+    assert REFERENCE.fullmatch(reranker_key(COMPOSE["services"]["reranker"]))
+
+
+def test_env_example_defines_every_required_variable_and_env_is_not_committed() -> None:
+    required = {m.group(1) for m in REFERENCE.finditer(TEXT) if m.group(2) in (":?", "?")}
+    assert required == SECRETS
+    example = env_example()
+    assert set(example) >= required
+    assert all(example[n] for n in required)
+    assert "secrets.token_urlsafe" in (ROOT / ".env.example").read_text()  # how to make real values
+    ignore = (ROOT / ".gitignore").read_text().splitlines()
+    assert ".env" in ignore or "/.env" in ignore
+    git = shutil.which("git")
+    if git and (ROOT / ".git").exists():
+        tracked = subprocess.run([git, "ls-files", "--", ".env"], cwd=ROOT, capture_output=True, text=True)
+        assert tracked.returncode == 0 and tracked.stdout == ""
+
+
+def test_every_store_has_authentication_on() -> None:
+    s = COMPOSE["services"]
+    assert s["neo4j"]["environment"]["NEO4J_AUTH"] not in ("none", "", None)
+    assert str(s["neo4j"]["environment"]["NEO4J_AUTH"]).startswith("neo4j/${NEO4J_PASSWORD:?")
+    weaviate = s["weaviate"]["environment"]
+    assert weaviate["AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED"] == "false"
+    assert weaviate["AUTHENTICATION_APIKEY_ENABLED"] == "true"
+    assert weaviate["AUTHENTICATION_APIKEY_USERS"] == devstack.WEAVIATE_USER
+    assert "POSTGRES_HOST_AUTH_METHOD" not in s["postgres"]["environment"]  # "trust" would drop the password
+    assert reranker_key(s["reranker"])
+
+
+def test_healthchecks_work_with_authentication_on() -> None:
+    """Neo4j's HTTP root and Weaviate's readiness answer anonymous requests (the dev stack's tests
+    check both on real servers); the reranker's /v1/models wants the key."""
+    s = COMPOSE["services"]
+    assert "http://localhost:7474/ " in " ".join(s["neo4j"]["healthcheck"]["test"]) + " "
+    assert "/v1/.well-known/ready" in " ".join(s["weaviate"]["healthcheck"]["test"])
+    rerank = " ".join(s["reranker"]["healthcheck"]["test"])
+    assert "'Authorization': 'Bearer ' + os.environ['RERANKER_API_KEY']" in rerank
+    assert s["reranker"]["environment"]["RERANKER_API_KEY"].startswith("${RERANKER_API_KEY:?")
+
+
+def test_with_env_example_every_client_gets_the_secret_its_server_was_given() -> None:
+    example = env_example()
+    resolved = yaml.safe_load(interpolate(TEXT, example))["services"]
+    hrt = resolved["hrt"]["environment"]
+    assert f"password={example['POSTGRES_PASSWORD']} " in hrt["HRT_POSTGRES_DSN"]
+    assert resolved["postgres"]["environment"]["POSTGRES_PASSWORD"] == example["POSTGRES_PASSWORD"]
+    assert resolved["neo4j"]["environment"]["NEO4J_AUTH"] == f"{hrt['HRT_NEO4J_USER']}/{hrt['HRT_NEO4J_PASSWORD']}"
+    assert resolved["weaviate"]["environment"]["AUTHENTICATION_APIKEY_ALLOWED_KEYS"] == hrt["HRT_WEAVIATE_API_KEY"]
+    assert reranker_key(resolved["reranker"]) == hrt["HRT_RERANKER_API_KEY"]
+    assert hrt["HRT_RERANKER_API_KEY"] == example["RERANKER_API_KEY"]
+    settings = Settings(**{k[4:].lower(): v for k, v in hrt.items()})  # every value valid once resolved
+    assert settings.neo4j_password is not None
+    assert settings.neo4j_password.get_secret_value() == example["NEO4J_PASSWORD"]
+    for name in SECRETS:  # one secret missing from .env: compose refuses to start
+        with pytest.raises(KeyError, match=name):
+            interpolate(TEXT, {k: v for k, v in example.items() if k != name})
+
+
+def test_the_hrt_image_runs_as_a_non_root_user_that_owns_what_it_writes() -> None:
+    lines = [line.strip() for line in (ROOT / "Dockerfile").read_text().splitlines()]
+    users = [line.split()[1] for line in lines if line.startswith("USER ")]
+    assert users and users[-1] not in ("root", "0")  # the last USER is the one CMD runs as
+    user = users[-1]
+    at = lines.index(f"USER {user}")
+    assert at > max(i for i, line in enumerate(lines) if line.startswith("RUN pip install"))
+    env = " ".join(line for line in lines if line.startswith("ENV "))
+    cache = re.search(r"HRT_CACHE_DIR=(\S+)", env)
+    assert cache is not None  # the ONNX export lands in $HRT_CACHE_DIR/onnx on first start
+    setup = " ".join(lines[:at])
+    assert f"useradd --system --gid {user}" in setup
+    assert f"chown {user}:{user} /data \"$HRT_CACHE_DIR\"" in setup
+    # what the hrt service writes: its volume and its SQLite path are that /data
+    hrt = COMPOSE["services"]["hrt"]
+    assert "hrt-data:/data" in hrt["volumes"] and hrt["environment"]["HRT_DB_PATH"].startswith("/data/")
+    assert "HRT_CACHE_DIR" not in hrt["environment"]  # the image's writable one applies

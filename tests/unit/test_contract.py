@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from hrt.api.errors import field_name
 from hrt.contract import AugmentedMemoryContext, RetrieveRequest, request_json_schema, response_json_schema
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "hrt" / "schema"
@@ -53,10 +54,10 @@ def test_v94_top_level_fields_are_seed_001s_in_order():
 @pytest.mark.parametrize(
     ("body", "field"),
     [
-        ({"user_id": "u"}, ""),  # no phrases, query or messages
+        ({"user_id": "u"}, "body"),  # no phrases, query or messages: the body as a whole
         ({"user_id": "u", "key_phrases": []}, "key_phrases"),
-        ({"user_id": "u", "key_phrases": ["x" * 201]}, "key_phrases"),
-        ({"user_id": "u", "key_phrases": ["   "]}, "key_phrases"),
+        ({"user_id": "u", "key_phrases": ["x" * 201]}, "key_phrases.0"),
+        ({"user_id": "u", "key_phrases": ["   "]}, "key_phrases.0"),
         ({"user_id": "u", "key_phrases": ["a"] * 21}, "key_phrases"),
         ({"user_id": "u", "key_phrases": ["a"], "max_depth": 4}, "max_depth"),
         ({"user_id": "u", "key_phrases": ["a"], "limits": {"memory_units": 51}}, "limits.memory_units"),
@@ -78,10 +79,24 @@ def test_v94_top_level_fields_are_seed_001s_in_order():
 def test_bad_requests_name_their_field(body, field):
     with pytest.raises(ValidationError) as info:
         RetrieveRequest.model_validate(body)
-    loc = ".".join(str(p) for p in info.value.errors()[0]["loc"])
-    assert loc == field
+    assert field_name(tuple(info.value.errors()[0]["loc"])) == field  # as the API names it
 
 
 def test_naive_as_of_is_utc():
     r = RetrieveRequest.model_validate({"user_id": "u", "query": "x", "as_of": "2025-01-01T12:00:00"})
     assert r.as_of is not None and r.as_of.utcoffset().total_seconds() == 0
+
+
+def test_the_request_schema_names_every_weights_preset():
+    import typing
+
+    from hrt.config import WEIGHT_PRESETS
+    from hrt.contract import PresetName
+
+    assert set(typing.get_args(PresetName)) == set(WEIGHT_PRESETS)
+
+
+def test_explicit_nulls_are_as_good_as_absent_fields():
+    # found by the long schemathesis run: bounds on the nullable fields were applied to null (500)
+    r = RetrieveRequest.model_validate({"user_id": "u", "key_phrases": None, "query": "x", "messages": None})
+    assert r.key_phrases is None and r.query == "x"

@@ -117,7 +117,7 @@ class FixedIndex:
     def __init__(self, hits: dict[str, list[VectorHit]]) -> None:
         self.hits = hits
 
-    async def search(self, user_id, phrases, vectors, kinds, k, not_after=None):
+    async def search(self, user_id, phrases, vectors, kinds, k, not_after=None, where=None):
         return [self.hits[p] for p in phrases]
 
 
@@ -138,7 +138,7 @@ C_P2 = (2 / 62) * 61 / 2  # fused: second of both legs
         ({"semantic_evidence": "cosine", "phrase_evidence": "mean"}, {"a": 0.4, "b": 0.65, "c": 0.25}),
         ({"semantic_evidence": "fused", "phrase_evidence": "max"}, {"a": 1.0, "b": 1.0, "c": C_P2}),
         ({"semantic_evidence": "fused", "phrase_evidence": "mean"}, {"a": 0.5, "b": (B_P1 + 1.0) / 2, "c": C_P2 / 2}),
-        ({}, {"a": 0.4, "b": 0.65, "c": 0.25}),  # the defaults: cosine evidence, mean over phrases
+        ({}, {"a": 0.5, "b": (B_P1 + 1.0) / 2, "c": C_P2 / 2}),  # the defaults: fused evidence, mean over phrases
     ],
 )
 async def test_grounding_evidence_over_phrases(overrides, expected):

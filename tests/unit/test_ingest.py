@@ -14,7 +14,7 @@ async def counts(svc, user="u1"):
 @pytest.mark.parametrize(
     ("line", "field", "text"),
     [
-        ("{not json", "line", "line 2: not valid JSON"),
+        ("{not json", "line 2", "line 2: not valid JSON"),
         (json.dumps({"kind": "person", "user_id": "u1"}), "kind", "line 2: field 'kind'"),
         (
             json.dumps(mu("u1", "m9", "x") | {"importance_score": 11}),

@@ -188,6 +188,31 @@ async def test_chat_request_has_system_and_user_messages():
     }
 
 
+@pytest.mark.parametrize("mode", ["completion", "chat"])
+async def test_the_api_key_is_sent_as_a_bearer_token_on_every_request(mode):
+    server = Server(fixed({"yes": -0.1, "no": -2.5}, chat=mode == "chat"))
+    r = reranker(server, mode=mode, api_key="s3cret-key", max_concurrency=2)
+    await r.score("Who knows Python?", ["Alice writes Python", "Bob runs the cluster", "Carol drinks tea"])
+    assert len(server.requests) == 3
+    assert [req.headers.get("authorization") for req in server.requests] == ["Bearer s3cret-key"] * 3
+
+
+async def test_without_an_api_key_no_authorization_header_is_sent():
+    server = Server(fixed({"yes": -0.1, "no": -2.5}))
+    await reranker(server).score("q", ["d"])
+    assert "authorization" not in server.requests[0].headers
+
+
+async def test_a_refused_key_is_a_store_error_that_does_not_show_the_key(caplog):
+    server = Server(lambda _body: httpx.Response(401, json={"detail": "Invalid API key"}))
+    r = reranker(server, api_key="s3cret-key")
+    with pytest.raises(StoreError) as info:
+        await r.score("q", ["d"])
+    assert not isinstance(info.value, StoreUnavailable)  # the server is up: it refused
+    assert "401" in str(info.value) or "401" in caplog.text
+    assert "s3cret-key" not in str(info.value) and "s3cret-key" not in caplog.text
+
+
 async def test_base_url_with_v1_suffix_and_name():
     server = Server(fixed({"yes": -0.1, "no": -2.5}))
     client = httpx.AsyncClient(transport=httpx.MockTransport(server))

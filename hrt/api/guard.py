@@ -1,0 +1,167 @@
+"""Who may call which route: a pure ASGI middleware in front of the application.
+
+For every HTTP request but ``GET /healthz`` it authenticates the ``Authorization: Bearer`` key
+(401), checks the route's scope (403), takes a place within the key's request rate and
+concurrency (429), and only then lets the request reach the routes, which check the users the
+key may act for. Nothing has read the body before that, so a refused request writes nothing
+and costs nothing to parse. Writes (ingest and deletes) are audited here, one structured log
+line each, whatever their outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from typing import Any
+
+from starlette.routing import Match, Route
+
+from hrt.api.errors import error_dict, error_headers, status_for
+from hrt.auth import UNAUTHENTICATED_DEV, KeyLimiter, KeyRing, Principal
+from hrt.errors import HRTError
+
+log = logging.getLogger(__name__)
+audit_log = logging.getLogger("hrt.audit")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+OPEN_PATHS = frozenset({"/healthz"})
+
+
+async def send_error(send: Send, status: int, exc: HRTError) -> None:
+    body = json.dumps({"error": error_dict(exc)}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.lower().encode(), v.encode()) for k, v in error_headers(exc).items()]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class Guard:
+    """``scopes`` maps (method, route path) to the scope it needs; a route it does not list needs a
+    valid key of any scope (the OpenAPI document, an unknown path answering 404). ``audited``:
+    the routes whose every outcome is logged to ``hrt.audit``. ``keyring`` None: HRT_AUTH=off,
+    every request acts with every scope for every user (``hrt serve`` allows it on loopback only).
+    ``on_refusal`` sees every refusal (the metric)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        routes: Callable[[], list[Any]],
+        scopes: Mapping[tuple[str, str], str],
+        audited: frozenset[tuple[str, str]],
+        keyring: Callable[[], KeyRing] | None,
+        limiter: KeyLimiter,
+        on_refusal: Callable[[HRTError], None],
+    ) -> None:
+        self.app = app
+        self.routes = routes
+        self.scopes = scopes
+        self.audited = audited
+        self.keyring = keyring
+        self.limiter = limiter
+        self.on_refusal = on_refusal
+
+    def _route(self, scope: Scope) -> tuple[str, str] | None:
+        """(method, route path) of the route the request is for, or None (no such route/method)."""
+        for route in self.routes():
+            if isinstance(route, Route):
+                match, _ = route.matches(scope)
+                if match is Match.FULL:
+                    return scope["method"], route.path
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        target = self._route(scope)
+        audited = target in self.audited
+        state = scope.setdefault("state", {})
+        started = time.perf_counter()
+        status = 500
+        principal: Principal | None = None
+
+        async def noting_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            try:
+                principal = await self._authenticate(scope)
+                needed = self.scopes.get(target) if target is not None else None
+                if needed is not None:
+                    principal.require_scope(needed)
+                self.limiter.acquire(principal)
+            except HRTError as exc:
+                status = status_for(exc)
+                if status < 500:
+                    state["refusal"] = exc.message
+                    self.on_refusal(exc)
+                else:  # the key store failed: logged whole, answered with its public message
+                    log.error("authenticating a request failed: %s", exc.message, exc_info=exc.__cause__)
+                await send_error(send, status, exc)
+                return
+            state["principal"] = principal
+            try:
+                await self.app(scope, receive, noting_send)
+            finally:
+                self.limiter.release(principal)
+        finally:
+            if audited:
+                self._audit(scope, target, principal, status, state, time.perf_counter() - started)
+
+    async def _authenticate(self, scope: Scope) -> Principal:
+        if self.keyring is None:
+            return UNAUTHENTICATED_DEV
+        ring = self.keyring()
+        header: str | None = None
+        for name, value in scope.get("headers", []):
+            if name == b"authorization":
+                header = value.decode("latin-1")
+                break
+        return await ring.authenticate(header)
+
+    @staticmethod
+    def _audit(
+        scope: Scope,
+        target: tuple[str, str] | None,
+        principal: Principal | None,
+        status: int,
+        state: Mapping[str, Any],
+        seconds: float,
+    ) -> None:
+        outcome = (
+            "ok"
+            if status < 300
+            else "refused"
+            if status in (401, 403, 429)
+            else "rejected"
+            if status < 500
+            else "failed"
+        )
+        write: Mapping[str, Any] = state.get("audit", {})
+        line = {
+            "event": "write",
+            "key": principal.name if principal is not None else None,
+            "method": scope["method"],
+            "route": target[1] if target else scope["path"],
+            "status": status,
+            "outcome": outcome,
+            "users": write.get("users", []),
+            "records": write.get("records", 0),
+            "upserted": write.get("upserted", 0),
+            "deleted": write.get("deleted", 0),
+            "ms": round(seconds * 1000, 1),
+        }
+        if "refusal" in state:
+            line["reason"] = state["refusal"]
+        audit_log.info("%s", json.dumps(line, separators=(",", ":")))

@@ -1,0 +1,466 @@
+"""API keys: who may call HRT, for which users, with which scopes.
+
+A key is a random token ``hrt_<id>_<secret>``: ``hrt_`` makes it recognisable (secret scanners, logs
+to scrub), ``<id>`` (12 hex digits) finds its record without a scan, ``<secret>`` is 32 random bytes
+(base64url). The record store keeps only an scrypt hash of the token with a per-key salt, so a copy
+of the database does not yield a usable key; a server verifies a token with scrypt once, then keeps
+its SHA-256 in memory and compares that in constant time on every later request.
+
+Scopes (``SCOPE_ROUTES`` in ``hrt.api.app`` lists the routes of each):
+
+    retrieve   POST /v1/retrieve, GET /v1/users/{u}/stats
+    ingest     POST /v1/ingest, DELETE /v1/users/{u}/entities/{kind}/{id}
+    admin      DELETE /v1/users/{u}, the /v1/keys routes
+    ops        GET /readyz, GET /metrics
+
+A key acts for the users it lists, or for every user (``--all-users``). ``/healthz`` needs no key.
+
+Keys are read from the record store into a :class:`KeyRing` and refreshed every
+``HRT_AUTH_REFRESH_S`` seconds, so a key created or revoked by ``hrt keys`` (or by another server)
+takes effect within that time in every running server, at once in the one that did it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import ipaddress
+import logging
+import math
+import re
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Literal, Protocol
+
+from hrt.errors import Forbidden, InvalidInput, RateLimited, Unauthenticated
+
+log = logging.getLogger(__name__)
+
+Scope = Literal["retrieve", "ingest", "admin", "ops"]
+SCOPES: tuple[Scope, ...] = ("retrieve", "ingest", "admin", "ops")
+TOKEN_PREFIX = "hrt_"
+_TOKEN = re.compile(r"hrt_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
+KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,63}")
+# scrypt at 16 MiB and ~30-60 ms here: paid once per key and server, then the SHA-256 of the token
+# stands in for it (see KeyRing.authenticate)
+SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
+# failed verifications remembered, so a client retrying one wrong token costs no more scrypt
+FAILED_MEMORY = 4096
+KeyStatus = Literal["active", "expired", "revoked"]
+
+
+def hash_token(token: str, salt: bytes) -> bytes:
+    return hashlib.scrypt(token.encode(), salt=salt, n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P, maxmem=64 * 2**20, dklen=32)
+
+
+def token_key_id(token: str) -> str | None:
+    """The key id inside a well-formed token, else None."""
+    m = _TOKEN.fullmatch(token)
+    return m.group(1) if m else None
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    """One API key as the record store holds it (times are epoch seconds)."""
+
+    key_id: str
+    name: str
+    scopes: tuple[Scope, ...]
+    users: tuple[str, ...] | None  # None: every user
+    secret_hash: bytes
+    salt: bytes
+    created_at: float
+    expires_at: float | None = None
+    revoked_at: float | None = None
+    last_used_at: float | None = None
+    rate_limit: float | None = None  # requests per second; None: the server's default; 0: none
+    max_concurrency: int | None = None  # requests in flight; None: the server's default; 0: none
+
+    def columns(self) -> tuple[object, ...]:
+        """The record as a store's row, in field order (scopes and users as lists)."""
+        return (
+            self.key_id,
+            self.name,
+            list(self.scopes),
+            list(self.users) if self.users is not None else None,
+            *(getattr(self, f) for f in _ROW_TAIL),
+        )
+
+    def status(self, now: float) -> KeyStatus:
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and now >= self.expires_at:
+            return "expired"
+        return "active"
+
+    def describe(self, now: float) -> dict[str, object]:
+        """What ``hrt keys list`` shows: everything but the hash and its salt."""
+        return {
+            "name": self.name,
+            "key_id": self.key_id,
+            "status": self.status(now),
+            "scopes": list(self.scopes),
+            "users": list(self.users) if self.users is not None else "*",
+            "created_at": _iso(self.created_at),
+            "expires_at": _iso(self.expires_at),
+            "revoked_at": _iso(self.revoked_at),
+            "last_used_at": _iso(self.last_used_at),
+            "rate_limit": self.rate_limit,
+            "max_concurrency": self.max_concurrency,
+        }
+
+
+_ROW_TAIL = (
+    "secret_hash",
+    "salt",
+    "created_at",
+    "expires_at",
+    "revoked_at",
+    "last_used_at",
+    "rate_limit",
+    "max_concurrency",
+)
+
+
+def _iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class KeyStore(Protocol):
+    """Where keys live: the record store (a table in the embedded SQLite file, or PostgreSQL's
+    ``hrt_api_keys``). Keys belong to the deployment, not to a user."""
+
+    async def create_key(self, key: KeyRecord) -> None:
+        """Store a new key; :class:`hrt.errors.Conflict` when an unrevoked key has its name."""
+        ...
+
+    async def keys(self) -> list[KeyRecord]:
+        """Every key, revoked and expired ones included, by creation time then name."""
+        ...
+
+    async def revoke_key(self, name: str, at: float) -> KeyRecord | None:
+        """Revoke the unrevoked key of that name; None when there is none."""
+        ...
+
+    async def touch_keys(self, used: Mapping[str, float]) -> None:
+        """Record the last use of keys (key id -> epoch seconds); never moves a time back."""
+        ...
+
+
+def validate_new_key(
+    name: str, scopes: Sequence[str], users: Sequence[str] | None, expires_at: float | None, now: float
+) -> tuple[tuple[Scope, ...], tuple[str, ...] | None]:
+    """Check a key's definition; returns its scopes and users in canonical order."""
+    from hrt.records import valid_id
+
+    if not KEY_NAME.fullmatch(name):
+        raise InvalidInput(f"{name!r} is not a key name: 1-64 of letters, digits, _ . : @ -", field="name")
+    if not scopes:
+        raise InvalidInput(f"give at least one scope of {', '.join(SCOPES)}", field="scope")
+    unknown = sorted(set(scopes) - set(SCOPES))
+    if unknown:
+        raise InvalidInput(f"unknown scope {unknown[0]!r}; one of {', '.join(SCOPES)}", field="scope")
+    if users is not None:
+        if not users:
+            raise InvalidInput("give the users the key acts for, or all users", field="user")
+        bad = [u for u in users if not valid_id(u)]
+        if bad:
+            raise InvalidInput(f"{bad[0]!r} is not a valid user id", field="user")
+    if expires_at is not None and expires_at <= now:
+        raise InvalidInput("the expiry is in the past", field="expires")
+    ordered = tuple(s for s in SCOPES if s in set(scopes))
+    return ordered, tuple(sorted(set(users))) if users is not None else None
+
+
+def new_key(
+    name: str,
+    scopes: Sequence[str],
+    users: Sequence[str] | None,
+    *,
+    expires_at: float | None = None,
+    rate_limit: float | None = None,
+    max_concurrency: int | None = None,
+    now: float | None = None,
+) -> tuple[str, KeyRecord]:
+    """A fresh token and the record to store for it (the token itself is never stored)."""
+    now = time.time() if now is None else now
+    ordered, users_t = validate_new_key(name, scopes, users, expires_at, now)
+    if rate_limit is not None and (not math.isfinite(rate_limit) or rate_limit < 0):
+        raise InvalidInput("the rate limit must be a number of requests per second, 0 for none", field="rate_limit")
+    if max_concurrency is not None and max_concurrency < 0:
+        raise InvalidInput("the concurrency limit must be 0 (none) or more", field="max_concurrency")
+    key_id = secrets.token_hex(6)
+    secret = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode().rstrip("=")
+    token = f"{TOKEN_PREFIX}{key_id}_{secret}"
+    salt = secrets.token_bytes(16)
+    record = KeyRecord(
+        key_id=key_id,
+        name=name,
+        scopes=ordered,
+        users=users_t,
+        secret_hash=hash_token(token, salt),
+        salt=salt,
+        created_at=now,
+        expires_at=expires_at,
+        rate_limit=rate_limit,
+        max_concurrency=max_concurrency,
+    )
+    return token, record
+
+
+_DURATION = re.compile(r"([1-9][0-9]{0,5})([mhdw])")
+_UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_expiry(text: str, now: float) -> float:
+    """``30d``, ``12h``, ``90m``, ``2w`` from now, or an ISO date or date-time (naive means UTC)."""
+    m = _DURATION.fullmatch(text.strip())
+    if m:
+        return now + int(m.group(1)) * _UNITS[m.group(2)]
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError as exc:
+        raise InvalidInput(
+            f"{text!r} is neither a duration (30d, 12h, 90m, 2w) nor an ISO date", field="expires"
+        ) from exc
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    try:
+        return when.timestamp()
+    except (OverflowError, ValueError) as exc:
+        raise InvalidInput(f"{text!r} is out of range", field="expires") from exc
+
+
+def is_loopback(host: str) -> bool:
+    """True for a host that only this machine can reach (HRT_AUTH=off is allowed only there)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def auth_off_refused(host: str) -> str:
+    return (
+        f"HRT_AUTH=off serves every user's data to anyone who can connect; it is allowed only on a loopback "
+        f"address, not {host!r}. Create a key instead (`hrt keys create`)."
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# who is calling
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """The key a request was made with, as far as authorisation needs it."""
+
+    name: str
+    key_id: str
+    scopes: frozenset[str]
+    users: frozenset[str] | None  # None: every user
+    rate_limit: float | None = None
+    max_concurrency: int | None = None
+
+    def can(self, scope: str) -> bool:
+        return scope in self.scopes
+
+    def require_scope(self, scope: str) -> None:
+        if scope not in self.scopes:
+            raise Forbidden(f"this API key lacks the {scope!r} scope", reason="scope")
+
+    def acts_for(self, user_id: str) -> bool:
+        return self.users is None or user_id in self.users
+
+    def require_users(self, user_ids: Iterable[str]) -> None:
+        """Forbidden unless the key may act for every one of ``user_ids``. The answer never
+        depends on whether a user exists, so a 403 tells nothing about who is stored."""
+        if self.users is None:
+            return
+        outside = sorted(set(user_ids) - self.users)
+        if outside:
+            raise Forbidden(f"this API key may not act for user {outside[0]!r}", reason="user", field="user_id")
+
+
+# When HRT_AUTH=off (loopback only): every scope, every user.
+UNAUTHENTICATED_DEV = Principal(name="auth-off", key_id="-", scopes=frozenset(SCOPES), users=None)
+
+
+def principal_of(key: KeyRecord) -> Principal:
+    return Principal(
+        name=key.name,
+        key_id=key.key_id,
+        scopes=frozenset(key.scopes),
+        users=frozenset(key.users) if key.users is not None else None,
+        rate_limit=key.rate_limit,
+        max_concurrency=key.max_concurrency,
+    )
+
+
+@dataclass
+class KeyRing:
+    """The keys a server knows, read from its record store and refreshed every ``refresh_s``."""
+
+    store: KeyStore
+    refresh_s: float = 1.0
+    clock: Callable[[], float] = time.time
+    _keys: dict[str, KeyRecord] = field(default_factory=dict)
+    _loaded_at: float = -math.inf
+    _verified: dict[str, bytes] = field(default_factory=dict)  # key id -> SHA-256 of its token
+    _failed: OrderedDict[bytes, None] = field(default_factory=OrderedDict)
+    _used: dict[str, float] = field(default_factory=dict)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _scrypt: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(2))
+
+    async def refresh(self) -> None:
+        """Read every key again and write the last-use times gathered since the last refresh."""
+        used, self._used = self._used, {}
+        if used:
+            try:
+                await self.store.touch_keys(used)
+            except Exception as exc:  # last use is bookkeeping: keep it for the next round
+                log.warning("recording the keys' last use failed: %s", exc)
+                for k, v in used.items():
+                    self._used[k] = max(v, self._used.get(k, v))
+        keys = await self.store.keys()
+        self._keys = {k.key_id: k for k in keys}
+        self._loaded_at = time.monotonic()
+        for key_id in list(self._verified):
+            if key_id not in self._keys:
+                del self._verified[key_id]
+
+    async def _fresh(self, force: bool = False) -> None:
+        if not force and time.monotonic() - self._loaded_at < self.refresh_s:
+            return
+        async with self._lock:
+            if time.monotonic() - self._loaded_at >= (0.0 if force else self.refresh_s):
+                await self.refresh()
+
+    def forget(self, key_id: str) -> None:
+        """Drop a key from memory at once (revoked through this server)."""
+        self._keys.pop(key_id, None)
+        self._verified.pop(key_id, None)
+        self._loaded_at = -math.inf
+
+    def active_count(self) -> int:
+        now = self.clock()
+        return sum(1 for k in self._keys.values() if k.status(now) == "active")
+
+    async def authenticate(self, authorization: str | None) -> Principal:
+        """The principal of an ``Authorization: Bearer <key>`` header, or :class:`Unauthenticated`."""
+        if not authorization:
+            raise Unauthenticated("missing API key: send 'Authorization: Bearer <key>'", reason="missing")
+        scheme, _, token = authorization.strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise Unauthenticated("the Authorization header must be 'Bearer <key>'", reason="malformed")
+        key_id = token_key_id(token)
+        if key_id is None:
+            raise Unauthenticated("malformed API key (HRT keys look like hrt_<id>_<secret>)", reason="malformed")
+        await self._fresh()
+        key = self._keys.get(key_id)
+        if key is None:
+            # created a moment ago by `hrt keys create` or another server: look once more, at most
+            # once per 0.2 s whatever a client sends
+            if time.monotonic() - self._loaded_at >= 0.2:
+                await self._fresh(force=True)
+                key = self._keys.get(key_id)
+            if key is None:
+                raise Unauthenticated("unknown API key")
+        digest = hashlib.sha256(token.encode()).digest()
+        known = self._verified.get(key_id)
+        if known is not None:
+            if not hmac.compare_digest(known, digest):
+                raise Unauthenticated("unknown API key")
+        else:
+            if digest in self._failed:
+                raise Unauthenticated("unknown API key")
+            async with self._scrypt:
+                computed = await asyncio.to_thread(hash_token, token, key.salt)
+            if not hmac.compare_digest(computed, key.secret_hash):
+                self._failed[digest] = None
+                while len(self._failed) > FAILED_MEMORY:
+                    self._failed.popitem(last=False)
+                raise Unauthenticated("unknown API key")
+            self._verified[key_id] = digest
+        # only the holder of the secret learns that the key was revoked or has expired
+        now = self.clock()
+        status = key.status(now)
+        if status == "revoked":
+            raise Unauthenticated(f"this API key ({key.name}) was revoked", reason="revoked")
+        if status == "expired":
+            raise Unauthenticated(f"this API key ({key.name}) expired at {_iso(key.expires_at)}", reason="expired")
+        self._used[key_id] = now
+        return principal_of(key)
+
+    async def flush(self) -> None:
+        """Write pending last-use times (at shutdown)."""
+        used, self._used = self._used, {}
+        if used:
+            await self.store.touch_keys(used)
+
+
+# ------------------------------------------------------------------------------------------
+# per-key limits (per process)
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    updated: float
+    in_flight: int = 0
+
+
+class KeyLimiter:
+    """A token bucket (``rate`` requests per second, bursts up to two seconds' worth) and a cap on
+    requests in flight, per key and per process: N replicas allow N times the rate."""
+
+    def __init__(self, rate: float, max_concurrency: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self.max_concurrency = max_concurrency
+        self.clock = clock
+        self._buckets: dict[str, _Bucket] = {}
+
+    def _limits(self, p: Principal) -> tuple[float, int]:
+        rate = self.rate if p.rate_limit is None else p.rate_limit
+        conc = self.max_concurrency if p.max_concurrency is None else p.max_concurrency
+        return rate, conc
+
+    def acquire(self, p: Principal) -> None:
+        """Take one request's place, or raise :class:`RateLimited` (with a Retry-After)."""
+        rate, conc = self._limits(p)
+        now = self.clock()
+        burst = max(1.0, 2.0 * rate)
+        b = self._buckets.get(p.key_id)
+        if b is None:
+            b = self._buckets[p.key_id] = _Bucket(tokens=burst, updated=now)
+        if conc > 0 and b.in_flight >= conc:
+            raise RateLimited(
+                f"this API key has {b.in_flight} requests in flight, its limit", retry_after_s=1, reason="concurrency"
+            )
+        if rate > 0:
+            b.tokens = min(burst, b.tokens + (now - b.updated) * rate)
+            b.updated = now
+            if b.tokens < 1.0:
+                wait = math.ceil((1.0 - b.tokens) / rate)
+                raise RateLimited(
+                    f"this API key is over its {rate:g} requests per second", retry_after_s=wait, reason="rate"
+                )
+            b.tokens -= 1.0
+        b.in_flight += 1
+
+    def release(self, p: Principal) -> None:
+        b = self._buckets.get(p.key_id)
+        if b is not None and b.in_flight > 0:
+            b.in_flight -= 1

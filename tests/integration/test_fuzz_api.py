@@ -1,0 +1,133 @@
+"""schemathesis over the OpenAPI document of a real ``hrt serve`` (embedded store, the sample graph,
+a key of every scope): no input may produce a 5xx, every response conforms to the document, and
+input outside the document is refused with a 4xx. A bounded example count here; the longer run is
+``python scripts/fuzz_api.py`` (docs/security.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.schemas import APIOperation
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    negative_data_rejection,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from hrt.api import create_app
+from hrt.cli import sample_data_path
+from hrt.config import Settings
+from tests.integration.conftest import ServerProcess, start_hrt_server
+
+pytestmark = pytest.mark.integration
+
+
+def rejects_invalid_input(ctx: Any, response: Any, case: schemathesis.Case) -> bool | None:
+    """schemathesis' negative_data_rejection, with 413 counted as a rejection (a body over the size
+    limit is refused before it is parsed)."""
+    if response.status_code == 413:
+        return None
+    return negative_data_rejection(ctx, response, case)
+
+
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    rejects_invalid_input,
+]
+EXAMPLES = int(os.environ.get("HRT_FUZZ_EXAMPLES", "50"))
+
+
+@pytest.fixture(scope="module")
+def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    tmp: Path = tmp_path_factory.mktemp("fuzz")
+    server = start_hrt_server(tmp / "fuzz.db", tmp / "server.log")
+    with server.client(timeout=120) as c:
+        r = c.post(
+            "/v1/ingest", content=sample_data_path().read_bytes(), headers={"content-type": "application/x-ndjson"}
+        )
+        assert r.status_code == 200, r.text
+    yield server
+    with server.client(timeout=30) as c:
+        metrics = c.get("/metrics").text
+    server.stop()
+    statuses: dict[str, dict[str, int]] = {}
+    for route, status, n in re.findall(r'hrt_requests_total\{route="([^"]+)",status="([0-9]+)"\} ([0-9.]+)', metrics):
+        statuses.setdefault(route, {})[status] = int(float(n))
+    # the run reached the pipeline, not only the validation: retrievals that returned a document
+    assert statuses.get("/v1/retrieve", {}).get("200", 0) >= 1, statuses
+    assert not any(s.startswith("5") for by_status in statuses.values() for s in by_status), statuses
+    report = os.environ.get("HRT_FUZZ_REPORT")  # scripts/fuzz_api.py
+    if report:
+        Path(report).write_text(json.dumps({"examples_per_run": EXAMPLES, "statuses": statuses}, indent=2) + "\n")
+    log = (tmp / "server.log").read_text()
+    assert "Traceback" not in log, log[-3000:]
+
+
+def document() -> dict[str, object]:
+    """The OpenAPI document, built in process: the same code as the server's (checked below)."""
+    return create_app(Settings()).openapi()
+
+
+SCHEMA = schemathesis.openapi.from_dict(document())
+OPERATIONS = [result.ok() for result in SCHEMA.get_all_operations()]
+
+
+def test_the_server_serves_this_document(fuzz_server: ServerProcess) -> None:
+    served = httpx.get(f"{fuzz_server.base_url}/openapi.json", headers=fuzz_server.headers, timeout=30)
+    assert served.status_code == 200 and served.json() == document()
+
+
+SAMPLE_USERS = ("u-maya", "u-tom", "u-sara")
+
+
+def aim(case: schemathesis.Case, user: str) -> schemathesis.Case:
+    """The case with every user id it carries (path, body, records) set to ``user``."""
+    if case.path_parameters and "user_id" in case.path_parameters:
+        case.path_parameters["user_id"] = user
+    if isinstance(case.body, dict):
+        if "user_id" in case.body:
+            case.body["user_id"] = user
+        for record in case.body.get("records") or []:
+            if isinstance(record, dict) and "user_id" in record:
+                record["user_id"] = user
+    return case
+
+
+# negative data needs something to negate: a path parameter or a body
+RUNS = [(op, GenerationMode.POSITIVE) for op in OPERATIONS] + [
+    (op, GenerationMode.NEGATIVE) for op in OPERATIONS if "{" in op.path or op.method.upper() == "POST"
+]
+
+
+@pytest.mark.parametrize(("operation", "mode"), RUNS, ids=[f"{op.label}-{mode.value}" for op, mode in RUNS])
+def test_no_input_gives_a_5xx_and_every_answer_fits_the_document(
+    fuzz_server: ServerProcess, operation: APIOperation, mode: GenerationMode
+) -> None:
+    strategy = operation.as_strategy(generation_mode=mode)
+    if mode is GenerationMode.POSITIVE:  # half the cases aim at users who exist, not random ids
+        strategy = st.one_of(strategy, st.tuples(strategy, st.sampled_from(SAMPLE_USERS)).map(lambda t: aim(*t)))
+
+    @given(case=strategy)
+    @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    def run(case: schemathesis.Case) -> None:
+        case.call_and_validate(base_url=fuzz_server.base_url, headers=fuzz_server.headers, checks=CHECKS, timeout=60)
+
+    run()
