@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: install install-test install-llama demo test test-unit lint typecheck schema serve
+.PHONY: install install-test install-llama demo test test-unit lint typecheck schema docs serve
 
 install:
 	$(PIP) install -q -e .
@@ -29,6 +29,9 @@ lint:
 
 schema:
 	hrt export-schema --out hrt/schema
+
+docs:
+	$(PYTHON) -m hrt.config_docs docs/configuration.md
 
 serve: install
 	hrt serve

@@ -508,7 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_argument("--db")
     k.set_defaults(func=cmd_keys)
 
-    i = sub.add_parser("ingest", help="ingest a JSONL file (see the README's ingest format)")
+    i = sub.add_parser("ingest", help="ingest a JSONL file (format: docs/api.md, 'Ingest format')")
     i.add_argument("file")
     i.add_argument("--db")
     i.add_argument("--batch-size", type=int, help="records per transaction (default: the whole file)")

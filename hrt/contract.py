@@ -289,7 +289,7 @@ class ItemProvenance(_Out):
     seed_phrases: list[str]  # the key phrases whose search made the seed a seed
     hops: list[PathHop]  # [] when the item is its own seed
     # which evidence its semantic term is: its own search hit, its path from the seed, or that path
-    # times its own best cosine to the phrases (README, Scoring)
+    # times its own best cosine to the phrases (docs/api.md, Scoring)
     evidence: Literal["search", "path", "path_x_cosine"]
     search_evidence: float | None  # its own evidence from the search, when the search returned it
     path_score: float

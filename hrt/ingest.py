@@ -2,7 +2,7 @@
 
 The line format (``hrt ingest FILE.jsonl``, ``POST /v1/ingest``) is one JSON object per record with
 ``kind`` (memory_unit, concept, artifact, relation, preference) and ``user_id``; ``"op":
-"delete"`` removes by key. See the README's "Ingest format". Writes are idempotent by id. Every
+"delete"`` removes by key. See docs/api.md, "Ingest format". Writes are idempotent by id. Every
 record of a batch is validated before anything is written; the first bad record is reported with
 its position and field, and nothing of that batch is written.
 """

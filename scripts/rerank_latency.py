@@ -3,7 +3,7 @@ median request latency and wall time per document, per mode, server setting and 
 
     python scripts/rerank_latency.py        # needs scripts/install-llama.sh to have run
 
-A measurement, not a test (the README's reranker figures come from here).
+A measurement, not a test (docs/deployment.md's reranker figures come from here).
 """
 
 from __future__ import annotations

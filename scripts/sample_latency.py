@@ -1,4 +1,4 @@
-"""Measure what the README reports for the embedded default on the bundled sample graph:
+"""Measure what docs/bench.md reports for the embedded default on the bundled sample graph:
 model load, sample ingest, and retrieval latency in process and over HTTP (a real ``hrt serve``).
 
     python scripts/sample_latency.py [--rounds 100] [--out bench-results/sample-latency.json]

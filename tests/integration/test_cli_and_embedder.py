@@ -1,4 +1,4 @@
-"""The README's commands and the real embedding model."""
+"""The CLI's commands (README, docs/api.md) and the real embedding model."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Congruence: the same data in the embedded deployment and in the services deployment
 (PostgreSQL + Neo4j + Weaviate) answers the same requests with the same top memory units.
 
-Tolerance (documented in the README): the two lexical engines differ (SQLite FTS5 stems with
+Tolerance (documented in docs/deployment.md): the two lexical engines differ (SQLite FTS5 stems with
 Porter, Weaviate's BM25 does not, and their BM25 statistics differ), so the lexical ranks differ on
 some phrases. With the default ``semantic_evidence`` ``fused`` those ranks are part of every hit's
 score, so the test requires the same top memory unit, at most one of the five swapped, and shared

@@ -90,7 +90,7 @@ async def test_every_item_carries_a_consistent_breakdown(loaded_service):
     assert items
     for kind, it in items:
         b = it.score_breakdown
-        # what a caller can recompute from the breakdown, the weights and the gate (README, Scoring)
+        # what a caller can recompute from the breakdown, the weights and the gate (docs/api.md, Scoring)
         best = gate.best_semantic[kind]
         relevance = min(1.0, max(0.0, (b.semantic / best - gate.threshold) / (1 - gate.threshold)))
         expected = w.alpha_semantic_similarity * b.semantic + relevance * (

@@ -208,7 +208,7 @@ def test_the_relevance_gate_never_lets_other_terms_carry_an_irrelevant_candidate
     sems, others, tau, preset
 ):
     """Below tau x the best semantic term, no age, salience or preference lifts a candidate above
-    one at or above it, under every preset; the gated score is what the README says."""
+    one at or above it, under every preset; the gated score is what docs/api.md says."""
     from hrt.pipeline.scoring import Evidence, relevance_factor
 
     w = WEIGHT_PRESETS[preset].normalised()

