@@ -52,7 +52,6 @@ import os
 import platform
 import shlex
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -70,6 +69,7 @@ import httpx
 import numpy as np
 
 from hrt.bench.synth import GraphStats, SynthConfig, batches, key_phrases, vocabulary
+from hrt.devstack import free_port
 from hrt.text import words
 
 log = logging.getLogger("hrt.bench")
@@ -513,12 +513,6 @@ def run_ingest(cfg: SynthConfig, target: Target, vectors: str, batch_size: int) 
 # ------------------------------------------------------------------------------------------
 # the server
 # ------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def provision_key(env: dict[str, str]) -> str:

@@ -16,6 +16,7 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from hrt.contract import Limits
 from hrt.pipeline.intake import Intake
@@ -27,10 +28,13 @@ from hrt.reranker import Reranker
 log = logging.getLogger(__name__)
 
 
+RerankStatus = Literal["ok", "skipped", "degraded", "timeout"]
+
+
 @dataclass(frozen=True, slots=True)
 class RerankOutcome:
     items: dict[Kind, list[Scored]]
-    status: str  # ok | skipped | degraded
+    status: RerankStatus
     reason: str | None
     applied: bool
 

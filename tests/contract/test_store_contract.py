@@ -1,7 +1,7 @@
 """One suite of store behaviour, run against every adapter of the three ports.
 
-The ``deployment`` fixture is parametrised by adapter family; the services family (PostgreSQL,
-Neo4j, Weaviate) joins the parameter list when its adapters land.
+The ``deployment`` fixture is parametrised by adapter family: embedded (one SQLite file), postgres
+(PostgreSQL records with embedded projections) and services (PostgreSQL, Neo4j, Weaviate).
 """
 
 from __future__ import annotations

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,14 +14,9 @@ import pytest
 
 from hrt.bench.run import provision_key
 from hrt.config import Settings
+from hrt.devstack import free_port
 from hrt.embedder import Embedder
 from hrt.service import load_embedder
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,6 @@ import importlib.util
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from hrt.devstack import free_port
 
 MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"
 MODEL_ENV = "HRT_LLAMA_MODEL"  # an explicit GGUF path overrides the cache location
@@ -66,12 +67,6 @@ def require_llama(model: Path | None = None) -> Path:
             pytest.fail(f"llama.cpp integration test cannot run under CI: {reason}", pytrace=False)
         pytest.skip(reason)
     return model or default_model_path()
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _server_env() -> dict[str, str]:
