@@ -40,30 +40,32 @@ QUERIES = {
     "u-tom": ["Atlas migration slipped", "Postgres migration", "on-call incident", "data platform planning"],
     "u-sara": ["deep work", "half marathon training", "onboarding flow usability", "design review"],
 }
-WORDS = [
-    "roadmap",
-    "budget",
-    "launch",
-    "review",
-    "incident",
-    "customer",
-    "latency",
-    "migration",
-    "design",
-    "hiring",
-    "offsite",
-    "metrics",
-    "contract",
-    "renewal",
-    "feedback",
-    "security",
-    "audit",
-    "pricing",
-    "experiment",
-    "retention",
-    "onboarding",
-    "release",
-]
+WORDS = tuple(
+    [
+        "roadmap",
+        "budget",
+        "launch",
+        "review",
+        "incident",
+        "customer",
+        "latency",
+        "migration",
+        "design",
+        "hiring",
+        "offsite",
+        "metrics",
+        "contract",
+        "renewal",
+        "feedback",
+        "security",
+        "audit",
+        "pricing",
+        "experiment",
+        "retention",
+        "onboarding",
+        "release",
+    ]
+)
 
 
 @dataclass
@@ -168,11 +170,11 @@ def per_minute(log: Log, minutes: int) -> list[dict[str, Any]]:
                 "minute": m + 1,
                 "retrievals": len(ret),
                 "retrieval_errors": sum(st != 200 for _, st in ret),
-                "retrieval_p50_ms": round(pct(ok, 50), 1) if ok else None,
-                "retrieval_p95_ms": round(pct(ok, 95), 1) if ok else None,
+                "retrieval_p50_ms": round(pct(ok, 0.5), 1) if ok else None,
+                "retrieval_p95_ms": round(pct(ok, 0.95), 1) if ok else None,
                 "ingests": len(ing),
                 "ingest_errors": sum(st != 200 for _, st in ing),
-                "ingest_p50_ms": round(pct([ms for ms, _ in ing], 50), 1) if ing else None,
+                "ingest_p50_ms": round(pct([ms for ms, _ in ing], 0.5), 1) if ing else None,
                 "rss_mb": dict(sorted(rss.items())),
             }
         )
