@@ -34,7 +34,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -456,7 +456,9 @@ def _pg_hba_problems(data: Path) -> list[str]:
     return problems
 
 
-def start_postgres(root: Path, credentials: Credentials, timeout: float = 60.0) -> ServiceInfo:
+def start_postgres(
+    root: Path, credentials: Credentials, timeout: float = 60.0, ports: Mapping[str, int] | None = None
+) -> ServiceInfo:
     pg = ensure_postgres()
     base = root / "postgres"
     base.mkdir(parents=True, exist_ok=True)
@@ -510,7 +512,7 @@ def start_postgres(root: Path, credentials: Credentials, timeout: float = 60.0) 
             )
         finally:
             pwfile.unlink(missing_ok=True)
-    port = free_port()
+    port = ports["port"] if ports else free_port()
     started = time.monotonic()
     proc = _spawn(
         [
@@ -586,7 +588,11 @@ def _neo4j_set_initial_password(java: Path, lib: Path, home: Path, password: str
 
 
 def start_neo4j(
-    root: Path, credentials: Credentials, timeout: float = 180.0, page_cache: str = NEO4J_PAGE_CACHE
+    root: Path,
+    credentials: Credentials,
+    timeout: float = 180.0,
+    page_cache: str = NEO4J_PAGE_CACHE,
+    ports: Mapping[str, int] | None = None,
 ) -> ServiceInfo:
     java = ensure_java17()
     lib = ensure_neo4j_jars()
@@ -598,7 +604,7 @@ def start_neo4j(
     for old in (home / "plugins").glob("hrt-neo4j*.jar"):
         old.unlink()
     shutil.copy2(plugin, home / "plugins" / "hrt-neo4j.jar")
-    bolt, http = free_port(), free_port()
+    bolt, http = (ports["bolt"], ports["http"]) if ports else (free_port(), free_port())
     (home / "conf" / "neo4j.conf").write_text(
         "\n".join(
             [
@@ -675,15 +681,19 @@ def start_neo4j(
 
 
 def start_weaviate(
-    root: Path, credentials: Credentials, timeout: float = 120.0, memory: str = WEAVIATE_MEMORY
+    root: Path,
+    credentials: Credentials,
+    timeout: float = 120.0,
+    memory: str = WEAVIATE_MEMORY,
+    ports: Mapping[str, int] | None = None,
 ) -> ServiceInfo:
     binary = ensure_weaviate()
     home = root / "weaviate"
     data = home / "data"
     data.mkdir(parents=True, exist_ok=True)
     home.chmod(0o700)  # its files are the vectors and texts: other local users must not read past the key
-    http, grpc = free_port(), free_port()
-    gossip = free_port_block(4)
+    http, grpc = (ports["http"], ports["grpc"]) if ports else (free_port(), free_port())
+    gossip = ports["gossip"] if ports else free_port_block(4)
     data_port, raft, raft_rpc = gossip + 1, gossip + 2, gossip + 3
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -896,6 +906,25 @@ def status(directory: Path) -> dict[str, Any]:
         "env_file": str(Path(stack.dir) / "stack.env"),
         "neo4j_browser": stack.neo4j_browser if "neo4j" in stack.services else None,
     }
+
+
+def restart(directory: Path, name: str) -> Stack:
+    """Start a stopped service of the stack in ``directory`` again on its old ports and data (a
+    store coming back, as the fault tests need it: its clients keep their addresses)."""
+    stack = Stack.load(directory.resolve())
+    if stack is None or name not in stack.services or stack.credentials is None:
+        raise DevStackError(f"no {name} in the stack at {directory}")
+    old = stack.services[name]
+    if _alive(old.pid):
+        return stack
+    starters: dict[str, Callable[..., ServiceInfo]] = {
+        "postgres": start_postgres,
+        "neo4j": start_neo4j,
+        "weaviate": start_weaviate,
+    }
+    stack.services[name] = starters[name](directory.resolve(), stack._creds, ports=old.ports)
+    stack.save()
+    return stack
 
 
 @contextlib.contextmanager

@@ -1,0 +1,268 @@
+"""Faults (issue #22): stores stopped and started again, the server killed mid-ingest. Real
+processes throughout; each test ends by comparing what the stores hold with what was acknowledged.
+
+Each test starts the stores it breaks in a folder of its own (``hrt.devstack``), so the session's
+shared stack is never touched, and brings a stopped store back on its old ports and data
+(``devstack.restart``), as an operator's restart would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from hrt import devstack
+from hrt.cli import sample_data_path
+from hrt.stores.postgres_migrate import migrate
+from tests.integration.conftest import ServerProcess, start_hrt_server
+
+pytestmark = pytest.mark.integration
+
+AS_OF = "2025-12-31T00:00:00Z"
+REQUEST = {"user_id": "u-maya", "key_phrases": ["Project Phoenix timeline", "team bandwidth"], "as_of": AS_OF}
+BUDGET_S = 8  # HRT_REQUEST_TIMEOUT_S of these servers
+
+
+def memory(user: str, muid: str, text: str) -> dict[str, object]:
+    return {
+        "kind": "memory_unit",
+        "user_id": user,
+        "muid": muid,
+        "content": text,
+        "creation_ts": "2025-06-01T09:00:00Z",
+    }
+
+
+def stack_env(stack: devstack.Stack, dsn: str, tmp: Path) -> dict[str, str]:
+    return {
+        "HRT_RECORD_STORE": "postgres",
+        "HRT_GRAPH_STORE": "neo4j",
+        "HRT_VECTOR_INDEX": "weaviate",
+        "HRT_POSTGRES_DSN": dsn,
+        "HRT_NEO4J_URI": stack.neo4j_uri,
+        "HRT_NEO4J_USER": stack.neo4j_user,
+        "HRT_NEO4J_PASSWORD": stack.neo4j_password,
+        "HRT_WEAVIATE_HTTP_PORT": str(stack.weaviate_http_port),
+        "HRT_WEAVIATE_GRPC_PORT": str(stack.weaviate_grpc_port),
+        "HRT_WEAVIATE_API_KEY": stack.weaviate_api_key,
+        "HRT_WEAVIATE_COLLECTION": "HRTFaults" + uuid.uuid4().hex[:8],
+        "HRT_DB_PATH": str(tmp / "unused.db"),
+        "HRT_REQUEST_TIMEOUT_S": str(BUDGET_S),
+        "HRT_RERANK_BUDGET_S": "5",
+        "HRT_LOG_LEVEL": "WARNING",
+    }
+
+
+def doctor(env: dict[str, str]) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-m", "hrt.cli", "doctor"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    report = json.loads(done.stdout)
+    assert isinstance(report, dict)
+    return report
+
+
+def until(predicate, timeout: float, what: str, step: float = 0.5):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"{what} within {timeout:.0f}s")
+
+
+def ready(server: ServerProcess) -> bool:
+    try:
+        return httpx.get(f"{server.base_url}/readyz", headers=server.headers, timeout=5).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+@pytest.fixture
+def private_stack():
+    """PostgreSQL, Neo4j and Weaviate for this test alone, so that each can be stopped."""
+    directory = Path(tempfile.mkdtemp(prefix="hrt-faults-"))
+    with devstack.running(directory, devstack.SERVICES) as stack:
+        yield directory, stack
+    subprocess.run(["rm", "-rf", str(directory)], check=False)
+
+
+def test_stores_stopped_and_back_lose_nothing_and_answer_whole_again(private_stack, tmp_path):
+    """Weaviate, then Neo4j, stopped under an HRT server and started again; then the server itself
+    killed (-9) in the middle of an ingest. Every answer during a fault is a clear 503 or a response
+    marked degraded within the request budget; writes land in PostgreSQL meanwhile; once the store
+    is back the same request gives the same bytes as before the fault, the projections catch up and
+    ``hrt doctor`` finds no drift."""
+    directory, stack = private_stack
+    dsn = stack.postgres_dsn
+    migrate(dsn)
+    env = stack_env(stack, dsn, tmp_path)
+    server = start_hrt_server(tmp_path / "unused.db", tmp_path / "server.log", env=env)
+    try:
+        with server.client(timeout=60) as c:
+            r = c.post(
+                "/v1/ingest", content=sample_data_path().read_bytes(), headers={"content-type": "application/x-ndjson"}
+            )
+            assert r.status_code == 200, r.text
+            before = c.post("/v1/retrieve", json=REQUEST)
+            assert before.status_code == 200 and not before.json()["retrieval_metadata"]["degraded"]
+            for n, store in enumerate(("weaviate", "neo4j")):
+                devstack.stop_pid(stack.services[store].pid, grace=5)
+                started = time.monotonic()
+                during = c.post("/v1/retrieve", json=REQUEST, timeout=60)
+                assert time.monotonic() - started < BUDGET_S + 5  # never a hang
+                if during.status_code == 200:
+                    assert during.json()["retrieval_metadata"]["degraded"], store
+                else:
+                    assert during.status_code == 503 and during.json()["error"]["code"] == "store_unavailable"
+                    assert "127.0.0.1" not in during.text  # the store is named, never its address
+                written = c.post(
+                    "/v1/ingest", json={"records": [memory("u-fault", f"fault-{n}", f"written while {store} was down")]}
+                )
+                assert written.status_code == 200, written.text  # PostgreSQL holds it; the outbox waits
+                devstack.restart(directory, store)
+                until(lambda: ready(server), 180, f"/readyz 200 after {store} came back")
+                after = until(
+                    lambda: (x := c.post("/v1/retrieve", json=REQUEST)).status_code == 200 and x,
+                    60,
+                    f"a retrieval after {store} came back",
+                )
+                assert after.content == before.content, store  # whole again, byte for byte
+            # the writes made during the outages reach both projections
+            until(
+                lambda: (
+                    c.get("/v1/users/u-fault/stats").json()["memory_unit"] == 2
+                    and c.post(
+                        "/v1/retrieve", json={"user_id": "u-fault", "query": "written while neo4j was down"}
+                    ).json()["retrieved_memory_units"]
+                ),
+                120,
+                "the outage's writes projected",
+            )
+        # the server killed in the middle of an ingest: acknowledged batches whole, none in part
+        acked = kill_mid_ingest(server, user="u-kill", batches=40, size=25)
+        server = start_hrt_server(tmp_path / "unused.db", tmp_path / "server2.log", env=env)
+        with server.client(timeout=60) as c:
+            count = c.get("/v1/users/u-kill/stats").json()["memory_unit"]
+        assert count % 25 == 0 and len(acked) * 25 <= count <= (len(acked) + 1) * 25, (count, len(acked))
+        report = until(lambda: (d := doctor(env))["drift"] == [] and d, 120, "hrt doctor without drift")
+        assert report["users_checked"] >= 5
+    finally:
+        server.stop()
+
+
+def kill_mid_ingest(server: ServerProcess, user: str, batches: int, size: int) -> list[int]:
+    """Send ``batches`` batches one after another and SIGKILL the server once three are
+    acknowledged; returns the acknowledged batch numbers."""
+    acked: list[int] = []
+
+    def send() -> None:
+        with httpx.Client(base_url=server.base_url, headers=server.headers, timeout=60) as c:
+            for b in range(batches):
+                records = [memory(user, f"k-{b}-{i}", f"batch {b} record {i} " + "word " * 40) for i in range(size)]
+                try:
+                    if c.post("/v1/ingest", json={"records": records}).status_code == 200:
+                        acked.append(b)
+                except httpx.TransportError:
+                    return
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    until(lambda: len(acked) >= 3, 120, "three acknowledged batches", step=0.05)
+    os.kill(server.proc.pid, signal.SIGKILL)
+    sender.join(timeout=60)
+    server.proc.wait(timeout=30)
+    assert len(acked) < batches  # the kill came mid-ingest
+    return list(acked)
+
+
+def test_kill_9_mid_ingest_embedded_keeps_acknowledged_batches_whole(tmp_path):
+    db = tmp_path / "kill.db"
+    server = start_hrt_server(db, tmp_path / "server.log")
+    acked = kill_mid_ingest(server, user="u-kill", batches=40, size=25)
+    server = start_hrt_server(db, tmp_path / "server2.log")
+    try:
+        with server.client(timeout=60) as c:
+            count = c.get("/v1/users/u-kill/stats").json()["memory_unit"]
+            assert count % 25 == 0 and len(acked) * 25 <= count <= (len(acked) + 1) * 25, (count, len(acked))
+            # and the store still takes writes and answers
+            assert (
+                c.post("/v1/ingest", json={"records": [memory("u-kill", "after", "after the kill")]}).status_code == 200
+            )
+            assert c.get("/v1/users/u-kill/stats").json()["memory_unit"] == count + 1
+    finally:
+        server.stop()
+
+
+def test_postgresql_restarted_under_load_recovers_without_restarting_hrt(tmp_path):
+    """Requests in flight while PostgreSQL restarts fail cleanly (503, never a 500 or a hang); the
+    pool reconnects by itself and every request after the restart succeeds."""
+    directory = Path(tempfile.mkdtemp(prefix="hrt-pgfault-"))
+    with devstack.running(directory, ("postgres",)) as stack:
+        migrate(stack.postgres_dsn)
+        env = {
+            "HRT_RECORD_STORE": "postgres",
+            "HRT_POSTGRES_DSN": stack.postgres_dsn,
+            "HRT_REQUEST_TIMEOUT_S": str(BUDGET_S),
+            "HRT_RERANK_BUDGET_S": "5",
+        }
+        server = start_hrt_server(tmp_path / "projections.db", tmp_path / "server.log", env=env)
+        statuses: list[int] = []
+        slowest: list[float] = [0.0]
+        stop = threading.Event()
+
+        def load() -> None:
+            with httpx.Client(base_url=server.base_url, headers=server.headers, timeout=60) as c:
+                while not stop.is_set():
+                    started = time.monotonic()
+                    try:
+                        statuses.append(c.post("/v1/retrieve", json=REQUEST).status_code)
+                    except httpx.TransportError:
+                        statuses.append(-1)
+                    slowest[0] = max(slowest[0], time.monotonic() - started)
+
+        try:
+            with server.client(timeout=60) as c:
+                r = c.post(
+                    "/v1/ingest",
+                    content=sample_data_path().read_bytes(),
+                    headers={"content-type": "application/x-ndjson"},
+                )
+                assert r.status_code == 200, r.text
+            clients = [threading.Thread(target=load) for _ in range(2)]
+            for t in clients:
+                t.start()
+            until(lambda: len(statuses) >= 20, 60, "load before the restart")
+            devstack.stop_pid(stack.services["postgres"].pid, grace=10)
+            time.sleep(1.0)
+            devstack.restart(directory, "postgres")
+            mark = len(statuses)
+            until(lambda: statuses[mark:].count(200) >= 20, 120, "twenty answers after the restart")
+            stop.set()
+            for t in clients:
+                t.join(timeout=60)
+            assert set(statuses) <= {200, 503}, sorted(set(statuses))  # clean failures only
+            assert 503 in statuses and slowest[0] < BUDGET_S + 5  # the outage was seen, never a hang
+            assert statuses[-10:] == [200] * 10  # recovered, HRT never restarted
+            assert server.proc.poll() is None
+        finally:
+            stop.set()
+            server.stop()
+    subprocess.run(["rm", "-rf", str(directory)], check=False)
