@@ -157,13 +157,15 @@ def llama_server(
     log_dir: Path | None = None,
     extra_args: Sequence[str] = (),
     api_key: str | None = None,
+    port: int | None = None,
 ) -> Iterator[LlamaServer]:
     """A running ``python -m llama_cpp.server`` on 127.0.0.1; stopped (SIGTERM, then SIGKILL) on exit.
-    ``api_key``: the key it demands (default: a fresh random one, in ``server.api_key``).
+    ``api_key``: the key it demands (default: a fresh random one, in ``server.api_key``); ``port``:
+    where it listens (default: a free one; a given one brings a killed server back at its address).
 
     ``logits_all`` defaults to True in the server, which logprobs need.
     """
-    port = free_port()
+    port = port or free_port()
     api_key = api_key or secrets.token_urlsafe(24)
     command = [
         sys.executable,

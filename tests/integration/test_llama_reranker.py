@@ -18,6 +18,7 @@ adapter's own cache makes repeated calls identical within one HRT process whatev
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -200,3 +201,21 @@ async def test_killing_the_server_mid_run_is_translated_fast_and_opens_the_break
         await client.aclose()
 
 
+async def test_the_breaker_closes_once_the_server_is_back(tmp_path: Path) -> None:
+    """Killed: calls fail and the breaker opens. Back at the same address: after ``breaker_reset_s``
+    one probe goes through, succeeds, and the breaker closes; calls score again."""
+    model = require_llama()
+    with llama_server(model, log_dir=tmp_path) as server:
+        port, key = int(server.base_url.rsplit(":", 1)[1]), server.api_key
+        async with httpx.AsyncClient(trust_env=False) as client:
+            r = make(server, client=client, timeout_s=30.0, breaker_failures=1, breaker_reset_s=1.0)
+            assert len(await r.score(QUERY, DOCS[:1])) == 1 and r.circuit_state == "closed"
+            server.kill()
+            with pytest.raises(StoreUnavailable):
+                await r.score(QUERY, ["a document it never scored"])
+            assert r.circuit_state == "open"
+            with llama_server(model, log_dir=tmp_path, api_key=key, port=port):
+                await asyncio.sleep(1.1)  # the breaker's reset time: the next call is its probe
+                scores = await r.score(QUERY, ["another document it never scored"])
+                assert len(scores) == 1 and 0.0 <= scores[0] <= 1.0
+                assert r.circuit_state == "closed"
