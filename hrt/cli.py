@@ -541,7 +541,11 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--db")
     pr.set_defaults(func=cmd_project)
 
-    dr = sub.add_parser("doctor", help="report ids missing from or orphaned in the graph and vector projections")
+    dr = sub.add_parser(
+        "doctor",
+        help="report drift between the records and the graph and vector projections (ids, content, edges, "
+        "dead outbox events)",
+    )
     dr.add_argument("--user", action="append", help="check only these users (repeatable)")
     dr.add_argument("--repair", action="store_true", help="rebuild the projections of drifted users from records")
     dr.add_argument("--db")

@@ -151,7 +151,13 @@ class Projector:
         """The targets drain side by side (Neo4j and Weaviate each take a core; ingest spent 10 s
         of 16 in the drain with one after the other), each in its own outbox order."""
         report = DrainReport()
-        await asyncio.gather(*(self._drain_target(t, report, upto, deadline) for t in TARGETS))
+        # both finish before an error of either is raised: none goes on unawaited
+        outcomes = await asyncio.gather(
+            *(self._drain_target(t, report, upto, deadline) for t in TARGETS), return_exceptions=True
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
         return report
 
     async def _drain_upto(self, upto: int, deadline: float) -> DrainReport:
