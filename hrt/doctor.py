@@ -184,13 +184,15 @@ async def repair_user(records: Any, graph: Any, vectors: Any, drift: UserDrift) 
     """Rebuild one user's projections from the record store."""
     user_id = drift.user_id
     async with contextlib.AsyncExitStack() as leases:
-        head = None
+        head: int | None = None
         if hasattr(records, "outbox_lease"):
             # both targets' leases, one after the other (a projector holds at most one at a time):
             # no delivery interleaves with the rebuild; events written meanwhile follow it
             for target in TARGETS:
                 await leases.enter_async_context(records.outbox_lease(target, wait=True))
-            head = await records.outbox_head()
+            # no projector sets an event aside while the leases are held: the user's dead events now
+            # are all older than the records the rebuild reads
+            head = max((d["seq"] for d in await records.dead_letters([user_id])), default=None)
         kinds, want_nodes, want_docs = await expected(records, user_id)
         have_nodes = await graph.ids(user_id)
         have_docs = await vectors.ids(user_id)
@@ -212,6 +214,5 @@ async def repair_user(records: Any, graph: Any, vectors: Any, drift: UserDrift) 
             await graph.delete_edges(user_id, orphan_edges)
         for i in range(0, len(relations), BATCH):
             await graph.upsert_edges(user_id, [graph_edge(r) for r in relations[i : i + BATCH]])
-    if head is not None:
-        # the rebuild read the records after every event up to `head`: those set aside are mended
-        await records.clear_dead_letters(user_id, head)
+        if head is not None:
+            await records.clear_dead_letters(user_id, head)

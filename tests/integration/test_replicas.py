@@ -19,6 +19,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,10 @@ from pydantic import SecretStr
 
 from hrt.config import Settings
 from hrt.doctor import check
+from hrt.errors import StoreError
 from hrt.ingest import build_batch, parse_jsonl
 from hrt.projection import graph_edge, graph_node, vector_doc
-from hrt.records import Kind
+from hrt.records import EdgeType, Kind
 from hrt.service import HRTService
 from hrt.stores.postgres_migrate import migrate
 from tests.helpers import HashingEmbedder, concept, jsonl, mu, rel
@@ -292,3 +294,120 @@ async def test_two_replicas_writing_and_deleting_the_same_keys_end_equal_to_post
     finally:
         await forget(c, user)
         await c.close()
+
+
+def hrt_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hrt.cli", *args],
+        env={**os.environ, **env},
+        cwd=str(ROOT),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+async def test_doctor_finds_stale_content_and_edges_and_repair_mends_them(services, replica_b):
+    from hrt.stores.base import GraphEdge
+
+    user = "doc-" + uuid.uuid4().hex[:8]
+    b = replica_b
+    await b.ingest(
+        parse_jsonl(
+            jsonl(
+                [
+                    concept(user, "c-a", "Alpha"),
+                    concept(user, "c-b", "Beta"),
+                    mu(user, "m1", "the memory as recorded", tags=["t"]),
+                    mu(user, "m2", "another memory"),
+                    rel(user, "MENTIONS", "m1", "c-a", weight=0.5),
+                    rel(user, "MENTIONS", "m2", "c-b"),
+                ]
+            )
+        )
+    )
+    try:
+        assert (await b.projector.drain()).ok  # what the write's bounded drain left, if anything
+        assert all(d.clean for d in await check(b.records, b.graph, b.vectors, [user]))
+        # drift that ids alone never show: every id is where it should be
+        nodes = await b.graph.nodes(user)  # type: ignore[attr-defined]
+        docs = await b.vectors.docs(user)  # type: ignore[attr-defined]
+        await b.graph.upsert_nodes(user, [replace(nodes["c-a"], label="Alpha, as it was long ago")])
+        await b.vectors.upsert(user, [replace(docs["m1"], text="an old text of the memory")])
+        await b.graph.upsert_edges(user, [GraphEdge("m1", "c-a", EdgeType.MENTIONS, weight=0.9)])
+        await b.graph.upsert_edges(user, [GraphEdge("m2", "c-a", EdgeType.MENTIONS)])  # no such relation
+        await b.graph.delete_edges(user, [GraphEdge("m2", "c-b", EdgeType.MENTIONS)])
+        (drift,) = await check(b.records, b.graph, b.vectors, [user])
+        assert drift.stale_in_graph == {"concept": ["c-a"]} and drift.stale_in_vectors == {"memory_unit": ["m1"]}
+        assert drift.stale_edges == ["m1 -[MENTIONS]-> c-a"]
+        assert drift.orphan_edges == ["m2 -[MENTIONS]-> c-a"] and drift.missing_edges == ["m2 -[MENTIONS]-> c-b"]
+        assert not (drift.missing_in_graph or drift.missing_in_vectors or drift.orphans_in_graph)
+        # the command reports it (exit 1), repairs it, and the projections equal the records again
+        report = hrt_cli(services, "doctor", "--user", user)
+        assert report.returncode == 1, report.stderr
+        assert json.loads(report.stdout)["drift"][0]["stale_edges"] == ["m1 -[MENTIONS]-> c-a"]
+        repaired = hrt_cli(services, "doctor", "--user", user, "--repair")
+        assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+        assert json.loads(repaired.stdout)["drift_after_repair"] == []
+        await projections_equal_records(b, user)
+    finally:
+        await forget(b, user)
+
+
+class Refusing:
+    """A real projection target that refuses, for good, to take one id (not as if it were down)."""
+
+    def __init__(self, inner: Any, method: str, key: str) -> None:
+        self.inner, self.method, self.key = inner, method, key
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name != self.method:
+            return attr
+
+        async def write(user_id: str, items: Any) -> Any:
+            if any(i.id == self.key for i in items):
+                raise StoreError(f"{self.key} refused (injected)", store="Neo4j")
+            return await attr(user_id, items)
+
+        return write
+
+
+async def test_a_poison_event_is_set_aside_reported_and_mended(services, replica_b):
+    user = "poison-" + uuid.uuid4().hex[:8]
+    b = replica_b
+    p = b.projector
+    p.max_attempts = 2
+    p.targets = {**p.targets, "graph": Refusing(p.targets["graph"], "upsert_nodes", "m-bad")}
+    data = [concept(user, "c-a", "Alpha"), mu(user, "m-bad", "refused by the graph"), mu(user, "m-ok", "fine")]
+    try:
+        await b.writer.apply(build_batch(parse_jsonl(jsonl(data)), b.embedder))
+        first = await p.drain()
+        assert first.failed.keys() == {"graph"} and first.dead == {}
+        second = await p.drain()
+        assert second.ok and list(second.dead) == ["graph"]
+        assert await b.records.outbox_size() == 0  # type: ignore[attr-defined]
+        # the graph moved on past it (m-ok and c-a are there), the vector index never held it back
+        assert set(await b.graph.ids(user)) == {"c-a", "m-ok"}  # type: ignore[attr-defined]
+        assert set(await b.vectors.ids(user)) == {"c-a", "m-bad", "m-ok"}  # type: ignore[attr-defined]
+        # reported: by the doctor, by /readyz's warnings, by the metric
+        (drift,) = await check(b.records, b.graph, b.vectors, [user])
+        assert drift.missing_in_graph == {"memory_unit": ["m-bad"]}
+        assert [(d["target"], d["op"], d["key"]["id"], d["attempts"]) for d in drift.dead_events] == [
+            ("graph", "upsert_entity", "m-bad", 2)
+        ]
+        assert "refused (injected)" in drift.dead_events[0]["last_error"]
+        assert any("failed for good on the graph projection" in w for w in await p.warnings())
+        await p._refresh_stats()
+        assert 'hrt_outbox_dead_events{target="graph"} 1.0' in b.metrics.render().decode()
+        # the target takes it again: repair rebuilds the user and forgets the dead event
+        p.targets["graph"] = p.targets["graph"].inner
+        from hrt.doctor import repair_user
+
+        await repair_user(b.records, b.graph, b.vectors, drift)
+        assert [d.as_dict() for d in await check(b.records, b.graph, b.vectors, [user]) if not d.clean] == []
+        assert await b.records.dead_letters([user]) == []  # type: ignore[attr-defined]
+        assert await p.warnings() == []
+        await projections_equal_records(b, user)
+    finally:
+        await forget(b, user)
