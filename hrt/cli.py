@@ -350,7 +350,12 @@ def cmd_project(args: argparse.Namespace) -> int:
             if service.projector is None:
                 return {"projected": {}, "note": "the embedded record store projects in its own transaction"}
             report = await service.projector.drain()
-            return {"projected": report.delivered, "failed": report.failed}
+            return {
+                "projected": report.delivered,
+                "failed": report.failed,
+                "dead": {target: len(seqs) for target, seqs in report.dead.items()},
+                "left_to_other_replicas": sorted(report.leased_elsewhere),
+            }
         finally:
             await service.close()
 
