@@ -58,18 +58,39 @@ class PostgresRecordStore:
             check=AsyncConnectionPool.check_connection,
             name="hrt-records",
         )
+        # a lease holds its connection across the projector's write to Neo4j or Weaviate: the
+        # leases get connections of their own (one per target, one more for `hrt doctor --repair`),
+        # so a slow target never holds the connections that requests read with; none until used
+        self.lease_pool = AsyncConnectionPool(
+            dsn,
+            min_size=0,
+            max_size=3,
+            open=False,
+            timeout=timeout,
+            kwargs={"autocommit": False},
+            check=AsyncConnectionPool.check_connection,
+            name="hrt-outbox-leases",
+        )
 
     async def open(self) -> None:
         with translate_errors("connect"):
             await self.pool.open(wait=True, timeout=self._timeout)
+            await self.lease_pool.open(wait=False)
 
     async def close(self) -> None:
+        await self.lease_pool.close()
         await self.pool.close()
 
     @asynccontextmanager
     async def connection(self, action: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         with translate_errors(action):
             async with self.pool.connection() as conn:
+                yield conn
+
+    @asynccontextmanager
+    async def _leased_connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        with translate_errors("outbox lease"):
+            async with self.lease_pool.connection() as conn:
                 yield conn
 
     @asynccontextmanager
@@ -451,7 +472,7 @@ class PostgresRecordStore:
         another drain of this one) holds it; ``wait``: wait for it instead (``hrt doctor
         --repair``). The lease ends with the transaction: at the end of the block (committed; rolled
         back when the block raises), or when the connection is lost (a crashed holder frees it)."""
-        async with self.connection("outbox lease") as conn, conn.transaction():
+        async with self._leased_connection() as conn, conn.transaction():
             with translate_errors("outbox lease"):
                 fn = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
                 row = await (await conn.execute(f"SELECT {fn}(%s, %s)", (LEASE_CLASS, LEASE_KEYS[target]))).fetchone()
