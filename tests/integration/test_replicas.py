@@ -354,6 +354,24 @@ async def test_doctor_finds_stale_content_and_edges_and_repair_mends_them(servic
         await forget(b, user)
 
 
+async def readyz(svc: HRTService) -> dict[str, Any]:
+    """``GET /readyz`` of an app over ``svc``, with a key of every scope."""
+    import httpx
+
+    from hrt.api import create_app
+    from hrt.auth import SCOPES, new_key
+
+    token, record = new_key("ops-" + uuid.uuid4().hex[:6], SCOPES, None)
+    await svc.records.create_key(record)
+    app = create_app(svc.settings, service=svc)
+    headers = {"authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://hrt", headers=headers) as c:
+        r = await c.get("/readyz")
+    assert r.status_code == 200, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
 class Refusing:
     """A real projection target that refuses, for good, to take one id (not as if it were down)."""
 
@@ -398,6 +416,9 @@ async def test_a_poison_event_is_set_aside_reported_and_mended(services, replica
         ]
         assert "refused (injected)" in drift.dead_events[0]["last_error"]
         assert any("failed for good on the graph projection" in w for w in await p.warnings())
+        ready = await readyz(b)
+        assert ready["status"] == "ready"  # the other users and targets are served: a warning, not a 503
+        assert any("failed for good on the graph projection" in w for w in ready["warnings"]), ready
         await p._refresh_stats()
         assert 'hrt_outbox_dead_events{target="graph"} 1.0' in b.metrics.render().decode()
         # the target takes it again: repair rebuilds the user and forgets the dead event
@@ -407,7 +428,7 @@ async def test_a_poison_event_is_set_aside_reported_and_mended(services, replica
         await repair_user(b.records, b.graph, b.vectors, drift)
         assert [d.as_dict() for d in await check(b.records, b.graph, b.vectors, [user]) if not d.clean] == []
         assert await b.records.dead_letters([user]) == []  # type: ignore[attr-defined]
-        assert await p.warnings() == []
+        assert await p.warnings() == [] and (await readyz(b))["warnings"] == []
         await projections_equal_records(b, user)
     finally:
         await forget(b, user)
