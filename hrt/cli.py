@@ -350,7 +350,12 @@ def cmd_project(args: argparse.Namespace) -> int:
             if service.projector is None:
                 return {"projected": {}, "note": "the embedded record store projects in its own transaction"}
             report = await service.projector.drain()
-            return {"projected": report.delivered, "failed": report.failed}
+            return {
+                "projected": report.delivered,
+                "failed": report.failed,
+                "dead": {target: len(seqs) for target, seqs in report.dead.items()},
+                "left_to_other_replicas": sorted(report.leased_elsewhere),
+            }
         finally:
             await service.close()
 
@@ -541,7 +546,11 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--db")
     pr.set_defaults(func=cmd_project)
 
-    dr = sub.add_parser("doctor", help="report ids missing from or orphaned in the graph and vector projections")
+    dr = sub.add_parser(
+        "doctor",
+        help="report drift between the records and the graph and vector projections (ids, content, edges, "
+        "dead outbox events)",
+    )
     dr.add_argument("--user", action="append", help="check only these users (repeatable)")
     dr.add_argument("--repair", action="store_true", help="rebuild the projections of drifted users from records")
     dr.add_argument("--db")

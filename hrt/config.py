@@ -97,6 +97,8 @@ NOT_IN_FINGERPRINT = (
     "reranker_max_concurrency",
     "rerank_budget_s",
     "request_timeout_s",
+    "projector_max_attempts",
+    "read_your_writes_timeout_s",
 )
 
 
@@ -246,6 +248,15 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(1_048_576, ge=1024)
     max_ingest_body_bytes: int = Field(32 * 1_048_576, ge=1024)
     log_level: str = "INFO"
+
+    # --- outbox projector (services deployment; docs/reliability.md) ---------------------------
+    # an event a target refuses this many times (a target that is down does not count) is set
+    # aside as dead for that target, reported by `hrt doctor`, /readyz and hrt_outbox_dead_events,
+    # and the target moves on; `hrt doctor --repair` mends the user's projections
+    projector_max_attempts: int = Field(10, ge=1, le=1_000_000)
+    # how long a write waits for its own events to reach the projections (read-your-writes) before
+    # it answers and leaves them to the background projector (of this or another replica)
+    read_your_writes_timeout_s: float = Field(5.0, ge=0.0, le=600.0)
 
     @model_validator(mode="after")
     def _threshold_order(self) -> Settings:

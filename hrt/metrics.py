@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0)
 COUNT_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
@@ -60,6 +60,30 @@ class Metrics:
         )
         self.ingested = Counter(
             "hrt_ingested_records", "Records written by ingest, by kind", ["kind"], registry=self.registry
+        )
+
+        # the outbox (services deployment), per projection target: read from PostgreSQL by each
+        # replica's projector loop, so every replica reports the shared outbox
+        self.outbox_lag = Gauge(
+            "hrt_outbox_lag_events", "Outbox events not yet delivered, by target", ["target"], registry=self.registry
+        )
+        self.outbox_oldest = Gauge(
+            "hrt_outbox_oldest_pending_seconds",
+            "Age of the oldest outbox event not yet delivered, by target (0: none)",
+            ["target"],
+            registry=self.registry,
+        )
+        self.outbox_dead = Gauge(
+            "hrt_outbox_dead_events",
+            "Outbox events set aside as dead (failed for good), by target; `hrt doctor --repair` mends",
+            ["target"],
+            registry=self.registry,
+        )
+        self.projector_errors = Counter(
+            "hrt_projector_errors",
+            "Failures of the projector: a delivery refused by a target, or a loop iteration that raised",
+            ["target"],
+            registry=self.registry,
         )
 
     def render(self) -> bytes:

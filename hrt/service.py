@@ -116,12 +116,6 @@ class _EmbeddedWriter:
         return self._store.delete_user(user_id)
 
 
-# How long a write waits for a projector drain already in progress (the background loop's) before
-# it returns and leaves its events to that loop: a target that is down holds a drain for up to its
-# write timeout, and a write must not hang on it.
-READ_YOUR_WRITES_WAIT_S = 5.0
-
-
 class HRTService:
     def __init__(
         self,
@@ -187,7 +181,9 @@ class HRTService:
             pg = PostgresRecordStore(settings.postgres_dsn, max_size=settings.postgres_pool_size)
             records = pg
             self.writer = pg
-            self.projector = Projector(pg, graph, vectors)
+            self.projector = Projector(
+                pg, graph, vectors, max_attempts=settings.projector_max_attempts, metrics=self.metrics
+            )
         self.records = records
         self.graph = graph
         self.vectors = vectors
@@ -336,6 +332,8 @@ class HRTService:
             self._projector_stop.set()
             with contextlib.suppress(Exception):
                 await self._projector_task
+        if self.projector is not None:
+            await self.projector.close()
         for closer in self._closers:
             result = closer()
             if asyncio.iscoroutine(result):
@@ -362,11 +360,12 @@ class HRTService:
         return result
 
     async def _project_now(self) -> None:
-        """Read-your-writes when the targets are up; otherwise the outbox keeps the events for the
-        background projector (or ``hrt project``)."""
+        """Read-your-writes when the targets are up, within ``read_your_writes_timeout_s`` (a target
+        that is down, or a drain of another replica, must not hold a write); otherwise the outbox
+        keeps the events for the background projector (or ``hrt project``)."""
         if self.projector is None:
             return
-        report = await self.projector.drain(wait=READ_YOUR_WRITES_WAIT_S)
+        report = await self.projector.drain(wait=self.settings.read_your_writes_timeout_s)
         if report.busy:
             log.warning("projection left to the background projector: a drain in progress held it")
         elif not report.ok:

@@ -472,6 +472,12 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
                 checks[name] = "unavailable"
         ok = all(v == "ok" for v in checks.values())
         warming = service.preload_state == "loading"
+        warnings = [AUTH_OFF_WARNING] if settings.auth == "off" else []
+        if service.projector is not None and checks["records"] == "ok":
+            try:  # dead outbox events, a projection far behind: ready, but say so
+                warnings += await service.projector.warnings()
+            except Exception as exc:  # readiness reports, it never raises
+                log.warning("readiness check of the outbox failed: %s", exc)
         body = Readiness(
             status="unavailable" if not ok else "warming" if warming else "ready",
             stores=checks,
@@ -481,7 +487,7 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
             # Neo4j: "procedure" (hrt.expand) or "cypher"; the embedded graph walks in process
             graph_expansion=getattr(service.graph, "expansion_path", "in_process"),
             auth=settings.auth,
-            warnings=[AUTH_OFF_WARNING] if settings.auth == "off" else [],
+            warnings=warnings,
         )
         code = 200 if ok and not warming else 503
         return Response(body.model_dump_json(), status_code=code, media_type="application/json")

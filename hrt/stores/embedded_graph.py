@@ -235,6 +235,28 @@ class EmbeddedGraphStore:
             rows = self._store.db.execute("SELECT id, kind FROM nodes WHERE user_id = ?", (user_id,)).fetchall()
         return {i: k for i, k in rows}
 
+    async def nodes(self, user_id: str) -> dict[str, GraphNode]:
+        """Every node of one user as projected (``hrt doctor`` compares them with the records)."""
+        with self._store.lock:
+            rows = self._store.db.execute(
+                "SELECT id, kind, label, ts, salience, category, tags, source_agent_id FROM nodes WHERE user_id = ?",
+                (user_id,),
+            ).fetchall()
+        return {
+            r[0]: GraphNode(r[0], Kind(r[1]), r[2], r[3], r[4], r[5], tuple(json.loads(r[6]) if r[6] else ()), r[7])
+            for r in rows
+        }
+
+    async def edges(self, user_id: str) -> list[GraphEdge]:
+        """Every edge of one user as projected, in (source, target, type) order."""
+        with self._store.lock:
+            rows = self._store.db.execute(
+                "SELECT source, target, type, weight, relation_type FROM edges WHERE user_id = ? "
+                "ORDER BY source, target, type",
+                (user_id,),
+            ).fetchall()
+        return [GraphEdge(s, t, EdgeType(ty), w, rt) for s, t, ty, w, rt in rows]
+
     async def delete_user(self, user_id: str) -> None:
         with self._store.transaction() as db:
             db.execute("DELETE FROM nodes WHERE user_id = ?", (user_id,))

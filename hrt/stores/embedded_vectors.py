@@ -228,6 +228,27 @@ class EmbeddedVectorIndex:
             rows = self._store.db.execute("SELECT id, kind FROM docs WHERE user_id = ?", (user_id,)).fetchall()
         return {i: k for i, k in rows}
 
+    async def docs(self, user_id: str) -> dict[str, VectorDoc]:
+        """Every document of one user as indexed (``hrt doctor`` compares them with the records)."""
+        with self._store.lock:
+            rows = self._store.db.execute(
+                "SELECT d.id, d.kind, f.text, d.ts, d.vec, d.tags, d.source_agent_id FROM docs d "
+                "JOIN fts f ON f.rowid = d.rowid WHERE d.user_id = ?",
+                (user_id,),
+            ).fetchall()
+        return {
+            r[0]: VectorDoc(
+                r[0],
+                Kind(r[1]),
+                r[2],
+                np.frombuffer(r[4], dtype=np.float32),
+                r[3],
+                tuple(json.loads(r[5]) if r[5] else ()),
+                r[6],
+            )
+            for r in rows
+        }
+
     async def delete_user(self, user_id: str) -> None:
         with self._store.transaction() as db:
             rowids = [r[0] for r in db.execute("SELECT rowid FROM docs WHERE user_id = ?", (user_id,))]

@@ -175,10 +175,17 @@ CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 1000 ROWS
 """
 
 _IDS = "MATCH (n:Entity {user_id: $user_id}) RETURN n.id AS id, n.kind AS kind"
+_EDGES = (
+    "MATCH (s:Entity {user_id: $user_id})-[r]->(t:Entity {user_id: $user_id}) RETURN s.id AS source, "
+    "t.id AS target, type(r) AS type, r.weight AS weight, r.relation_type AS relation_type "
+    "ORDER BY source, target, type"
+)
 
 _NODE_FIELDS = (
     "[%(v)s.id, %(v)s.kind, %(v)s.label, %(v)s.ts, %(v)s.salience, %(v)s.category, %(v)s.tags, %(v)s.source_agent_id]"
 )
+
+_ALL_NODES = f"MATCH (n:Entity {{user_id: $user_id}}) RETURN {_NODE_FIELDS % {'v': 'n'}} AS row"
 
 # A link key ``k`` (``sts``/``tts``: -ts of the other end, 0.0 without one) is visible as of
 # $not_after when k >= $min_key (= -$not_after, or -inf without one), or when the other end has no
@@ -551,6 +558,19 @@ class Neo4jGraphStore:
         """Every node of one user, id -> kind (for drift checks against the record store)."""
         result = await self._run("list ids", _IDS, {"user_id": user_id}, read=True)
         return {rec["id"]: rec["kind"] for rec in result.records}
+
+    async def nodes(self, user_id: str) -> dict[str, GraphNode]:
+        """Every node of one user as projected (``hrt doctor`` compares them with the records)."""
+        result = await self._run("list nodes", _ALL_NODES, {"user_id": user_id}, read=True)
+        return {rec["row"][0]: _node(rec["row"]) for rec in result.records}
+
+    async def edges(self, user_id: str) -> list[GraphEdge]:
+        """Every edge of one user as projected, in (source, target, type) order."""
+        result = await self._run("list edges", _EDGES, {"user_id": user_id}, read=True)
+        return [
+            GraphEdge(r["source"], r["target"], EdgeType(r["type"]), r["weight"], r["relation_type"])
+            for r in result.records
+        ]
 
     async def delete_user(self, user_id: str) -> None:
         """Remove every node and edge of one user, in batches of 1000 nodes."""

@@ -34,7 +34,12 @@ class Migration:
 
 
 def bundled_migrations() -> list[Migration]:
-    """The migrations shipped with HRT (the top-level ``migrations/`` folder, packaged)."""
+    """The migrations shipped with HRT (the top-level ``migrations/`` folder, packaged). Run from a
+    source checkout (the package next to its ``migrations/``), the checkout's own folder: an
+    editable install of another checkout would otherwise hand over that checkout's migrations."""
+    source = Path(__file__).resolve().parents[2] / "migrations"
+    if (source / "0001_records_and_outbox.sql").is_file():
+        return load_migrations(source)
     found = []
     for entry in resources.files("hrt.migrations_sql").iterdir():
         m = _NAME.match(entry.name)

@@ -533,6 +533,24 @@ class WeaviateVectorIndex:
                 out[str(obj.properties["entity_id"])] = str(obj.properties["kind"])
         return out
 
+    async def docs(self, user_id: str) -> dict[str, VectorDoc]:
+        """Every document of one user as indexed (``hrt doctor`` compares them with the records)."""
+        ids = sorted(await self.ids(user_id))
+        async with self._guard("read documents", self._write_timeout):
+            stored = await self._stored(user_id, tenant_name(user_id), ids)
+        return {
+            ident: VectorDoc(
+                ident,
+                Kind(kind),
+                text,
+                np.frombuffer(vector, dtype="<f4").astype(np.float32),
+                None if ts == NO_TS else ts,
+                tuple(tags),
+                agent or None,
+            )
+            for ident, (kind, text, ts, vector, tags, agent) in stored.items()
+        }
+
     async def search(
         self,
         user_id: str,
