@@ -97,6 +97,8 @@ NOT_IN_FINGERPRINT = (
     "reranker_max_concurrency",
     "rerank_budget_s",
     "request_timeout_s",
+    "max_concurrent_ingests",
+    "ingest_retry_after_s",
 )
 
 
@@ -236,6 +238,11 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(1_048_576, ge=1024)
     max_ingest_body_bytes: int = Field(32 * 1_048_576, ge=1024)
     log_level: str = "INFO"
+    # writes (ingests, deletes) running at once in this process; one more is refused with 429 and
+    # Retry-After (ingest_retry_after_s) before its body is read. 0: no limit. Each runs its
+    # embedding and its SQLite transaction in worker threads, so reads go on beside them.
+    max_concurrent_ingests: int = Field(2, ge=0, le=1024)
+    ingest_retry_after_s: int = Field(2, ge=1, le=3600)
 
     @model_validator(mode="after")
     def _threshold_order(self) -> Settings:
