@@ -295,6 +295,54 @@ RETURN adjacency, nodes
 """
 
 
+# The Cypher expansion, hop by hop: the links of just the nodes the walk expands next (its
+# frontier, which the per-kind cap bounds at seeds + 3 x max_per_kind nodes), each node's first
+# $fanout visible links as in _LEVEL, with the reached nodes' attributes; then, for the walk's
+# result only, what candidates carry (a memory unit's mentions, a concept's newest mention).
+# expand_query fetches every node of every level instead (the procedure returns the same).
+_HOP = f"""
+UNWIND $todo AS ident
+MATCH (n:Entity {{user_id: $user_id, id: ident}})
+CALL (n) {{
+  WITH n, n.id AS nid, COUNT {{ (n)--() }} AS degree
+  CALL (n, nid, degree) {{{_walk_links(True)}
+    UNION ALL{_walk_links(False)}
+    UNION ALL
+    WITH nid, degree WHERE degree > $sparse
+    CALL (nid) {{{_LINKS}
+    }}
+    RETURN r, m, forward
+  }}
+  WITH r, m, forward
+  ORDER BY r.nw, CASE WHEN forward THEN r.tts ELSE r.sts END, CASE WHEN forward THEN r.tid ELSE r.sid END,
+           type(r), r.sid, r.tid, forward DESC
+  LIMIT $fanout
+  RETURN collect([m.id, type(r), r.weight, forward]) AS links, collect({_NODE_FIELDS % {"v": "m"}}) AS reached
+}}
+RETURN {_NODE_FIELDS % {"v": "n"}} AS node, links, reached
+"""
+
+_ROWS = (
+    """
+UNWIND $ids AS ident
+MATCH (s:Entity {user_id: $user_id, id: ident})
+WITH collect(s) AS level0
+"""
+    + _NODES % {"adjacency": "[]", "levels": "level0"}
+)
+
+
+def _hop_params(user_id: str, fanout: int, sparse: int, not_after: float | None) -> dict[str, Any]:
+    """The parameters of _HOP but its ``todo`` ids."""
+    return {
+        "user": [user_id],
+        "fanout": max(fanout, 0),
+        "sparse": sparse,
+        "not_after": not_after,
+        "min_key": _min_key(not_after),
+    }
+
+
 def expand_query(depth: int) -> str:
     """The expansion query for ``depth`` levels (0 to 3); all values are parameters."""
     if not 0 <= depth <= MAX_DEPTH:
@@ -365,6 +413,8 @@ def _user_as_list(text: str) -> str:
 
 
 _PROCEDURE_QUERY = _user_as_list(_PROCEDURE)
+_HOP_QUERY = _user_as_list(_HOP)
+_ROWS_QUERY = _user_as_list(_ROWS)
 
 _NEIGHBOR_QUERIES: dict[tuple[EdgeType, bool], str] = {
     (edge, outgoing): _user_as_list(
@@ -621,8 +671,7 @@ class Neo4jGraphStore:
                 log.warning("Neo4j no longer has hrt.expand: expansion runs the Cypher query (slower)")
                 self._procedure = False
         if result is None:
-            params["min_key"] = _min_key(not_after)
-            result = await self._run("expand", expand_query(caps.depth), params, read=True)
+            return await self._expand_by_hops(user_id, seeds, caps, not_after)
         record = result.records[0]
         # Raw rows, not GraphNode objects: the walk reads only kinds and links, and GraphNodes are
         # made for the candidates alone (candidates() turns handles into GraphNodes).
@@ -645,6 +694,71 @@ class Neo4jGraphStore:
         best = walk(view, list(seeds.items()), caps)
         return candidates(
             best,
+            lambda ident: _node(rows[ident]),
+            lambda ident: ident,
+            lambda ident: tuple(rows[ident][8]),
+            lambda ident: rows[ident][9],
+        )
+
+    async def _expand_by_hops(
+        self,
+        user_id: str,
+        seeds: Mapping[str, float],
+        caps: ExpansionCaps,
+        not_after: float | None,
+    ) -> list[GraphCandidate]:
+        """Expansion capped per kind at the source: the walk runs over what has been fetched, and
+        the nodes whose links it asked for but that are not fetched yet (the next hop's frontier,
+        within the per-kind cap) are fetched in one query and the walk runs again, until it asks
+        for nothing new (at most depth + 1 queries, then one for the result's rows). The walk is
+        deterministic and a hop reads only links of nodes reached before it, so the last run is
+        the walk over the whole graph."""
+        # only the parameters each query reads: Neo4j's plan cache is keyed on them (warm_queries)
+        params = _hop_params(user_id, caps.fanout_per_node, self._sparse_degree, not_after)
+        attrs: dict[str, Sequence[Any]] = {}
+        adjacency: dict[str, list[tuple[str, EdgeType, float, bool]]] = {}
+        kind_of, edge_of = _KIND_OF, _EDGE_OF
+        todo = sorted(seeds)
+        best: dict[str, Any] = {}
+        while todo:
+            result = await self._run("expand", _HOP_QUERY, {**params, "todo": todo}, read=True)
+            for rec in result.records:
+                node = rec["node"]
+                attrs[node[0]] = node
+                adjacency[node[0]] = [(other, edge_of[edge], weight, fwd) for other, edge, weight, fwd in rec["links"]]
+                for row in rec["reached"]:
+                    attrs.setdefault(row[0], row)
+            for ident in todo:
+                adjacency.setdefault(ident, [])  # not in the store
+            missing: set[str] = set()
+
+            def links(ident: str, missing: set[str] = missing) -> list[tuple[str, EdgeType, float, bool]]:
+                found = adjacency.get(ident)
+                if found is None:
+                    missing.add(ident)
+                    return []
+                return found
+
+            def shown(ident: str) -> bool:
+                row = attrs.get(ident)
+                return row is not None and (not_after is None or row[3] is None or row[3] <= not_after)
+
+            view: WalkView[str] = WalkView(
+                links=links,
+                visible=shown,
+                kind=lambda ident: kind_of.get(attrs[ident][1]) or Kind(attrs[ident][1]),
+                order=lambda ident: ident,
+            )
+            best = walk(view, list(seeds.items()), caps)
+            todo = sorted(missing)
+        if not best:
+            return []
+        rows_params = {"user": [user_id], "not_after": not_after, "min_key": params["min_key"], "ids": sorted(best)}
+        result = await self._run("expand", _ROWS_QUERY, rows_params, read=True)
+        rows: dict[str, Sequence[Any]] = {row[0]: row for row in result.records[0]["nodes"]}
+        # a node deleted since its hop was read is left out, as if read after the delete
+        return candidates(
+            {ident: found for ident, found in best.items() if ident in rows},
             lambda ident: _node(rows[ident]),
             lambda ident: ident,
             lambda ident: tuple(rows[ident][8]),
@@ -695,10 +809,20 @@ class Neo4jGraphStore:
             ids = [f"{WARM_UP_USER}{i}" for i in range(size)]
             for outgoing in (True, False):
                 await self.neighbors(WARM_UP_USER, ids, EdgeType.MENTIONS, outgoing, 1, not_after=0.0)
-        for depth in depths:
-            for size in WARM_UP_LIST_SIZES:
-                seeds = {f"{WARM_UP_USER}{i}": 1.0 for i in range(size)}
-                await self.expand(WARM_UP_USER, seeds, ExpansionCaps(depth, 8, 8, 0.5), not_after=0.0)
+        if await self.uses_procedure():
+            for depth in depths:
+                for size in WARM_UP_LIST_SIZES:
+                    seeds = {f"{WARM_UP_USER}{i}": 1.0 for i in range(size)}
+                    await self.expand(WARM_UP_USER, seeds, ExpansionCaps(depth, 8, 8, 0.5), not_after=0.0)
+            return
+        # the Cypher expansion's two queries (any depth), for frontiers and results of up to a
+        # thousand ids (the per-kind cap lets a frontier pass a hundred)
+        for size in (*WARM_UP_LIST_SIZES, 1000):
+            ids = [f"{WARM_UP_USER}{i}" for i in range(size)]
+            params = _hop_params(WARM_UP_USER, 8, self._sparse_degree, 0.0)
+            await self._run("warm up", _HOP_QUERY, {**params, "todo": ids}, read=True)
+            rows_params = {"user": [WARM_UP_USER], "not_after": 0.0, "min_key": params["min_key"], "ids": ids}
+            await self._run("warm up", _ROWS_QUERY, rows_params, read=True)
 
     async def neighbors(
         self,
