@@ -1,7 +1,7 @@
-"""Neo4j's Cypher expansion caps per kind at the source: it reads the links of the nodes the walk
-expands (within ``max_per_kind``), not of every node of every level, and answers what the
-embedded adapter answers (issue #22, part 4). The procedure (neo4j-plugin/) still returns every
-level's links; the walk caps them afterwards."""
+"""Neo4j expansion caps per kind at the source: through the procedure (neo4j-plugin/) or the
+Cypher query, it reads the links of just the nodes the walk expands (within ``max_per_kind``),
+hop by hop, not of every node of every level, and answers what the embedded adapter answers
+(issue #22, part 4)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hrt.devstack import Stack
 from hrt.records import EdgeType, Kind
 from hrt.stores.base import ExpansionCaps, GraphEdge, GraphNode
 from hrt.stores.embedded import EmbeddedStore
-from hrt.stores.neo4j_graph import _HOP_QUERY, Neo4jGraphStore, _min_key, expand_query
+from hrt.stores.neo4j_graph import _HOP_QUERY, _PROCEDURE_QUERY, Neo4jGraphStore, _min_key, expand_query
 from tests.conftest import StackManager
 
 pytestmark = pytest.mark.integration
@@ -27,9 +27,9 @@ def neo4j_stack(stack_manager: StackManager) -> Stack:
     return stack_manager.need("neo4j")
 
 
-@pytest.fixture
-async def cypher(neo4j_stack: Stack) -> AsyncIterator[Neo4jGraphStore]:
-    graph = Neo4jGraphStore(neo4j_stack.neo4j_uri, auth=neo4j_stack.neo4j_auth, expansion="cypher")
+@pytest.fixture(params=["procedure", "cypher"])
+async def neo4j(neo4j_stack: Stack, request: pytest.FixtureRequest) -> AsyncIterator[Neo4jGraphStore]:
+    graph = Neo4jGraphStore(neo4j_stack.neo4j_uri, auth=neo4j_stack.neo4j_auth, expansion=request.param)
     await graph.apply_schema()
     yield graph
     await graph.close()
@@ -62,29 +62,32 @@ def tree() -> tuple[list[GraphNode], list[GraphEdge]]:
     return nodes, edges
 
 
-async def test_cypher_expansion_reads_only_what_the_per_kind_cap_lets_the_walk_expand(cypher, embedded):
+async def test_expansion_reads_only_what_the_per_kind_cap_lets_the_walk_expand(neo4j, embedded):
     user = f"cap-{uuid.uuid4().hex[:10]}"
     nodes, edges = tree()
     try:
-        for graph in (cypher, embedded.graph):
+        for graph in (neo4j, embedded.graph):
             await graph.upsert_nodes(user, nodes)
             await graph.upsert_edges(user, edges)
         caps = ExpansionCaps(depth=3, fanout_per_node=25, max_per_kind=10, hop_decay=0.6)
 
         read: list[int] = []
-        run = cypher._run
+        run = neo4j._run
 
         async def counting(action: str, query: str, params: dict[str, Any], **kw: Any) -> Any:
             result = await run(action, query, params, **kw)
             if query == _HOP_QUERY:  # a hop's links
                 read.extend(len(rec["links"]) for rec in result.records)
+            elif query == _PROCEDURE_QUERY:
+                read.extend(len(links) for _, links in result.records[0]["adjacency"])
             return result
 
-        cypher._run = counting  # type: ignore[method-assign]
-        found = await cypher.expand(user, {"r": 1.0}, caps)
-        cypher._run = run  # type: ignore[method-assign]
+        neo4j._run = counting  # type: ignore[method-assign]
+        found = await neo4j.expand(user, {"r": 1.0}, caps)
+        neo4j._run = run  # type: ignore[method-assign]
         assert found == await embedded.graph.expand(user, {"r": 1.0}, caps)
         assert sum(1 for c in found if c.node.kind is Kind.MEMORY_UNIT) == 10
+        assert read, "no links were read through the expansion path under test"
 
         # every level's links, as the one-query expansion and the procedure fetch them
         params = {"user": [user], "seeds": ["r"], "fanout": 25, "sparse": 64, "not_after": None}
@@ -93,4 +96,4 @@ async def test_cypher_expansion_reads_only_what_the_per_kind_cap_lets_the_walk_e
         # root 25 links + 10 memory units x 6 + 10 concepts x 11, against 25 + 25 x 6 + 125 x 11
         assert sum(read) <= 200 < 1000 <= fetched_whole, (sum(read), fetched_whole)
     finally:
-        await cypher.delete_user(user)
+        await neo4j.delete_user(user)
