@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import atexit
 import gc
+import logging
 import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 _unfreeze_at_exit = False
 
@@ -101,7 +104,12 @@ class UserCache(Generic[T]):
                 generation = self._generation.get(user_id, 0)
             if entry is None or entry[0] >= mine:
                 return
-            loaded = self._load(user_id)
+            try:
+                loaded = self._load(user_id)
+            except Exception:  # the write committed: its caller must not see an error, nor reads stale data
+                log.exception("rebuilding the cache of user %r failed; dropped, the next read loads it", user_id)
+                self.invalidate(user_id)
+                return
             with self._lock:
                 current = self._items.get(user_id)
                 if current is not None and current[0] < generation:  # not dropped meanwhile

@@ -192,3 +192,16 @@ async def test_a_writer_in_another_process_is_refused_naming_the_holder(tmp_path
     assert subprocess.run([sys.executable, "-c", probe, str(db)], capture_output=True).returncode != 0  # still held
     store.close()
     assert subprocess.run([sys.executable, "-c", probe, str(db)], capture_output=True).returncode == 0  # released
+
+
+def test_a_failed_rebuild_drops_the_snapshot_instead_of_failing_the_write():
+    loads = SlowLoads()
+    cache: UserCache[int] = UserCache(loads)
+    cache.get("u")
+
+    def broken(user_id: str) -> int:
+        raise OSError("disk full")
+
+    cache._load = broken  # type: ignore[method-assign]
+    cache.refresh("u")  # does not raise: the write it follows has committed
+    assert "u" not in cache  # no stale snapshot left serving
