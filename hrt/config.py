@@ -99,6 +99,8 @@ NOT_IN_FINGERPRINT = (
     "request_timeout_s",
     "projector_max_attempts",
     "read_your_writes_timeout_s",
+    "max_concurrent_ingests",
+    "ingest_retry_after_s",
 )
 
 
@@ -248,6 +250,11 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(1_048_576, ge=1024)
     max_ingest_body_bytes: int = Field(32 * 1_048_576, ge=1024)
     log_level: str = "INFO"
+    # writes (ingests, deletes) running at once in this process; one more is refused with 429 and
+    # Retry-After (ingest_retry_after_s) before its body is read. 0: no limit. Each runs its
+    # embedding and its SQLite transaction in worker threads, so reads go on beside them.
+    max_concurrent_ingests: int = Field(2, ge=0, le=1024)
+    ingest_retry_after_s: int = Field(2, ge=1, le=3600)
 
     # --- outbox projector (services deployment; docs/reliability.md) ---------------------------
     # an event a target refuses this many times (a target that is down does not count) is set

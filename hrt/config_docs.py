@@ -211,6 +211,30 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
     (("max_body_bytes",), "request body limit (413 above)"),
     (("max_ingest_body_bytes",), "body limit of `/v1/ingest`"),
     (("log_level",), "server log level"),
+    (
+        ("max_concurrent_ingests",),
+        (
+            "writes (ingests, deletes) running at once in one process; one more is refused with 429 and "
+            "`Retry-After` before its body is read; each embeds and commits in worker threads, so reads go "
+            "on beside it; 0: no limit"
+        ),
+    ),
+    (("ingest_retry_after_s",), "the `Retry-After` of that 429, in seconds"),
+    (
+        ("projector_max_attempts",),
+        (
+            "services: an outbox event a target refuses this many times (a target that is down does not "
+            "count) is set aside as dead for that target, reported by `hrt doctor`, `/readyz` and "
+            "`hrt_outbox_dead_events`; the target moves on ([reliability.md](reliability.md))"
+        ),
+    ),
+    (
+        ("read_your_writes_timeout_s",),
+        (
+            "services: how long a write waits for its own events to reach the projections before it "
+            "answers and leaves them to the background projector of this or another replica"
+        ),
+    ),
 ]
 
 HEADER = """# Configuration

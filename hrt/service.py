@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -22,7 +23,7 @@ from hrt.auth import KeyStore
 from hrt.config import Settings
 from hrt.contract import AugmentedMemoryContext, RetrieveRequest
 from hrt.embedder import CachedEmbedder, Embedder, SentenceTransformerEmbedder
-from hrt.errors import InvalidInput, StoreError
+from hrt.errors import InvalidInput, RateLimited, StoreError
 from hrt.ingest import Record, build_batch
 from hrt.metrics import Metrics
 from hrt.pipeline import HybridRetrievalTool, utc_now
@@ -109,11 +110,17 @@ class _EmbeddedWriter:
     def __init__(self, store: EmbeddedStore) -> None:
         self._store = store
 
+    # in a worker thread: a large batch's transaction and the cache rebuilds after it take seconds,
+    # and reads (on their own connections) go on meanwhile
     async def apply(self, batch: WriteBatch) -> WriteResult:
-        return self._store.apply(batch)
+        return await asyncio.to_thread(self._store.apply, batch)
 
     async def delete_user(self, user_id: str) -> int:
-        return self._store.delete_user(user_id)
+        return await asyncio.to_thread(self._store.delete_user, user_id)
+
+
+# set while a task holds an ingest slot, so a write made of writes (delete_entity) takes one
+_INGEST_SLOT_HELD: contextvars.ContextVar[bool] = contextvars.ContextVar("hrt_ingest_slot_held", default=False)
 
 
 class HRTService:
@@ -138,6 +145,8 @@ class HRTService:
         self._preload_lock = threading.Lock()
         self._warm_task: asyncio.Task[None] | None = None
         self._projector_stop = asyncio.Event()
+        self._ingests = 0  # writes in progress (ingest_slot)
+        self._ingest_lock = threading.Lock()
 
         self.embedded: EmbeddedStore | None = None
         if "embedded" in (settings.record_store, settings.graph_store, settings.vector_index):
@@ -250,6 +259,10 @@ class HRTService:
             schema = getattr(part, "apply_schema", None) or getattr(part, "ensure_schema", None)
             if schema is not None:
                 await schema()
+        if self.embedded is not None and background_projector:
+            # the serving process holds the file: a second server (or another process's writes,
+            # which this one's caches would never see) is refused, naming this process
+            self.embedded.claim(f"hrt serve on {self.settings.host}:{self.settings.port}")
         if self.projector is not None and background_projector:
             self._projector_task = asyncio.create_task(self.projector.run(self._projector_stop))
         if background_projector and self.settings.preload_users > 0:
@@ -274,8 +287,8 @@ class HRTService:
         """The embedded store's users with the most entities, most first."""
         if self.embedded is None:
             return []
-        with self.embedded.lock:
-            rows = self.embedded.db.execute(
+        with self.embedded.reading() as db:
+            rows = db.execute(
                 "SELECT user_id FROM nodes GROUP BY user_id ORDER BY count(*) DESC, user_id LIMIT ?", (limit,)
             ).fetchall()
         return [r[0] for r in rows]
@@ -351,12 +364,41 @@ class HRTService:
     async def retrieve_timed(self, request: RetrieveRequest) -> tuple[AugmentedMemoryContext, dict[str, float]]:
         return await self.tool.run(request)
 
+    @contextlib.contextmanager
+    def ingest_slot(self) -> Iterator[None]:
+        """One of the ``HRT_MAX_CONCURRENT_INGESTS`` writes that may run at once, or
+        :class:`RateLimited` (429 with Retry-After) when all are taken: a write embeds and commits
+        in worker threads, and more of them at once would only queue for the CPU and the write
+        lock while holding their records in memory. Held already by this task: taken once."""
+        if _INGEST_SLOT_HELD.get():
+            yield
+            return
+        limit = self.settings.max_concurrent_ingests
+        with self._ingest_lock:
+            if limit and self._ingests >= limit:
+                raise RateLimited(
+                    f"{self._ingests} writes are in progress, as many as this server runs at once "
+                    "(HRT_MAX_CONCURRENT_INGESTS); retry later",
+                    retry_after_s=self.settings.ingest_retry_after_s,
+                    reason="ingest_concurrency",
+                )
+            self._ingests += 1
+        token = _INGEST_SLOT_HELD.set(True)
+        try:
+            yield
+        finally:
+            _INGEST_SLOT_HELD.reset(token)
+            with self._ingest_lock:
+                self._ingests -= 1
+
     async def ingest(self, records: Sequence[Record], progress: Callable[[int], None] | None = None) -> WriteResult:
-        batch = build_batch(records, self.embedder, progress=progress)
-        result = await self.writer.apply(batch)
-        for r in records:
-            self.metrics.ingested.labels(kind=r.kind).inc()
-        await self._project_now()
+        with self.ingest_slot():
+            # embedding is CPU-bound for seconds per thousand records: never on the event loop
+            batch = await asyncio.to_thread(build_batch, records, self.embedder, progress=progress)
+            result = await self.writer.apply(batch)
+            for r in records:
+                self.metrics.ingested.labels(kind=r.kind).inc()
+            await self._project_now()
         return result
 
     async def _project_now(self) -> None:
@@ -378,8 +420,9 @@ class HRTService:
         return (await self.ingest([deletion])).deleted
 
     async def delete_user(self, user_id: str) -> int:
-        n = await self.writer.delete_user(user_id)
-        await self._project_now()
+        with self.ingest_slot():
+            n = await self.writer.delete_user(user_id)
+            await self._project_now()
         return n
 
 

@@ -7,6 +7,7 @@ checks that the key may act for the users it names, before it reads or writes an
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -44,7 +45,7 @@ from hrt.contract import (
     WriteSummary,
 )
 from hrt.errors import Forbidden, HRTError, InvalidInput, MalformedBody, NotFound
-from hrt.ingest import decode_json, ingest_body_schema, parse_record
+from hrt.ingest import Record, decode_json, ingest_body_schema, parse_record
 from hrt.records import Kind, valid_id
 from hrt.service import HRTService
 
@@ -298,36 +299,17 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
         summary="Upsert or delete records in one transaction (scope: ingest)",
     )
     async def ingest(request: Request, caller: Caller) -> WriteSummary:
-        raw = await request.body()
         audit = request.state.audit = {"users": [], "records": 0}
-        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        objects: list[Any]
-        if ctype in ("application/x-ndjson", "application/jsonl"):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise MalformedBody(f"the body is not UTF-8 (byte {exc.start})", field="body") from exc
-            objects = []
-            for n, line in enumerate(text.splitlines(), start=1):
-                if line.strip():
-                    objects.append(decode_json(line, f"line {n}"))
-            where = [f"line {i + 1}" for i in range(len(objects))]
-        else:
-            body = decode_json(raw, "body")
-            if not isinstance(body, dict) or not isinstance(body.get("records"), list):
-                raise InvalidInput('the body must be {"records": [...]}', field="records")
-            objects = body["records"]
-            where = [f"records[{i}]" for i in range(len(objects))]
-        records = []
-        for obj, w in zip(objects, where, strict=True):
-            try:
-                records.append(parse_record(obj, w))
-            except InvalidInput as exc:
-                raise InvalidInput(exc.message, field=f"{w}.{exc.field}") from exc
-        users = sorted({r.user_id for r in records})
-        audit.update(users=users, records=len(records))
-        caller.require_users(users)  # before anything is written
-        result = await svc().ingest(records)
+        # the slot before the body: a refused write (429) costs nothing; decoding and validating
+        # thousands of records takes seconds, in a worker thread
+        with svc().ingest_slot():
+            raw = await request.body()
+            ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+            records = await asyncio.to_thread(_parse_ingest_body, raw, ctype)
+            users = sorted({r.user_id for r in records})
+            audit.update(users=users, records=len(records))
+            caller.require_users(users)  # before anything is written
+            result = await svc().ingest(records)
         audit.update(upserted=result.upserted, deleted=result.deleted)
         return WriteSummary(upserted=result.upserted, deleted=result.deleted)
 
@@ -570,3 +552,31 @@ def _response_schema(schema: dict[str, Any]) -> dict[str, Any]:
 def _check_id(value: str, field: str) -> None:
     if not valid_id(value):
         raise InvalidInput(f"{value!r} is not a valid {field}", field=field)
+
+
+def _parse_ingest_body(raw: bytes, ctype: str) -> list[Record]:
+    """The records of an ingest body: NDJSON (one record per line) or ``{"records": [...]}``."""
+    objects: list[Any]
+    if ctype in ("application/x-ndjson", "application/jsonl"):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MalformedBody(f"the body is not UTF-8 (byte {exc.start})", field="body") from exc
+        objects = []
+        for n, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                objects.append(decode_json(line, f"line {n}"))
+        where = [f"line {i + 1}" for i in range(len(objects))]
+    else:
+        body = decode_json(raw, "body")
+        if not isinstance(body, dict) or not isinstance(body.get("records"), list):
+            raise InvalidInput('the body must be {"records": [...]}', field="records")
+        objects = body["records"]
+        where = [f"records[{i}]" for i in range(len(objects))]
+    records = []
+    for obj, w in zip(objects, where, strict=True):
+        try:
+            records.append(parse_record(obj, w))
+        except InvalidInput as exc:
+            raise InvalidInput(exc.message, field=f"{w}.{exc.field}") from exc
+    return records

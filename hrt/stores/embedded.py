@@ -3,7 +3,13 @@ index, with vectors stored as BLOBs and served from an in-memory numpy matrix pe
 
 Everything a write touches (records, nodes, edges, vectors, FTS rows) commits in one SQLite
 transaction, so the three embedded "stores" can never drift apart. In-memory caches (adjacency
-lists, vector matrices) are per user and are dropped for the users a write touched, after commit.
+lists, vector matrices) are per user; after a write commits, the writer's thread rebuilds the loaded
+caches of the users it touched while the old ones keep serving, and swaps them in before the write
+returns (:mod:`hrt.stores.user_cache`).
+
+One connection writes, under :attr:`EmbeddedStore.lock`; reads go through :meth:`EmbeddedStore.reading`,
+a connection per thread (WAL lets them read beside the writer), so a read on the event loop never
+waits for a write transaction or for a worker thread streaming a user's rows.
 
 Schema changes are numbered below and applied by :meth:`EmbeddedStore.migrate` (``hrt migrate``).
 """
@@ -14,8 +20,9 @@ import hashlib
 import json
 import logging
 import sqlite3
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -34,6 +41,7 @@ from hrt.records import (
 )
 from hrt.stores.ann import AnnConfig
 from hrt.stores.base import WriteBatch, WriteResult
+from hrt.stores.embedded_lock import StoreClaim
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +107,9 @@ SCHEMA: list[tuple[int, str]] = [
     ),
 ]
 
+# how long a connection waits for a lock another process holds (a checkpoint, a second writer)
+BUSY_TIMEOUT_MS = 5_000
+
 KIND_CODES: dict[Kind, int] = {Kind.MEMORY_UNIT: 0, Kind.CONCEPT: 1, Kind.ARTIFACT: 2}
 KINDS_BY_CODE: list[Kind] = [Kind.MEMORY_UNIT, Kind.CONCEPT, Kind.ARTIFACT]
 
@@ -127,14 +138,21 @@ class EmbeddedStore:
 
         self.path = Path(path)
         self.dim = dim or 0
-        self.lock = threading.RLock()
+        self.lock = threading.RLock()  # the write connection's, held by writes and transactions
+        self._in_memory = str(path) == ":memory:"  # one connection only: reads share the writer's
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._closed = False
+        self._claim: StoreClaim | None = None  # this process's claim to write the file
         try:
-            if str(path) != ":memory:":
+            if not self._in_memory:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute("PRAGMA foreign_keys=OFF")
+            self.db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         except (sqlite3.Error, OSError) as exc:
             raise StoreUnavailable(
                 f"cannot open the embedded store at {path}: {exc}", store="the embedded store"
@@ -194,7 +212,60 @@ class EmbeddedStore:
                 raise
             self.db.execute("COMMIT")
 
+    @contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """This thread's read connection: reads never take :attr:`lock`, so none waits for a write
+        transaction (WAL gives each statement the last committed state) or for another thread's
+        read. An in-memory store has one connection, shared under the lock."""
+        if self._in_memory:
+            with self.lock:
+                yield self.db
+            return
+        conn: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if conn is None or self._closed:
+            with self._readers_lock:
+                if self._closed:
+                    raise StoreUnavailable("the embedded store is closed", store="the embedded store")
+                try:
+                    conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+                    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+                    conn.execute("PRAGMA query_only=ON")
+                except sqlite3.Error as exc:
+                    raise StoreUnavailable(
+                        f"cannot open the embedded store at {self.path}: {exc}", store="the embedded store"
+                    ) from exc
+                self._readers.append(conn)
+            self._local.db = conn
+        yield conn
+
+    @contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """:meth:`reading` inside one read transaction: every statement sees one committed state."""
+        with self.reading() as db:
+            if db.in_transaction:
+                yield db
+                return
+            db.execute("BEGIN")
+            try:
+                yield db
+            finally:
+                db.execute("COMMIT")
+
+    def claim(self, purpose: str) -> None:
+        """Hold the file for this process's writes, or raise :class:`StoreInUse` naming the
+        process that holds it (:mod:`hrt.stores.embedded_lock`). Idempotent."""
+        if self._claim is None and not self._in_memory:
+            self._claim = StoreClaim.acquire(self.path, purpose)
+
     def close(self) -> None:
+        if self._claim is not None:
+            self._claim.release()
+            self._claim = None
+        with self._readers_lock:
+            self._closed = True
+            readers, self._readers = self._readers, []
+        for conn in readers:
+            conn.close()
         with self.lock:
             self.db.close()
 
@@ -204,6 +275,7 @@ class EmbeddedStore:
 
     def apply(self, batch: WriteBatch) -> WriteResult:
         """Validate and write one batch in one transaction; nothing of it is written on error."""
+        self.claim(writer_purpose())
         touched: set[str] = set()
         upserted = deleted = 0
         try:
@@ -238,11 +310,17 @@ class EmbeddedStore:
                     touched.add(d.user_id)
         except sqlite3.Error as exc:
             raise StoreError(f"embedded store write failed: {exc}", store="the embedded store") from exc
-        finally:
-            for user_id in touched:
-                self.graph.invalidate(user_id)
-                self.vectors.invalidate(user_id)
+        self.refresh(sorted(touched))
         return WriteResult(upserted=upserted, deleted=deleted)
+
+    def refresh(self, user_ids: Sequence[str]) -> None:
+        """After a commit: rebuild the loaded caches of ``user_ids`` (in this thread, outside the
+        write lock) while the old ones keep serving other requests, and swap them in, so the
+        writer's next read sees its write (read-your-writes) and no read rebuilds a cache. Writes
+        that commit while a rebuild runs are covered by the next one, which they share."""
+        for user_id in user_ids:
+            self.graph.refresh(user_id)
+            self.vectors.refresh(user_id)
 
     def _check_kinds(self, db: sqlite3.Connection, batch: WriteBatch) -> None:
         """An id names one entity of one kind per user, in the store and within the batch."""
@@ -360,6 +438,7 @@ class EmbeddedStore:
 
     def delete_user(self, user_id: str) -> int:
         """Remove every record of one user from every table (the right to be forgotten)."""
+        self.claim(writer_purpose())
         with self.transaction() as db:
             n = db.execute("SELECT count(*) FROM entities WHERE user_id = ?", (user_id,)).fetchone()[0]
             rowids = [r[0] for r in db.execute("SELECT rowid FROM docs WHERE user_id = ?", (user_id,))]
@@ -369,6 +448,14 @@ class EmbeddedStore:
         self.graph.invalidate(user_id)
         self.vectors.invalidate(user_id)
         return int(n)
+
+
+def writer_purpose() -> str:
+    """What a process that writes without serving is, for the refusal of another writer."""
+    args = [Path(sys.argv[0]).name if sys.argv else "python", *sys.argv[1:2]]
+    if args[0] in ("cli.py", "__main__.py"):
+        args[0] = "hrt"
+    return "writes: " + " ".join(args)
 
 
 def chunks(items: list[str], size: int) -> Iterator[list[str]]:

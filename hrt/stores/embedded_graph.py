@@ -14,6 +14,7 @@ hub's links after its fan-out cap, so a concept with 40,000 mentions costs what 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -163,16 +164,25 @@ class EmbeddedGraphStore:
     def invalidate(self, user_id: str) -> None:
         self._cache.invalidate(user_id)
 
+    def refresh(self, user_id: str) -> None:
+        """A write of the user committed: rebuild a loaded graph while the old one serves."""
+        self._cache.refresh(user_id)
+
     def _graph(self, user_id: str) -> _UserGraph:
         return self._cache.get(user_id)
 
+    async def _graph_async(self, user_id: str) -> _UserGraph:
+        """The user's graph; its first load (seconds for a large user) off the event loop."""
+        g = self._cache.peek(user_id)
+        return g if g is not None else await asyncio.to_thread(self._cache.get, user_id)
+
     def _load(self, user_id: str) -> _UserGraph:
-        with self._store.lock:
-            node_rows = self._store.db.execute(
+        with self._store.snapshot() as db:  # the nodes and edges of one committed state
+            node_rows = db.execute(
                 "SELECT id, kind, label, ts, salience, category, tags, source_agent_id FROM nodes WHERE user_id = ?",
                 (user_id,),
             ).fetchall()
-            edge_rows = self._store.db.execute(
+            edge_rows = db.execute(
                 "SELECT source, target, type, weight FROM edges WHERE user_id = ?", (user_id,)
             ).fetchall()
         graph = _UserGraph(node_rows, edge_rows)
@@ -231,8 +241,8 @@ class EmbeddedGraphStore:
         self.invalidate(user_id)
 
     async def ids(self, user_id: str) -> dict[str, str]:
-        with self._store.lock:
-            rows = self._store.db.execute("SELECT id, kind FROM nodes WHERE user_id = ?", (user_id,)).fetchall()
+        with self._store.reading() as db:
+            rows = db.execute("SELECT id, kind FROM nodes WHERE user_id = ?", (user_id,)).fetchall()
         return {i: k for i, k in rows}
 
     async def nodes(self, user_id: str) -> dict[str, GraphNode]:
@@ -272,7 +282,7 @@ class EmbeddedGraphStore:
         caps: ExpansionCaps,
         not_after: float | None = None,
     ) -> list[GraphCandidate]:
-        g = self._graph(user_id)
+        g = await self._graph_async(user_id)
         view: WalkView[int] = WalkView(links=g.links, visible=g.visible(not_after), kind=g.kind_of, order=lambda i: i)
         start = [(i, score) for ident, score in seeds.items() if (i := g.index.get(ident)) is not None]
         best = walk(view, start, caps)
@@ -287,7 +297,7 @@ class EmbeddedGraphStore:
         limit: int,
         not_after: float | None = None,
     ) -> dict[str, list[GraphNode]]:
-        g = self._graph(user_id)
+        g = await self._graph_async(user_id)
         code = EDGE_CODE[EdgeType(edge)]
         out: dict[str, list[GraphNode]] = {}
         for ident in ids:

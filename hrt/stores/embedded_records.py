@@ -24,10 +24,10 @@ class EmbeddedRecordStore:
         kind = Kind(kind)
         model = ENTITY_MODELS[kind]
         out: dict[str, Entity] = {}
-        with self._store.lock:
+        with self._store.snapshot() as db:
             for chunk in chunks(sorted(set(ids)), 500):
                 marks = ",".join("?" * len(chunk))
-                rows = self._store.db.execute(
+                rows = db.execute(
                     f"SELECT id, data FROM entities WHERE user_id = ? AND kind = ? AND id IN ({marks})",
                     (user_id, kind.value, *chunk),
                 ).fetchall()
@@ -36,27 +36,25 @@ class EmbeddedRecordStore:
         return out
 
     async def preferences(self, user_id: str) -> list[Preference]:
-        with self._store.lock:
-            rows = self._store.db.execute(
+        with self._store.reading() as db:
+            rows = db.execute(
                 "SELECT target_kind, target, weight FROM preferences WHERE user_id = ? ORDER BY target_kind, target",
                 (user_id,),
             ).fetchall()
         return [Preference(user_id=user_id, target_kind=tk, target=t, weight=w) for tk, t, w in rows]
 
     async def user_exists(self, user_id: str) -> bool:
-        with self._store.lock:
-            row = self._store.db.execute("SELECT 1 FROM entities WHERE user_id = ? LIMIT 1", (user_id,)).fetchone()
+        with self._store.reading() as db:
+            row = db.execute("SELECT 1 FROM entities WHERE user_id = ? LIMIT 1", (user_id,)).fetchone()
         return row is not None
 
     async def counts(self, user_id: str) -> dict[str, int]:
-        with self._store.lock:
-            rows = self._store.db.execute(
+        with self._store.snapshot() as db:
+            rows = db.execute(
                 "SELECT kind, count(*) FROM entities WHERE user_id = ? GROUP BY kind", (user_id,)
             ).fetchall()
-            edges = self._store.db.execute("SELECT count(*) FROM edges WHERE user_id = ?", (user_id,)).fetchone()[0]
-            prefs = self._store.db.execute("SELECT count(*) FROM preferences WHERE user_id = ?", (user_id,)).fetchone()[
-                0
-            ]
+            edges = db.execute("SELECT count(*) FROM edges WHERE user_id = ?", (user_id,)).fetchone()[0]
+            prefs = db.execute("SELECT count(*) FROM preferences WHERE user_id = ?", (user_id,)).fetchone()[0]
         out = {k.value: 0 for k in Kind}
         out.update({kind: n for kind, n in rows})
         out["relation"] = int(edges)
@@ -64,13 +62,13 @@ class EmbeddedRecordStore:
         return out
 
     async def ids(self, user_id: str) -> dict[str, str]:
-        with self._store.lock:
-            rows = self._store.db.execute("SELECT id, kind FROM entities WHERE user_id = ?", (user_id,)).fetchall()
+        with self._store.reading() as db:
+            rows = db.execute("SELECT id, kind FROM entities WHERE user_id = ?", (user_id,)).fetchall()
         return {i: k for i, k in rows}
 
     async def users(self) -> list[str]:
-        with self._store.lock:
-            rows = self._store.db.execute("SELECT DISTINCT user_id FROM entities ORDER BY user_id").fetchall()
+        with self._store.reading() as db:
+            rows = db.execute("SELECT DISTINCT user_id FROM entities ORDER BY user_id").fetchall()
         return [r[0] for r in rows]
 
     # ---------------------------------------------------------------------------------------
@@ -90,8 +88,8 @@ class EmbeddedRecordStore:
             ) from exc
 
     async def keys(self) -> list[KeyRecord]:
-        with self._store.lock:
-            rows = self._store.db.execute(
+        with self._store.reading() as db:
+            rows = db.execute(
                 "SELECT key_id, name, scopes, users, secret_hash, salt, created_at, expires_at, revoked_at, "
                 "last_used_at, rate_limit, max_concurrency FROM api_keys ORDER BY created_at, name, key_id"
             ).fetchall()

@@ -136,6 +136,10 @@ class EmbeddedVectorIndex:
     def invalidate(self, user_id: str) -> None:
         self._cache.invalidate(user_id)
 
+    def refresh(self, user_id: str) -> None:
+        """A write of the user committed: rebuild loaded vectors while the old ones serve."""
+        self._cache.refresh(user_id)
+
     def _matrix(self, user_id: str) -> _UserMatrix:
         return self._cache.get(user_id)
 
@@ -146,11 +150,11 @@ class EmbeddedVectorIndex:
         kinds: list[int] = []
         stamps: list[float] = []
         rowid_list: list[int] = []
-        with self._store.lock:
-            (n,) = self._store.db.execute("SELECT count(*) FROM docs WHERE user_id = ?", (user_id,)).fetchone()
+        with self._store.snapshot() as db:  # the count and the rows of one committed state
+            (n,) = db.execute("SELECT count(*) FROM docs WHERE user_id = ?", (user_id,)).fetchone()
             matrix = np.empty((n, dim), dtype=np.float32)
             crcs = np.empty(n, dtype=np.uint32)
-            cursor = self._store.db.execute(
+            cursor = db.execute(
                 "SELECT d.rowid, d.id, d.kind, d.ts, d.vec, f.text FROM docs d JOIN fts f ON f.rowid = d.rowid "
                 "WHERE d.user_id = ? ORDER BY d.rowid",
                 (user_id,),
@@ -224,8 +228,8 @@ class EmbeddedVectorIndex:
         self.invalidate(user_id)
 
     async def ids(self, user_id: str) -> dict[str, str]:
-        with self._store.lock:
-            rows = self._store.db.execute("SELECT id, kind FROM docs WHERE user_id = ?", (user_id,)).fetchall()
+        with self._store.reading() as db:
+            rows = db.execute("SELECT id, kind FROM docs WHERE user_id = ?", (user_id,)).fetchall()
         return {i: k for i, k in rows}
 
     async def docs(self, user_id: str) -> dict[str, VectorDoc]:
@@ -387,8 +391,8 @@ class EmbeddedVectorIndex:
 
     def _attributes(self, user_id: str, um: _UserMatrix) -> _Attributes:
         """Read the user's memory units' tags and agents once per cached matrix (a write drops both)."""
-        with self._store.lock:
-            rows = self._store.db.execute(
+        with self._store.reading() as db:
+            rows = db.execute(
                 "SELECT rowid, tags, source_agent_id FROM docs WHERE user_id = ? AND kind = 'memory_unit'", (user_id,)
             ).fetchall()
         tag_rows: dict[str, list[int]] = {}

@@ -302,6 +302,54 @@ RETURN adjacency, nodes
 """
 
 
+# The Cypher expansion, hop by hop: the links of just the nodes the walk expands next (its
+# frontier, which the per-kind cap bounds at seeds + 3 x max_per_kind nodes), each node's first
+# $fanout visible links as in _LEVEL, with the reached nodes' attributes; then, for the walk's
+# result only, what candidates carry (a memory unit's mentions, a concept's newest mention).
+# expand_query fetches every node of every level instead (the procedure returns the same).
+_HOP = f"""
+UNWIND $todo AS ident
+MATCH (n:Entity {{user_id: $user_id, id: ident}})
+CALL (n) {{
+  WITH n, n.id AS nid, COUNT {{ (n)--() }} AS degree
+  CALL (n, nid, degree) {{{_walk_links(True)}
+    UNION ALL{_walk_links(False)}
+    UNION ALL
+    WITH nid, degree WHERE degree > $sparse
+    CALL (nid) {{{_LINKS}
+    }}
+    RETURN r, m, forward
+  }}
+  WITH r, m, forward
+  ORDER BY r.nw, CASE WHEN forward THEN r.tts ELSE r.sts END, CASE WHEN forward THEN r.tid ELSE r.sid END,
+           type(r), r.sid, r.tid, forward DESC
+  LIMIT $fanout
+  RETURN collect([m.id, type(r), r.weight, forward]) AS links, collect({_NODE_FIELDS % {"v": "m"}}) AS reached
+}}
+RETURN {_NODE_FIELDS % {"v": "n"}} AS node, links, reached
+"""
+
+_ROWS = (
+    """
+UNWIND $ids AS ident
+MATCH (s:Entity {user_id: $user_id, id: ident})
+WITH collect(s) AS level0
+"""
+    + _NODES % {"adjacency": "[]", "levels": "level0"}
+)
+
+
+def _hop_params(user_id: str, fanout: int, sparse: int, not_after: float | None) -> dict[str, Any]:
+    """The parameters of _HOP but its ``todo`` ids."""
+    return {
+        "user": [user_id],
+        "fanout": max(fanout, 0),
+        "sparse": sparse,
+        "not_after": not_after,
+        "min_key": _min_key(not_after),
+    }
+
+
 def expand_query(depth: int) -> str:
     """The expansion query for ``depth`` levels (0 to 3); all values are parameters."""
     if not 0 <= depth <= MAX_DEPTH:
@@ -372,6 +420,8 @@ def _user_as_list(text: str) -> str:
 
 
 _PROCEDURE_QUERY = _user_as_list(_PROCEDURE)
+_HOP_QUERY = _user_as_list(_HOP)
+_ROWS_QUERY = _user_as_list(_ROWS)
 
 _NEIGHBOR_QUERIES: dict[tuple[EdgeType, bool], str] = {
     (edge, outgoing): _user_as_list(
@@ -622,17 +672,9 @@ class Neo4jGraphStore:
             raise InvalidInput(f"depth must be 0 to {MAX_DEPTH}, got {caps.depth}", field="depth")
         if not seeds:
             return []
-        params: dict[str, Any] = {
-            "user": [user_id],
-            "seeds": sorted(seeds),
-            "fanout": max(caps.fanout_per_node, 0),
-            "sparse": self._sparse_degree,
-            "not_after": not_after,
-        }
-        result = None
         if await self.uses_procedure():
             try:
-                result = await self._run("expand", _PROCEDURE_QUERY, {**params, "depth": caps.depth}, read=True)
+                return await self._expand_by_hops(user_id, seeds, caps, not_after, procedure=True)
             except StoreError as exc:
                 gone = _error_code(exc, "Neo.ClientError.Procedure.ProcedureNotFound")
                 if self._expansion == "procedure" or not gone:
@@ -640,31 +682,92 @@ class Neo4jGraphStore:
                 # Neo4j restarted without the plugin: the query gives the same answer
                 log.warning("Neo4j no longer has hrt.expand: expansion runs the Cypher query (slower)")
                 self._procedure = False
-        if result is None:
-            params["min_key"] = _min_key(not_after)
-            result = await self._run("expand", expand_query(caps.depth), params, read=True)
-        record = result.records[0]
-        # Raw rows, not GraphNode objects: the walk reads only kinds and links, and GraphNodes are
-        # made for the candidates alone (candidates() turns handles into GraphNodes).
-        rows: dict[str, Sequence[Any]] = {row[0]: row for row in record["nodes"]}
-        kind_of = _KIND_OF
-        kinds = {ident: kind_of.get(row[1]) or Kind(row[1]) for ident, row in rows.items()}
-        shown = {ident for ident, row in rows.items() if not_after is None or row[3] is None or row[3] <= not_after}
-        edge_of = _EDGE_OF
-        adjacency: dict[str, list[tuple[str, EdgeType, float, bool]]] = {
-            ident: [(other, edge_of[edge], weight, fwd) for other, edge, weight, fwd in links]
-            for ident, links in record["adjacency"]  # each node once: the query expands a node once
-        }
-        no_links: list[tuple[str, EdgeType, float, bool]] = []
-        view: WalkView[str] = WalkView(
-            links=lambda ident: adjacency.get(ident, no_links),
-            visible=shown.__contains__,
-            kind=kinds.__getitem__,
-            order=lambda ident: ident,
-        )
-        best = walk(view, list(seeds.items()), caps)
+        return await self._expand_by_hops(user_id, seeds, caps, not_after, procedure=False)
+
+    async def _expand_by_hops(
+        self,
+        user_id: str,
+        seeds: Mapping[str, float],
+        caps: ExpansionCaps,
+        not_after: float | None,
+        *,
+        procedure: bool,
+    ) -> list[GraphCandidate]:
+        """Expansion capped per kind at the source: the walk runs over what has been fetched, and
+        the nodes whose links it asked for but that are not fetched yet (the next hop's frontier,
+        which the per-kind cap bounds at seeds + 3 x max_per_kind nodes) are fetched in one query
+        and the walk runs again, until it asks for nothing new: at most depth + 1 queries, where
+        fetching every node of every level read up to millions of links for 20 seeds at depth 3.
+        The walk is deterministic and a hop reads only links of nodes reached before it, so the
+        last run is the walk over the whole graph. A hop's links come from ``hrt.expand`` at depth
+        1 from the frontier (with the rows candidates need), or from _HOP (then one more query,
+        _ROWS, for the result's rows)."""
+        # only the parameters each query reads: Neo4j's plan cache is keyed on them (warm_queries)
+        params = _hop_params(user_id, caps.fanout_per_node, self._sparse_degree, not_after)
+        full_rows: dict[str, Sequence[Any]] = {}  # with mentions and newest mention (the procedure's)
+        attrs: dict[str, Sequence[Any]] = {}
+        adjacency: dict[str, list[tuple[str, EdgeType, float, bool]]] = {}
+        kind_of, edge_of = _KIND_OF, _EDGE_OF
+        todo = sorted(seeds)
+        best: dict[str, Any] = {}
+        while todo:
+            if procedure:
+                proc_params = {
+                    "user": params["user"],
+                    "seeds": todo,
+                    "depth": 1 if caps.depth > 0 else 0,
+                    "fanout": params["fanout"],
+                    "sparse": params["sparse"],
+                    "not_after": not_after,
+                }
+                record = (await self._run("expand", _PROCEDURE_QUERY, proc_params, read=True)).records[0]
+                for row in record["nodes"]:
+                    full_rows[row[0]] = attrs[row[0]] = row
+                for ident, links in record["adjacency"]:
+                    adjacency[ident] = [(other, edge_of[edge], weight, fwd) for other, edge, weight, fwd in links]
+            else:
+                result = await self._run("expand", _HOP_QUERY, {**params, "todo": todo}, read=True)
+                for rec in result.records:
+                    node = rec["node"]
+                    attrs[node[0]] = node
+                    adjacency[node[0]] = [
+                        (other, edge_of[edge], weight, fwd) for other, edge, weight, fwd in rec["links"]
+                    ]
+                    for row in rec["reached"]:
+                        attrs.setdefault(row[0], row)
+            for ident in todo:
+                adjacency.setdefault(ident, [])  # not in the store, or not visible
+            missing: set[str] = set()
+
+            def links(ident: str, missing: set[str] = missing) -> list[tuple[str, EdgeType, float, bool]]:
+                found = adjacency.get(ident)
+                if found is None:
+                    missing.add(ident)
+                    return []
+                return found
+
+            def shown(ident: str) -> bool:
+                row = attrs.get(ident)
+                return row is not None and (not_after is None or row[3] is None or row[3] <= not_after)
+
+            view: WalkView[str] = WalkView(
+                links=links,
+                visible=shown,
+                kind=lambda ident: kind_of.get(attrs[ident][1]) or Kind(attrs[ident][1]),
+                order=lambda ident: ident,
+            )
+            best = walk(view, list(seeds.items()), caps)
+            todo = sorted(missing)
+        if not best:
+            return []
+        rows = full_rows
+        if not procedure:
+            rows_params = {"user": [user_id], "not_after": not_after, "min_key": params["min_key"], "ids": sorted(best)}
+            result = await self._run("expand", _ROWS_QUERY, rows_params, read=True)
+            rows = {row[0]: row for row in result.records[0]["nodes"]}
+        # a node deleted since its hop was read is left out, as if read after the delete
         return candidates(
-            best,
+            {ident: found for ident, found in best.items() if ident in rows},
             lambda ident: _node(rows[ident]),
             lambda ident: ident,
             lambda ident: tuple(rows[ident][8]),
@@ -709,16 +812,27 @@ class Neo4jGraphStore:
         Neo4j keys its plan cache on the query text and on the size bucket of each string and list
         parameter (1, 2-10, 11-100, 101-1000: a plan's cardinality estimates depend on it), so 3
         and 30 seeds get different plans. Each query is sent for lists of 1, 10 and 100 ids:
-        assembly's neighbour reads, then expansion at ``depths``; the user id is a one-element
-        list in every read, so its length makes no other plan (:func:`_user_as_list`)."""
+        assembly's neighbour reads, then expansion's (for 1,000 ids too), which are the same at
+        every depth (``depths`` is kept for callers); the user id is a one-element list in every
+        read, so its length makes no other plan (:func:`_user_as_list`)."""
         for size in WARM_UP_LIST_SIZES:
             ids = [f"{WARM_UP_USER}{i}" for i in range(size)]
             for outgoing in (True, False):
                 await self.neighbors(WARM_UP_USER, ids, EdgeType.MENTIONS, outgoing, 1, not_after=0.0)
-        for depth in depths:
-            for size in WARM_UP_LIST_SIZES:
-                seeds = {f"{WARM_UP_USER}{i}": 1.0 for i in range(size)}
-                await self.expand(WARM_UP_USER, seeds, ExpansionCaps(depth, 8, 8, 0.5), not_after=0.0)
+        # expansion's queries (the same at any depth) for frontiers and results of up to a thousand
+        # ids (the per-kind cap lets a frontier pass a hundred): the procedure's call, or the
+        # Cypher expansion's two queries
+        for size in (*WARM_UP_LIST_SIZES, 1000):
+            seeds = {f"{WARM_UP_USER}{i}": 1.0 for i in range(size)}
+            await self.expand(WARM_UP_USER, seeds, ExpansionCaps(1, 8, 8, 0.5), not_after=0.0)
+        if await self.uses_procedure():
+            return
+        for size in (*WARM_UP_LIST_SIZES, 1000):
+            ids = [f"{WARM_UP_USER}{i}" for i in range(size)]
+            params = _hop_params(WARM_UP_USER, 8, self._sparse_degree, 0.0)
+            await self._run("warm up", _HOP_QUERY, {**params, "todo": ids}, read=True)
+            rows_params = {"user": [WARM_UP_USER], "not_after": 0.0, "min_key": params["min_key"], "ids": ids}
+            await self._run("warm up", _ROWS_QUERY, rows_params, read=True)
 
     async def neighbors(
         self,

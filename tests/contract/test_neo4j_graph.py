@@ -198,11 +198,11 @@ async def test_warm_queries_plan_retrieval_reads_and_touch_no_data(loaded, raw):
         await store.neighbors(user, ["m1"], EdgeType.MENTIONS, False, 50)
     cleared = raw.execute_query("CALL db.clearQueryCaches()", database_="neo4j").records[0][0]
     # one plan per query and bucket, each made by the warm-up and found by every request after it:
-    # assembly's two neighbour reads and expansion (the procedure's call, or the query at each of
-    # depths 0 to 3), for lists of 1, 2-10 and 11-100 ids; user ids of 1, 2-10, 11-100 and 101-128
-    # characters share them
-    expansions = 1 if await store.uses_procedure() else 4
-    assert cleared == f"Query caches successfully cleared of {(2 + expansions) * 3} queries."
+    # assembly's two neighbour reads for lists of 1, 2-10 and 11-100 ids, and expansion's hops
+    # (the procedure's call, or the Cypher expansion's two queries: a hop's links, the result's
+    # rows) for those and 101-1000 ids; user ids of 1, 2-10, 11-100 and 101-128 characters share them
+    expansions = 1 * 4 if await store.uses_procedure() else 2 * 4
+    assert cleared == f"Query caches successfully cleared of {2 * 3 + expansions} queries."
     assert raw.execute_query(count, database_="neo4j").records[0] == nodes_before
     assert await store.ids(WARM_UP_USER) == {}
     assert await store.expand(u1, {"m1": 0.8}, CAPS) == before

@@ -1,0 +1,207 @@
+"""One request never stalls the others: reads beside writes, caches rebuilt while the old one
+serves, and the bound on concurrent writes (the server-level test is in tests/integration)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from hrt.errors import RateLimited
+from hrt.ingest import parse_jsonl
+from hrt.records import Kind
+from hrt.service import HRTService
+from hrt.stores.user_cache import UserCache
+from tests.helpers import jsonl, mu
+
+
+class SlowLoads:
+    """A cache loader returning the write count it saw, blocking while ``gate`` is closed."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+        self.loads = 0
+        self.gate = threading.Event()
+        self.gate.set()
+        self.loading = threading.Event()
+
+    def __call__(self, user_id: str) -> int:
+        self.loads += 1
+        seen = self.writes
+        self.loading.set()
+        self.gate.wait(10)
+        return seen
+
+
+def test_a_refresh_rebuilds_while_the_old_snapshot_serves():
+    loads = SlowLoads()
+    cache: UserCache[int] = UserCache(loads)
+    assert cache.get("u") == 0
+    loads.writes = 1
+    loads.gate.clear()
+    loads.loading.clear()
+    writer = threading.Thread(target=cache.refresh, args=("u",))
+    writer.start()
+    assert loads.loading.wait(5)
+    started = time.perf_counter()
+    assert cache.get("u") == 0  # the old snapshot, at once, while the rebuild is held
+    assert time.perf_counter() - started < 1.0
+    loads.gate.set()
+    writer.join(5)
+    assert cache.get("u") == 1  # swapped in before the writer's refresh returned
+    assert cache.rebuilds == 1
+
+
+def test_writes_during_a_rebuild_share_the_next_one():
+    loads = SlowLoads()
+    cache: UserCache[int] = UserCache(loads)
+    cache.get("u")
+    loads.gate.clear()
+    loads.loading.clear()
+    loads.writes = 1
+    first = threading.Thread(target=cache.refresh, args=("u",))
+    first.start()
+    assert loads.loading.wait(5)
+    loads.writes = 4  # three more writes commit while the first rebuild runs
+    later = [threading.Thread(target=cache.refresh, args=("u",)) for _ in range(3)]
+    for t in later:
+        t.start()
+    time.sleep(0.2)
+    loads.gate.set()
+    for t in [first, *later]:
+        t.join(5)
+    assert cache.get("u") == 4
+    assert loads.loads == 3  # the first load, the first rebuild, and one shared by the other three
+
+
+def test_a_refresh_of_an_unloaded_user_loads_nothing():
+    loads = SlowLoads()
+    cache: UserCache[int] = UserCache(loads)
+    cache.refresh("u")
+    assert loads.loads == 0 and "u" not in cache
+
+
+async def test_reads_do_not_wait_for_the_write_lock(loaded_service: HRTService):
+    store = loaded_service.embedded
+    assert store is not None
+    held = threading.Event()
+    release = threading.Event()
+
+    def long_write() -> None:
+        with store.transaction():  # a large ingest's transaction holds the write lock
+            held.set()
+            release.wait(10)
+
+    writer = threading.Thread(target=long_write)
+    writer.start()
+    try:
+        assert held.wait(5)
+        started = time.perf_counter()
+        found = await loaded_service.records.get_many("u1", Kind.MEMORY_UNIT, ["m1", "m2"])
+        counts = await loaded_service.records.counts("u1")
+        assert time.perf_counter() - started < 1.0
+        assert set(found) == {"m1", "m2"} and counts["memory_unit"] > 0
+    finally:
+        release.set()
+        writer.join(5)
+
+
+async def test_a_write_is_read_by_its_writer_and_rebuilds_the_cache(loaded_service: HRTService):
+    store = loaded_service.embedded
+    assert store is not None
+    store.graph.warm("u1")
+    store.vectors.warm("u1")
+    before = store.vectors._cache.peek("u1")
+    await loaded_service.ingest(parse_jsonl(jsonl([mu("u1", "m-new", "a brand new quokka memory")])))
+    after = store.vectors._cache.peek("u1")
+    assert after is not None and after is not before  # rebuilt and swapped, not dropped
+    assert "m-new" in after.ids
+    g = store.graph._cache.peek("u1")
+    assert g is not None and "m-new" in g.index
+
+
+async def test_writes_over_the_limit_are_refused_with_retry_after(loaded_service: HRTService):
+    limit = loaded_service.settings.max_concurrent_ingests
+    assert limit >= 1
+    records = parse_jsonl(jsonl([mu("u1", "m-x", "another memory")]))
+    gate = asyncio.Event()
+    holders = []
+
+    async def hold() -> None:
+        with loaded_service.ingest_slot():
+            await gate.wait()
+
+    for _ in range(limit):
+        holders.append(asyncio.ensure_future(hold()))
+    await asyncio.sleep(0)
+    with pytest.raises(RateLimited) as refused:
+        await loaded_service.ingest(records)
+    assert refused.value.retry_after_s == loaded_service.settings.ingest_retry_after_s
+    gate.set()
+    await asyncio.gather(*holders)
+    assert (await loaded_service.ingest(records)).upserted == 1  # a slot is free again
+
+
+async def test_a_writer_in_another_process_is_refused_naming_the_holder(tmp_path):
+    import subprocess
+    import sys
+
+    from hrt.stores.embedded import EmbeddedStore
+    from hrt.stores.embedded_lock import StoreInUse
+
+    db = tmp_path / "s.db"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, pathlib; from hrt.stores.embedded_lock import StoreClaim; "
+            "StoreClaim.acquire(pathlib.Path(sys.argv[1]), 'hrt serve on 127.0.0.1:1'); print('held', flush=True); "
+            "sys.stdin.read()",
+            str(db),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    store = EmbeddedStore(db, 64)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(StoreInUse) as refused:
+            store.claim("writes: hrt ingest")
+        assert f"process {holder.pid} (hrt serve on 127.0.0.1:1)" in refused.value.message
+        assert str(db) in refused.value.message
+        assert await store.records.users() == []  # reading needs no claim
+        again = EmbeddedStore(db, 64)  # a second store in this process: refused the same way
+        with pytest.raises(StoreInUse):
+            again.claim("writes")
+        again.close()
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()  # the holder exits: the kernel drops its lock
+        holder.wait(10)
+    store.claim("writes: hrt ingest")
+    second = EmbeddedStore(db, 64)
+    second.claim("writes: another store of this process")  # shares this process's claim
+    second.close()
+    probe = (
+        "import sys, pathlib; from hrt.stores.embedded_lock import StoreClaim; "
+        "StoreClaim.acquire(pathlib.Path(sys.argv[1]), 'x')"
+    )
+    assert subprocess.run([sys.executable, "-c", probe, str(db)], capture_output=True).returncode != 0  # still held
+    store.close()
+    assert subprocess.run([sys.executable, "-c", probe, str(db)], capture_output=True).returncode == 0  # released
+
+
+def test_a_failed_rebuild_drops_the_snapshot_instead_of_failing_the_write():
+    loads = SlowLoads()
+    cache: UserCache[int] = UserCache(loads)
+    cache.get("u")
+
+    def broken(user_id: str) -> int:
+        raise OSError("disk full")
+
+    cache._load = broken  # type: ignore[method-assign]
+    cache.refresh("u")  # does not raise: the write it follows has committed
+    assert "u" not in cache  # no stale snapshot left serving
