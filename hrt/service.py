@@ -409,7 +409,10 @@ class HRTService:
             return
         report = await self.projector.drain(wait=self.settings.read_your_writes_timeout_s)
         if report.busy:
-            log.warning("projection left to the background projector: a drain in progress held it")
+            log.warning(
+                "projection left to the background projector: not done within HRT_READ_YOUR_WRITES_TIMEOUT_S "
+                "(a target slow or down, or another drain holding it)"
+            )
         elif not report.ok:
             log.warning("projection delayed: %s", report.failed)
 
