@@ -141,7 +141,7 @@ class EmbeddedStore:
         self.lock = threading.RLock()  # the write connection's, held by writes and transactions
         self._in_memory = str(path) == ":memory:"  # one connection only: reads share the writer's
         self._local = threading.local()
-        self._readers: list[sqlite3.Connection] = []
+        self._readers: list[tuple[sqlite3.Connection, threading.RLock]] = []  # per thread, with its in-use lock
         self._readers_lock = threading.Lock()
         self._closed = False
         self._claim: StoreClaim | None = None  # this process's claim to write the file
@@ -221,8 +221,8 @@ class EmbeddedStore:
             with self.lock:
                 yield self.db
             return
-        conn: sqlite3.Connection | None = getattr(self._local, "db", None)
-        if conn is None or self._closed:
+        reader: tuple[sqlite3.Connection, threading.RLock] | None = getattr(self._local, "reader", None)
+        if reader is None:
             with self._readers_lock:
                 if self._closed:
                     raise StoreUnavailable("the embedded store is closed", store="the embedded store")
@@ -234,9 +234,16 @@ class EmbeddedStore:
                     raise StoreUnavailable(
                         f"cannot open the embedded store at {self.path}: {exc}", store="the embedded store"
                     ) from exc
-                self._readers.append(conn)
-            self._local.db = conn
-        yield conn
+                reader = (conn, threading.RLock())
+                self._readers.append(reader)
+            self._local.reader = reader
+        conn, in_use = reader
+        # held only by this thread (and by close(), which waits for the read in progress rather
+        # than close a connection under it): never contended while the store is open
+        with in_use:
+            if self._closed:
+                raise StoreUnavailable("the embedded store is closed", store="the embedded store")
+            yield conn
 
     @contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:
@@ -264,8 +271,9 @@ class EmbeddedStore:
         with self._readers_lock:
             self._closed = True
             readers, self._readers = self._readers, []
-        for conn in readers:
-            conn.close()
+        for conn, in_use in readers:
+            with in_use:  # a read in progress (a cache loading in a worker thread) finishes first
+                conn.close()
         with self.lock:
             self.db.close()
 

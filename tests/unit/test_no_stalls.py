@@ -205,3 +205,33 @@ def test_a_failed_rebuild_drops_the_snapshot_instead_of_failing_the_write():
     cache._load = broken  # type: ignore[method-assign]
     cache.refresh("u")  # does not raise: the write it follows has committed
     assert "u" not in cache  # no stale snapshot left serving
+
+
+def test_close_waits_for_a_read_in_progress_and_later_reads_are_refused(tmp_path):
+    from hrt.errors import StoreUnavailable
+    from hrt.stores.embedded import EmbeddedStore
+
+    store = EmbeddedStore(tmp_path / "s.db", 64)
+    reading = threading.Event()
+    release = threading.Event()
+    seen: list[object] = []
+
+    def long_read() -> None:  # a user's rows streaming into a cache in a worker thread
+        with store.snapshot() as db:
+            reading.set()
+            release.wait(10)
+            seen.append(db.execute("SELECT count(*) FROM docs").fetchone()[0])  # its connection still open
+
+    reader = threading.Thread(target=long_read)
+    reader.start()
+    assert reading.wait(5)
+    closer = threading.Thread(target=store.close)
+    closer.start()
+    time.sleep(0.2)
+    assert closer.is_alive()  # waiting for the read, not closing the connection under it
+    release.set()
+    reader.join(5)
+    closer.join(5)
+    assert seen == [0] and not closer.is_alive()
+    with pytest.raises(StoreUnavailable), store.reading():
+        pass
