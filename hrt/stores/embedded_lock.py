@@ -2,9 +2,9 @@
 
 The embedded store keeps per-user caches in process memory, brought up to date by the process's
 own writes only; a second process writing the same SQLite file would leave them stale (its writes
-invisible to the first process's reads until a restart). So the process that serves the file
-(``hrt serve``, ``hrt mcp``) claims it at start, and any other process claims it before its first
-data write (``hrt ingest``); a claim while another process holds the file is refused with an error
+invisible to the first process's reads until a restart). So ``hrt serve`` claims the file at
+start, and any other process claims it before its first data write (``hrt ingest``, ``hrt mcp``'s
+remember and forget); a claim while another process holds the file is refused with an error
 naming the holder. Reading processes never claim: ``hrt query``, ``hrt keys``, ``hrt doctor`` and
 ``hrt migrate`` work beside a server (keys are re-read from the file by every server).
 
