@@ -81,7 +81,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     413: _described("body over the size limit"),
     415: _described("the body is not sent as application/json"),
     422: _described("invalid input; field names it"),
-    429: _described("the key is over its request rate or concurrency (with Retry-After)"),
+    429: _described("over the key's request rate or concurrency, or the server's write bound (with Retry-After)"),
     503: _described("a store is unavailable or the request ran out of time"),
 }
 
