@@ -17,7 +17,7 @@ from typing import Any
 
 from hrt.config import Settings, load_settings
 from hrt.contract import AugmentedMemoryContext, RetrieveRequest, canonical_dumps
-from hrt.errors import HRTError
+from hrt.errors import HRTError, StoreUnavailable
 from hrt.ingest import parse_jsonl
 
 log = logging.getLogger("hrt")
@@ -145,8 +145,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not is_loopback(host):
             raise HRTError(auth_off_refused(host))
         print(f"hrt: warning: {AUTH_OFF_WARNING}", file=sys.stderr)
-    elif asyncio.run(_active_keys(settings)) == 0:
-        raise HRTError(NO_KEY_MESSAGE)
+    else:
+        try:
+            active = asyncio.run(_active_keys(settings))
+        except StoreUnavailable as exc:  # start anyway: /readyz says unavailable until it answers
+            print(f"hrt: warning: {exc}; the API keys are read once it answers", file=sys.stderr)
+            active = None
+        if active == 0:
+            raise HRTError(NO_KEY_MESSAGE)
     configure_server_logging(settings)
     uvicorn.run(create_app(settings), host=host, port=port, log_level=settings.log_level.lower())
     return 0

@@ -23,7 +23,7 @@ from hrt.auth import KeyStore
 from hrt.config import Settings
 from hrt.contract import AugmentedMemoryContext, RetrieveRequest
 from hrt.embedder import CachedEmbedder, Embedder, SentenceTransformerEmbedder
-from hrt.errors import InvalidInput, RateLimited, StoreError
+from hrt.errors import InvalidInput, RateLimited, StoreError, StoreUnavailable
 from hrt.ingest import Record, build_batch
 from hrt.metrics import Metrics
 from hrt.pipeline import HybridRetrievalTool, utc_now
@@ -135,6 +135,8 @@ class HRTService:
         self.embedder = embedder or load_embedder(settings)
         self.metrics = Metrics()
         self._closers: list[Callable[[], Any]] = []
+        self._opened: list[object] = []  # the stores connected (their closers registered)
+        self._setup_task: asyncio.Task[None] | None = None  # sets up the stores down at start
         self.projector: Any = None
         self._projector_task: asyncio.Task[None] | None = None
         # "off", or the background preload of `hrt serve`: "loading", "done", "failed"; /readyz
@@ -247,18 +249,20 @@ class HRTService:
 
     async def start(self, *, background_projector: bool = False) -> HRTService:
         """Open pools and connections; with ``background_projector`` (``hrt serve``) also start
-        the outbox projector loop."""
+        the outbox projector loop, and start even while a store is down: what needs that store
+        answers 503 (``/readyz`` says ``unavailable``) until it answers, then it is set up
+        (connection, schema) in the background, without a restart."""
+        down: list[object] = []
         for part in (self.records, self.graph, self.vectors):
-            opener = getattr(part, "open", None) or getattr(part, "connect", None)
-            if opener is not None and callable(opener):
-                await opener()
-                closer = getattr(part, "close", None)
-                if closer is not None:
-                    self._closers.insert(0, closer)
-            # projection schemas are idempotent and cheap: a fresh Neo4j or Weaviate is usable at once
-            schema = getattr(part, "apply_schema", None) or getattr(part, "ensure_schema", None)
-            if schema is not None:
-                await schema()
+            try:
+                await self._open_part(part, keep_trying=background_projector)
+            except StoreUnavailable as exc:
+                if not background_projector:
+                    raise
+                log.warning("starting without %s: %s; it is set up once it answers", exc.store or "a store", exc)
+                down.append(part)
+        if down:
+            self._setup_task = asyncio.create_task(self._set_up_later(down))
         if self.embedded is not None and background_projector:
             # the serving process holds the file: a second server (or another process's writes,
             # which this one's caches would never see) is refused, naming this process
@@ -282,6 +286,50 @@ class HRTService:
             if self._preloading:
                 self.preload_state = "loading"
         return self
+
+    async def _open_part(self, part: object, *, keep_trying: bool) -> None:
+        """Connect one store and apply its (idempotent, cheap) schema. The closer is registered
+        once the connection exists, also when the schema then fails."""
+        if part not in self._opened:
+            opener = getattr(part, "open", None) or getattr(part, "connect", None)
+            if opener is not None and callable(opener):
+                postgres = keep_trying and part is self.records and self.settings.record_store == "postgres"
+                try:
+                    await (opener(keep_trying=True) if postgres else opener())
+                except StoreUnavailable:
+                    if postgres:  # its pool stays open, connecting in the background
+                        self._register_closer(part)
+                    raise
+                self._register_closer(part)
+            else:
+                self._opened.append(part)  # nothing to connect (an embedded store)
+        # projection schemas are idempotent and cheap: a fresh Neo4j or Weaviate is usable at once
+        schema = getattr(part, "apply_schema", None) or getattr(part, "ensure_schema", None)
+        if schema is not None:
+            await schema()
+
+    def _register_closer(self, part: object) -> None:
+        if part in self._opened:
+            return
+        self._opened.append(part)
+        closer = getattr(part, "close", None)
+        if closer is not None:
+            self._closers.insert(0, closer)
+
+    async def _set_up_later(self, parts: list[object]) -> None:
+        """Retry the stores that were down at start, every 2 s, until each is set up."""
+        while parts:
+            await asyncio.sleep(2.0)
+            for part in list(parts):
+                try:
+                    await self._open_part(part, keep_trying=True)
+                except StoreUnavailable:
+                    continue
+                except Exception:  # a store that answers but fails otherwise: logged, retried
+                    log.exception("setting up a store that was down at start failed")
+                    continue
+                parts.remove(part)
+                log.info("a store that was down at start is set up")
 
     def largest_users(self, limit: int) -> list[str]:
         """The embedded store's users with the most entities, most first."""
@@ -337,6 +385,10 @@ class HRTService:
                 self.preload_state = "failed" if self._preload_failed else "done"
 
     async def close(self) -> None:
+        if self._setup_task is not None and not self._setup_task.done():
+            self._setup_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._setup_task
         if self._warm_task is not None and not self._warm_task.done():
             self._warm_task.cancel()
             with contextlib.suppress(BaseException):

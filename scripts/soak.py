@@ -5,13 +5,14 @@
 
 A measurement, not a test. The server gets the bundled sample graph, then for ``--minutes``
 (stopping earlier at ``--max-requests``) ``--clients`` threads each send retrievals back to back
-(seeded choice of user and phrases, pinned ``as_of``) while one more thread ingests a batch of new
-memory units every second and deletes an earlier batch's first entity every tenth batch. Every
+(seeded choice of user and phrases, pinned ``as_of``) while one more thread ingests a batch of
+memory units every second (the ids of ``--cycle`` batches in turn, so the data stops growing after
+the first cycle) and deletes an earlier batch's first entity every tenth batch. Every
 five seconds the resident memory of every process (HRT's server, and in the services deployment
 PostgreSQL, Neo4j and Weaviate with their children) is read from ``/proc``. Writes per minute:
 requests, errors, p50/p95 of retrievals and ingests, RSS per process, to
 ``OUT/soak-DEPLOYMENT.json`` and a chart ``OUT/soak-DEPLOYMENT.png`` (with matplotlib). It ends by
-checking the store: the last batch it wrote is retrievable and every deleted entity is gone.
+checking the store: it holds exactly what the acknowledged writes left.
 """
 
 from __future__ import annotations
@@ -117,16 +118,33 @@ def batch(n: int, size: int) -> list[dict[str, Any]]:
 
 
 def ingester(
-    base: str, headers: dict[str, str], size: int, stop: threading.Event, t0: float, log: Log, written: list[int]
+    base: str,
+    headers: dict[str, str],
+    size: int,
+    cycle: int,
+    stop: threading.Event,
+    t0: float,
+    log: Log,
+    present: set[str],
 ) -> None:
+    """A batch a second, upserting the ids of batch ``n % cycle`` (so the data stops growing after
+    the first cycle and memory can be watched for leaks), and every tenth second a delete of an
+    earlier batch's first memory. ``present`` tracks the memory units every acknowledged write
+    leaves in the store."""
     n = 0
     with httpx.Client(base_url=base, headers=headers, timeout=120) as client:
         while not stop.is_set():
             started = time.perf_counter()
+            records = batch(n % cycle, size)
             try:
-                status = client.post("/v1/ingest", json={"records": batch(n, size)}).status_code
+                status = client.post("/v1/ingest", json={"records": records}).status_code
+                if status == 200:
+                    present.update(str(r["muid"]) for r in records)
                 if n % 10 == 9:  # a delete of an earlier batch's first memory
-                    gone = client.delete(f"/v1/users/u-soak/entities/memory_unit/soak-{n - 5}-0").status_code
+                    muid = f"soak-{(n - 5) % cycle}-0"
+                    gone = client.delete(f"/v1/users/u-soak/entities/memory_unit/{muid}").status_code
+                    if gone == 200:
+                        present.discard(muid)
                     status = status if gone == 200 else gone
             except httpx.HTTPError as exc:
                 status = 0
@@ -137,8 +155,6 @@ def ingester(
                 log.ingests.append((time.perf_counter() - t0, ms, status))
                 if status not in (200, 0):
                     log.errors.append(f"ingest: HTTP {status}")
-            if status == 200:
-                written.append(n)
             n += 1
             stop.wait(max(0.0, 1.0 - (time.perf_counter() - started)))
 
@@ -181,13 +197,16 @@ def per_minute(log: Log, minutes: int) -> list[dict[str, Any]]:
     return rows
 
 
-def final_check(base: str, headers: dict[str, str], written: list[int], size: int) -> dict[str, Any]:
-    """The last batch written is there whole; every deleted memory is gone."""
+def final_check(base: str, headers: dict[str, str], present: set[str]) -> dict[str, Any]:
+    """The store holds exactly the memory units the acknowledged writes left: every upsert there,
+    every delete gone."""
     with httpx.Client(base_url=base, headers=headers, timeout=60) as client:
         stats = client.get("/v1/users/u-soak/stats").json()
-    deleted = sum(1 for n in written if n % 10 == 9)
-    expected = len(set(written)) * size - deleted
-    return {"memory_units": stats.get("memory_unit"), "expected": expected, "ok": stats.get("memory_unit") == expected}
+    return {
+        "memory_units": stats.get("memory_unit"),
+        "expected": len(present),
+        "ok": stats.get("memory_unit") == len(present),
+    }
 
 
 def plot(rows: list[dict[str, Any]], path: Path, title: str) -> bool:
@@ -226,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--max-requests", type=int, default=200_000, help="stop earlier once this many retrievals ran")
     ap.add_argument("--batch", type=int, default=20, help="memory units per ingest batch (one batch a second)")
+    ap.add_argument("--cycle", type=int, default=60, help="distinct batches: after that many, ids are upserted again")
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "soak")
     ap.add_argument("--stack-dir", type=Path, default=None, help="a dev stack to reuse (services)")
     args = ap.parse_args(argv)
@@ -243,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     server = Server(target.env, work / "server.log", None)
     log = Log()
     stop = threading.Event()
-    written: list[int] = []
+    present: set[str] = set()
     try:
         with httpx.Client(base_url=server.base_url, headers=server.headers, timeout=300) as c:
             for user in (*QUERIES, "u-soak"):
@@ -257,7 +277,9 @@ def main(argv: list[str] | None = None) -> int:
         threads = [
             threading.Thread(target=monitor, args=(pids, stop, t0, log), daemon=True),
             threading.Thread(
-                target=ingester, args=(server.base_url, server.headers, args.batch, stop, t0, log, written), daemon=True
+                target=ingester,
+                args=(server.base_url, server.headers, args.batch, args.cycle, stop, t0, log, present),
+                daemon=True,
             ),
         ] + [
             threading.Thread(target=retriever, args=(server.base_url, server.headers, i, stop, t0, log), daemon=True)
@@ -272,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         for t in threads:
             t.join(timeout=120)
         elapsed = time.perf_counter() - t0
-        check = final_check(server.base_url, server.headers, written, args.batch)
+        check = final_check(server.base_url, server.headers, present)
     finally:
         stop.set()
         server.stop()

@@ -44,7 +44,7 @@ from hrt.contract import (
     UserStats,
     WriteSummary,
 )
-from hrt.errors import Forbidden, HRTError, InvalidInput, MalformedBody, NotFound
+from hrt.errors import Forbidden, HRTError, InvalidInput, MalformedBody, NotFound, StoreUnavailable
 from hrt.ingest import Record, decode_json, ingest_body_schema, parse_record
 from hrt.records import Kind, valid_id
 from hrt.service import HRTService
@@ -200,9 +200,13 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
         try:
             if settings.auth == "on":
                 ring = KeyRing(svc().records, refresh_s=settings.auth_refresh_s)
-                await ring.refresh()
-                if ring.active_count() == 0:
-                    raise HRTError(NO_KEY_MESSAGE)
+                try:
+                    await ring.refresh()
+                except StoreUnavailable as exc:  # read on the first request once the store answers
+                    log.warning("the API keys could not be read at start (%s): requests get 503 until they are", exc)
+                else:
+                    if ring.active_count() == 0:
+                        raise HRTError(NO_KEY_MESSAGE)
                 state["keyring"] = ring
             elif not is_loopback(settings.host):
                 raise HRTError(auth_off_refused(settings.host))

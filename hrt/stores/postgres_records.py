@@ -48,16 +48,8 @@ class PostgresRecordStore:
     def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 4, timeout: float = 10.0) -> None:
         self._dsn = dsn
         self._timeout = timeout
-        self.pool = AsyncConnectionPool(
-            dsn,
-            min_size=min_size,
-            max_size=max_size,
-            open=False,
-            timeout=timeout,
-            kwargs={"autocommit": False},
-            check=AsyncConnectionPool.check_connection,
-            name="hrt-records",
-        )
+        self._sizes = (min_size, max_size)
+        self.pool = self._request_pool()
         # a lease holds its connection across the projector's write to Neo4j or Weaviate: the
         # leases get connections of their own (one per target, one more for `hrt doctor --repair`),
         # so a slow target never holds the connections that requests read with; none until used
@@ -72,10 +64,33 @@ class PostgresRecordStore:
             name="hrt-outbox-leases",
         )
 
-    async def open(self) -> None:
-        with translate_errors("connect"):
-            await self.pool.open(wait=True, timeout=self._timeout)
-            await self.lease_pool.open(wait=False)
+    def _request_pool(self) -> AsyncConnectionPool:
+        return AsyncConnectionPool(
+            self._dsn,
+            min_size=self._sizes[0],
+            max_size=self._sizes[1],
+            open=False,
+            timeout=self._timeout,
+            kwargs={"autocommit": False},
+            check=AsyncConnectionPool.check_connection,
+            name="hrt-records",
+        )
+
+    async def open(self, *, keep_trying: bool = False) -> None:
+        """Open the pools, waiting until PostgreSQL answers (StoreUnavailable after the timeout).
+        ``keep_trying`` (a server starting while PostgreSQL is down): the pool stays open after
+        that error and keeps connecting in the background, so the store serves once PostgreSQL is
+        back, without a restart; until then every call fails as StoreUnavailable."""
+        try:
+            with translate_errors("connect"):
+                await self.pool.open(wait=True, timeout=self._timeout)
+        except StoreUnavailable:
+            if keep_trying:  # a pool that timed out is closed for good: a new one, not waited for
+                self.pool = self._request_pool()
+                await self.pool.open(wait=False)
+                await self.lease_pool.open(wait=False)
+            raise
+        await self.lease_pool.open(wait=False)
 
     async def close(self) -> None:
         await self.lease_pool.close()

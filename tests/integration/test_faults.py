@@ -274,3 +274,72 @@ def test_postgresql_restarted_under_load_recovers_without_restarting_hrt(tmp_pat
             stop.set()
             server.stop()
     subprocess.run(["rm", "-rf", str(directory)], check=False)
+
+
+def test_serve_starts_with_postgresql_down_and_serves_once_it_is_back(tmp_path):
+    """``hrt serve`` with its record store down does not exit: /healthz answers, /readyz and every
+    request say 503 (never a 401 for a valid key: the keys cannot be read), and once PostgreSQL is
+    back the same process serves, without a restart."""
+    from hrt.bench.run import provision_key
+    from hrt.devstack import free_port
+
+    directory = Path(tempfile.mkdtemp(prefix="hrt-pgdown-"))
+    with devstack.running(directory, ("postgres",)) as stack:
+        migrate(stack.postgres_dsn)
+        env = {
+            **os.environ,
+            "HRT_RECORD_STORE": "postgres",
+            "HRT_POSTGRES_DSN": stack.postgres_dsn,
+            "HRT_DB_PATH": str(tmp_path / "projections.db"),
+            "HRT_REQUEST_TIMEOUT_S": str(BUDGET_S),
+            "HRT_RERANK_BUDGET_S": "5",
+            "HRT_LOG_LEVEL": "WARNING",
+        }
+        headers = {"authorization": f"Bearer {provision_key(env)}"}  # a key made while it was up
+        devstack.stop_pid(stack.services["postgres"].pid, grace=10)
+        port = free_port()
+        log = (tmp_path / "server.log").open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hrt.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        server = ServerProcess(proc, f"http://127.0.0.1:{port}", tmp_path / "server.log", headers)
+        try:
+
+            def health() -> bool:
+                assert proc.poll() is None, (tmp_path / "server.log").read_text()[-2000:]
+                try:
+                    return httpx.get(f"{server.base_url}/healthz", timeout=2).status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            until(health, 120, "/healthz while PostgreSQL is down")
+            with server.client(timeout=60) as c:
+                assert c.get("/readyz").status_code == 503
+                started = time.monotonic()
+                r = c.post("/v1/retrieve", json=REQUEST)
+                assert r.status_code == 503 and r.json()["error"]["code"] == "store_unavailable", r.text
+                assert time.monotonic() - started < BUDGET_S + 5
+                devstack.restart(directory, "postgres")
+                until(lambda: ready(server), 120, "/readyz 200 once PostgreSQL is back")
+                ingested = c.post(
+                    "/v1/ingest",
+                    content=sample_data_path().read_bytes(),
+                    headers={"content-type": "application/x-ndjson"},
+                )
+                assert ingested.status_code == 200, ingested.text
+                # the projections follow the outbox (read-your-writes waits at most 5 s for them)
+                until(
+                    lambda: (
+                        (d := c.post("/v1/retrieve", json=REQUEST)).status_code == 200
+                        and d.json()["retrieved_memory_units"]
+                    ),
+                    120,
+                    "the ingest projected and retrieved",
+                )
+                assert proc.poll() is None  # the same process throughout
+        finally:
+            server.stop()
+    subprocess.run(["rm", "-rf", str(directory)], check=False)
