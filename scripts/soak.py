@@ -251,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="hrt-soak-"))
+    work.chmod(0o755)  # the dev stack's PostgreSQL runs as its own user and must traverse it
     stack_ctx = None
     if args.deployment == "services":
         from hrt import devstack
