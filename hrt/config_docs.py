@@ -14,7 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, SecretStr
 
-from hrt.config import Settings
+from hrt.config import RETRIEVAL_PRESETS, STAGES, Settings
+from hrt.contract import ConfigOverrides
 
 # (settings shown in one row, what they do), in the order of the reference
 DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
@@ -130,6 +131,15 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
         ),
     ),
     (("default_depth",), "expansion depth when the request gives none"),
+    (
+        ("path_evidence",),
+        (
+            "how a reached candidate's path evidence combines over the seeds that reach it: `best` (its best "
+            "path) or `noisy_or` (1 − (1 − direct) × Π over seeds (1 − best path from that seed): a turn that "
+            "several pieces of evidence point at outranks one with a single piece; one more graph walk per "
+            "seed); see [docs/eval-locomo.md](eval-locomo.md)"
+        ),
+    ),
     (("hop_decay",), "path score factor per hop"),
     (("fanout_per_node",), "neighbours visited per node"),
     (("max_candidates_per_kind",), "expansion cap per kind"),
@@ -243,8 +253,32 @@ One settings object, read from `HRT_*` environment variables once at start (`hrt
 library code never reads the environment. This file is generated from the settings model
 (`make docs`; a test fails when it is out of date): defaults are the code's own.
 
+Settings marked *(request)* may also be changed by one request (`"config": {...}`, see
+[below](#retrieval-configuration-presets-and-per-request-overrides)).
+
 | variable | default | what |
 |---|---|---|
+"""
+
+RETRIEVAL = """
+## Retrieval configuration, presets and per-request overrides
+
+The settings that can change a response form one frozen `RetrievalConfig` (`hrt/config.py`), one part
+per pipeline stage; `config_hash` in every response is its hash, so two servers with the same data and
+the same hash answer alike. The others (where the stores are, ports, pools, caches, budgets) never
+change a response and are not hashed.
+
+{stages}
+
+A request may name a **preset**, a change to the server's configuration (`"preset": "relevance"`), and
+then **override** the settings marked *(request)* (`"config": {{"search_k": 50}}`), each validated within
+bounds that keep a request's cost near a default one's; `weights`, `weights_preset` and `max_depth`
+still apply on top. Both are echoed in `retrieval_metadata.config` and enter `config_hash`; a request
+that names neither runs the server's configuration and carries no `config` key.
+
+| preset | changes |
+|---|---|
+{presets}
 """
 
 
@@ -276,8 +310,18 @@ def render_configuration() -> str:
     for names, what in DESCRIPTIONS:
         variables = " / ".join(f"`HRT_{name.upper()}`" for name in names)
         defaults = " / ".join(default_text(fields[name].default) for name in names)
-        rows.append(f"| {variables} | {defaults} | {what.replace('|', chr(92) + '|')} |")
-    return HEADER + "\n".join(rows) + "\n"
+        marked = f"{what} *(request)*" if all(n in ConfigOverrides.model_fields for n in names) else what
+        rows.append(f"| {variables} | {defaults} | {marked.replace('|', chr(92) + '|')} |")
+    stages = "\n".join(
+        f"- **{name}**: " + ", ".join(f"`{f}`" for f in stage.model_fields) for name, stage in STAGES.items()
+    )
+    presets = "\n".join(
+        f"| `{name}` | "
+        + (", ".join(f"`{k}` = {default_text(v)}" for k, v in changes.items()) or "none: the server's configuration")
+        + " |"
+        for name, changes in RETRIEVAL_PRESETS.items()
+    )
+    return HEADER + "\n".join(rows) + "\n" + RETRIEVAL.format(stages=stages, presets=presets)
 
 
 if __name__ == "__main__":

@@ -92,6 +92,34 @@ class RenderOptions(_Strict):
 
 DEFAULT_RENDER_CHARS = 8_000
 
+RetrievalPresetName = Literal["balanced", "relevance", "tuned-2026-11"]
+
+
+class ConfigOverrides(_Strict):
+    """The retrieval settings one request may change (docs/configuration.md names them; unset ones
+    keep the server's or the preset's). Bounded so that no request costs much more than a default
+    one: the walk's fan-out and caps, the index and the reranker stay the server's."""
+
+    search_k: int | None = Field(None, ge=1, le=200)
+    seeds_per_phrase: int | None = Field(None, ge=1, le=50)
+    lexical_admits_at_floor: bool | None = None
+    semantic_evidence: Literal["cosine", "fused"] | None = None
+    phrase_evidence: Literal["max", "mean"] | None = None
+    reached_evidence: Literal["path", "path_x_cosine", "scoped"] | None = None
+    path_evidence: Literal["best", "noisy_or"] | None = None
+    hop_decay: float | None = Field(None, gt=0.0, le=1.0)
+    relevance_gate: float | None = Field(None, ge=0.0, lt=1.0)
+    temporal_match: Literal["off", "tier"] | None = None
+    recency_half_life_days: float | None = Field(None, gt=0.0, le=36_500.0)
+    rerank_blend: float | None = Field(None, ge=0.0, le=1.0)
+    dedup_jaccard: float | None = Field(None, gt=0.0, le=1.0)
+    snippet_chars: int | None = Field(None, ge=40, le=4000)
+    related_items: int | None = Field(None, ge=0, le=20)
+
+    def given(self) -> dict[str, object]:
+        """The fields the request set, by name, sorted."""
+        return {k: v for k, v in sorted(self.model_dump(exclude_none=True).items())}
+
 
 def normalise_phrase(text: str) -> str:
     """NFKC, whitespace collapsed, trimmed. Case is kept (snippets quote it); dedup ignores it."""
@@ -131,6 +159,11 @@ class RetrieveRequest(_Strict):
     # seed 003: items scoring below it are not returned (after rerank when reranking)
     min_score: float | None = Field(None, ge=0.0, le=1.0)
     render: RenderOptions | None = None
+    # a named retrieval configuration (hrt/config.py RETRIEVAL_PRESETS), then per-field overrides;
+    # both echoed in retrieval_metadata.config and part of config_hash. weights, weights_preset and
+    # max_depth above still apply on top
+    preset: RetrievalPresetName | None = None
+    config: ConfigOverrides | None = None
 
     @field_validator("key_phrases")
     @classmethod
@@ -322,6 +355,14 @@ class RenderedContext(_Out):
     left_out: list[str]  # returned items that did not fit, in score order
 
 
+class AppliedConfig(_Out):
+    """The preset and overrides a request asked for (what ``config_hash`` then hashes besides the
+    server's configuration)."""
+
+    preset: str | None
+    overrides: dict[str, Any]
+
+
 class RetrievalMetadata(_Out):
     contract_version: str
     user_id: str
@@ -344,6 +385,8 @@ class RetrievalMetadata(_Out):
     # per returned memory unit: who wrote it, its tags and metadata (keys sorted)
     memory_unit_attributes: dict[str, MemoryUnitAttributes] = Field(default_factory=dict)
     rendered: RenderedContext | None = None
+    # present only when the request named a preset or config overrides
+    config: AppliedConfig | None = None
 
 
 class AugmentedMemoryContext(_Out):
@@ -358,7 +401,10 @@ class AugmentedMemoryContext(_Out):
     def canonical_json(self, *, indent: int | None = None) -> str:
         """The one serialisation of a response. Field order is fixed by the models; the pipeline
         builds free-form maps (properties, stage statuses) with sorted keys and rounds floats."""
-        return canonical_dumps(self.model_dump(mode="json"), indent=indent)
+        data = self.model_dump(mode="json")
+        if data["retrieval_metadata"]["config"] is None:  # absent unless asked for (RetrievalMetadata)
+            del data["retrieval_metadata"]["config"]
+        return canonical_dumps(data, indent=indent)
 
 
 def canonical_dumps(data: Any, *, indent: int | None = None) -> str:

@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from hrt.config import Settings
-from hrt.contract import AugmentedMemoryContext, RetrieveRequest
+from hrt.config import RETRIEVAL_PRESETS, RetrievalConfig, Settings
+from hrt.contract import AppliedConfig, AugmentedMemoryContext, RetrieveRequest
 from hrt.embedder import Embedder
 from hrt.errors import NotFound, StoreUnavailable
 from hrt.metrics import Metrics
@@ -34,6 +34,8 @@ from hrt.pipeline.selection import filter_candidates, select, shortlist
 from hrt.records import EdgeType, Kind, Preference, entity_body
 from hrt.reranker import NoopReranker, Reranker
 from hrt.stores.base import GraphNode, GraphStore, RecordStore, VectorIndex
+
+MAX_CACHED_CONFIGS = 256
 
 
 def utc_now() -> datetime:
@@ -53,7 +55,6 @@ class HybridRetrievalTool:
         deployment: str = "embedded",
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
-        self.settings = settings
         self.embedder = embedder
         self.vectors = vectors
         self.graph = graph
@@ -62,10 +63,18 @@ class HybridRetrievalTool:
         self.metrics = metrics or Metrics()
         self.deployment = deployment
         self.clock = clock
-        self._config_hash = settings.fingerprint()
+        self.reconfigure(settings)
         # a hook that sees every request's scored candidates (the LoCoMo eval's candidate recall);
         # never part of the response
         self.trace: Callable[[Intake, list[Scored]], None] | None = None
+
+    def reconfigure(self, settings: Settings) -> None:
+        """Run every later request with ``settings`` (the server's configuration)."""
+        self.settings = settings
+        self.config = settings.retrieval()
+        self._config_hash = self.config.fingerprint()
+        # (preset, overrides) -> the effective config and its hash; bounded by what requests name
+        self._configs: dict[str, tuple[RetrievalConfig, str]] = {}
 
     @contextmanager
     def _stage(self, name: str, timings: dict[str, float]) -> Iterator[None]:
@@ -82,6 +91,23 @@ class HybridRetrievalTool:
     ) -> dict[str, list[GraphNode]]:
         """The ``MENTIONS`` neighbours (up to ``limit`` each) that assembly shows; no read for no ids."""
         return await self.graph.neighbors(user_id, ids, EdgeType.MENTIONS, outgoing, limit, not_after) if ids else {}
+
+    def config_for(self, request: RetrieveRequest) -> tuple[RetrievalConfig, str, AppliedConfig | None]:
+        """The configuration one request runs with: the server's, then the request's preset, then
+        its overrides; with its ``config_hash`` and what to echo (None: the server's, unchanged)."""
+        if request.preset is None and request.config is None:
+            return self.config, self._config_hash, None
+        given = request.config.given() if request.config is not None else {}
+        applied = AppliedConfig(preset=request.preset, overrides=given)
+        key = applied.model_dump_json()
+        known = self._configs.get(key)
+        if known is None:
+            cfg = self.config.with_overrides(RETRIEVAL_PRESETS[request.preset or "balanced"]).with_overrides(given)
+            known = (cfg, cfg.fingerprint())
+            if len(self._configs) >= MAX_CACHED_CONFIGS:
+                self._configs.clear()
+            self._configs[key] = known
+        return known[0], known[1], applied
 
     async def retrieve(self, request: RetrieveRequest) -> AugmentedMemoryContext:
         return (await self.run(request))[0]
@@ -101,13 +127,14 @@ class HybridRetrievalTool:
 
     async def _run(self, request: RetrieveRequest) -> tuple[AugmentedMemoryContext, dict[str, float]]:
         s = self.settings
+        cfg, config_hash, applied = self.config_for(request)
         timings: dict[str, float] = {}
         started = time.perf_counter()
         stages: dict[str, str] = {}
         degraded: list[str] = []
 
         with self._stage("intake", timings):
-            intake = run_intake(request, s, self.clock())
+            intake = run_intake(request, cfg, self.clock())
             # the embedding runs off the event loop (ONNX Runtime releases the GIL, so under
             # concurrent requests it overlaps with other requests' Python work on the second core),
             # and the record store's user check meanwhile
@@ -121,7 +148,7 @@ class HybridRetrievalTool:
                 # are read meanwhile
                 searching = asyncio.ensure_future(
                     asyncio.gather(
-                        run_grounding(intake, embedding, self.vectors, s),
+                        run_grounding(intake, embedding, self.vectors, cfg.grounding),
                         self.records.preferences(intake.user_id),
                     )
                 )
@@ -140,24 +167,30 @@ class HybridRetrievalTool:
         stages["grounding"] = "ok"
 
         with self._stage("expansion", timings):
-            candidates = await run_expansion(intake, grounding, self.graph, s)
+            candidates = await run_expansion(intake, grounding, self.graph, cfg.expansion)
             # what the request's filters exclude is never scored: the relevance gate measures
             # against the best candidate the request can get
             candidates = filter_candidates(candidates, intake.filters)
             own = await own_similarities(
-                intake, candidates, grounding.similarity, embedding.result(), self.vectors, s.reached_evidence
+                intake,
+                candidates,
+                grounding.similarity,
+                embedding.result(),
+                self.vectors,
+                cfg.expansion.reached_evidence,
             )
         stages["expansion"] = "ok" if intake.depth > 0 else "skipped"
 
         with self._stage("scoring", timings):
-            book = PreferenceBook.build(preferences, s.neutral_preference)
+            sc = cfg.scoring
+            book = PreferenceBook.build(preferences, sc.neutral_preference)
             evidence = Evidence(
-                rule=s.reached_evidence,
+                rule=cfg.expansion.reached_evidence,
                 own=own,
-                hop_decay=s.hop_decay,
+                hop_decay=cfg.expansion.hop_decay,
                 windows=intake.windows,
-                temporal=s.temporal_match == "tier",
-                gate=s.relevance_gate,
+                temporal=sc.temporal_match == "tier",
+                gate=sc.relevance_gate,
             )
             scored = score_candidates(
                 candidates,
@@ -165,12 +198,13 @@ class HybridRetrievalTool:
                 book,
                 intake.weights,
                 intake.as_of.timestamp(),
-                s.recency_half_life_days,
+                sc.recency_half_life_days,
                 evidence,
             )
             if self.trace is not None:
                 self.trace(intake, scored)
-            factor = max(s.shortlist_factor, s.reranker_oversample) if intake.rerank else s.shortlist_factor
+            ac = cfg.assembly
+            factor = max(ac.shortlist_factor, cfg.rerank.reranker_oversample) if intake.rerank else ac.shortlist_factor
             short = shortlist(scored, intake.limits, factor)
         stages["scoring"] = "ok"
 
@@ -186,9 +220,7 @@ class HybridRetrievalTool:
                 short,
                 entities,
                 self.reranker,
-                s.rerank_blend,
-                oversample=s.reranker_oversample,
-                max_candidates=s.reranker_max_candidates,
+                cfg.rerank,
                 budget_s=s.rerank_budget_s,
             )
         stages["rerank"] = outcome.status
@@ -200,9 +232,9 @@ class HybridRetrievalTool:
             texts = {i: entity_body(e) for i, e in entities.items()}
             ranked = outcome.items
             if request.min_score is not None:  # seed 003's floor, on the final (reranked) score as shown
-                floor, places = request.min_score, s.score_decimals
+                floor, places = request.min_score, ac.score_decimals
                 ranked = {k: [x for x in v if round(x.final, places) >= floor] for k, v in ranked.items()}
-            selected, removed = select(ranked, texts, intake.limits, s.dedup_jaccard)
+            selected, removed = select(ranked, texts, intake.limits, ac.dedup_jaccard)
         stages["selection"] = "ok"
 
         with self._stage("assembly", timings):
@@ -214,7 +246,7 @@ class HybridRetrievalTool:
             # (assembly.related_memory_units): its newest related_items + len(mu_ids) suffice
             mu_concepts, concept_mus = await asyncio.gather(
                 self._neighbors(intake.user_id, mu_ids, True, CONNECTED_CONCEPTS, not_after),
-                self._neighbors(intake.user_id, concept_ids, False, s.related_items + len(mu_ids), not_after),
+                self._neighbors(intake.user_id, concept_ids, False, ac.related_items + len(mu_ids), not_after),
             )
             stages["assembly"] = "ok"
             response = assemble(
@@ -230,13 +262,12 @@ class HybridRetrievalTool:
                 degraded_reasons=degraded,
                 rerank_applied=outcome.applied,
                 near_duplicates_removed=removed,
-                snippet_chars=s.snippet_chars,
-                related_items=s.related_items,
-                decimals=s.score_decimals,
+                cfg=ac,
                 deployment=self.deployment,
-                config_hash=self._config_hash,
-                windows=intake.windows if s.temporal_match == "tier" else (),
-                gate=s.relevance_gate,
+                config_hash=config_hash,
+                applied=applied,
+                windows=intake.windows if sc.temporal_match == "tier" else (),
+                gate=sc.relevance_gate,
                 best=best_semantic(scored),
                 evidence=evidence,
             )

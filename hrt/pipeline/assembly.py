@@ -13,8 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from hrt.config import AssemblyConfig
 from hrt.contract import (
     CONTRACT_VERSION,
+    AppliedConfig,
     AugmentedMemoryContext,
     IdName,
     IdTitle,
@@ -153,17 +155,16 @@ def assemble(
     degraded_reasons: Sequence[str],
     rerank_applied: bool,
     near_duplicates_removed: int,
-    snippet_chars: int,
-    related_items: int,
-    decimals: int,
+    cfg: AssemblyConfig,
     deployment: str,
     config_hash: str,
+    applied: AppliedConfig | None = None,
     windows: Sequence[TimeWindow] = (),
     gate: float = 0.0,
     best: Mapping[Kind, float] | None = None,
     evidence: Evidence = PLAIN,
 ) -> AugmentedMemoryContext:
-    r = rounder(decimals)
+    r = rounder(cfg.score_decimals)
     phrases = list(intake.phrases)
 
     def breakdown(s: Scored) -> ScoreBreakdown:
@@ -183,7 +184,7 @@ def assemble(
             RetrievedMemoryUnit(
                 muid=mu.muid,
                 title=mu.title,
-                content_snippet=make_snippet(mu.content, phrases, snippet_chars),
+                content_snippet=make_snippet(mu.content, phrases, cfg.snippet_chars),
                 creation_ts=iso(mu.creation_ts),
                 source_type=mu.source_type,
                 importance_score=r(mu.importance_score),
@@ -198,13 +199,13 @@ def assemble(
     for s in selected.get(Kind.CONCEPT, ()):
         c = entities[s.id]
         assert isinstance(c, Concept)
-        neighbours = related_memory_units(s.id, selected_mus, mu_concepts, concept_mus, related_items)
+        neighbours = related_memory_units(s.id, selected_mus, mu_concepts, concept_mus, cfg.related_items)
         concepts.append(
             RetrievedConcept(
                 id=c.id,
                 name=c.name,
                 type=c.type,
-                description_snippet=make_snippet(c.description, phrases, snippet_chars),
+                description_snippet=make_snippet(c.description, phrases, cfg.snippet_chars),
                 status=c.status,
                 salience=r(c.salience),
                 final_retrieval_score=r(s.final),
@@ -223,7 +224,7 @@ def assemble(
                 id=a.id,
                 artifact_type=a.artifact_type,
                 title=a.title,
-                content_snippet=make_snippet(a.content, phrases, snippet_chars),
+                content_snippet=make_snippet(a.content, phrases, cfg.snippet_chars),
                 created_at=iso(a.created_at),
                 final_retrieval_score=r(s.final),
                 score_breakdown=breakdown(s),
@@ -284,6 +285,7 @@ def assemble(
             near_duplicates_removed=near_duplicates_removed,
             deployment=deployment,
             config_hash=config_hash,
+            config=applied,
             time_windows=[
                 TimeWindowOut(key_phrase=w.phrase, text=w.text, start=iso_ts(w.start), end=iso_ts(w.end))
                 for w in windows

@@ -15,26 +15,57 @@ vector for (its projection still pending) is left out, and scoring keeps its pat
 
 from __future__ import annotations
 
+import math
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
-from hrt.config import Settings
+from hrt.config import ExpansionConfig
 from hrt.pipeline.grounding import Grounding
 from hrt.pipeline.intake import Intake
 from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphStore, Vector, VectorIndex
 
 
 async def run_expansion(
-    intake: Intake, grounding: Grounding, graph: GraphStore, settings: Settings
+    intake: Intake, grounding: Grounding, graph: GraphStore, cfg: ExpansionConfig
 ) -> list[GraphCandidate]:
     if not grounding.seeds:
         return []
     caps = ExpansionCaps(
         depth=intake.depth,
-        fanout_per_node=settings.fanout_per_node,
-        max_per_kind=settings.max_candidates_per_kind,
-        hop_decay=settings.hop_decay,
+        fanout_per_node=cfg.fanout_per_node,
+        max_per_kind=cfg.max_candidates_per_kind,
+        hop_decay=cfg.hop_decay,
     )
-    return await graph.expand(intake.user_id, grounding.seeds, caps, not_after=intake.as_of.timestamp())
+    not_after = intake.as_of.timestamp()
+    candidates = await graph.expand(intake.user_id, grounding.seeds, caps, not_after=not_after)
+    if cfg.path_evidence == "noisy_or" and intake.depth > 0 and candidates:
+        return await _noisy_or_paths(intake, grounding, graph, caps, candidates)
+    return candidates
+
+
+async def _noisy_or_paths(
+    intake: Intake, grounding: Grounding, graph: GraphStore, caps: ExpansionCaps, candidates: list[GraphCandidate]
+) -> list[GraphCandidate]:
+    """``path_evidence = "noisy_or"``: each candidate's ``path_score`` becomes
+    ``1 - (1 - direct) x prod over seeds (1 - best path from that seed)`` over its direct evidence
+    (grounding) and the best path from every seed that reaches it in at least one hop, so a turn
+    that two matching observations cite, or that matches and is cited, outranks one with a single
+    piece of evidence; scoring's ``max(direct, path)`` then reads it. ``GraphStore.expand`` returns
+    each node's best path only, so this walks once more per seed (the candidates stay those of the
+    one walk above)."""
+    not_after = intake.as_of.timestamp()
+    reached: dict[str, list[float]] = defaultdict(list)
+    for seed_id, score in sorted(grounding.seeds.items()):
+        for c in await graph.expand(intake.user_id, {seed_id: score}, caps, not_after=not_after):
+            if c.hops > 0:
+                reached[c.node.id].append(c.path_score)
+    out: list[GraphCandidate] = []
+    for c in candidates:
+        evidence = [grounding.similarity.get(c.node.id, 0.0), *reached.get(c.node.id, ())]
+        miss = math.prod(1.0 - min(1.0, max(0.0, e)) for e in evidence)
+        out.append(replace(c, path_score=max(c.path_score, 1.0 - miss)))
+    return out
 
 
 def needs_own(candidates: Iterable[GraphCandidate], hits: Mapping[str, float], rule: str) -> list[str]:

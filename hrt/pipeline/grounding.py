@@ -44,7 +44,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from hrt.config import Settings
+from hrt.config import GroundingConfig
 from hrt.contract import Filters
 from hrt.pipeline.intake import Intake
 from hrt.records import Kind
@@ -100,24 +100,24 @@ class Grounding:
         return [p.phrase for p in self.phrases if not p.matched]
 
 
-def ground_phrase(phrase: str, hits: Sequence[VectorHit], settings: Settings) -> tuple[PhraseResult, list[VectorHit]]:
-    target = max(1, math.ceil(settings.threshold_target_ratio * settings.seeds_per_phrase - EPS))
+def ground_phrase(phrase: str, hits: Sequence[VectorHit], cfg: GroundingConfig) -> tuple[PhraseResult, list[VectorHit]]:
+    target = max(1, math.ceil(cfg.threshold_target_ratio * cfg.seeds_per_phrase - EPS))
     threshold = adaptive_threshold(
-        [h.similarity for h in hits], target, settings.threshold_max, settings.threshold_min, settings.threshold_step
+        [h.similarity for h in hits], target, cfg.threshold_max, cfg.threshold_min, cfg.threshold_step
     )
     admitted = [
         h
         for h in hits
         if h.similarity >= threshold - EPS
         or (
-            settings.lexical_admits_at_floor
+            cfg.lexical_admits_at_floor
             and h.lexical_rank is not None
             and h.lexical_rank <= target
-            and h.similarity >= settings.threshold_min - EPS
+            and h.similarity >= cfg.threshold_min - EPS
         )
     ]
-    admitted.sort(key=lambda h: (-rrf_score((h.vector_rank, h.lexical_rank), settings.rrf_k), h.id))
-    chosen = admitted[: settings.seeds_per_phrase]
+    admitted.sort(key=lambda h: (-rrf_score((h.vector_rank, h.lexical_rank), cfg.rrf_k), h.id))
+    chosen = admitted[: cfg.seeds_per_phrase]
     best = max((h.similarity for h in hits), default=0.0)
     return PhraseResult(phrase, threshold, best, tuple(h.id for h in chosen)), chosen
 
@@ -152,25 +152,25 @@ def search_filter(filters: Filters) -> SearchFilter | None:
     return where or None
 
 
-async def run_grounding(intake: Intake, vectors: PhraseVectors, index: VectorIndex, settings: Settings) -> Grounding:
+async def run_grounding(intake: Intake, vectors: PhraseVectors, index: VectorIndex, cfg: GroundingConfig) -> Grounding:
     per_phrase = await index.search(
         intake.user_id,
         list(intake.phrases),
         vectors,
         kinds=list(Kind),
-        k=settings.search_k,
+        k=cfg.search_k,
         not_after=intake.as_of.timestamp(),
         where=search_filter(intake.filters),
     )
-    fused = settings.semantic_evidence == "fused"
+    fused = cfg.semantic_evidence == "fused"
 
     def evidence(h: VectorHit) -> float:
-        return fused_similarity(h, settings.rrf_k) if fused else h.similarity
+        return fused_similarity(h, cfg.rrf_k) if fused else h.similarity
 
     grounding = Grounding(phrases=[])
     found: dict[str, list[float]] = {}  # hit id -> its evidence for each phrase that returned it
     for phrase, hits in zip(intake.phrases, per_phrase, strict=True):
-        result, chosen = ground_phrase(phrase, hits, settings)
+        result, chosen = ground_phrase(phrase, hits, cfg)
         grounding.phrases.append(result)
         for h in hits:
             grounding.kinds[h.id] = h.kind
@@ -180,7 +180,7 @@ async def run_grounding(intake: Intake, vectors: PhraseVectors, index: VectorInd
             score = min(1.0, max(0.0, evidence(h)))
             grounding.seeds[h.id] = max(grounding.seeds.get(h.id, 0.0), score)
             grounding.phrases_of.setdefault(h.id, []).append(phrase)
-    mode = settings.phrase_evidence
+    mode = cfg.phrase_evidence
     n = len(intake.phrases)
     grounding.similarity = {i: combine_phrase_evidence(e, n, mode) for i, e in found.items()}
     if mode != "max":  # a seed scores its evidence over every phrase, as any other hit

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from hrt.config import WEIGHT_PRESETS, Settings, Weights
+from hrt.config import WEIGHT_PRESETS, RetrievalConfig, Weights
 from hrt.contract import MAX_KEY_PHRASES, MAX_PHRASE_CHARS, Filters, Limits, RetrieveRequest, normalise_phrase
 from hrt.errors import InvalidInput
 from hrt.pipeline.temporal import TimeWindow, phrase_windows
@@ -48,7 +48,7 @@ def dedupe_phrases(raw: list[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def run_intake(request: RetrieveRequest, settings: Settings, now: datetime) -> Intake:
+def run_intake(request: RetrieveRequest, cfg: RetrievalConfig, now: datetime) -> Intake:
     if request.key_phrases:
         phrases, source = dedupe_phrases(request.key_phrases), "key_phrases"
     elif request.query and normalise_phrase(request.query):
@@ -63,13 +63,13 @@ def run_intake(request: RetrieveRequest, settings: Settings, now: datetime) -> I
     elif request.weights_preset is not None:
         weights = WEIGHT_PRESETS[request.weights_preset]
     else:
-        weights = settings.weights
+        weights = cfg.scoring.weights
     return Intake(
         user_id=request.user_id,
         phrases=phrases,
         phrase_source=source,
         limits=request.limits,
-        depth=settings.default_depth if request.max_depth is None else request.max_depth,
+        depth=cfg.expansion.default_depth if request.max_depth is None else request.max_depth,
         weights=weights.normalised(),
         as_of=request.as_of or now,
         filters=request.filters,

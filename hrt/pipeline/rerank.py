@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from hrt.config import RerankConfig
 from hrt.contract import Limits
 from hrt.pipeline.intake import Intake
 from hrt.pipeline.scoring import Scored
@@ -62,15 +63,13 @@ async def run_rerank(
     shortlisted: Mapping[Kind, Sequence[Scored]],
     entities: Mapping[str, Entity],
     reranker: Reranker,
-    blend: float,
-    oversample: int = 3,
-    max_candidates: int = 60,
-    budget_s: float = 15.0,
+    cfg: RerankConfig,
+    budget_s: float,
 ) -> RerankOutcome:
     unchanged = {k: list(v) for k, v in shortlisted.items()}
     if not intake.rerank:
         return RerankOutcome(unchanged, "skipped", None, False)
-    flat = rerank_candidates(shortlisted, entities, intake.limits, oversample, max_candidates)
+    flat = rerank_candidates(shortlisted, entities, intake.limits, cfg.reranker_oversample, cfg.reranker_max_candidates)
     if not flat:
         return RerankOutcome(unchanged, "skipped", None, False)
     # the caller's own question when it gave one (seed 003), else what its key phrases say
@@ -90,6 +89,7 @@ async def run_rerank(
     if len(scores) != len(flat):
         return RerankOutcome(unchanged, "degraded", "rerank returned a wrong number of scores", False)
     by_id = {s.id: max(0.0, min(1.0, float(sc))) for s, sc in zip(flat, scores, strict=True)}
+    blend = cfg.rerank_blend
     out: dict[Kind, list[Scored]] = {}
     for kind, items in shortlisted.items():
         out[kind] = [

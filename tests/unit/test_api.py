@@ -172,6 +172,25 @@ BAD_INPUTS = [
         "weights.beta_recency",
     ),
     ("as_of a number", {"json": {"user_id": "u1", "key_phrases": ["a"], "as_of": 1_700_000_000}}, 422, "as_of"),
+    ("unknown preset", {"json": {"user_id": "u1", "key_phrases": ["a"], "preset": "fastest"}}, 422, "preset"),
+    (
+        "override out of bounds",
+        {"json": {"user_id": "u1", "key_phrases": ["a"], "config": {"search_k": 5000}}},
+        422,
+        "config.search_k",
+    ),
+    (
+        "override not per request",
+        {"json": {"user_id": "u1", "key_phrases": ["a"], "config": {"fanout_per_node": 10}}},
+        422,
+        "config.fanout_per_node",
+    ),
+    (
+        "override of a wrong type",
+        {"json": {"user_id": "u1", "key_phrases": ["a"], "config": {"relevance_gate": "0.2"}}},
+        422,
+        "config.relevance_gate",
+    ),
     ("unknown user", {"json": {"user_id": "nobody", "key_phrases": ["a"]}}, 404, "user_id"),
     ("bad user id", {"json": {"user_id": "../etc", "key_phrases": ["a"]}}, 422, "user_id"),
     (

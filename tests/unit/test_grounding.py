@@ -69,11 +69,9 @@ def test_fused_similarity_is_normalised_rrf(vr, lr, expected):
 async def test_fused_semantic_evidence_changes_scores_not_seeds(loaded_service):
     from hrt.contract import RetrieveRequest
 
-    req = RetrieveRequest(user_id="u1", key_phrases=["Postgres billing"], as_of="2025-08-01T00:00:00Z")
-    loaded_service.tool.settings = loaded_service.settings.model_copy(update={"semantic_evidence": "cosine"})
-    cosine = await loaded_service.retrieve(req)
-    loaded_service.tool.settings = loaded_service.settings.model_copy(update={"semantic_evidence": "fused"})
-    fused = await loaded_service.retrieve(req)
+    body = {"user_id": "u1", "key_phrases": ["Postgres billing"], "as_of": "2025-08-01T00:00:00Z"}
+    cosine = await loaded_service.retrieve(RetrieveRequest(**body, config={"semantic_evidence": "cosine"}))
+    fused = await loaded_service.retrieve(RetrieveRequest(**body, config={"semantic_evidence": "fused"}))
     seeds = lambda doc: doc.retrieval_metadata.phrase_grounding[0].seed_ids  # noqa: E731
     assert seeds(cosine) == seeds(fused)
     top = fused.retrieved_memory_units[0]
@@ -148,9 +146,9 @@ async def test_grounding_evidence_over_phrases(overrides, expected):
     from hrt.pipeline.grounding import run_grounding
     from hrt.pipeline.intake import run_intake
 
-    s = Settings(seeds_per_phrase=2, **overrides)
+    s = Settings(seeds_per_phrase=2, **overrides).retrieval()
     intake = run_intake(RetrieveRequest(user_id="u", key_phrases=["p1", "p2"]), s, datetime(2025, 1, 1, tzinfo=UTC))
-    g = await run_grounding(intake, [[0.0], [0.0]], FixedIndex(TWO_PHRASES), s)
+    g = await run_grounding(intake, [[0.0], [0.0]], FixedIndex(TWO_PHRASES), s.grounding)
     assert [p.seed_ids for p in g.phrases] == [("a", "b"), ("b", "c")]  # seed choice never changes
     assert g.similarity == pytest.approx(expected)
     assert g.seeds == pytest.approx(expected)  # a seed scores its evidence over the phrases too

@@ -350,10 +350,11 @@ async def test_own_similarities_are_one_read_of_what_the_rule_needs(loaded_servi
 
     svc = loaded_service
     r = req(key_phrases=["Project Phoenix timeline", "team bandwidth"], max_depth=2)
-    intake = run_intake(r, svc.settings, FIXED_NOW)
+    cfg = svc.settings.retrieval()
+    intake = run_intake(r, cfg, FIXED_NOW)
     vectors = svc.embedder.embed(list(intake.phrases))
-    grounding = await run_grounding(intake, vectors, svc.vectors, svc.settings)
-    cands = await run_expansion(intake, grounding, svc.graph, svc.settings)
+    grounding = await run_grounding(intake, vectors, svc.vectors, cfg.grounding)
+    cands = await run_expansion(intake, grounding, svc.graph, cfg.expansion)
     assert all(c.distance <= c.hops for c in cands)  # a better path found deeper keeps the distance
     for rule in ("path", "path_x_cosine", "scoped"):
         wanted = needs_own(cands, grounding.similarity, rule)

@@ -75,7 +75,7 @@ async def test_failures_fall_back_to_the_scorer_order(loaded_service, behaviour,
         return [0.5]
 
     svc = await with_reranker(loaded_service, ScriptedReranker(act))
-    svc.tool.settings = svc.settings.model_copy(update={"rerank_budget_s": 0.05})
+    svc.tool.reconfigure(svc.settings.model_copy(update={"rerank_budget_s": 0.05}))
     plain = await svc.retrieve(req(rerank=False))
     out = await svc.retrieve(req())
     md = out.retrieval_metadata
@@ -92,7 +92,7 @@ async def test_candidates_are_bounded_and_shared_across_kinds(loaded_service):
 
     fake = ScriptedReranker(flat)
     svc = await with_reranker(loaded_service, fake)
-    svc.tool.settings = svc.settings.model_copy(update={"reranker_max_candidates": 4, "reranker_oversample": 1})
+    svc.tool.reconfigure(svc.settings.model_copy(update={"reranker_max_candidates": 4, "reranker_oversample": 1}))
     await svc.retrieve(req(limits={"memory_units": 2, "concepts": 2, "artifacts": 1}))
     docs = fake.calls[0][1]
     assert len(docs) == 4  # bounded by reranker_max_candidates

@@ -1,0 +1,121 @@
+"""One retrieval configuration (issue #21): stages, presets, per-request overrides, config_hash."""
+
+from __future__ import annotations
+
+import json
+import typing
+
+import pytest
+from pydantic import ValidationError
+
+from hrt.config import RETRIEVAL_PRESETS, STAGES, RetrievalConfig, Settings, Weights
+from hrt.contract import AugmentedMemoryContext, ConfigOverrides, RetrievalPresetName, RetrieveRequest
+
+AS_OF = "2025-08-01T00:00:00Z"
+# config_hash of the default settings before the settings were split into stages (commit 18bc21a):
+# the refactor, and any setting added at its neutral value, must leave every recorded hash alone
+DEFAULT_HASH_BEFORE_THE_SPLIT = "dce13c8ef353d847"
+
+
+def req(**body: object) -> RetrieveRequest:
+    return RetrieveRequest.model_validate({"user_id": "u1", "as_of": AS_OF, **body})
+
+
+def test_the_default_hash_is_what_it_was_before_the_split() -> None:
+    assert Settings().fingerprint() == DEFAULT_HASH_BEFORE_THE_SPLIT
+    assert (
+        Settings().retrieval().with_overrides({"path_evidence": "best"}).fingerprint() == DEFAULT_HASH_BEFORE_THE_SPLIT
+    )
+
+
+def test_every_stage_field_is_a_setting_and_names_are_unique() -> None:
+    names = [f for stage in STAGES.values() for f in stage.model_fields]
+    assert len(names) == len(set(names))
+    assert set(names) <= set(Settings.model_fields)
+    cfg = Settings(search_k=7, hop_decay=0.5, snippet_chars=100).retrieval()
+    assert (cfg.grounding.search_k, cfg.expansion.hop_decay, cfg.assembly.snippet_chars) == (7, 0.5, 100)
+
+
+def test_deployment_settings_never_change_the_hash() -> None:
+    base = Settings().fingerprint()
+    assert Settings(port=9999, postgres_pool_size=9, rerank_budget_s=3.0, request_timeout_s=20.0).fingerprint() == base
+    assert Settings(search_k=26).fingerprint() != base
+
+
+def test_overrides_are_validated_by_their_stage() -> None:
+    cfg = RetrievalConfig()
+    with pytest.raises(ValueError, match="unknown retrieval setting"):
+        cfg.with_overrides({"port": 1})
+    with pytest.raises(ValidationError):
+        cfg.with_overrides({"threshold_min": 0.9})  # above threshold_max: the stage's own rule
+    assert cfg.with_overrides({}) is cfg
+    changed = cfg.with_overrides({"search_k": 3, "relevance_gate": 0.0})
+    assert (changed.grounding.search_k, changed.scoring.relevance_gate) == (3, 0.0)
+    assert changed.expansion is cfg.expansion  # untouched stages are shared
+
+
+def test_the_request_surface_matches_the_config() -> None:
+    assert set(typing.get_args(RetrievalPresetName)) == set(RETRIEVAL_PRESETS)
+    owner = {f for stage in STAGES.values() for f in stage.model_fields}
+    assert set(ConfigOverrides.model_fields) <= owner
+    for changes in RETRIEVAL_PRESETS.values():
+        RetrievalConfig().with_overrides(changes)  # every preset is a valid configuration
+
+
+async def test_a_plain_request_runs_the_server_config_and_carries_no_config_key(loaded_service) -> None:
+    doc = await loaded_service.retrieve(req(key_phrases=["Project Phoenix timeline"]))
+    assert doc.retrieval_metadata.config is None
+    assert doc.retrieval_metadata.config_hash == loaded_service.settings.fingerprint()
+    assert '"config"' not in doc.canonical_json()
+    AugmentedMemoryContext.model_validate_json(doc.canonical_json())
+
+
+async def test_the_relevance_preset_is_the_semantic_weights_with_its_own_hash(loaded_service) -> None:
+    phrases = ["Project Phoenix timeline", "team bandwidth"]
+    preset = await loaded_service.retrieve(req(key_phrases=phrases, preset="relevance"))
+    semantic = Weights(alpha_semantic_similarity=1, beta_recency=0, gamma_salience=0, delta_user_preference=0)
+    weighted = await loaded_service.retrieve(req(key_phrases=phrases, weights=semantic.model_dump()))
+    default = await loaded_service.retrieve(req(key_phrases=phrases))
+
+    def ranked(doc: AugmentedMemoryContext) -> list[tuple[str, float]]:
+        return [(m.muid, m.final_retrieval_score) for m in doc.retrieved_memory_units]
+
+    assert ranked(preset) == ranked(weighted)
+    assert ranked(preset) != ranked(default)
+    md = preset.retrieval_metadata
+    assert md.config is not None and (md.config.preset, md.config.overrides) == ("relevance", {})
+    assert md.config_hash not in (weighted.retrieval_metadata.config_hash, "")
+    assert weighted.retrieval_metadata.config_hash == default.retrieval_metadata.config_hash
+
+
+async def test_overrides_change_the_answer_the_echo_and_the_hash_deterministically(loaded_service) -> None:
+    body = {
+        "key_phrases": ["Project Phoenix timeline", "Postgres"],
+        "config": {"snippet_chars": 40, "related_items": 0},
+    }
+    first = await loaded_service.retrieve(req(**body))
+    again = await loaded_service.retrieve(req(**body))
+    plain = await loaded_service.retrieve(req(key_phrases=body["key_phrases"]))
+    assert first.canonical_json() == again.canonical_json()
+    echoed = json.loads(first.canonical_json())["retrieval_metadata"]["config"]
+    assert echoed == {"preset": None, "overrides": {"related_items": 0, "snippet_chars": 40}}
+    assert first.retrieval_metadata.config_hash != plain.retrieval_metadata.config_hash
+    assert all(len(m.content_snippet) <= 40 for m in first.retrieved_memory_units)
+    assert any(len(m.content_snippet) > 40 for m in plain.retrieved_memory_units)
+    assert first.retrieved_concepts and all(
+        not c.related_top_memory_unit_ids_and_titles for c in first.retrieved_concepts
+    )
+
+
+async def test_a_preset_then_overrides_on_top(loaded_service) -> None:
+    doc = await loaded_service.retrieve(
+        req(key_phrases=["Project Phoenix timeline"], preset="tuned-2026-11", config={"relevance_gate": 0.3})
+    )
+    tool = loaded_service.tool
+    cfg, config_hash, applied = tool.config_for(
+        req(key_phrases=["x"], preset="tuned-2026-11", config={"relevance_gate": 0.3})
+    )
+    assert (cfg.expansion.default_depth, cfg.grounding.phrase_evidence, cfg.scoring.relevance_gate) == (1, "max", 0.3)
+    assert doc.retrieval_metadata.config_hash == config_hash == cfg.fingerprint()
+    assert doc.retrieval_metadata.relevance_gate.threshold == 0.3
+    assert applied is not None and applied.overrides == {"relevance_gate": 0.3}
