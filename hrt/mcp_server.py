@@ -171,6 +171,16 @@ PresetArg: TypeAlias = Annotated[
         )
     ),
 ]
+RetrievalPresetArg: TypeAlias = Annotated[
+    Any,
+    WithJsonSchema(_request_field("preset")),
+    Field(
+        description=(
+            "Retrieval preset: balanced (the server's configuration), relevance (what was said, regardless of "
+            "how recent or important), tuned-2026-11."
+        )
+    ),
+]
 RerankArg: TypeAlias = Annotated[
     Any,
     WithJsonSchema({"type": "boolean"}),
@@ -379,6 +389,7 @@ def build_server(
         min_score: MinScoreArg = None,
         weights: WeightsArg = None,
         weights_preset: PresetArg = None,
+        preset: RetrievalPresetArg = None,
         rerank: RerankArg = None,
         render: RenderArg = None,
         include_json: IncludeJsonArg = True,
@@ -404,6 +415,7 @@ def build_server(
                 "min_score": min_score,
                 "weights": weights,
                 "weights_preset": weights_preset,
+                "preset": preset,
                 "rerank": rerank,
                 "render": render if render is not None else {},
             }

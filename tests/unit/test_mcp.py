@@ -161,6 +161,8 @@ async def test_bad_arguments_are_answered_in_the_rest_error_format(app, keys):
     async with mcp_over_http(app, keys["root"]) as client:
         mcp_error = error_of(await client.call_tool("retrieve_memory", bad))
         depth = error_of(await client.call_tool("retrieve_memory", {**RETRIEVE, "max_depth": 9}))
+        preset = error_of(await client.call_tool("retrieve_memory", {**RETRIEVE, "preset": "fastest"}))
+        relevance = await client.call_tool("retrieve_memory", {**RETRIEVE, "preset": "relevance"})
         no_user = error_of(await client.call_tool("retrieve_memory", {"key_phrases": ["x"]}))
         record = error_of(await client.call_tool("remember", {"records": [{"kind": "concept", "user_id": "u1"}]}))
         what = error_of(await client.call_tool("forget", {"user_id": "u1"}))
@@ -168,6 +170,7 @@ async def test_bad_arguments_are_answered_in_the_rest_error_format(app, keys):
     assert mcp_error == {k: rest_error[k] for k in ("code", "message", "field")}
     assert mcp_error["field"] == "key_phrases.0"
     assert depth["field"] == "max_depth" and depth["code"] == "invalid_input"
+    assert preset["field"] == "preset" and not relevance.is_error
     assert no_user["field"] == "user_id"  # a key for every user: which one must be said
     assert record["field"] == "records[0].id"  # as POST /v1/ingest names it
     assert what["field"] == "what"
