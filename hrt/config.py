@@ -87,6 +87,7 @@ NOT_IN_FINGERPRINT = (
     "embedding_batch_size",
     "embedding_cache_size",
     "embedding_threads",  # the vectors are bit-identical for any count (tests/unit/test_onnx_embedder.py)
+    "cache_dir",
     "host",
     "port",
     "max_body_bytes",
@@ -153,6 +154,9 @@ class Settings(BaseSettings):
     # ~8.8 to ~5-7 ms on this 2-core machine with bit-identical vectors (docs/bench.md). 0: one per
     # core.
     embedding_threads: int = Field(2, ge=0, le=256)
+    # Where built artefacts are kept: the ONNX export in <cache_dir>/onnx (the dev stack keeps its
+    # PostgreSQL, Neo4j and Weaviate binaries beside it). Unset: ~/.cache/hrt (cache_root()).
+    cache_dir: Path | None = None
 
     # --- embedded vector index ------------------------------------------------------------------
     # Users with at least this many vectors are searched through an HNSW graph (hnswlib) whose
@@ -273,11 +277,20 @@ class Settings(BaseSettings):
             raise ValueError("rerank_budget_s must be below request_timeout_s (the whole request's budget)")
         return self
 
+    def cache_root(self) -> Path:
+        """``cache_dir``, or :func:`default_cache_dir` when it is unset."""
+        return self.cache_dir if self.cache_dir is not None else default_cache_dir()
+
     def fingerprint(self) -> str:
         """A short hash of everything that can change a response (echoed as ``config_hash``)."""
         relevant = self.model_dump(mode="json", exclude=set(NOT_IN_FINGERPRINT))
         raw = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def default_cache_dir() -> Path:
+    """``~/.cache/hrt``: where ``HRT_CACHE_DIR`` points when it is unset."""
+    return Path.home() / ".cache" / "hrt"
 
 
 def load_settings(**overrides: object) -> Settings:
