@@ -312,6 +312,9 @@ class Settings(
     # ~8.8 to ~5-7 ms on this 2-core machine with bit-identical vectors (docs/bench.md). 0: one per
     # core.
     embedding_threads: int = Field(2, ge=0, le=256)
+    # Where built artefacts are kept: the ONNX export in <cache_dir>/onnx (the dev stack keeps its
+    # PostgreSQL, Neo4j and Weaviate binaries beside it). Unset: ~/.cache/hrt (cache_root()).
+    cache_dir: Path | None = None
 
     # `hrt serve` loads the caches of the embedded store's largest users (graph, vectors, lexical
     # index, HNSW graph) in the background at start, so their first request does not pay for it.
@@ -368,9 +371,18 @@ class Settings(
         """The retrieval configuration these settings give (what ``config_hash`` hashes)."""
         return RetrievalConfig.of(self)
 
+    def cache_root(self) -> Path:
+        """``cache_dir``, or :func:`default_cache_dir` when it is unset."""
+        return self.cache_dir if self.cache_dir is not None else default_cache_dir()
+
     def fingerprint(self) -> str:
         """The ``config_hash`` of :meth:`retrieval`."""
         return self.retrieval().fingerprint()
+
+
+def default_cache_dir() -> Path:
+    """``~/.cache/hrt``: where ``HRT_CACHE_DIR`` points when it is unset."""
+    return Path.home() / ".cache" / "hrt"
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -80,6 +80,13 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
         ),
     ),
     (
+        ("cache_dir",),
+        (
+            "where built artefacts are kept: the ONNX export in `<dir>/onnx` (the dev stack keeps its PostgreSQL,"
+            " Neo4j and Weaviate binaries beside it); unset: `~/.cache/hrt`"
+        ),
+    ),
+    (
         ("preload_users",),
         (
             "`hrt serve` loads the caches (graph, vectors, lexical index, HNSW) of the embedded store's "

@@ -40,6 +40,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hrt.config import default_cache_dir
+
 log = logging.getLogger(__name__)
 
 POSTGRES_MAJOR = "15"
@@ -66,7 +68,8 @@ class DevStackError(RuntimeError):
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("HRT_CACHE_DIR", Path.home() / ".cache" / "hrt"))
+    """``$HRT_CACHE_DIR``, default ``~/.cache/hrt`` (``Settings.cache_dir``: the ONNX export lives there too)."""
+    return Path(os.environ.get("HRT_CACHE_DIR", default_cache_dir()))
 
 
 def free_port() -> int:

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from hrt.config import default_cache_dir as cache_root
 from hrt.errors import StoreError
 from hrt.stores.base import Vector
 
@@ -172,10 +173,9 @@ def cache_key(layout: ModelLayout) -> str:
 
 
 def default_cache_dir() -> Path:
-    """``$HRT_CACHE_DIR/onnx`` (default ``~/.cache/hrt/onnx``), beside the dev stack's binaries."""
-    from hrt.devstack import cache_dir
-
-    return cache_dir() / "onnx"
+    """``~/.cache/hrt/onnx``: the export's folder when none is given (the service passes
+    ``Settings.cache_root() / "onnx"``, so ``HRT_CACHE_DIR`` moves it), beside the dev stack's binaries."""
+    return cache_root() / "onnx"
 
 
 # ------------------------------------------------------------------------------------------

@@ -88,7 +88,10 @@ def load_embedder(settings: Settings) -> Embedder:
             except ImportError:  # pragma: no cover - optional
                 log.info("threadpoolctl is not installed; BLAS threads left at their default")
         inner = OnnxEmbedder(
-            settings.embedding_model, threads=settings.embedding_threads, batch_size=settings.embedding_batch_size
+            settings.embedding_model,
+            cache_dir=settings.cache_root() / "onnx",
+            threads=settings.embedding_threads,
+            batch_size=settings.embedding_batch_size,
         )
     else:
         limit_compute_threads(settings.compute_threads)

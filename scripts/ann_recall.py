@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hrt.bench.run import parse_size, size_label
+from hrt.bench.stats import parse_size, size_label
 from hrt.bench.synth import SynthConfig, key_phrases
 from hrt.config import Settings
 from hrt.service import load_embedder

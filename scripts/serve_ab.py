@@ -22,7 +22,9 @@ from pathlib import Path
 
 import httpx
 
-from hrt.bench.run import Server, parse_server_timing, parse_size, size_label
+from hrt.bench.loadgen import parse_server_timing
+from hrt.bench.server import Server
+from hrt.bench.stats import parse_size, size_label
 from hrt.bench.synth import SynthConfig, key_phrases
 
 

@@ -31,7 +31,10 @@ from typing import Any
 
 import httpx
 
-from hrt.bench.run import Server, embedded_target, pct, services_target, tree_rss_mb
+from hrt.bench.host import tree_rss_mb
+from hrt.bench.server import Server
+from hrt.bench.stats import pct
+from hrt.bench.targets import embedded_target, services_target
 from hrt.cli import sample_data_path
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -99,7 +99,10 @@ class Peer:
 
 def run_peer(plan: Any, stack: Any, cfg: SynthConfig) -> dict[str, Any]:
     """Latency of HRT (HTTP, depth 1) against the peer on the services data of ``cfg``."""
-    from hrt.bench.run import Server, post_retrieve, request_body, services_target, size_label, summary
+    from hrt.bench.loadgen import post_retrieve, request_body
+    from hrt.bench.server import Server
+    from hrt.bench.stats import size_label, summary
+    from hrt.bench.targets import services_target
     from hrt.config import Settings
     from hrt.service import load_embedder
 
@@ -165,7 +168,7 @@ async def _locomo(stack: Any, data: Any, limit_questions: int | None) -> dict[st
     import weaviate.classes as wvc
     from neo4j_graphrag.types import RetrieverResultItem
 
-    from hrt.bench.run import services_target
+    from hrt.bench.targets import services_target
     from hrt.config import Settings
     from hrt.eval.locomo import EvalConfig, build_questions, import_conversation, load_samples, recall_at, request_for
     from hrt.service import HRTService

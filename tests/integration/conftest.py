@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hrt.bench.run import provision_key
+from hrt.bench.server import provision_key
 from hrt.config import Settings
 from hrt.devstack import free_port
 from hrt.embedder import Embedder

@@ -280,7 +280,7 @@ def test_serve_starts_with_postgresql_down_and_serves_once_it_is_back(tmp_path):
     """``hrt serve`` with its record store down does not exit: /healthz answers, /readyz and every
     request say 503 (never a 401 for a valid key: the keys cannot be read), and once PostgreSQL is
     back the same process serves, without a restart."""
-    from hrt.bench.run import provision_key
+    from hrt.bench.server import provision_key
     from hrt.devstack import free_port
 
     directory = Path(tempfile.mkdtemp(prefix="hrt-pgdown-"))

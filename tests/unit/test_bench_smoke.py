@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from hrt.bench import harness, host, report, stats, targets
 from hrt.bench import run as bench
 from hrt.bench.synth import GraphStats, SynthConfig, generate, key_phrases
 from hrt.ingest import parse_record
@@ -79,10 +80,10 @@ def test_key_phrases_are_distinct_across_requests() -> None:
 
 
 def test_sizes_parse() -> None:
-    assert [bench.parse_size(s) for s in ("300", "10k", "100K", "1m")] == [300, 10_000, 100_000, 1_000_000]
-    assert bench.size_label(1_000_000) == "1m" and bench.size_label(300) == "300"
+    assert [stats.parse_size(s) for s in ("300", "10k", "100K", "1m")] == [300, 10_000, 100_000, 1_000_000]
+    assert stats.size_label(1_000_000) == "1m" and stats.size_label(300) == "300"
     with pytest.raises(argparse.ArgumentTypeError):
-        bench.parse_size("1.5")
+        stats.parse_size("1.5")
 
 
 def test_tiny_run_writes_results(tmp_path: Path) -> None:
@@ -98,7 +99,7 @@ def test_tiny_run_writes_results(tmp_path: Path) -> None:
     ]  # fmt: skip
     assert bench.main(argv) == 0
     results = json.loads((out / "results.json").read_text())
-    assert results["schema"] == bench.SCHEMA
+    assert results["schema"] == harness.SCHEMA
     assert results["command"].startswith("hrt bench --sizes 300")
     assert {"cpu", "cores", "memory_gb", "python"} <= set(results["machine"])
     assert results["versions"]["servers"]["neo4j"]
@@ -119,7 +120,7 @@ def test_tiny_run_writes_results(tmp_path: Path) -> None:
     assert run["goals"] == []  # no goal is set for 300 entities
     readme = (out / "README.md").read_text()
     assert "| embedded | 300 |" in readme and "Command: `hrt bench" in readme
-    assert "## CPU per request" in readme and f"| embedded | 300 | {bench._fmt(cpu['hrt'])} | - | - | - |" in readme
+    assert "## CPU per request" in readme and f"| embedded | 300 | {report._fmt(cpu['hrt'])} | - | - | - |" in readme
     assert (out / "latency_vs_size.png").stat().st_size > 0
 
 
@@ -141,16 +142,16 @@ def burning_child(cpu_s: float, wait_for_go: bool = False) -> Iterator[subproces
 def test_cpu_per_request_reads_a_process_tree() -> None:
     """``tree_cpu_s`` counts a child's CPU in its parent's tree, and the per-request figures add up."""
     with burning_child(0.3, wait_for_go=True) as child:
-        before = bench.tree_cpu_s(os.getpid())
+        before = host.tree_cpu_s(os.getpid())
         assert child.stdin is not None
         child.stdin.write("go\n")
         child.stdin.flush()
         deadline = time.monotonic() + 20
-        while bench.tree_cpu_s(os.getpid()) - before < 0.25 and time.monotonic() < deadline:
+        while host.tree_cpu_s(os.getpid()) - before < 0.25 and time.monotonic() < deadline:
             time.sleep(0.05)
-        after = bench.tree_cpu_s(os.getpid())
+        after = host.tree_cpu_s(os.getpid())
     assert after - before >= 0.25  # the child's busy loop, read through this process's tree
-    per = bench.cpu_ms_per_request({"hrt": 1.0, "neo4j": 2.0}, {"hrt": 1.5, "neo4j": 2.25}, 10)
+    per = host.cpu_ms_per_request({"hrt": 1.0, "neo4j": 2.0}, {"hrt": 1.5, "neo4j": 2.25}, 10)
     assert per == {"hrt": 50.0, "neo4j": 25.0, "total": 75.0}
 
 
@@ -158,12 +159,12 @@ def test_measurement_waits_for_busy_stores_to_settle() -> None:
     """A store still busy after an ingest (here a child burning 1.5 s of CPU) is waited for; an
     idle one is not, and a store that never settles ends the wait at its timeout."""
     with burning_child(1.5) as child:
-        waited, settled = bench.wait_for_quiet({"store": child.pid}, window_s=0.5, timeout_s=20)
+        waited, settled = host.wait_for_quiet({"store": child.pid}, window_s=0.5, timeout_s=20)
         assert settled and 1.0 <= waited < 20
-        waited, settled = bench.wait_for_quiet({"store": child.pid}, window_s=0.5, timeout_s=20)
+        waited, settled = host.wait_for_quiet({"store": child.pid}, window_s=0.5, timeout_s=20)
         assert settled and waited < 1.0  # one quiet window
     with burning_child(60) as spinning:
-        assert bench.wait_for_quiet({"store": spinning.pid}, window_s=0.5, timeout_s=1.5)[1] is False
+        assert host.wait_for_quiet({"store": spinning.pid}, window_s=0.5, timeout_s=1.5)[1] is False
 
 
 def test_reuse_serves_the_kept_store_without_ingesting(tmp_path: Path) -> None:
@@ -183,7 +184,7 @@ def test_reuse_serves_the_kept_store_without_ingesting(tmp_path: Path) -> None:
 
 
 def test_a_failed_deployment_is_reported_and_the_run_goes_on(tmp_path: Path) -> None:
-    plan = bench.Plan(
+    plan = harness.Plan(
         sizes=[300],
         deployments=["embedded"],
         out=tmp_path,
@@ -199,10 +200,10 @@ def test_a_failed_deployment_is_reported_and_the_run_goes_on(tmp_path: Path) -> 
         command="hrt bench (test)",
     )
 
-    def broken() -> bench.Target:
+    def broken() -> targets.Target:
         raise RuntimeError("store did not start")
 
-    run = bench.bench_one(plan, "services", 300, broken, tmp_path, None)
+    run = harness.bench_one(plan, "services", 300, broken, tmp_path, None)
     assert run["status"] == "failed" and "store did not start" in run["error"]
     assert run["goals"] == []
 
@@ -210,9 +211,9 @@ def test_a_failed_deployment_is_reported_and_the_run_goes_on(tmp_path: Path) -> 
 def test_services_memory_grows_with_the_largest_store(tmp_path: Path) -> None:
     from hrt import devstack
 
-    assert bench.stack_memory(10_000) == bench.stack_memory(100_000) == {}  # the dev stack's defaults
-    assert bench.stack_memory(1_000_000) == {"neo4j_page_cache": "3328m", "weaviate_memory": "4GiB"}
-    assert bench.stack_memory(2_000_000) == {"neo4j_page_cache": "6400m", "weaviate_memory": "7GiB"}
+    assert harness.stack_memory(10_000) == harness.stack_memory(100_000) == {}  # the dev stack's defaults
+    assert harness.stack_memory(1_000_000) == {"neo4j_page_cache": "3328m", "weaviate_memory": "4GiB"}
+    assert harness.stack_memory(2_000_000) == {"neo4j_page_cache": "6400m", "weaviate_memory": "7GiB"}
     for bad in ({"neo4j_page_cache": "lots"}, {"weaviate_memory": "4G"}):  # refused before anything starts
         with pytest.raises(devstack.DevStackError):
             devstack.up(tmp_path / "stack", **bad)
@@ -250,7 +251,8 @@ def test_the_ingest_child_stops_when_the_harness_is_killed(tmp_path: Path) -> No
     script.write_text(
         "import os\n"
         "from pathlib import Path\n"
-        "from hrt.bench.run import embedded_target, run_ingest\n"
+        "from hrt.bench.ingest import run_ingest\n"
+        "from hrt.bench.targets import embedded_target\n"
         "from hrt.bench.synth import SynthConfig\n"
         "if __name__ == '__main__':\n"
         "    cfg = SynthConfig(entities=2_000_000, seed=7, user_id='u-orphan', id_prefix='o-')\n"

@@ -120,6 +120,31 @@ def test_backend_setting_defaults_to_onnx_and_is_in_the_fingerprint():
     assert Settings(embedding_backend="torch").fingerprint() != Settings().fingerprint()
 
 
+def test_the_service_builds_the_embedder_in_the_settings_cache_dir(tmp_path, monkeypatch):
+    """``HRT_CACHE_DIR`` reaches the ONNX embedder through the settings (never through the dev
+    stack); unset, it is ``~/.cache/hrt``, outside ``config_hash`` either way."""
+    import hrt.onnx_embedder
+    from hrt.config import default_cache_dir
+    from hrt.service import load_embedder
+
+    built: list[Path | None] = []
+
+    class Recorder:
+        name, dim = "recorder", 3
+
+        def __init__(self, model: str, cache_dir: Path | None = None, **_: object) -> None:
+            built.append(cache_dir)
+
+    monkeypatch.setattr(hrt.onnx_embedder, "OnnxEmbedder", Recorder)
+    monkeypatch.setenv("HRT_CACHE_DIR", str(tmp_path / "c"))
+    load_embedder(Settings(compute_threads=0))
+    monkeypatch.delenv("HRT_CACHE_DIR")
+    load_embedder(Settings(compute_threads=0))
+    assert built == [tmp_path / "c" / "onnx", default_cache_dir() / "onnx"]
+    assert default_cache_dir() == Path.home() / ".cache" / "hrt"
+    assert Settings(cache_dir=tmp_path).fingerprint() == Settings().fingerprint()
+
+
 # ------------------------------------------------------------------------------------------
 # the real bundled model
 # ------------------------------------------------------------------------------------------

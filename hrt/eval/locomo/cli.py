@@ -1,0 +1,139 @@
+"""``hrt eval locomo`` (and ``python -m hrt.eval locomo``): the command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import logging
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hrt.config import Settings
+from hrt.embedder import Embedder
+from hrt.eval.locomo.compare import compare_report
+from hrt.eval.locomo.dataset import load_samples
+from hrt.eval.locomo.evaluation import evaluate
+from hrt.eval.locomo.questions import PHRASE_MODES
+from hrt.eval.locomo.report import markdown_report, write_outputs
+from hrt.eval.locomo.systems import DEFAULT_SYSTEMS, EVAL_SETTINGS, SYSTEMS, EvalConfig
+
+log = logging.getLogger("hrt.eval.locomo")
+
+DEFAULT_DATA = Path("../shared/data/locomo-dev.json")
+
+
+def _setting(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or key not in Settings.model_fields:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with NAME a Settings field, got {text!r}")
+    try:
+        value: Any = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key, value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="a LoCoMo JSON file (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=Path("eval-results/locomo"), help="output directory")
+    parser.add_argument("--db", type=Path, default=None, help="the embedded store to build (default: a temp file)")
+    parser.add_argument("--limit-questions", type=int, default=None, help="only the first N questions (quick runs)")
+    parser.add_argument("--conversations", nargs="*", default=None, help="only these sample_ids")
+    parser.add_argument("--systems", nargs="*", default=list(DEFAULT_SYSTEMS), choices=SYSTEMS, help="systems to run")
+    parser.add_argument(
+        "--depth",
+        type=int,
+        default=None,
+        help="max_depth of the two headline rows (default: none, HRT_DEFAULT_DEPTH decides)",
+    )
+    parser.add_argument(
+        "--phrases", default=EvalConfig().phrases, choices=PHRASE_MODES, help="key phrases per question (%(default)s)"
+    )
+    parser.add_argument(
+        "--setting",
+        type=_setting,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a Settings override for every HRT system, repeatable (default: none, the product's defaults)",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("BEFORE", "AFTER"),
+        default=None,
+        help="no run: paired bootstrap of two runs' locomo-questions.jsonl (DIR or DIR:SYSTEM, or FILE:SYSTEM), "
+        "after minus before, for every system both hold (or the two named)",
+    )
+    parser.add_argument(
+        "--experimental-path-sum",
+        action="store_true",
+        help="EXPERIMENTAL: a candidate's path evidence is the noisy-or of its direct evidence and every seed's "
+        "best path to it, instead of the best path (Proposal B, prototyped here with one graph call per seed)",
+    )
+
+
+def run(args: argparse.Namespace, embedder: Embedder | None = None) -> int:
+    """Run the evaluation the parsed arguments describe; ``embedder`` defaults to the configured
+    model (``HRT_EMBEDDING_MODEL``, the bundled all-MiniLM-L6-v2)."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.compare:
+        sys.stdout.write(compare_report(*args.compare))
+        return 0
+    if not args.data.exists():
+        log.error("%s not found (LoCoMo data is read at run time; see LOCOMO-NOTICE.md)", args.data)
+        return 2
+    samples = load_samples(args.data)
+    if args.conversations:
+        samples = [s for s in samples if str(s.get("sample_id")) in set(args.conversations)]
+    if not samples:
+        log.error("no conversation to evaluate in %s", args.data)
+        return 2
+    if embedder is None:
+        from hrt.service import load_embedder
+
+        embedder = load_embedder(Settings())
+    config = EvalConfig(
+        depth=args.depth,
+        phrases=args.phrases,
+        settings={**EVAL_SETTINGS, **dict(args.setting)},
+        experimental_path_sum=args.experimental_path_sum,
+    )
+    with tempfile.TemporaryDirectory(prefix="hrt-locomo-") as tmp:
+        db = args.db or Path(tmp) / "locomo.db"
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(db) + suffix).unlink(missing_ok=True)
+        result = asyncio.run(
+            evaluate(
+                samples,
+                embedder,
+                db,
+                config=config,
+                systems=args.systems,
+                limit_questions=args.limit_questions,
+                progress=log.info,
+            )
+        )
+    result.meta["data"] = {"file": args.data.name, "sha256": hashlib.sha256(args.data.read_bytes()).hexdigest()}
+    paths = write_outputs(result, args.out)
+    sys.stdout.write(markdown_report(result))
+    log.info("wrote %s", ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hrt eval locomo", description="Evidence retrieval on LoCoMo: HRT against BM25, dense and hybrid RRF."
+    )
+    add_arguments(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``hrt eval locomo``: ``main(["--data", PATH, "--out", DIR, ...])``."""
+    return run(build_parser().parse_args(argv))

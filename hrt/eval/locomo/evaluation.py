@@ -1,0 +1,169 @@
+"""The run (:func:`evaluate`): import every conversation into one embedded store, ask every
+question of every system, aggregate the metrics.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hrt.config import Settings
+from hrt.embedder import CachedEmbedder, Embedder
+from hrt.eval.locomo.importer import ImportOptions, import_conversation
+from hrt.eval.locomo.metrics import PER_QUESTION_METRICS, aggregate, question_metrics
+from hrt.eval.locomo.questions import Question, build_questions
+from hrt.eval.locomo.systems import (
+    _EXPANSION,
+    HRT_SYSTEMS,
+    SYSTEMS,
+    EvalConfig,
+    System,
+    Traced,
+    _jsonable,
+    _tool,
+    baseline_systems,
+    hrt_system,
+    path_sum_expansion,
+)
+
+
+@dataclass(slots=True)
+class EvalResult:
+    systems: dict[str, dict[str, dict[str, float]]]  # system -> group -> metric -> value
+    per_question: list[dict[str, Any]]
+    meta: dict[str, Any]
+
+
+async def evaluate(
+    samples: Sequence[Mapping[str, Any]],
+    embedder: Embedder,
+    db_path: Path,
+    *,
+    config: EvalConfig | None = None,
+    import_options: ImportOptions | None = None,
+    systems: Sequence[str] = SYSTEMS,
+    limit_questions: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> EvalResult:
+    """Import every sample into a fresh embedded store at ``db_path``, ask every question of every
+    system (all on that one store and ``embedder``), and aggregate the metrics."""
+    from hrt.service import HRTService
+
+    cfg = config or EvalConfig()
+    say = progress or (lambda _msg: None)
+    t0 = time.perf_counter()
+    imported = [import_conversation(s, import_options) for s in samples]
+    questions: list[Question] = []
+    skipped = 0
+    for sample, conv in zip(samples, imported, strict=True):
+        qs, n_skipped = build_questions(sample, conv)
+        questions.extend(qs)
+        skipped += n_skipped
+    if limit_questions is not None:
+        questions = questions[:limit_questions]
+    phrases = sorted({p for q in questions for p in (q.text, *q.key_phrases(cfg.phrases))})
+    overrides: dict[str, Any] = {"db_path": db_path, "embedding_cache_size": max(4096, len(phrases) + 1024)}
+    overrides.update(cfg.settings)
+    settings = Settings(**overrides)
+    service = HRTService(settings, embedder=_cached(embedder, settings))
+    await service.start()
+    import hrt.pipeline as pipeline
+
+    original_expansion = getattr(pipeline, _EXPANSION)
+    if cfg.experimental_path_sum:  # swapped for this run only, restored below
+        setattr(pipeline, _EXPANSION, path_sum_expansion)
+    try:
+        t_import = time.perf_counter()
+        for conv in imported:
+            say(f"import {conv.sample_id}: {conv.counts}")
+            await service.ingest(conv.records)
+        import_seconds = time.perf_counter() - t_import
+        service.embedder.embed(phrases)  # one batch; every request below hits the cache
+        derived = {c.user_id: c.derived_from for c in imported}
+        baselines = baseline_systems(service, derived, cfg.top_k)
+        traced = Traced()
+        runners: dict[str, System] = {}
+        for name in systems:
+            if name in baselines:
+                runners[name] = baselines[name]
+            elif name in HRT_SYSTEMS:
+                depth, semantic_weights, own_settings = HRT_SYSTEMS[name]
+                if name in ("hrt", "hrt-unweighted") and cfg.depth is not None:
+                    depth = cfg.depth
+                tool = service.tool if not own_settings else _tool(service, settings.model_copy(update=own_settings))
+                weights = cfg.weights if semantic_weights else None
+                runners[name] = hrt_system(tool, derived, cfg, depth, weights, traced)
+            else:
+                raise ValueError(f"unknown system {name!r}; one of {', '.join(SYSTEMS)}")
+        rows: dict[str, list[tuple[int, dict[str, float]]]] = {n: [] for n in runners}
+        seconds: dict[str, float] = dict.fromkeys(runners, 0.0)
+        per_question: list[dict[str, Any]] = []
+        for qi, q in enumerate(questions):
+            entry: dict[str, Any] = {
+                "sample_id": q.sample_id,
+                "qa_index": q.index,
+                "category": q.category,
+                "evidence": sorted(q.evidence),
+                "systems": {},
+            }
+            for name, runner in runners.items():
+                start = time.perf_counter()
+                ranking = await runner(q)
+                seconds[name] += time.perf_counter() - start
+                metrics = question_metrics(ranking, q.evidence)
+                rows[name].append((q.category, metrics))
+                entry["systems"][name] = {
+                    "evidence_ranks": [r for r, m in enumerate(ranking.memory_units, start=1) if m in q.evidence],
+                    **{m: round(metrics[m], 4) for m in PER_QUESTION_METRICS},
+                }
+            per_question.append(entry)
+            if (qi + 1) % 100 == 0:
+                say(f"{qi + 1}/{len(questions)} questions")
+        meta = {
+            "conversations": [c.sample_id for c in imported],
+            "import_counts": {c.sample_id: c.counts for c in imported},
+            "questions": len(questions),
+            "questions_skipped_without_evidence": skipped,
+            "embedder": getattr(embedder, "name", type(embedder).__name__),
+            "config": cfg.as_json(),
+            "hrt_systems": {n: _system_json(n, cfg, settings) for n in runners if n in HRT_SYSTEMS},
+            "config_hash": settings.fingerprint(),
+            "import_options": _options_json(import_options or ImportOptions()),
+            "seconds": {
+                "import": round(import_seconds, 2),
+                "total": round(time.perf_counter() - t0, 2),
+                **{f"queries:{n}": round(s, 2) for n, s in seconds.items()},
+            },
+            "ms_per_question": {n: round(1000 * s / max(1, len(questions)), 2) for n, s in seconds.items()},
+        }
+        return EvalResult({name: aggregate(rows[name]) for name in runners}, per_question, meta)
+    finally:
+        setattr(pipeline, _EXPANSION, original_expansion)
+        await service.close()
+
+
+def _system_json(name: str, cfg: EvalConfig, settings: Settings) -> dict[str, Any]:
+    """What an HRT system of the run was asked with: depth, weights, Settings overrides, hash."""
+    depth, semantic_weights, own = HRT_SYSTEMS[name]
+    if name in ("hrt", "hrt-unweighted") and cfg.depth is not None:
+        depth = cfg.depth
+    overrides = {**cfg.settings, **own}
+    return {
+        "max_depth": depth if depth is not None else f"HRT_DEFAULT_DEPTH ({settings.default_depth})",
+        "weights": "semantic only (EVAL_WEIGHTS)" if semantic_weights else "HRT_WEIGHTS (the default weights)",
+        "settings_overrides": {k: _jsonable(v) for k, v in sorted(overrides.items())},
+        "config_hash": settings.model_copy(update=dict(own)).fingerprint(),
+    }
+
+
+def _cached(embedder: Embedder, settings: Settings) -> Embedder:
+    if isinstance(embedder, CachedEmbedder):
+        return embedder
+    return CachedEmbedder(embedder, settings.embedding_cache_size)
+
+
+def _options_json(options: ImportOptions) -> dict[str, Any]:
+    return {name: getattr(options, name) for name in ImportOptions.__dataclass_fields__}

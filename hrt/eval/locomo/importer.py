@@ -1,0 +1,383 @@
+"""The import (:func:`import_conversation`, no LLM, deterministic): one LoCoMo conversation as one
+user's records (turns, session summaries and observations, concepts and their relations).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from hrt.eval.locomo.dataset import FALLBACK_START, Turn, evidence_ids, parse_sessions
+from hrt.eval.locomo.extractor import ProperNouns, extract, topic_key
+from hrt.ingest import Record
+from hrt.records import Artifact, Concept, EdgeType, MemoryUnit, Relation, valid_id
+
+
+@dataclass(frozen=True, slots=True)
+class ImportOptions:
+    """Edge weights and concept filters of the import (all data, none of it HRT's code)."""
+
+    follows_weight: float = 0.5
+    speaker_mentions_weight: float = 0.1  # a turn MENTIONS its own speaker
+    observation_weight: float = 1.0  # observation DERIVED_FROM a cited turn
+    summary_weight: float = 0.3  # session summary DERIVED_FROM each turn of its session
+    max_topic_df_ratio: float = 0.05  # topics in more turns than this share are too common
+    min_topic_df: int = 2  # topics in fewer turns connect nothing
+    related_per_concept: int = 10
+    min_cooccurrence: int = 2
+    with_concepts: bool = True  # False: no concepts, MENTIONS or RELATED_TO (an ablation)
+    with_summaries: bool = True
+    with_observations: bool = True
+    turn_format: str = "said"  # said: `Speaker said, "text"` (LoCoMo's RAG format); title; colon; bare
+
+
+@dataclass(slots=True)
+class ImportedConversation:
+    sample_id: str
+    user_id: str
+    records: list[Record]
+    turn_ids: dict[str, str]  # dia_id -> muid
+    derived_from: dict[str, frozenset[str]]  # artifact id -> muids it is DERIVED_FROM
+    names: ProperNouns
+    speakers: tuple[str, ...]
+    as_of: datetime
+    counts: dict[str, int]
+
+
+def slug(text: str, max_len: int = 60) -> str:
+    s = re.sub(r"[^A-Za-z0-9_.:@-]+", "-", text.strip().lower()).strip("-._:@")
+    return s[:max_len].rstrip("-._:@") or "x"
+
+
+def entity_id(prefix: str, key: str) -> str:
+    """A valid, stable id for a concept key (hashed when the key does not fit the id pattern)."""
+    candidate = f"{prefix}:{slug(key)}"
+    if slug(key) == key.replace(" ", "-") and valid_id(candidate):
+        return candidate
+    return f"{prefix}:{slug(key, 40)}-{hashlib.sha1(key.encode()).hexdigest()[:8]}"
+
+
+def user_id_for(sample_id: str) -> str:
+    uid = f"locomo-{slug(sample_id, 100)}"
+    return uid if valid_id(uid) else "locomo-" + hashlib.sha1(sample_id.encode()).hexdigest()[:16]
+
+
+def turn_content(turn: Turn, fmt: str = "said") -> str:
+    """A turn's memory-unit content; ``bare`` is the text and caption alone (what extraction reads)."""
+    parts = [turn.text] if turn.text else []
+    if fmt == "said":
+        parts = [f'{turn.speaker} said, "{turn.text}"'] if turn.text else [f"{turn.speaker}:"]
+    elif fmt == "colon":
+        parts = [f"{turn.speaker}: {turn.text}"]
+    if turn.caption:
+        parts.append(f"[image: {turn.caption}]")
+    return " ".join(parts)
+
+
+def import_conversation(sample: Mapping[str, Any], options: ImportOptions | None = None) -> ImportedConversation:
+    """One LoCoMo sample (``{"sample_id", "conversation", "observation", "session_summary", ...}``)
+    as one user's records: turns, artifacts, concepts and relations. Deterministic."""
+    opts = options or ImportOptions()
+    sample_id = str(sample.get("sample_id") or "conversation")
+    user = user_id_for(sample_id)
+    conversation = sample.get("conversation") or {}
+    sessions = parse_sessions(conversation)
+    speakers = tuple(
+        dict.fromkeys(
+            [str(conversation[k]) for k in ("speaker_a", "speaker_b") if conversation.get(k)]
+            + [t.speaker for s in sessions for t in s.turns]
+        )
+    )
+
+    records: list[Record] = []
+    relations: list[Relation] = []
+    turn_ids: dict[str, str] = {}
+    turn_ts: dict[str, datetime] = {}
+    session_turns: dict[int, list[str]] = {}
+    session_end: dict[int, datetime] = {}
+    last_ts: datetime | None = None
+    turn_texts: list[tuple[str, str]] = []  # (muid, text) for extraction
+    for session in sessions:
+        previous_muid: str | None = None
+        for turn in session.turns:
+            muid = f"turn:{turn.dia_id}" if valid_id(f"turn:{turn.dia_id}") else f"turn:s{turn.session}-{turn.index}"
+            if muid in turn_ts:  # a repeated dialog id: keep both turns apart
+                muid = f"turn:s{turn.session}-{turn.index}"
+            ts = session.start + timedelta(seconds=turn.index - 1)
+            if last_ts is not None and ts <= last_ts:
+                ts = last_ts + timedelta(seconds=1)
+            last_ts = ts
+            turn_ids.setdefault(turn.dia_id, muid)
+            turn_ts[muid] = ts
+            session_turns.setdefault(session.number, []).append(muid)
+            session_end[session.number] = ts
+            records.append(
+                MemoryUnit(
+                    user_id=user,
+                    muid=muid,
+                    title=turn.speaker[:500] if opts.turn_format == "title" else "",
+                    content=turn_content(turn, opts.turn_format)[:100_000],
+                    creation_ts=ts,
+                    source_type="dialogue_turn",
+                    importance_score=5.0,
+                    source_agent_id=turn.speaker[:128],
+                    tags=[f"session-{session.number}"],
+                    metadata={
+                        "dia_id": turn.dia_id,
+                        "session": session.number,
+                        "session_date": session.date_text,
+                        "speaker": turn.speaker,
+                    },
+                )
+            )
+            turn_texts.append((muid, turn_content(turn, "bare")))
+            if previous_muid is not None and opts.follows_weight > 0:
+                relations.append(
+                    Relation(
+                        user_id=user,
+                        type=EdgeType.FOLLOWS,
+                        source=muid,
+                        target=previous_muid,
+                        weight=opts.follows_weight,
+                    )
+                )
+            previous_muid = muid
+    end_ts = last_ts or FALLBACK_START
+
+    # --- artifacts ----------------------------------------------------------------------------
+    derived: dict[str, frozenset[str]] = {}
+    artifacts: list[Artifact] = []
+    if opts.with_summaries:
+        summaries = sample.get("session_summary") or {}
+        for key in sorted(summaries, key=_session_number):
+            n = _session_number(key)
+            text = str(summaries[key] or "").strip()
+            if not text or n not in session_turns:
+                continue
+            aid = f"summary:session-{n}"
+            artifacts.append(
+                Artifact(
+                    user_id=user,
+                    id=aid,
+                    artifact_type="session_summary",
+                    title=f"Summary of session {n}",
+                    content=text[:100_000],
+                    created_at=session_end[n] + timedelta(seconds=1),
+                    confidence=0.5,
+                )
+            )
+            derived[aid] = frozenset(session_turns[n])
+            relations.extend(
+                Relation(user_id=user, type=EdgeType.DERIVED_FROM, source=aid, target=m, weight=opts.summary_weight)
+                for m in session_turns[n]
+            )
+    if opts.with_observations:
+        observations = sample.get("observation") or {}
+        for key in sorted(observations, key=_session_number):
+            n = _session_number(key)
+            per_speaker = observations[key] or {}
+            if not isinstance(per_speaker, Mapping):
+                continue
+            for speaker in sorted(per_speaker):
+                items = per_speaker[speaker] or []
+                for j, item in enumerate(items, start=1):
+                    if not isinstance(item, list | tuple) or not item:
+                        continue
+                    text = str(item[0] or "").strip()
+                    cited = [turn_ids[d] for d in evidence_ids(list(item[1:])) if d in turn_ids]
+                    if not text or not cited:
+                        continue
+                    aid = f"obs:s{n}:{slug(speaker, 30)}:{j}"
+                    created = max(turn_ts[m] for m in cited) + timedelta(seconds=1)
+                    if n in session_end:
+                        created = max(created, session_end[n] + timedelta(seconds=1))
+                    artifacts.append(
+                        Artifact(
+                            user_id=user,
+                            id=aid,
+                            artifact_type="observation",
+                            title=f"Observation about {speaker}"[:500],
+                            content=text[:100_000],
+                            created_at=created,
+                            confidence=0.5,
+                        )
+                    )
+                    derived[aid] = frozenset(cited)
+                    relations.extend(
+                        Relation(
+                            user_id=user,
+                            type=EdgeType.DERIVED_FROM,
+                            source=aid,
+                            target=m,
+                            weight=opts.observation_weight,
+                        )
+                        for m in dict.fromkeys(cited)
+                    )
+
+    # --- concepts -----------------------------------------------------------------------------
+    names = ProperNouns()
+    for _, text in turn_texts:
+        names.learn(text)
+    concepts, mention_edges, related_edges = (
+        _concepts(user, sample_id, speakers, turn_texts, records, names, opts) if opts.with_concepts else ([], [], [])
+    )
+    relations.extend(mention_edges)
+    relations.extend(related_edges)
+
+    records.extend(artifacts)
+    records.extend(concepts)
+    records.extend(relations)
+    counts = {
+        "memory_units": len(turn_ts),
+        "artifacts": len(artifacts),
+        "concepts": len(concepts),
+        "mentions": len(mention_edges),
+        "related_to": len(related_edges),
+        "follows": sum(1 for r in relations if r.type is EdgeType.FOLLOWS),
+        "derived_from": sum(1 for r in relations if r.type is EdgeType.DERIVED_FROM),
+    }
+    return ImportedConversation(
+        sample_id=sample_id,
+        user_id=user,
+        records=records,
+        turn_ids=turn_ids,
+        derived_from=derived,
+        names=names,
+        speakers=speakers,
+        as_of=end_ts + timedelta(days=1),
+        counts=counts,
+    )
+
+
+def _session_number(key: str) -> int:
+    m = re.search(r"(\d+)", key)
+    return int(m.group(1)) if m else 0
+
+
+def _concepts(
+    user: str,
+    sample_id: str,
+    speakers: Sequence[str],
+    turn_texts: Sequence[tuple[str, str]],
+    records: Sequence[Record],
+    names: ProperNouns,
+    opts: ImportOptions,
+) -> tuple[list[Concept], list[Relation], list[Relation]]:
+    speaker_of = {r.muid: r.source_agent_id or "" for r in records if isinstance(r, MemoryUnit)}
+    speaker_keys = {s.lower(): s for s in speakers}
+    speaker_ids = {s: entity_id("person", s.lower()) for s in speakers}
+
+    # per turn: concept keys mentioned ("entity:..." / "topic:..."), with their surface forms
+    per_turn: dict[str, list[str]] = {}
+    surfaces: dict[str, Counter[str]] = defaultdict(Counter)
+    for muid, text in turn_texts:
+        found = extract(text, names)
+        keys: list[str] = []
+        for e in found.entities:
+            lowered = e.lower()
+            first = lowered.split()[0]
+            if lowered in speaker_keys or (first in speaker_keys and len(lowered.split()) == 1):
+                keys.append("person:" + speaker_keys.get(lowered, speaker_keys.get(first, e)))
+                continue
+            key = "entity:" + lowered
+            keys.append(key)
+            surfaces[key][e] += 1
+        for t in found.topics:
+            key = "topic:" + topic_key(t)
+            keys.append(key)
+            surfaces[key][t] += 1
+        per_turn[muid] = list(dict.fromkeys(keys))
+
+    df: Counter[str] = Counter(k for keys in per_turn.values() for k in keys)
+    n_turns = max(1, len(per_turn))
+    max_df = max(opts.min_topic_df, math.floor(opts.max_topic_df_ratio * n_turns))
+
+    def kept(key: str) -> bool:
+        if key.startswith("person:"):
+            return True
+        if key.startswith("entity:"):
+            return df[key] <= max_df * 2
+        return opts.min_topic_df <= df[key] <= max_df
+
+    ids: dict[str, str] = {}
+    concepts: list[Concept] = []
+    for s in speakers:
+        ids["person:" + s] = speaker_ids[s]
+        concepts.append(
+            Concept(
+                user_id=user,
+                id=speaker_ids[s],
+                name=s[:500],
+                type="person",
+                description=f"A speaker of the conversation {sample_id}.",
+                salience=1.0,
+            )
+        )
+    for key in sorted(k for k in df if kept(k) and not k.startswith("person:")):
+        kind, _, raw = key.partition(":")
+        name = sorted(surfaces[key].items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+        cid = entity_id(kind, raw)
+        if cid in ids.values():
+            cid = f"{cid}-{hashlib.sha1(key.encode()).hexdigest()[:6]}"
+        ids[key] = cid
+        concepts.append(
+            Concept(
+                user_id=user,
+                id=cid,
+                name=name[:500],
+                type="entity" if kind == "entity" else "topic",
+                description="",
+                salience=round(min(1.0, 0.3 + 0.7 * (1.0 - df[key] / (2 * max_df + 1))), 4),
+                properties={"turns": df[key]},
+            )
+        )
+
+    mentions: list[Relation] = []
+    cooccur: Counter[tuple[str, str]] = Counter()
+    log_n = math.log(n_turns + 1)
+    for muid, keys in per_turn.items():
+        targets: dict[str, float] = {}
+        speaker = speaker_of.get(muid)
+        if speaker in speaker_ids and opts.speaker_mentions_weight > 0:
+            targets[speaker_ids[speaker]] = opts.speaker_mentions_weight
+        present = [k for k in keys if k in ids]
+        for k in present:
+            weight = 1.0 if not k.startswith("topic:") else max(0.2, math.log((n_turns + 1) / df[k]) / log_n)
+            targets[ids[k]] = max(targets.get(ids[k], 0.0), round(weight, 4))
+        for cid, weight in sorted(targets.items()):
+            mentions.append(Relation(user_id=user, type=EdgeType.MENTIONS, source=muid, target=cid, weight=weight))
+        linked = sorted({ids[k] for k in present if not k.startswith("person:")})
+        for a_i, a in enumerate(linked):
+            for b in linked[a_i + 1 :]:
+                cooccur[(a, b)] += 1
+
+    df_by_id = {ids[k]: df[k] for k in ids if k in df}
+    scored: dict[str, list[tuple[float, str, str]]] = defaultdict(list)
+    for (a, b), c in cooccur.items():
+        if c < opts.min_cooccurrence:
+            continue
+        weight = c / math.sqrt(df_by_id[a] * df_by_id[b])
+        scored[a].append((weight, a, b))
+        scored[b].append((weight, a, b))
+    chosen: dict[tuple[str, str], float] = {}
+    for cid in sorted(scored):
+        for weight, a, b in sorted(scored[cid], key=lambda x: (-x[0], x[1], x[2]))[: opts.related_per_concept]:
+            chosen[(a, b)] = weight
+    related = [
+        Relation(
+            user_id=user,
+            type=EdgeType.RELATED_TO,
+            source=a,
+            target=b,
+            weight=round(min(1.0, w), 4),
+            relation_type="co_occurs",
+        )
+        for (a, b), w in sorted(chosen.items())
+    ]
+    return concepts, mentions, related

@@ -1,0 +1,269 @@
+"""The systems a question is asked of: the baselines over the store's own search (BM25, dense,
+hybrid RRF) and HRT's configurations (:data:`HRT_SYSTEMS`), and the experimental
+:func:`path_sum_expansion`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from hrt.config import Settings, Weights
+from hrt.contract import Limits, RetrieveRequest
+from hrt.eval.locomo.metrics import KS, Ranking
+from hrt.eval.locomo.questions import Question
+from hrt.pipeline.grounding import Grounding
+from hrt.pipeline.intake import Intake
+from hrt.records import Kind
+from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphStore, VectorHit
+
+RRF_K = 60
+
+
+System = Callable[[Question], Awaitable[Ranking]]
+
+SYSTEMS = (
+    "bm25",
+    "dense",
+    "hybrid-rrf",
+    "hrt-depth0",
+    "hrt",
+    "hrt-unweighted",
+    "hrt-depth1",
+    "hrt-depth2",
+    "hrt-depth3",
+    "hrt-before",
+)
+# run unless --systems names others: the headline rows, the baselines and the depth sweep
+DEFAULT_SYSTEMS = SYSTEMS
+SYSTEM_LABELS: dict[str, str] = {
+    "bm25": "BM25 only",
+    "dense": "dense only",
+    "hybrid-rrf": "hybrid RRF, no graph",
+    "hrt-depth0": "HRT, no expansion (depth 0)",
+    "hrt": "HRT, product defaults (semantic weights)",
+    "hrt-unweighted": "HRT, nothing overridden (default weights too)",
+    "hrt-depth1": "HRT defaults at depth 1",
+    "hrt-depth2": "HRT defaults at depth 2",
+    "hrt-depth3": "HRT defaults at depth 3",
+    "hrt-before": "HRT before issue #23 (tuned, depth 1)",
+}
+# HRT systems: (max_depth, None = the request leaves it to HRT_DEFAULT_DEPTH; semantic weights or
+# the defaults; Settings overrides of that system alone)
+HRT_SYSTEMS: dict[str, tuple[int | None, bool, Mapping[str, Any]]] = {
+    "hrt-depth0": (0, True, {}),
+    "hrt": (None, True, {}),
+    "hrt-unweighted": (None, False, {}),
+    "hrt-depth1": (1, True, {}),
+    "hrt-depth2": (2, True, {}),
+    "hrt-depth3": (3, True, {}),
+    # the eval's tuned configuration before the defaults became the best measured one (issue #23):
+    # search_k 25, fused evidence over the best phrase, reached candidates path x cosine, no date
+    # match, no relevance gate, depth 1
+    "hrt-before": (
+        1,
+        True,
+        {
+            "search_k": 25,
+            "semantic_evidence": "fused",
+            "phrase_evidence": "max",
+            "reached_evidence": "path_x_cosine",
+            "temporal_match": "off",
+            "relevance_gate": 0.0,
+        },
+    ),
+}
+# The one thing the headline row overrides: the weights. "Which turn holds the evidence" is a question
+# of relevance alone here: every question is asked a day after the last session (recency would rank
+# the last sessions first whatever they say), and the import gives every turn the same importance and
+# the user no preferences (salience and preference are flat). The row "nothing overridden" runs the
+# default weights too.
+EVAL_WEIGHTS = Weights(alpha_semantic_similarity=1.0, beta_recency=0.0, gamma_salience=0.0, delta_user_preference=0.0)
+# No Settings override: the HRT systems run with the product's defaults (hrt/config.py), plus any
+# --setting given (which then applies to every HRT system and is echoed in the results).
+EVAL_SETTINGS: dict[str, Any] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class EvalConfig:
+    """What the HRT systems are asked: the request parameters and Settings overrides of the run."""
+
+    depth: int | None = None  # the headline rows' max_depth: None leaves it to HRT_DEFAULT_DEPTH
+    top_k: int = max(KS)
+    artifacts: int = max(KS)
+    weights: Weights = field(default_factory=lambda: EVAL_WEIGHTS)
+    settings: Mapping[str, Any] = field(default_factory=lambda: dict(EVAL_SETTINGS))
+    phrases: str = "keywords"  # see question_phrases
+    # EXPERIMENTAL, eval only: Proposal B's path part (path_sum_expansion), not in the pipeline yet
+    experimental_path_sum: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "depth": self.depth,
+            "top_k": self.top_k,
+            "artifacts": self.artifacts,
+            "weights": self.weights.model_dump(),
+            "settings": {k: _jsonable(v) for k, v in sorted(self.settings.items())},
+            "phrases": self.phrases,
+            "experimental_path_sum": self.experimental_path_sum,
+        }
+
+
+def _jsonable(value: Any) -> Any:
+    return value if isinstance(value, str | int | float | bool | type(None)) else str(value)
+
+
+def _by_rank(hits: Iterable[tuple[str, int | None]]) -> list[str]:
+    ranked = [(r, i) for i, r in hits if r is not None]
+    return [i for _, i in sorted(ranked)]
+
+
+def _rrf(hits: Iterable[tuple[str, int | None, int | None]], k: int = RRF_K) -> list[str]:
+    scored = []
+    for ident, a, b in hits:
+        s = sum(1.0 / (k + r) for r in (a, b) if r is not None)
+        if s > 0:
+            scored.append((-s, ident))
+    return [i for _, i in sorted(scored)]
+
+
+def baseline_systems(
+    service: Any, derived: Mapping[str, Mapping[str, frozenset[str]]], top_k: int
+) -> dict[str, System]:
+    """BM25, dense and hybrid RRF over the store's own search (``service.vectors.search``) with the
+    question as the one phrase: memory units for recall, memory units and artifacts for the
+    artifact-credited recall. No graph, no scoring."""
+
+    async def search(q: Question, kinds: list[Kind]) -> list[VectorHit]:
+        vectors = service.embedder.embed([q.text])
+        hits: list[list[VectorHit]] = await service.vectors.search(
+            q.user_id, [q.text], vectors, kinds=kinds, k=top_k, not_after=q.as_of.timestamp()
+        )
+        return hits[0]
+
+    def covers(q: Question, ids: Sequence[str]) -> list[frozenset[str]]:
+        table = derived.get(q.user_id, {})
+        return [table.get(i, frozenset([i])) for i in ids]
+
+    def make(order: Callable[[list[VectorHit]], list[str]]) -> System:
+        async def run(q: Question) -> Ranking:
+            ranked = order(await search(q, [Kind.MEMORY_UNIT]))
+            mixed = order(await search(q, [Kind.MEMORY_UNIT, Kind.ARTIFACT]))[:top_k]
+            return Ranking(ranked[:top_k], covers(q, mixed), frozenset(ranked))
+
+        return run
+
+    return {
+        "bm25": make(lambda hits: _by_rank((h.id, h.lexical_rank) for h in hits)),
+        "dense": make(lambda hits: _by_rank((h.id, h.vector_rank) for h in hits)),
+        "hybrid-rrf": make(lambda hits: _rrf((h.id, h.vector_rank, h.lexical_rank) for h in hits)),
+    }
+
+
+def request_for(q: Question, config: EvalConfig, depth: int | None, weights: Weights | None = None) -> RetrieveRequest:
+    """The question as a request: its key phrases, 25 memory units and 25 artifacts (no concepts),
+    ``as_of`` a day after the last session; ``depth`` and ``weights`` None leave them to HRT's
+    defaults (``HRT_DEFAULT_DEPTH``, ``HRT_WEIGHTS``)."""
+    phrases = list(q.key_phrases(config.phrases))
+    return RetrieveRequest(
+        user_id=q.user_id,
+        key_phrases=phrases,
+        limits=Limits(memory_units=config.top_k, concepts=0, artifacts=config.artifacts),
+        max_depth=depth,
+        weights=weights,
+        as_of=q.as_of,
+    )
+
+
+class Traced:
+    """The ids of the memory units each request scored (the pipeline's trace hook): which evidence
+    turns became candidates at all, at any rank. Read once per request, right after it."""
+
+    def __init__(self) -> None:
+        self.last: frozenset[str] = frozenset()
+
+    def __call__(self, intake: Intake, scored: Sequence[Any]) -> None:
+        self.last = frozenset(x.id for x in scored if x.kind is Kind.MEMORY_UNIT)
+
+
+def _tool(service: Any, settings: Settings) -> Any:
+    """A pipeline over the service's stores with other Settings (one system's overrides)."""
+    from hrt.pipeline import HybridRetrievalTool
+
+    return HybridRetrievalTool(
+        settings, service.embedder, vectors=service.vectors, graph=service.graph, records=service.records
+    )
+
+
+def hrt_system(
+    tool: Any,
+    derived: Mapping[str, Mapping[str, frozenset[str]]],
+    config: EvalConfig,
+    depth: int | None,
+    weights: Weights | None,
+    traced: Traced | None = None,
+) -> System:
+    """HRT's own retrieval: memory units for recall, memory units and artifacts merged by score for
+    the artifact-credited recall; with ``traced``, the memory units it scored (candidate recall)."""
+
+    async def run(q: Question) -> Ranking:
+        if traced is not None:
+            tool.trace = traced
+        try:
+            ctx = await tool.retrieve(request_for(q, config, depth, weights))
+        finally:
+            tool.trace = None
+        mus = [m.muid for m in ctx.retrieved_memory_units]
+        items = [(-m.final_retrieval_score, m.muid) for m in ctx.retrieved_memory_units]
+        items += [(-a.final_retrieval_score, a.id) for a in ctx.retrieved_artifacts]
+        table = derived.get(q.user_id, {})
+        mixed = [table.get(i, frozenset([i])) for _, i in sorted(items)]
+        return Ranking(mus, mixed, traced.last if traced is not None else None)
+
+    return run
+
+
+_EXPANSION = "run_expansion"  # the stage function hrt.pipeline calls, swapped by the prototype below
+
+
+async def path_sum_expansion(
+    intake: Intake, grounding: Grounding, graph: GraphStore, settings: Settings
+) -> list[GraphCandidate]:
+    """EXPERIMENTAL, eval only (``--experimental-path-sum``): Proposal B's path part, in place of
+    :func:`hrt.pipeline.expansion.run_expansion` for one run.
+
+    The candidates are those of the pipeline's own expansion; each one's ``path_score`` becomes the
+    noisy-or ``1 - (1 - direct) x prod over seeds (1 - best path from that seed)`` of its direct
+    evidence (grounding) and the best path from every seed that reaches it over at least one hop, so
+    a turn that two matching observations cite, or that matches itself and is cited, outranks one
+    with a single piece of evidence. Scoring's ``max(direct, path)`` then reads that sum. The
+    pipeline cannot do this yet: ``GraphStore.expand`` returns each node's best path only, and this
+    prototype asks the graph once per seed (the architecture wants one call): the walk in
+    ``hrt/stores/graph_walk.py`` would have to accumulate the sum itself.
+    """
+    from hrt.pipeline.expansion import run_expansion
+
+    candidates = await run_expansion(intake, grounding, graph, settings)
+    if intake.depth == 0 or not candidates:
+        return candidates
+    caps = ExpansionCaps(
+        depth=intake.depth,
+        fanout_per_node=settings.fanout_per_node,
+        max_per_kind=settings.max_candidates_per_kind,
+        hop_decay=settings.hop_decay,
+    )
+    not_after = intake.as_of.timestamp()
+    reached: dict[str, list[float]] = defaultdict(list)
+    for seed_id, score in sorted(grounding.seeds.items()):
+        for c in await graph.expand(intake.user_id, {seed_id: score}, caps, not_after=not_after):
+            if c.hops > 0:
+                reached[c.node.id].append(c.path_score)
+    out: list[GraphCandidate] = []
+    for c in candidates:
+        evidence = [grounding.similarity.get(c.node.id, 0.0), *reached.get(c.node.id, ())]
+        miss = math.prod(1.0 - min(1.0, max(0.0, e)) for e in evidence)
+        out.append(replace(c, path_score=max(c.path_score, 1.0 - miss)))
+    return out
