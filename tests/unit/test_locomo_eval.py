@@ -302,6 +302,7 @@ def test_the_command_runs_end_to_end_on_the_fixture(tmp_path: Path) -> None:
     unweighted = meta["hrt-unweighted"]
     assert unweighted["weights"].startswith("HRT_WEIGHTS") and unweighted["settings_overrides"] == {}
     assert meta["hrt"]["config_hash"] == meta["hrt-depth3"]["config_hash"] != meta["hrt-before"]["config_hash"]
+    assert meta["hrt-before"]["preset"] == "tuned-2026-11" and meta["hrt"]["preset"] is None
     table = (out / "locomo-results.md").read_text()
     assert "HRT, product defaults" in table and "nothing overridden" in table and "BM25 only" in table
     assert "66.2" in table and "Candidate recall per category" in table
@@ -359,9 +360,10 @@ class WalkGraph:
         ("o1", None, 0.9),  # a seed keeps its own score
     ],
 )
-async def test_path_sum_prototype_sums_every_seeds_best_path(node: str, direct: float | None, expected: float) -> None:
+async def test_noisy_or_path_evidence_sums_each_seeds_path(node: str, direct: float | None, expected: float) -> None:
     from hrt.config import Settings
     from hrt.contract import RetrieveRequest
+    from hrt.pipeline.expansion import run_expansion
     from hrt.pipeline.grounding import Grounding
     from hrt.pipeline.intake import run_intake
     from hrt.records import Kind
@@ -377,19 +379,23 @@ async def test_path_sum_prototype_sums_every_seeds_best_path(node: str, direct: 
         for t in ts:
             adjacency.setdefault(o, []).append((t, EdgeType.DERIVED_FROM, 1.0, True))
             adjacency.setdefault(t, []).append((o, EdgeType.DERIVED_FROM, 1.0, False))
-    settings = Settings(hop_decay=0.6)
+    cfg = Settings(hop_decay=0.6).retrieval()
     intake = run_intake(
-        RetrieveRequest(user_id="u", key_phrases=["q"], max_depth=1), settings, datetime(2025, 1, 1, tzinfo=UTC)
+        RetrieveRequest(user_id="u", key_phrases=["q"], max_depth=1), cfg, datetime(2025, 1, 1, tzinfo=UTC)
     )
     grounding = Grounding(phrases=[], seeds={"o1": 0.9, "o2": 0.5}, similarity={"o1": 0.9, "o2": 0.5})
     if direct is not None:
         grounding.similarity[node] = direct
-    out = {c.node.id: c for c in await L.path_sum_expansion(intake, grounding, WalkGraph(nodes, adjacency), settings)}
-    assert set(out) == {"o1", "o2", "t1", "t2"}  # the pipeline's candidates, no others
+    graph = WalkGraph(nodes, adjacency)
+    noisy = cfg.with_overrides({"path_evidence": "noisy_or"}).expansion
+    out = {c.node.id: c for c in await run_expansion(intake, grounding, graph, noisy)}
+    best = {c.node.id: c for c in await run_expansion(intake, grounding, graph, cfg.expansion)}
+    assert set(out) == set(best) == {"o1", "o2", "t1", "t2"}  # the same candidates, no others
     assert out[node].path_score == pytest.approx(expected)
+    assert best["t1"].path_score == pytest.approx(0.54)  # the default keeps the best path
 
 
-def test_the_command_runs_with_the_path_sum_prototype_and_restores_the_pipeline(tmp_path: Path) -> None:
+def test_the_command_runs_with_path_sum_as_a_request_override(tmp_path: Path) -> None:
     import hrt.pipeline as pipeline
 
     before = pipeline.run_expansion
@@ -402,3 +408,6 @@ def test_the_command_runs_with_the_path_sum_prototype_and_restores_the_pipeline(
     assert pipeline.run_expansion is before
     body = json.loads((out / "locomo-results.json").read_text())
     assert body["meta"]["config"]["experimental_path_sum"] is True
+    system = body["meta"]["hrt_systems"]["hrt"]
+    assert system["request_config"] == {"path_evidence": "noisy_or"}
+    assert system["config_hash"] != body["meta"]["config_hash"]  # the override is in the hash

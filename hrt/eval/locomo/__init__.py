@@ -26,8 +26,9 @@ The data is read at run time only; nothing of it is stored in this repository.
    product's defaults and the semantic weight alone (``hrt``), the same with nothing overridden,
    the default weights too (``hrt-unweighted``), the defaults at depth 0, 1, 2 and 3, and the
    eval's tuned configuration from before issue #23 (``hrt-before``). ``--setting`` overrides
-   apply to every HRT system; ``--experimental-path-sum`` swaps in :func:`path_sum_expansion`, a
-   prototype of summing every seed's path instead of keeping the best one.
+   apply to every HRT system; ``--experimental-path-sum`` makes every HRT request override
+   ``path_evidence`` to ``noisy_or`` (every seed's path summed instead of the best one kept). Each
+   HRT system is a request (depth, weights, retrieval ``preset``, ``config``), never a patch.
 
 4. **Metrics** per category and overall: evidence recall@k (k = 5, 10, 25), nDCG@10, MRR, a
    recall that credits an artifact whose DERIVED_FROM turns include the evidence, and candidate
@@ -123,7 +124,6 @@ from hrt.eval.locomo.systems import (
     Traced,
     baseline_systems,
     hrt_system,
-    path_sum_expansion,
     request_for,
 )
 
@@ -189,7 +189,6 @@ __all__ = [
     "paired_bootstrap",
     "parse_session_date",
     "parse_sessions",
-    "path_sum_expansion",
     "question_metrics",
     "question_phrases",
     "recall_at",

@@ -73,8 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--experimental-path-sum",
         action="store_true",
-        help="EXPERIMENTAL: a candidate's path evidence is the noisy-or of its direct evidence and every seed's "
-        "best path to it, instead of the best path (Proposal B, prototyped here with one graph call per seed)",
+        help="every HRT request overrides path_evidence to noisy_or: a candidate's path evidence is the noisy-or "
+        "of its direct evidence and every seed's best path to it, instead of the best path (Proposal B)",
     )
 
 

@@ -10,23 +10,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hrt.config import Settings
+from hrt.config import RETRIEVAL_PRESETS, Settings
 from hrt.embedder import CachedEmbedder, Embedder
 from hrt.eval.locomo.importer import ImportOptions, import_conversation
 from hrt.eval.locomo.metrics import PER_QUESTION_METRICS, aggregate, question_metrics
 from hrt.eval.locomo.questions import Question, build_questions
 from hrt.eval.locomo.systems import (
-    _EXPANSION,
     HRT_SYSTEMS,
     SYSTEMS,
     EvalConfig,
     System,
     Traced,
     _jsonable,
-    _tool,
     baseline_systems,
     hrt_system,
-    path_sum_expansion,
 )
 
 
@@ -70,11 +67,6 @@ async def evaluate(
     settings = Settings(**overrides)
     service = HRTService(settings, embedder=_cached(embedder, settings))
     await service.start()
-    import hrt.pipeline as pipeline
-
-    original_expansion = getattr(pipeline, _EXPANSION)
-    if cfg.experimental_path_sum:  # swapped for this run only, restored below
-        setattr(pipeline, _EXPANSION, path_sum_expansion)
     try:
         t_import = time.perf_counter()
         for conv in imported:
@@ -90,12 +82,11 @@ async def evaluate(
             if name in baselines:
                 runners[name] = baselines[name]
             elif name in HRT_SYSTEMS:
-                depth, semantic_weights, own_settings = HRT_SYSTEMS[name]
+                depth, semantic_weights, preset = HRT_SYSTEMS[name]
                 if name in ("hrt", "hrt-unweighted") and cfg.depth is not None:
                     depth = cfg.depth
-                tool = service.tool if not own_settings else _tool(service, settings.model_copy(update=own_settings))
                 weights = cfg.weights if semantic_weights else None
-                runners[name] = hrt_system(tool, derived, cfg, depth, weights, traced)
+                runners[name] = hrt_system(service.tool, derived, cfg, depth, weights, traced, preset)
             else:
                 raise ValueError(f"unknown system {name!r}; one of {', '.join(SYSTEMS)}")
         rows: dict[str, list[tuple[int, dict[str, float]]]] = {n: [] for n in runners}
@@ -141,21 +132,24 @@ async def evaluate(
         }
         return EvalResult({name: aggregate(rows[name]) for name in runners}, per_question, meta)
     finally:
-        setattr(pipeline, _EXPANSION, original_expansion)
         await service.close()
 
 
 def _system_json(name: str, cfg: EvalConfig, settings: Settings) -> dict[str, Any]:
-    """What an HRT system of the run was asked with: depth, weights, Settings overrides, hash."""
-    depth, semantic_weights, own = HRT_SYSTEMS[name]
+    """What an HRT system of the run was asked with: depth, weights, preset, the run's Settings and
+    request overrides, and the config_hash its responses carry."""
+    depth, semantic_weights, preset = HRT_SYSTEMS[name]
     if name in ("hrt", "hrt-unweighted") and cfg.depth is not None:
         depth = cfg.depth
-    overrides = {**cfg.settings, **own}
+    given = overrides.given() if (overrides := cfg.overrides()) is not None else {}
+    effective = settings.retrieval().with_overrides(RETRIEVAL_PRESETS[preset or "balanced"]).with_overrides(given)
     return {
         "max_depth": depth if depth is not None else f"HRT_DEFAULT_DEPTH ({settings.default_depth})",
         "weights": "semantic only (EVAL_WEIGHTS)" if semantic_weights else "HRT_WEIGHTS (the default weights)",
-        "settings_overrides": {k: _jsonable(v) for k, v in sorted(overrides.items())},
-        "config_hash": settings.model_copy(update=dict(own)).fingerprint(),
+        "preset": preset,
+        "request_config": given,
+        "settings_overrides": {k: _jsonable(v) for k, v in sorted(cfg.settings.items())},
+        "config_hash": effective.fingerprint() if preset or given else settings.fingerprint(),
     }
 
 

@@ -1,24 +1,22 @@
 """The systems a question is asked of: the baselines over the store's own search (BM25, dense,
-hybrid RRF) and HRT's configurations (:data:`HRT_SYSTEMS`), and the experimental
-:func:`path_sum_expansion`.
+hybrid RRF) and HRT's configurations (:data:`HRT_SYSTEMS`), each HRT system a request to the one
+pipeline (its depth, weights, retrieval preset and config overrides), never a patched pipeline.
 """
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from hrt.config import Settings, Weights
-from hrt.contract import Limits, RetrieveRequest
+from hrt.config import Weights
+from hrt.contract import ConfigOverrides, Limits, RetrievalPresetName, RetrieveRequest
 from hrt.eval.locomo.metrics import KS, Ranking
 from hrt.eval.locomo.questions import Question
-from hrt.pipeline.grounding import Grounding
+from hrt.pipeline.grounding import rrf_score
 from hrt.pipeline.intake import Intake
 from hrt.records import Kind
-from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphStore, VectorHit
+from hrt.stores.base import VectorHit
 
 RRF_K = 60
 
@@ -52,29 +50,18 @@ SYSTEM_LABELS: dict[str, str] = {
     "hrt-before": "HRT before issue #23 (tuned, depth 1)",
 }
 # HRT systems: (max_depth, None = the request leaves it to HRT_DEFAULT_DEPTH; semantic weights or
-# the defaults; Settings overrides of that system alone)
-HRT_SYSTEMS: dict[str, tuple[int | None, bool, Mapping[str, Any]]] = {
-    "hrt-depth0": (0, True, {}),
-    "hrt": (None, True, {}),
-    "hrt-unweighted": (None, False, {}),
-    "hrt-depth1": (1, True, {}),
-    "hrt-depth2": (2, True, {}),
-    "hrt-depth3": (3, True, {}),
+# the defaults; the retrieval preset the request names, None = the server's configuration)
+HRT_SYSTEMS: dict[str, tuple[int | None, bool, RetrievalPresetName | None]] = {
+    "hrt-depth0": (0, True, None),
+    "hrt": (None, True, None),
+    "hrt-unweighted": (None, False, None),
+    "hrt-depth1": (1, True, None),
+    "hrt-depth2": (2, True, None),
+    "hrt-depth3": (3, True, None),
     # the eval's tuned configuration before the defaults became the best measured one (issue #23):
     # search_k 25, fused evidence over the best phrase, reached candidates path x cosine, no date
-    # match, no relevance gate, depth 1
-    "hrt-before": (
-        1,
-        True,
-        {
-            "search_k": 25,
-            "semantic_evidence": "fused",
-            "phrase_evidence": "max",
-            "reached_evidence": "path_x_cosine",
-            "temporal_match": "off",
-            "relevance_gate": 0.0,
-        },
-    ),
+    # match, no relevance gate, depth 1 (hrt/config.py RETRIEVAL_PRESETS)
+    "hrt-before": (1, True, "tuned-2026-11"),
 }
 # The one thing the headline row overrides: the weights. "Which turn holds the evidence" is a question
 # of relevance alone here: every question is asked a day after the last session (recency would rank
@@ -97,8 +84,12 @@ class EvalConfig:
     weights: Weights = field(default_factory=lambda: EVAL_WEIGHTS)
     settings: Mapping[str, Any] = field(default_factory=lambda: dict(EVAL_SETTINGS))
     phrases: str = "keywords"  # see question_phrases
-    # EXPERIMENTAL, eval only: Proposal B's path part (path_sum_expansion), not in the pipeline yet
+    # Proposal B's path part: every HRT system's request overrides path_evidence = noisy_or
     experimental_path_sum: bool = False
+
+    def overrides(self) -> ConfigOverrides | None:
+        """The per-request retrieval overrides every HRT system of the run sends."""
+        return ConfigOverrides(path_evidence="noisy_or") if self.experimental_path_sum else None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -122,11 +113,8 @@ def _by_rank(hits: Iterable[tuple[str, int | None]]) -> list[str]:
 
 
 def _rrf(hits: Iterable[tuple[str, int | None, int | None]], k: int = RRF_K) -> list[str]:
-    scored = []
-    for ident, a, b in hits:
-        s = sum(1.0 / (k + r) for r in (a, b) if r is not None)
-        if s > 0:
-            scored.append((-s, ident))
+    """Reciprocal rank fusion of the two legs, with the pipeline's own :func:`rrf_score`."""
+    scored = [(-rrf_score((a, b), k), ident) for ident, a, b in hits if a is not None or b is not None]
     return [i for _, i in sorted(scored)]
 
 
@@ -163,10 +151,16 @@ def baseline_systems(
     }
 
 
-def request_for(q: Question, config: EvalConfig, depth: int | None, weights: Weights | None = None) -> RetrieveRequest:
+def request_for(
+    q: Question,
+    config: EvalConfig,
+    depth: int | None,
+    weights: Weights | None = None,
+    preset: RetrievalPresetName | None = None,
+) -> RetrieveRequest:
     """The question as a request: its key phrases, 25 memory units and 25 artifacts (no concepts),
-    ``as_of`` a day after the last session; ``depth`` and ``weights`` None leave them to HRT's
-    defaults (``HRT_DEFAULT_DEPTH``, ``HRT_WEIGHTS``)."""
+    ``as_of`` a day after the last session; ``depth``, ``weights`` and ``preset`` None leave them to
+    HRT's configuration (``HRT_DEFAULT_DEPTH``, ``HRT_WEIGHTS``), plus the run's overrides."""
     phrases = list(q.key_phrases(config.phrases))
     return RetrieveRequest(
         user_id=q.user_id,
@@ -175,6 +169,8 @@ def request_for(q: Question, config: EvalConfig, depth: int | None, weights: Wei
         max_depth=depth,
         weights=weights,
         as_of=q.as_of,
+        preset=preset,
+        config=config.overrides(),
     )
 
 
@@ -189,15 +185,6 @@ class Traced:
         self.last = frozenset(x.id for x in scored if x.kind is Kind.MEMORY_UNIT)
 
 
-def _tool(service: Any, settings: Settings) -> Any:
-    """A pipeline over the service's stores with other Settings (one system's overrides)."""
-    from hrt.pipeline import HybridRetrievalTool
-
-    return HybridRetrievalTool(
-        settings, service.embedder, vectors=service.vectors, graph=service.graph, records=service.records
-    )
-
-
 def hrt_system(
     tool: Any,
     derived: Mapping[str, Mapping[str, frozenset[str]]],
@@ -205,6 +192,7 @@ def hrt_system(
     depth: int | None,
     weights: Weights | None,
     traced: Traced | None = None,
+    preset: RetrievalPresetName | None = None,
 ) -> System:
     """HRT's own retrieval: memory units for recall, memory units and artifacts merged by score for
     the artifact-credited recall; with ``traced``, the memory units it scored (candidate recall)."""
@@ -213,7 +201,7 @@ def hrt_system(
         if traced is not None:
             tool.trace = traced
         try:
-            ctx = await tool.retrieve(request_for(q, config, depth, weights))
+            ctx = await tool.retrieve(request_for(q, config, depth, weights, preset))
         finally:
             tool.trace = None
         mus = [m.muid for m in ctx.retrieved_memory_units]
@@ -224,46 +212,3 @@ def hrt_system(
         return Ranking(mus, mixed, traced.last if traced is not None else None)
 
     return run
-
-
-_EXPANSION = "run_expansion"  # the stage function hrt.pipeline calls, swapped by the prototype below
-
-
-async def path_sum_expansion(
-    intake: Intake, grounding: Grounding, graph: GraphStore, settings: Settings
-) -> list[GraphCandidate]:
-    """EXPERIMENTAL, eval only (``--experimental-path-sum``): Proposal B's path part, in place of
-    :func:`hrt.pipeline.expansion.run_expansion` for one run.
-
-    The candidates are those of the pipeline's own expansion; each one's ``path_score`` becomes the
-    noisy-or ``1 - (1 - direct) x prod over seeds (1 - best path from that seed)`` of its direct
-    evidence (grounding) and the best path from every seed that reaches it over at least one hop, so
-    a turn that two matching observations cite, or that matches itself and is cited, outranks one
-    with a single piece of evidence. Scoring's ``max(direct, path)`` then reads that sum. The
-    pipeline cannot do this yet: ``GraphStore.expand`` returns each node's best path only, and this
-    prototype asks the graph once per seed (the architecture wants one call): the walk in
-    ``hrt/stores/graph_walk.py`` would have to accumulate the sum itself.
-    """
-    from hrt.pipeline.expansion import run_expansion
-
-    candidates = await run_expansion(intake, grounding, graph, settings)
-    if intake.depth == 0 or not candidates:
-        return candidates
-    caps = ExpansionCaps(
-        depth=intake.depth,
-        fanout_per_node=settings.fanout_per_node,
-        max_per_kind=settings.max_candidates_per_kind,
-        hop_decay=settings.hop_decay,
-    )
-    not_after = intake.as_of.timestamp()
-    reached: dict[str, list[float]] = defaultdict(list)
-    for seed_id, score in sorted(grounding.seeds.items()):
-        for c in await graph.expand(intake.user_id, {seed_id: score}, caps, not_after=not_after):
-            if c.hops > 0:
-                reached[c.node.id].append(c.path_score)
-    out: list[GraphCandidate] = []
-    for c in candidates:
-        evidence = [grounding.similarity.get(c.node.id, 0.0), *reached.get(c.node.id, ())]
-        miss = math.prod(1.0 - min(1.0, max(0.0, e)) for e in evidence)
-        out.append(replace(c, path_score=max(c.path_score, 1.0 - miss)))
-    return out
