@@ -13,12 +13,16 @@ import time
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hrt.config import Settings, load_settings
 from hrt.contract import AugmentedMemoryContext, RetrieveRequest, canonical_dumps
 from hrt.errors import HRTError, StoreUnavailable
 from hrt.ingest import parse_jsonl
+
+if TYPE_CHECKING:
+    from hrt.service import HRTService
+    from hrt.stores.base import StoreLifecycle
 
 log = logging.getLogger("hrt")
 
@@ -41,13 +45,13 @@ def _settings(args: argparse.Namespace) -> Settings:
     return load_settings(**overrides)
 
 
-async def _service(settings: Settings) -> Any:
+async def _service(settings: Settings) -> HRTService:
     from hrt.service import HRTService
 
     return await HRTService(settings).start()
 
 
-async def ingest_file(service: Any, path: Path, batch_size: int | None) -> tuple[int, int]:
+async def ingest_file(service: HRTService, path: Path, batch_size: int | None) -> tuple[int, int]:
     """Validate the whole file first, then write it (one transaction per ``batch_size`` lines)."""
     from tqdm import tqdm
 
@@ -299,7 +303,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
         store = EmbeddedStore(settings.db_path, dim=None)
         try:
-            versions = [r[0] for r in store.db.execute("SELECT version FROM schema_migrations ORDER BY version")]
+            versions = store.schema_versions()
         finally:
             store.close()
         report["embedded"] = {
@@ -325,11 +329,14 @@ async def _migrate_projections(settings: Settings) -> dict[str, Any]:
     service = HRTService(settings, embedder=_NoEmbedder())
     try:
         await service.start()
-        for name, part in (("neo4j", service.graph), ("weaviate", service.vectors)):
-            apply = getattr(part, "apply_schema", None) or getattr(part, "ensure_schema", None)
-            if apply is not None:
-                await apply()
-                out[name] = "ok"
+        parts: list[tuple[str, StoreLifecycle]] = []
+        if settings.graph_store == "neo4j":
+            parts.append(("neo4j", service.graph))
+        if settings.vector_index == "weaviate":
+            parts.append(("weaviate", service.vectors))
+        for name, part in parts:
+            await part.apply_schema()
+            out[name] = "ok"
     finally:
         await service.close()
     return out
@@ -379,7 +386,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
         service = await HRTService(_settings(args), embedder=_NoEmbedder()).start()
         try:
-            if not hasattr(service.records, "entity_rows"):
+            if service.records.outbox is None:
                 drift = await check(service.records, service.graph, service.vectors, args.user)
                 return {
                     "drift": [d.as_dict() for d in drift if not d.clean],

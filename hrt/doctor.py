@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from hrt.projection import graph_edge, graph_node, vector_doc
-from hrt.stores.base import GraphEdge, GraphNode, VectorDoc
+from hrt.stores.base import GraphEdge, GraphNode, GraphStore, RecordStore, VectorDoc, VectorIndex
 
 BATCH = 500
 TARGETS = ("graph", "vector")
@@ -101,9 +101,11 @@ def same_node(a: GraphNode, b: GraphNode) -> bool:
     return a == b
 
 
-async def expected(records: Any, user_id: str) -> tuple[dict[str, str], dict[str, GraphNode], dict[str, VectorDoc]]:
+async def expected(
+    records: RecordStore, user_id: str
+) -> tuple[dict[str, str], dict[str, GraphNode], dict[str, VectorDoc]]:
     """What the projections should hold of one user's entities: id -> kind, node, document."""
-    kinds: dict[str, str] = await records.ids(user_id)
+    kinds = await records.ids(user_id)
     nodes: dict[str, GraphNode] = {}
     docs: dict[str, VectorDoc] = {}
     ids = sorted(kinds)
@@ -116,7 +118,7 @@ async def expected(records: Any, user_id: str) -> tuple[dict[str, str], dict[str
     return kinds, nodes, docs
 
 
-async def check_ids(records: Any, graph: Any, vectors: Any, user_id: str) -> UserDrift:
+async def check_ids(records: RecordStore, graph: GraphStore, vectors: VectorIndex, user_id: str) -> UserDrift:
     """Ids only: the embedded store writes records and projections in one SQLite transaction."""
     truth = await records.ids(user_id)
     in_graph = await graph.ids(user_id)
@@ -130,12 +132,15 @@ async def check_ids(records: Any, graph: Any, vectors: Any, user_id: str) -> Use
     )
 
 
-async def check_user(records: Any, graph: Any, vectors: Any, user_id: str) -> UserDrift:
-    if not hasattr(records, "entity_rows"):
+async def check_user(records: RecordStore, graph: GraphStore, vectors: VectorIndex, user_id: str) -> UserDrift:
+    """Record by record where the projections are fed through an outbox; ids only where the
+    record store writes them in its own transaction (:func:`check_ids`)."""
+    outbox = records.outbox
+    if outbox is None:
         return await check_ids(records, graph, vectors, user_id)
     kinds, want_nodes, want_docs = await expected(records, user_id)
-    have_nodes: dict[str, GraphNode] = await graph.nodes(user_id)
-    have_docs: dict[str, VectorDoc] = await vectors.docs(user_id)
+    have_nodes = await graph.nodes(user_id)
+    have_docs = await vectors.docs(user_id)
     node_kinds = {i: n.kind.value for i, n in have_nodes.items()}
     doc_kinds = {i: d.kind.value for i, d in have_docs.items()}
     want_edges = {(r.source, r.target, r.type.value): graph_edge(r) for r in await records.all_relations(user_id)}
@@ -144,7 +149,7 @@ async def check_user(records: Any, graph: Any, vectors: Any, user_id: str) -> Us
     def stale_edge(a: GraphEdge, b: GraphEdge) -> bool:
         return (a.weight, a.relation_type) != (b.weight, b.relation_type)
 
-    dead = await records.dead_letters([user_id]) if hasattr(records, "dead_letters") else []
+    dead = await outbox.dead_letters([user_id])
     return UserDrift(
         user_id=user_id,
         missing_in_graph=_by_kind(kinds, set(want_nodes) - set(have_nodes)),
@@ -166,33 +171,36 @@ async def check_user(records: Any, graph: Any, vectors: Any, user_id: str) -> Us
     )
 
 
-async def users_to_check(records: Any, users: Sequence[str] | None) -> list[str]:
+async def users_to_check(records: RecordStore, users: Sequence[str] | None) -> list[str]:
     """``users``, or every user the record store holds or has dead outbox events of."""
     if users:
         return list(users)
     found = set(await records.users())
-    if hasattr(records, "dead_letters"):
-        found |= {d["user_id"] for d in await records.dead_letters()}
+    if records.outbox is not None:
+        found |= {d["user_id"] for d in await records.outbox.dead_letters()}
     return sorted(found)
 
 
-async def check(records: Any, graph: Any, vectors: Any, users: Sequence[str] | None = None) -> list[UserDrift]:
+async def check(
+    records: RecordStore, graph: GraphStore, vectors: VectorIndex, users: Sequence[str] | None = None
+) -> list[UserDrift]:
     return [await check_user(records, graph, vectors, u) for u in await users_to_check(records, users)]
 
 
-async def repair_user(records: Any, graph: Any, vectors: Any, drift: UserDrift) -> None:
+async def repair_user(records: RecordStore, graph: GraphStore, vectors: VectorIndex, drift: UserDrift) -> None:
     """Rebuild one user's projections from the record store."""
     user_id = drift.user_id
+    outbox = records.outbox
     async with contextlib.AsyncExitStack() as leases:
         head: int | None = None
-        if hasattr(records, "outbox_lease"):
+        if outbox is not None:
             # both targets' leases, one after the other (a projector holds at most one at a time):
             # no delivery interleaves with the rebuild; events written meanwhile follow it
             for target in TARGETS:
-                await leases.enter_async_context(records.outbox_lease(target, wait=True))
+                await leases.enter_async_context(outbox.outbox_lease(target, wait=True))
             # no projector sets an event aside while the leases are held: the user's dead events now
             # are all older than the records the rebuild reads
-            head = max((d["seq"] for d in await records.dead_letters([user_id])), default=None)
+            head = max((d["seq"] for d in await outbox.dead_letters([user_id])), default=None)
         kinds, want_nodes, want_docs = await expected(records, user_id)
         have_nodes = await graph.ids(user_id)
         have_docs = await vectors.ids(user_id)
@@ -214,5 +222,5 @@ async def repair_user(records: Any, graph: Any, vectors: Any, drift: UserDrift) 
             await graph.delete_edges(user_id, orphan_edges)
         for i in range(0, len(relations), BATCH):
             await graph.upsert_edges(user_id, [graph_edge(r) for r in relations[i : i + BATCH]])
-        if head is not None:
-            await records.clear_dead_letters(user_id, head)
+        if outbox is not None and head is not None:
+            await outbox.clear_dead_letters(user_id, head)

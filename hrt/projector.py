@@ -8,13 +8,13 @@ event stays in the outbox (surviving crashes and restarts) until every target ha
 
 Replicas (any number of ``hrt serve`` processes over one PostgreSQL): a target is fed by one
 process at a time. Each batch is delivered inside a PostgreSQL transaction that holds the target's
-lease (an advisory lock, :meth:`PostgresRecordStore.outbox_lease`): the pending events, the
-records' current state, the write to the target and the mark that says so all happen under it.
-Reading a record's state and writing it to the target is therefore never interleaved with another
-process's delivery to that target: the target receives states in the order PostgreSQL committed
-them, and a newer state (a delete included) is never overwritten by an older one read before it.
-Why a lease rather than row claims (``FOR UPDATE SKIP LOCKED``) or a version check at the target:
-docs/reliability.md.
+lease (an advisory lock, :meth:`PostgresRecordStore.outbox_lease` behind the
+:class:`~hrt.stores.base.Outbox` port): the pending events, the records' current state, the write
+to the target and the mark that says so all happen under it. Reading a record's state and writing
+it to the target is therefore never interleaved with another process's delivery to that target:
+the target receives states in the order PostgreSQL committed them, and a newer state (a delete
+included) is never overwritten by an older one read before it. Why a lease rather than row claims
+(``FOR UPDATE SKIP LOCKED``) or a version check at the target: docs/reliability.md.
 
 Poison events: a delivery that a target refuses (any error but the target being unreachable)
 counts an attempt for that target; after ``max_attempts`` the event is set aside as dead for that
@@ -36,8 +36,7 @@ from hrt.errors import HRTError, StoreError, StoreUnavailable
 from hrt.metrics import Metrics
 from hrt.projection import graph_edge, graph_node, vector_doc
 from hrt.records import EdgeType
-from hrt.stores.base import GraphEdge, GraphStore, VectorIndex
-from hrt.stores.postgres_records import OutboxLease, PostgresRecordStore
+from hrt.stores.base import GraphEdge, GraphStore, Outbox, OutboxLease, VectorIndex
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +86,7 @@ def describe(exc: BaseException) -> str:
 class Projector:
     def __init__(
         self,
-        records: PostgresRecordStore,
+        records: Outbox,
         graph: GraphStore,
         vectors: VectorIndex,
         *,

@@ -16,9 +16,16 @@ class Reranker(Protocol):
         reranker does not score (the pipeline then keeps the scorer's order)."""
         ...
 
+    async def aclose(self) -> None:
+        """Release the reranker's connections (the service calls it once, on close)."""
+        ...
+
 
 class NoopReranker:
     name = "none"
 
     async def score(self, query: str, documents: Sequence[str]) -> list[float] | None:
         return None
+
+    async def aclose(self) -> None:
+        """Nothing to release."""

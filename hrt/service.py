@@ -15,9 +15,9 @@ import contextvars
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from hrt.auth import KeyStore
 from hrt.config import Settings
@@ -30,8 +30,11 @@ from hrt.pipeline import HybridRetrievalTool, utc_now
 from hrt.records import Deletion, Kind, valid_id
 from hrt.reranker import NoopReranker, Reranker
 from hrt.stores.ann import AnnConfig
-from hrt.stores.base import GraphStore, RecordStore, VectorIndex, WriteBatch, WriteResult
+from hrt.stores.base import GraphStore, RecordStore, StoreLifecycle, VectorIndex, WriteBatch, WriteResult
 from hrt.stores.embedded import EmbeddedStore
+
+if TYPE_CHECKING:
+    from hrt.projector import Projector
 
 log = logging.getLogger(__name__)
 
@@ -137,10 +140,10 @@ class HRTService:
         self.settings = settings
         self.embedder = embedder or load_embedder(settings)
         self.metrics = Metrics()
-        self._closers: list[Callable[[], Any]] = []
-        self._opened: list[object] = []  # the stores connected (their closers registered)
+        self._closers: list[Callable[[], object]] = []
+        self._opened: list[StoreLifecycle] = []  # the stores opened (their closers registered)
         self._setup_task: asyncio.Task[None] | None = None  # sets up the stores down at start
-        self.projector: Any = None
+        self.projector: Projector | None = None
         self._projector_task: asyncio.Task[None] | None = None
         # "off", or the background preload of `hrt serve`: "loading", "done", "failed"; /readyz
         # answers 503 while it loads, so a balancer sends traffic only to a warm server
@@ -216,9 +219,7 @@ class HRTService:
 
     def _own_reranker(self) -> Reranker:
         reranker = load_reranker(self.settings, self.metrics)
-        closer = getattr(reranker, "aclose", None)
-        if closer is not None:
-            self._closers.insert(0, closer)
+        self._closers.insert(0, reranker.aclose)
         return reranker
 
     def _neo4j(self) -> GraphStore:
@@ -255,8 +256,8 @@ class HRTService:
         the outbox projector loop, and start even while a store is down: what needs that store
         answers 503 (``/readyz`` says ``unavailable``) until it answers, then it is set up
         (connection, schema) in the background, without a restart."""
-        down: list[object] = []
-        for part in (self.records, self.graph, self.vectors):
+        down: list[StoreLifecycle] = []
+        for part in self._parts():
             try:
                 await self._open_part(part, keep_trying=background_projector)
             except StoreUnavailable as exc:
@@ -273,15 +274,11 @@ class HRTService:
         if self.projector is not None and background_projector:
             self._projector_task = asyncio.create_task(self.projector.run(self._projector_stop))
         if background_projector and self.settings.preload_users > 0:
-            graph_warm = getattr(self.graph, "warm_queries", None)
-            if graph_warm is not None:
-                # /readyz waits for the plans of every depth a request may ask (0 to 3), the
-                # default first: planning them after "ready" took Neo4j's CPU from the first
-                # ~30 s of traffic (services 100k p50 106 -> 147 ms in a bench run)
-                default = self.settings.default_depth
-                depths = sorted(range(4), key=lambda d: (d != default, d))
-                self._preloading += 1
-                self._warm_task = asyncio.create_task(self._warm_queries(lambda: graph_warm(depths)))
+            # /readyz waits for the stores' query plans (Neo4j's, for every depth a request may
+            # ask): planning them after "ready" took Neo4j's CPU from the first ~30 s of traffic
+            # (services 100k p50 106 -> 147 ms in a bench run)
+            self._preloading += 1
+            self._warm_task = asyncio.create_task(self._warm_queries())
             if self.embedded is not None:
                 # a daemon thread: it never holds up a shutdown (a million-vector HNSW build takes minutes)
                 self._preloading += 1
@@ -290,36 +287,33 @@ class HRTService:
                 self.preload_state = "loading"
         return self
 
-    async def _open_part(self, part: object, *, keep_trying: bool) -> None:
-        """Connect one store and apply its (idempotent, cheap) schema. The closer is registered
-        once the connection exists, also when the schema then fails."""
-        if part not in self._opened:
-            opener = getattr(part, "open", None) or getattr(part, "connect", None)
-            if opener is not None and callable(opener):
-                postgres = keep_trying and part is self.records and self.settings.record_store == "postgres"
-                try:
-                    await (opener(keep_trying=True) if postgres else opener())
-                except StoreUnavailable:
-                    if postgres:  # its pool stays open, connecting in the background
-                        self._register_closer(part)
-                    raise
-                self._register_closer(part)
-            else:
-                self._opened.append(part)  # nothing to connect (an embedded store)
-        # projection schemas are idempotent and cheap: a fresh Neo4j or Weaviate is usable at once
-        schema = getattr(part, "apply_schema", None) or getattr(part, "ensure_schema", None)
-        if schema is not None:
-            await schema()
+    def _parts(self) -> tuple[StoreLifecycle, ...]:
+        """The three stores, in the order they are opened and warmed."""
+        return (self.records, self.graph, self.vectors)
 
-    def _register_closer(self, part: object) -> None:
+    async def _open_part(self, part: StoreLifecycle, *, keep_trying: bool) -> None:
+        """Open one store and apply its (idempotent, cheap) schema. The closer is registered once
+        the store is open, also when the schema then fails."""
+        if part not in self._opened:
+            # a record store keeps connecting in the background when asked (`hrt serve`)
+            records = keep_trying and part is self.records
+            try:
+                await (self.records.open(keep_trying=True) if records else part.open())
+            except StoreUnavailable:
+                if records:  # its pool stays open, connecting in the background
+                    self._register_closer(part)
+                raise
+            self._register_closer(part)
+        # projection schemas are idempotent and cheap: a fresh Neo4j or Weaviate is usable at once
+        await part.apply_schema()
+
+    def _register_closer(self, part: StoreLifecycle) -> None:
         if part in self._opened:
             return
         self._opened.append(part)
-        closer = getattr(part, "close", None)
-        if closer is not None:
-            self._closers.insert(0, closer)
+        self._closers.insert(0, part.close)
 
-    async def _set_up_later(self, parts: list[object]) -> None:
+    async def _set_up_later(self, parts: list[StoreLifecycle]) -> None:
         """Retry the stores that were down at start, every 2 s, until each is set up."""
         while parts:
             await asyncio.sleep(2.0)
@@ -338,11 +332,7 @@ class HRTService:
         """The embedded store's users with the most entities, most first."""
         if self.embedded is None:
             return []
-        with self.embedded.reading() as db:
-            rows = db.execute(
-                "SELECT user_id FROM nodes GROUP BY user_id ORDER BY count(*) DESC, user_id LIMIT ?", (limit,)
-            ).fetchall()
-        return [r[0] for r in rows]
+        return self.embedded.largest_users(limit)
 
     def warm(self, user_ids: Sequence[str]) -> None:
         """Load the embedded stores' per-user caches now (graph, vectors, lexical index, HNSW
@@ -351,9 +341,9 @@ class HRTService:
             return
         for user_id in user_ids:
             if self.settings.graph_store == "embedded":
-                self.embedded.graph.warm(user_id)
+                self.embedded.graph.preload(user_id)
             if self.settings.vector_index == "embedded":
-                self.embedded.vectors.warm(user_id)
+                self.embedded.vectors.preload(user_id)
 
     def _preload(self, limit: int) -> None:
         try:
@@ -366,12 +356,13 @@ class HRTService:
             log.exception("preloading users' caches failed")
             self._preloaded(ok=False)
 
-    async def _warm_queries(self, warm: Callable[[], Awaitable[None]]) -> None:
+    async def _warm_queries(self) -> None:
         """Have the store servers plan the read queries of retrieval before /readyz says ready (a
         Neo4j just started takes seconds over its first expansion)."""
         started = time.perf_counter()
         try:
-            await warm()
+            for part in self._parts():
+                await part.warm()
             log.info("warmed the stores' read queries in %.1f s", time.perf_counter() - started)
             self._preloaded(ok=True)
         except Exception as exc:  # a store that is down: readiness reports it, requests fail as 503

@@ -443,13 +443,10 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
         service = svc()
         checks: dict[str, Literal["ok", "unavailable"]] = {}
         for name, probe in (
-            ("records", lambda: service.records.user_exists("readyz-probe")),
-            ("graph", getattr(service.graph, "ping", None)),
-            ("vectors", getattr(service.vectors, "ping", None)),
+            ("records", service.records.ping),
+            ("graph", service.graph.ping),
+            ("vectors", service.vectors.ping),
         ):
-            if probe is None:
-                checks[name] = "ok"
-                continue
             try:
                 await probe()
                 checks[name] = "ok"
@@ -471,7 +468,7 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
             embedder=service.embedder.name,
             deployment=service.deployment,
             # Neo4j: "procedure" (hrt.expand) or "cypher"; the embedded graph walks in process
-            graph_expansion=getattr(service.graph, "expansion_path", "in_process"),
+            graph_expansion=service.graph.expansion_path,
             auth=settings.auth,
             warnings=warnings,
         )

@@ -4,6 +4,14 @@ Every method takes ``user_id`` and every adapter enforces it inside its own quer
 reach another user's data through a port. Methods are async so that network adapters (PostgreSQL,
 Neo4j, Weaviate) and the in-process embedded adapters share one signature.
 
+Each port declares its adapters' whole surface: the lifecycle (:class:`StoreLifecycle`: open,
+close, ping, apply_schema, warm), the hot path, and the maintenance reads ``hrt doctor`` compares
+(ids, nodes, edges, docs, entity rows, relations). An adapter with nothing to do for an operation
+implements it as a no-op; nobody probes an adapter for a method. The outbox, which only a record
+store that projects asynchronously has (PostgreSQL), is a port of its own (:class:`Outbox`),
+reached through :attr:`RecordStore.outbox` (None for the embedded store, which writes records and
+projections in one transaction).
+
 Timestamps cross the ports as epoch seconds (float, UTC) so adapters need no datetime handling.
 """
 
@@ -11,8 +19,9 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -157,7 +166,39 @@ class WriteResult:
 
 
 @runtime_checkable
-class VectorIndex(Protocol):
+class StoreLifecycle(Protocol):
+    """Setup, health and shutdown, shared by the three ports. ``hrt serve`` (and every command
+    opening a service) calls ``open`` then ``apply_schema`` on each store, ``warm`` before
+    ``/readyz`` says ready (``HRT_PRELOAD_USERS`` > 0), ``ping`` on every ``/readyz``, and
+    ``close`` once at the end."""
+
+    async def open(self) -> None:
+        """Connect (pools, clients); StoreUnavailable when the store does not answer. No-op for
+        a store opened by its constructor (the embedded adapters, over one SQLite file)."""
+        ...
+
+    async def close(self) -> None:
+        """Release what ``open`` took. No-op for an adapter that does not own its connection."""
+        ...
+
+    async def ping(self) -> None:
+        """Raise StoreUnavailable (or StoreError) unless the store answers a read now."""
+        ...
+
+    async def apply_schema(self) -> None:
+        """Make the store's schema what this version reads: idempotent and cheap when it already
+        is, so every start may call it. No-op where the schema comes otherwise (the embedded file
+        migrates on open, PostgreSQL through ``hrt migrate``)."""
+        ...
+
+    async def warm(self) -> None:
+        """Prepare retrieval's reads before the first request (Neo4j plans its queries), touching
+        no data; no-op where there is nothing to prepare."""
+        ...
+
+
+@runtime_checkable
+class VectorIndex(StoreLifecycle, Protocol):
     async def upsert(self, user_id: str, docs: Sequence[VectorDoc]) -> None: ...
 
     async def delete(self, user_id: str, ids: Sequence[str]) -> None: ...
@@ -187,9 +228,25 @@ class VectorIndex(Protocol):
         (one row per phrase), in one call; ids the user has no vector for are left out."""
         ...
 
+    # --- maintenance (``hrt doctor``) ---------------------------------------------------------
+
+    async def ids(self, user_id: str) -> dict[str, str]:
+        """Every document of one user, id -> kind."""
+        ...
+
+    async def docs(self, user_id: str) -> dict[str, VectorDoc]:
+        """Every document of one user as indexed (text, filter fields, vector)."""
+        ...
+
 
 @runtime_checkable
-class GraphStore(Protocol):
+class GraphStore(StoreLifecycle, Protocol):
+    @property
+    def expansion_path(self) -> str:
+        """Where :meth:`expand` reads from, as ``/readyz`` reports it: ``in_process`` (the
+        embedded walk), or Neo4j's ``procedure``, ``cypher`` (``unknown`` before it was asked)."""
+        ...
+
     async def upsert_nodes(self, user_id: str, nodes: Sequence[GraphNode]) -> None: ...
 
     async def delete_nodes(self, user_id: str, ids: Sequence[str]) -> None: ...
@@ -227,10 +284,97 @@ class GraphStore(Protocol):
         """For each id, its neighbours along ``edge`` (newest first, then id), at most ``limit``."""
         ...
 
+    # --- maintenance (``hrt doctor``) ---------------------------------------------------------
+
+    async def ids(self, user_id: str) -> dict[str, str]:
+        """Every node of one user, id -> kind."""
+        ...
+
+    async def nodes(self, user_id: str) -> dict[str, GraphNode]:
+        """Every node of one user as projected."""
+        ...
+
+    async def edges(self, user_id: str) -> list[GraphEdge]:
+        """Every edge of one user as projected, in (source, target, type) order."""
+        ...
+
+
+# An outbox event as the projector reads it: seq, user_id, op, key, version (and attempts, from a
+# lease); a dead one also names its target, attempts and last error.
+OutboxEvent = dict[str, Any]
+
+
+class OutboxLease(Protocol):
+    """One projection target's outbox, read and marked while holding the target's delivery lease
+    (:meth:`Outbox.outbox_lease`); the records delivered are read through it too."""
+
+    async def pending(self, limit: int, upto: int | None = None) -> list[OutboxEvent]:
+        """The target's next events in outbox order (none after ``upto`` when given)."""
+        ...
+
+    async def entity_rows(self, user_id: str, ids: Sequence[str]) -> dict[str, tuple[Entity, Vector, int]]: ...
+
+    async def relation_rows(
+        self, user_id: str, keys: Sequence[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], Relation]: ...
+
+    async def mark_done(self, seqs: Sequence[int]) -> None: ...
+
+    async def failed(self, seq: int, error: str, *, count: bool) -> int:
+        """Note a failed delivery; returns the target's counted attempts of the event so far."""
+        ...
+
+    async def dead_letter(self, seq: int, error: str) -> None:
+        """Set the event aside as dead for this target, and mark it done."""
+        ...
+
 
 @runtime_checkable
-class RecordStore(KeyStore, Protocol):
+class Outbox(Protocol):
+    """The changes a record store commits for its projections to receive (PostgreSQL's
+    ``hrt_outbox``): what the projector (:mod:`hrt.projector`) and ``hrt doctor`` need of it."""
+
+    def outbox_lease(self, target: str, *, wait: bool = False) -> AbstractAsyncContextManager[OutboxLease | None]:
+        """A transaction holding ``target``'s delivery lease, or None when another holds it
+        (``wait``: wait for it instead)."""
+        ...
+
+    async def outbox_head(self) -> int | None:
+        """The newest event's seq; None with an empty outbox."""
+        ...
+
+    async def outbox_passed(self, upto: int) -> dict[str, bool]:
+        """Per target: does it have every event up to ``upto``?"""
+        ...
+
+    async def outbox_stats(self) -> dict[str, dict[str, float]]:
+        """Per target: ``lag``, ``oldest_s`` and ``dead`` events."""
+        ...
+
+    async def dead_letters(self, users: Sequence[str] | None = None) -> list[OutboxEvent]:
+        """Events set aside as dead, oldest first (of ``users`` when given)."""
+        ...
+
+    async def clear_dead_letters(self, user_id: str, upto: int) -> int:
+        """Forget a user's dead events up to ``upto``; returns how many."""
+        ...
+
+
+@runtime_checkable
+class RecordStore(StoreLifecycle, KeyStore, Protocol):
     """Records, and the deployment's API keys (:class:`hrt.auth.KeyStore`)."""
+
+    async def open(self, *, keep_trying: bool = False) -> None:
+        """Connect; StoreUnavailable when the store does not answer. ``keep_trying`` (a server
+        starting while the store is down): the store stays usable after that error, connects in
+        the background and serves once it answers; ``close`` it either way."""
+        ...
+
+    @property
+    def outbox(self) -> Outbox | None:
+        """The outbox the projections are fed from; None when the store writes its projections in
+        the same transaction as the records (the embedded store)."""
+        ...
 
     async def get_many(self, user_id: str, kind: Kind, ids: Sequence[str]) -> dict[str, Entity]: ...
 
@@ -239,3 +383,21 @@ class RecordStore(KeyStore, Protocol):
     async def user_exists(self, user_id: str) -> bool: ...
 
     async def counts(self, user_id: str) -> dict[str, int]: ...
+
+    # --- maintenance (``hrt doctor``) ---------------------------------------------------------
+
+    async def users(self) -> list[str]:
+        """Every user holding an entity, by id."""
+        ...
+
+    async def ids(self, user_id: str) -> dict[str, str]:
+        """Every entity of one user, id -> kind."""
+        ...
+
+    async def entity_rows(self, user_id: str, ids: Sequence[str]) -> dict[str, tuple[Entity, Vector, int]]:
+        """The current entity, its vector and its version, for each of ``ids`` the user has."""
+        ...
+
+    async def all_relations(self, user_id: str) -> list[Relation]:
+        """Every relation of one user, in (source, target, type) order."""
+        ...

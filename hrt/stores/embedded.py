@@ -126,6 +126,27 @@ ENTITY_MODELS: dict[Kind, type[MemoryUnit] | type[Concept] | type[Artifact]] = {
 }
 
 
+class EmbeddedPart:
+    """The lifecycle (:class:`hrt.stores.base.StoreLifecycle`) of the three embedded adapters: the
+    :class:`EmbeddedStore` they share opens the file (and migrates it) when it is made and closes it
+    itself, so opening, closing, applying a schema and warming an adapter have nothing to do."""
+
+    async def open(self) -> None:
+        """Nothing to connect: the file was opened with the store."""
+
+    async def close(self) -> None:
+        """Nothing of its own to close: the service closes the shared :class:`EmbeddedStore`."""
+
+    async def ping(self) -> None:
+        """Nothing to reach: the records' ping reads the shared file."""
+
+    async def apply_schema(self) -> None:
+        """Nothing to apply: the store migrates the file on open (:meth:`EmbeddedStore.migrate`)."""
+
+    async def warm(self) -> None:
+        """No query plans to prepare; users' caches are loaded by ``preload`` (``HRT_PRELOAD_USERS``)."""
+
+
 class EmbeddedStore:
     """Owns the SQLite connection; its three adapters implement the ports over it."""
 
@@ -187,6 +208,19 @@ class EmbeddedStore:
                     self.db.execute("INSERT INTO schema_migrations VALUES (?, datetime('now'))", (version,))
                 applied.append(version)
             return applied
+
+    def schema_versions(self) -> list[int]:
+        """The schema steps applied to the file, in order (``hrt migrate`` reports them)."""
+        with self.lock:
+            return [r[0] for r in self.db.execute("SELECT version FROM schema_migrations ORDER BY version")]
+
+    def largest_users(self, limit: int) -> list[str]:
+        """The users with the most entities (graph nodes), most first, then by id."""
+        with self.reading() as db:
+            rows = db.execute(
+                "SELECT user_id FROM nodes GROUP BY user_id ORDER BY count(*) DESC, user_id LIMIT ?", (limit,)
+            ).fetchall()
+        return [r[0] for r in rows]
 
     def _check_dim(self) -> None:
         row = self.db.execute("SELECT value FROM meta WHERE key = 'embedding_dim'").fetchone()

@@ -23,6 +23,7 @@ import numpy as np
 
 from hrt.records import EdgeType, Kind
 from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphEdge, GraphNode
+from hrt.stores.embedded import EmbeddedPart
 from hrt.stores.graph_walk import WalkView, candidates, visible, walk
 from hrt.stores.user_cache import UserCache
 
@@ -156,7 +157,7 @@ class _UserGraph:
         return float(stamps.max()) if stamps.size else None
 
 
-class EmbeddedGraphStore:
+class EmbeddedGraphStore(EmbeddedPart):
     def __init__(self, store: EmbeddedStore) -> None:
         self._store = store
         self._cache: UserCache[_UserGraph] = UserCache(self._load)
@@ -188,9 +189,14 @@ class EmbeddedGraphStore:
         graph = _UserGraph(node_rows, edge_rows)
         return graph
 
-    def warm(self, user_id: str) -> None:
+    def preload(self, user_id: str) -> None:
         """Load the user's graph now rather than on the first request."""
         self._graph(user_id)
+
+    @property
+    def expansion_path(self) -> str:
+        """The walk runs in process, over the cached graph."""
+        return "in_process"
 
     # --- writes (used by the projector; the embedded store writes these tables in apply()) ---
 

@@ -7,18 +7,34 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from hrt.auth import KeyRecord
 from hrt.errors import Conflict
-from hrt.records import Entity, Kind, Preference
-from hrt.stores.embedded import ENTITY_MODELS, chunks
+from hrt.records import Entity, Kind, Preference, Relation
+from hrt.stores.base import WARM_UP_USER, Vector
+from hrt.stores.embedded import ENTITY_MODELS, EmbeddedPart, chunks
 
 if TYPE_CHECKING:
     from hrt.stores.embedded import EmbeddedStore
 
 
-class EmbeddedRecordStore:
+class EmbeddedRecordStore(EmbeddedPart):
     def __init__(self, store: EmbeddedStore) -> None:
         self._store = store
+
+    async def open(self, *, keep_trying: bool = False) -> None:
+        """Nothing to connect: the file was opened with the store."""
+
+    async def ping(self) -> None:
+        """Raise StoreUnavailable unless the file answers a read of the records (a user no record
+        can carry: it finds nothing)."""
+        await self.user_exists(WARM_UP_USER)
+
+    @property
+    def outbox(self) -> None:
+        """None: records and projections are written in one SQLite transaction."""
+        return None
 
     async def get_many(self, user_id: str, kind: Kind, ids: Sequence[str]) -> dict[str, Entity]:
         kind = Kind(kind)
@@ -70,6 +86,34 @@ class EmbeddedRecordStore:
         with self._store.reading() as db:
             rows = db.execute("SELECT DISTINCT user_id FROM entities ORDER BY user_id").fetchall()
         return [r[0] for r in rows]
+
+    async def entity_rows(self, user_id: str, ids: Sequence[str]) -> dict[str, tuple[Entity, Vector, int]]:
+        out: dict[str, tuple[Entity, Vector, int]] = {}
+        with self._store.snapshot() as db:
+            for chunk in chunks(sorted(set(ids)), 500):
+                marks = ",".join("?" * len(chunk))
+                rows = db.execute(
+                    "SELECT e.id, e.kind, e.data, e.version, d.vec FROM entities e JOIN docs d "
+                    f"ON d.user_id = e.user_id AND d.id = e.id WHERE e.user_id = ? AND e.id IN ({marks})",
+                    (user_id, *chunk),
+                ).fetchall()
+                for ident, kind, data, version, vec in rows:
+                    entity = ENTITY_MODELS[Kind(kind)].model_validate_json(data)
+                    out[ident] = (entity, np.frombuffer(vec, dtype=np.float32), int(version))
+        return out
+
+    async def all_relations(self, user_id: str) -> list[Relation]:
+        """The relations are the rows of ``edges`` (written with them, in one transaction)."""
+        with self._store.reading() as db:
+            rows = db.execute(
+                "SELECT source, target, type, weight, relation_type FROM edges WHERE user_id = ? "
+                "ORDER BY source, target, type",
+                (user_id,),
+            ).fetchall()
+        return [
+            Relation(user_id=user_id, type=ty, source=s, target=t, weight=w, relation_type=rt)
+            for s, t, ty, w, rt in rows
+        ]
 
     # ---------------------------------------------------------------------------------------
     # API keys (KeyStore)

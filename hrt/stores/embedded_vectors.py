@@ -21,7 +21,7 @@ from hrt.records import Kind
 from hrt.stores.ann import AnnConfig, UserAnn
 from hrt.stores.base import PhraseVectors, SearchFilter, Vector, VectorDoc, VectorHit
 from hrt.stores.bm25 import BM25Index, top_k
-from hrt.stores.embedded import KIND_CODES, KINDS_BY_CODE, user_scope_token
+from hrt.stores.embedded import KIND_CODES, KINDS_BY_CODE, EmbeddedPart, user_scope_token
 from hrt.stores.user_cache import UserCache
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ class _Lexical:
     ranks: list[dict[int, int]]  # per phrase: row -> 1-based lexical rank
 
 
-class EmbeddedVectorIndex:
+class EmbeddedVectorIndex(EmbeddedPart):
     def __init__(self, store: EmbeddedStore, ann: AnnConfig | None = None) -> None:
         self._store = store
         self._ann = ann or AnnConfig()
@@ -477,6 +477,6 @@ class EmbeddedVectorIndex:
                 out[p] = um.ranked(sims[j] if allowed is None else sims[j][rows], rows, k)
         return [r for r in out if r is not None]
 
-    def warm(self, user_id: str) -> None:
+    def preload(self, user_id: str) -> None:
         """Load the user's vectors and lexical index now rather than on the first request."""
         self._matrix(user_id)

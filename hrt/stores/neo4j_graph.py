@@ -588,11 +588,11 @@ class Neo4jGraphStore:
         """Raise StoreUnavailable unless the database answers a query."""
         await self._run("ping", "RETURN 1 AS one", {}, read=True)
 
-    async def apply_schema(self, folder: Path | None = None) -> list[str]:
+    async def apply_schema(self, folder: Path | None = None) -> None:
         """Run the ``graph_schema/`` statements in file order (each is idempotent: ``IF NOT
         EXISTS``, or a one-off backfill guarded by a marker node, run in an auto-commit
         transaction so that it commits in batches), then wait until every index is online (the
-        reads name their indexes in hints); returns the statements run."""
+        reads name their indexes in hints)."""
         statements = schema_statements(folder or bundled_schema_dir())
         for statement in statements:
             if _IN_TRANSACTIONS.search(statement):
@@ -602,7 +602,6 @@ class Neo4jGraphStore:
             else:  # a managed transaction: retried while a starting server is not ready yet
                 await self._run("apply schema", statement, {})
         await self._run("await indexes", "CALL db.awaitIndexes($seconds)", {"seconds": 3600}, untimed=True)
-        return statements
 
     async def ids(self, user_id: str) -> dict[str, str]:
         """Every node of one user, id -> kind (for drift checks against the record store)."""
@@ -702,7 +701,7 @@ class Neo4jGraphStore:
         last run is the walk over the whole graph. A hop's links come from ``hrt.expand`` at depth
         1 from the frontier (with the rows candidates need), or from _HOP (then one more query,
         _ROWS, for the result's rows)."""
-        # only the parameters each query reads: Neo4j's plan cache is keyed on them (warm_queries)
+        # only the parameters each query reads: Neo4j's plan cache is keyed on them (warm)
         params = _hop_params(user_id, caps.fanout_per_node, self._sparse_degree, not_after)
         full_rows: dict[str, Sequence[Any]] = {}  # with mentions and newest mention (the procedure's)
         attrs: dict[str, Sequence[Any]] = {}
@@ -804,7 +803,7 @@ class Neo4jGraphStore:
         self._procedure = problem is None
         return self._procedure
 
-    async def warm_queries(self, depths: Sequence[int] = tuple(range(MAX_DEPTH + 1))) -> None:
+    async def warm(self) -> None:
         """Send every read query retrieval uses, for a user id no record can carry (it fails the id
         pattern), so Neo4j plans them now and not on a user's first request (expansion took 1 to
         3.7 s planning after a Neo4j start). Reads nothing: no node has that user id.
@@ -813,8 +812,8 @@ class Neo4jGraphStore:
         parameter (1, 2-10, 11-100, 101-1000: a plan's cardinality estimates depend on it), so 3
         and 30 seeds get different plans. Each query is sent for lists of 1, 10 and 100 ids:
         assembly's neighbour reads, then expansion's (for 1,000 ids too), which are the same at
-        every depth (``depths`` is kept for callers); the user id is a one-element list in every
-        read, so its length makes no other plan (:func:`_user_as_list`)."""
+        every depth; the user id is a one-element list in every read, so its length makes no other
+        plan (:func:`_user_as_list`)."""
         for size in WARM_UP_LIST_SIZES:
             ids = [f"{WARM_UP_USER}{i}" for i in range(size)]
             for outgoing in (True, False):

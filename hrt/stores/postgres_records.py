@@ -24,7 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 from hrt.auth import KeyRecord
 from hrt.errors import Conflict, InvalidInput, StoreError, StoreUnavailable
 from hrt.records import EDGE_ENDPOINTS, Deletion, Entity, Kind, Preference, Relation, entity_ts
-from hrt.stores.base import WriteBatch, WriteResult
+from hrt.stores.base import WARM_UP_USER, WriteBatch, WriteResult
 from hrt.stores.embedded import ENTITY_MODELS
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,23 @@ class PostgresRecordStore:
     async def close(self) -> None:
         await self.lease_pool.close()
         await self.pool.close()
+
+    async def ping(self) -> None:
+        """Raise StoreUnavailable unless PostgreSQL answers a read of the records (a user no
+        record can carry: it finds nothing)."""
+        await self.user_exists(WARM_UP_USER)
+
+    async def apply_schema(self) -> None:
+        """Nothing on start: PostgreSQL's schema is migrated by ``hrt migrate``
+        (:mod:`hrt.stores.postgres_migrate`), under its own lock, before servers start."""
+
+    async def warm(self) -> None:
+        """Nothing to prepare: PostgreSQL plans each statement as it comes."""
+
+    @property
+    def outbox(self) -> PostgresRecordStore:
+        """Writes commit outbox rows with the records: this store is the projections' outbox."""
+        return self
 
     @asynccontextmanager
     async def connection(self, action: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -482,7 +499,7 @@ class PostgresRecordStore:
         return int(row[0]) if row else 0
 
     @asynccontextmanager
-    async def outbox_lease(self, target: str, *, wait: bool = False) -> AsyncIterator[OutboxLease | None]:
+    async def outbox_lease(self, target: str, *, wait: bool = False) -> AsyncIterator[PostgresOutboxLease | None]:
         """A transaction holding ``target``'s delivery lease, or None when another process (or
         another drain of this one) holds it; ``wait``: wait for it instead (``hrt doctor
         --repair``). The lease ends with the transaction: at the end of the block (committed; rolled
@@ -491,7 +508,7 @@ class PostgresRecordStore:
             with translate_errors("outbox lease"):
                 fn = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
                 row = await (await conn.execute(f"SELECT {fn}(%s, %s)", (LEASE_CLASS, LEASE_KEYS[target]))).fetchone()
-            yield OutboxLease(conn, target) if wait or (row is not None and row[0]) else None
+            yield PostgresOutboxLease(conn, target) if wait or (row is not None and row[0]) else None
 
     async def outbox_head(self) -> int | None:
         """The newest event's seq (None with an empty outbox): a writer's events are at most this
@@ -672,7 +689,7 @@ LEASE_CLASS = 0x4852_5431  # "HRT1"
 LEASE_KEYS = {"graph": 1, "vector": 2}
 
 
-class OutboxLease:
+class PostgresOutboxLease:
     """One target's outbox, read and marked inside the transaction that holds the target's lease
     (:meth:`PostgresRecordStore.outbox_lease`). The projector reads the records it delivers through
     it too: the read, the write to the target and the mark that says so belong to one holder."""

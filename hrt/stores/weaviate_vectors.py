@@ -119,7 +119,7 @@ log = logging.getLogger(__name__)
 DEFAULT_COLLECTION = "HRTEntity"
 NO_TS = -1.0e18  # "no timestamp": before any real date, so `ts <= not_after` always admits it
 PROPERTIES = ("entity_id", "kind", "text", "ts", "tags", "source_agent_id")
-# added after the first collections were made: ensure_schema adds them to an older collection
+# added after the first collections were made: apply_schema adds them to an older collection
 LATER_PROPERTIES = ("tags", "source_agent_id")
 RETURNED = ["entity_id", "kind"]
 TIE_SLACK = 4  # extra hits fetched per leg so that ties at the k cut can be broken by id
@@ -251,7 +251,7 @@ class _Found:
 
 
 class WeaviateVectorIndex:
-    """The services deployment's VectorIndex. Create, ``await connect()``, ``await ensure_schema()``
+    """The services deployment's VectorIndex. Create, ``await open()``, ``await apply_schema()``
     once per process (idempotent), use, ``await close()``; or ``async with``."""
 
     def __init__(
@@ -295,7 +295,7 @@ class WeaviateVectorIndex:
     # lifecycle
     # ------------------------------------------------------------------------------------------
 
-    async def connect(self) -> None:
+    async def open(self) -> None:
         """Connect the client (once), then move everything alive out of the cyclic garbage
         collector's reach: the client's generated protobuf modules alone are ~80k objects whose
         traversal made every full collection cost 50-90 ms, which landed on random requests
@@ -311,7 +311,7 @@ class WeaviateVectorIndex:
             await self._client.close()
 
     async def __aenter__(self) -> WeaviateVectorIndex:
-        await self.connect()
+        await self.open()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -328,7 +328,10 @@ class WeaviateVectorIndex:
         if not ready:
             raise StoreUnavailable("Weaviate is not ready", store="Weaviate")
 
-    async def ensure_schema(self) -> None:
+    async def warm(self) -> None:
+        """Nothing to prepare: Weaviate has no query plans to warm."""
+
+    async def apply_schema(self) -> None:
         """Create the collection when missing (a concurrent creator may win the race), then check
         that an existing one has what HRT relies on. Safe to call on every start."""
         async with self._guard("ensure the schema", self._write_timeout):

@@ -175,21 +175,21 @@ async def test_edges_without_endpoints_are_skipped(store, tenants):
 
 
 async def test_schema_is_idempotent(store, raw):
-    first = await store.apply_schema()
-    assert first == await store.apply_schema()
+    await store.apply_schema()
+    await store.apply_schema()  # again: every statement is idempotent
     rows = raw.execute_query("SHOW CONSTRAINTS YIELD name, type, properties", database_="neo4j")
     found = {r["name"]: r for r in rows.records}
     assert found["entity_user_id"]["type"] == "UNIQUENESS"
     assert found["entity_user_id"]["properties"] == ["user_id", "id"]
 
 
-async def test_warm_queries_plan_retrieval_reads_and_touch_no_data(loaded, raw):
+async def test_warm_plans_retrieval_reads_and_touches_no_data(loaded, raw):
     store, u1 = loaded
     before = await store.expand(u1, {"m1": 0.8}, CAPS)
     count = "MATCH (n) OPTIONAL MATCH (n)-[r]->() RETURN count(DISTINCT n) AS n, count(r) AS r"
     nodes_before = raw.execute_query(count, database_="neo4j").records[0]
     raw.execute_query("CALL db.clearQueryCaches()", database_="neo4j")
-    await store.warm_queries()
+    await store.warm()
     # then a user's requests: 29 seeds (the 11-100 bucket), 3 shown ids, user ids of every length
     await store.expand(u1, {f"m{i}": 0.5 for i in range(1, 30)}, CAPS)
     await store.neighbors(u1, ["m1", "m2", "m3"], EdgeType.MENTIONS, True, 50)

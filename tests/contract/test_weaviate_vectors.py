@@ -110,9 +110,9 @@ async def loaded(tmp_path_factory: pytest.TempPathFactory, stack_manager: StackM
         Settings(db_path=tmp_path_factory.mktemp("wv") / "c.db"), embedder=HashingEmbedder(), clock=lambda: FIXED_NOW
     )
     try:
-        await index.connect()
-        await index.ensure_schema()
-        await index.ensure_schema()  # idempotent
+        await index.open()
+        await index.apply_schema()
+        await index.apply_schema()  # idempotent
         docs = _docs(records, embedder)
         docs[EMAIL_USER] = {i: d for i, d in docs["u1"].items() if i in ("m3", "c-pg")}
         for user, by_id in docs.items():
@@ -319,7 +319,7 @@ async def test_an_unreachable_weaviate_is_store_unavailable() -> None:
 
     index = WeaviateVectorIndex("127.0.0.1", free_port(), free_port(), connect_timeout=3.0)
     with pytest.raises(StoreUnavailable):
-        await index.connect()
+        await index.open()
     await index.close()
 
 
@@ -355,18 +355,18 @@ async def test_a_bad_request_is_a_store_error(loaded: Loaded) -> None:
     assert info.value.__cause__ is not None
 
 
-async def test_ensure_schema_refuses_a_collection_that_does_not_fit(loaded: Loaded) -> None:
+async def test_apply_schema_refuses_a_collection_that_does_not_fit(loaded: Loaded) -> None:
     client = loaded.index._client
     name = f"HRTTestBad{uuid.uuid4().hex[:8]}"
     await client.collections.create(name, multi_tenancy_config=Configure.multi_tenancy(enabled=False))
     try:
         with pytest.raises(StoreError, match="multi-tenancy is off"):
-            await WeaviateVectorIndex(client=client, collection=name).ensure_schema()
+            await WeaviateVectorIndex(client=client, collection=name).apply_schema()
     finally:
         await client.collections.delete(name)
 
 
-async def test_ensure_schema_adds_the_filter_properties_to_an_older_collection(loaded: Loaded) -> None:
+async def test_apply_schema_adds_the_filter_properties_to_an_older_collection(loaded: Loaded) -> None:
     """A collection made before search filters (no tags, no source_agent_id) gains them."""
     from weaviate.classes.config import DataType, Property, Tokenization, VectorDistances
 
@@ -389,7 +389,7 @@ async def test_ensure_schema_adds_the_filter_properties_to_an_older_collection(l
     )
     try:
         index = WeaviateVectorIndex(client=client, collection=name)
-        await index.ensure_schema()
+        await index.apply_schema()
         props = {p.name: p for p in (await client.collections.use(name).config.get()).properties}
         assert {"tags", "source_agent_id"} <= set(props)
         user = "u1"

@@ -86,7 +86,7 @@ async def test_weaviate_refuses_a_request_without_the_api_key(stack_manager: Sta
     # HRT's adapter: without the key it cannot even connect (the client's start-up checks are refused)
     anonymous = WeaviateVectorIndex("127.0.0.1", stack.weaviate_http_port, stack.weaviate_grpc_port)
     with pytest.raises(StoreError, match="401"):
-        await anonymous.connect()
+        await anonymous.open()
     await anonymous.close()
     keyed = WeaviateVectorIndex(
         "127.0.0.1",
@@ -96,8 +96,8 @@ async def test_weaviate_refuses_a_request_without_the_api_key(stack_manager: Sta
         api_key=stack.weaviate_api_key,
     )
     try:
-        await keyed.connect()
-        await keyed.ensure_schema()  # creates the collection, then reads it back: both need the key
+        await keyed.open()
+        await keyed.apply_schema()  # creates the collection, then reads it back: both need the key
         assert await keyed._client.collections.exists(keyed.collection_name)
     finally:
         await keyed._client.collections.delete(keyed.collection_name)

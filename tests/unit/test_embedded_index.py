@@ -349,20 +349,20 @@ async def test_warm_and_preload_fill_the_largest_users_caches(loaded_service, tm
 
 
 class _WarmingGraph:
-    """The service's graph store, with the ``warm_queries`` hook of a server-backed one held at a
-    gate (or failing), to watch the preload state around it."""
+    """The service's graph store, with the ``warm`` of a server-backed one held at a gate (or
+    failing), to watch the preload state around it."""
 
     def __init__(self, inner: object, fail: bool = False) -> None:
         self._inner = inner
         self.fail = fail
         self.gate = asyncio.Event()
-        self.depths: list[list[int]] = []
+        self.warmed = 0
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._inner, name)
 
-    async def warm_queries(self, depths: list[int]) -> None:
-        self.depths.append(list(depths))
+    async def warm(self) -> None:
+        self.warmed += 1
         await self.gate.wait()
         if self.fail:
             raise RuntimeError("store down")
@@ -389,8 +389,7 @@ async def test_serve_start_warms_store_queries_before_ready(loaded_service, fail
                 break
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.1)
-        # every depth a request may ask, the default first
-        assert svc.preload_state == "loading" and graph.depths == [[1, 0, 2, 3]]
+        assert svc.preload_state == "loading" and graph.warmed == 1
         graph.gate.set()
         assert await _state_after(svc, {"done", "failed"}) == ("failed" if fail else "done")
     finally:

@@ -111,8 +111,8 @@ async def test_reads_do_not_wait_for_the_write_lock(loaded_service: HRTService):
 async def test_a_write_is_read_by_its_writer_and_rebuilds_the_cache(loaded_service: HRTService):
     store = loaded_service.embedded
     assert store is not None
-    store.graph.warm("u1")
-    store.vectors.warm("u1")
+    store.graph.preload("u1")
+    store.vectors.preload("u1")
     before = store.vectors._cache.peek("u1")
     await loaded_service.ingest(parse_jsonl(jsonl([mu("u1", "m-new", "a brand new quokka memory")])))
     after = store.vectors._cache.peek("u1")

@@ -44,6 +44,10 @@ class Records:
         self.leases: list[str] = []  # targets leased, in order
         self.held = 0  # leases held now
 
+    @property
+    def outbox(self) -> Records:  # the outbox too, as PostgreSQL is
+        return self
+
     async def ids(self, user_id: str) -> dict[str, str]:
         return {i: r[0].kind for i, r in self.rows.items()}
 
