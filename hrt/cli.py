@@ -1,5 +1,9 @@
 """The ``hrt`` command: demo, serve, mcp, keys, ingest, query, migrate, project, doctor, eval, bench,
-dev, export-schema."""
+dev, export-schema.
+
+A little over 600 lines because it holds the parser and a short handler for each of thirteen
+commands; the work is in the modules they call (eval, bench and dev are imported lazily).
+"""
 
 from __future__ import annotations
 

@@ -16,6 +16,9 @@ key; both files hold them and are readable by their owner alone (mode 0600). ``d
 ``stack.json``: PostgreSQL and Neo4j keep the passwords (as hashes) in the data the next ``up``
 reuses. Data made without them (by a dev stack from before authentication) is refused, never
 served open.
+
+Over 600 lines because it installs, caches, configures, starts and stops four different servers;
+it is tooling (`hrt dev`, the test fixtures), outside the server's import graph.
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ the store anyway, with every scope for every user unless ``--user`` and ``--scop
 Errors are tool errors (``isError``) whose text and structured content are the REST error body,
 ``{"error": {"code", "message", "field"}}``. Every ``remember`` and ``forget`` is one line of the
 audit log (``hrt.audit``), as a REST write is.
+
+Over 600 lines because each tool's arguments carry the JSON Schema and description an MCP host shows
+a model, written out here beside the four tools and their key checks.
 """
 
 from __future__ import annotations

@@ -28,6 +28,10 @@ class Kind(StrEnum):
     ARTIFACT = "artifact"
 
 
+# a dict lookup: Kind(value) costs ~4 us a call, which adapters reading many rows feel
+KIND_OF: dict[str, Kind] = {k.value: k for k in Kind}
+
+
 class EdgeType(StrEnum):
     MENTIONS = "MENTIONS"  # memory_unit -> concept
     RELATED_TO = "RELATED_TO"  # concept -> concept

@@ -1,4 +1,5 @@
-"""Stage 7, hydration: one batched read per kind from the record store, the kinds' reads concurrent.
+"""Stage 5, hydration (after scoring's shortlist, before rerank): one batched read per kind from
+the record store, the kinds' reads concurrent.
 
 An id that the graph or the vector index returned but the record store lacks is reported in
 ``retrieval_metadata.missing_records``, never silently dropped.

@@ -46,6 +46,9 @@ Neo4j without it); ``"procedure"`` requires it, ``"cypher"`` never uses it.
 
 Driver errors are translated at this edge: connection loss and unavailable databases become
 :class:`~hrt.errors.StoreUnavailable`, any other driver or server error :class:`~hrt.errors.StoreError`.
+
+Over 600 lines because it is the whole GraphStore port for one backend: schema, writes, the
+procedure and the Cypher expansion (which must give the same answers), neighbours and doctor reads.
 """
 
 from __future__ import annotations
@@ -70,7 +73,7 @@ from neo4j.exceptions import (
 )
 
 from hrt.errors import InvalidInput, StoreError, StoreUnavailable
-from hrt.records import EdgeType, Kind
+from hrt.records import KIND_OF, EdgeType, Kind
 from hrt.stores.base import WARM_UP_USER, ExpansionCaps, GraphCandidate, GraphEdge, GraphNode
 from hrt.stores.graph_walk import WalkView, candidates, walk
 
@@ -444,7 +447,6 @@ def _min_key(not_after: float | None) -> float:
     return -math.inf if not_after is None else 0.0 - float(not_after)
 
 
-_KIND_OF: dict[str, Kind] = {k.value: k for k in Kind}  # a dict lookup: Kind(value) costs ~4 us a call
 _EDGE_OF: dict[str, EdgeType] = {e.value: e for e in EdgeType}
 
 
@@ -452,7 +454,7 @@ def _node(row: Sequence[Any]) -> GraphNode:
     ident, kind, label, ts, salience, category, tags, agent = row[:8]
     return GraphNode(
         id=ident,
-        kind=_KIND_OF.get(kind) or Kind(kind),
+        kind=KIND_OF.get(kind) or Kind(kind),
         label=label,
         ts=ts,
         salience=salience,
@@ -706,7 +708,7 @@ class Neo4jGraphStore:
         full_rows: dict[str, Sequence[Any]] = {}  # with mentions and newest mention (the procedure's)
         attrs: dict[str, Sequence[Any]] = {}
         adjacency: dict[str, list[tuple[str, EdgeType, float, bool]]] = {}
-        kind_of, edge_of = _KIND_OF, _EDGE_OF
+        kind_of, edge_of = KIND_OF, _EDGE_OF
         todo = sorted(seeds)
         best: dict[str, Any] = {}
         while todo:

@@ -64,6 +64,9 @@ Errors: client, gRPC and HTTP failures are translated at this edge by :meth:`_gu
 unreachable, timed out or closed become :class:`~hrt.errors.StoreUnavailable`, anything else
 :class:`~hrt.errors.StoreError`. Every call also runs under an ``asyncio`` deadline, because the
 client retries an unavailable gRPC server with exponential backoff for about a minute.
+
+Over 600 lines because it is the whole VectorIndex port for one backend: tenants, schema, batched
+writes with their error translation, the hybrid search with its filters, similarities and doctor reads.
 """
 
 from __future__ import annotations
@@ -109,7 +112,7 @@ from weaviate.exceptions import (
 from weaviate.proto.v1 import base_pb2, base_search_pb2, search_get_pb2
 
 from hrt.errors import HRTError, StoreError, StoreUnavailable
-from hrt.records import Kind
+from hrt.records import KIND_OF, Kind
 from hrt.stores.base import PhraseVectors, SearchFilter, Vector, VectorDoc, VectorHit, resolve_vectors
 from hrt.stores.user_cache import keep_out_of_gc
 from hrt.text import content_words
@@ -142,12 +145,11 @@ _OR = base_search_pb2.SearchOperatorOptions(
     operator=base_search_pb2.SearchOperatorOptions.OPERATOR_OR, minimum_or_tokens_match=1
 )
 _SINGLE = (base_pb2.Vectors.VECTOR_TYPE_UNSPECIFIED, base_pb2.Vectors.VECTOR_TYPE_SINGLE_FP32)
-_KIND_OF: dict[str, Kind] = {k.value: k for k in Kind}
 
 
 def _kind(value: Any) -> Kind:
     """``Kind(value)`` by a dict lookup first (the enum constructor is slow on the hot path)."""
-    found = _KIND_OF.get(value) if isinstance(value, str) else None
+    found = KIND_OF.get(value) if isinstance(value, str) else None
     return found if found is not None else Kind(value)
 
 

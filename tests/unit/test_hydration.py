@@ -1,4 +1,4 @@
-"""Stage 7, hydration: one read per kind, the kinds' reads in flight together, missing ids reported."""
+"""Stage 5, hydration: one read per kind, the kinds' reads in flight together, missing ids reported."""
 
 from __future__ import annotations
 
