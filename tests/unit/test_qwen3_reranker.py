@@ -1,5 +1,6 @@
 """The Qwen3-Reranker adapter through ``httpx.MockTransport`` (no patching): prompts, answer parsing,
-the failure contract, the circuit breaker, the cache, bounded concurrency and metrics."""
+the failure contract, the circuit breaker, the cache, bounded concurrency and metrics; a little
+over 600 lines because each of those behaviours has its scripted server here."""
 
 from __future__ import annotations
 
