@@ -942,6 +942,10 @@ def running(directory: Path, services: tuple[str, ...] = SERVICES) -> Iterator[S
     try:
         yield stack
     finally:
+        # restart() may have replaced a process in the block: stop the one stack.json names now too
+        current = Stack.load(directory.resolve())
         for name, info in stack.services.items():
             if name not in live_before:
                 stop_pid(info.pid)
+                if current is not None and name in current.services and current.services[name].pid != info.pid:
+                    stop_pid(current.services[name].pid)
