@@ -250,13 +250,12 @@ class RetrievalConfig(BaseModel):
 # candidates (recency, salience and preference at 0), for questions about what was said rather than
 # what matters now. "tuned-2026-11" is the evaluation's tuned configuration before the defaults
 # became the best measured one (issue #23), kept as its baseline.
+RELEVANCE_WEIGHTS = Weights(
+    alpha_semantic_similarity=1.0, beta_recency=0.0, gamma_salience=0.0, delta_user_preference=0.0
+)
 RETRIEVAL_PRESETS: dict[str, Mapping[str, object]] = {
     "balanced": {},
-    "relevance": {
-        "weights": Weights(
-            alpha_semantic_similarity=1.0, beta_recency=0.0, gamma_salience=0.0, delta_user_preference=0.0
-        )
-    },
+    "relevance": {"weights": RELEVANCE_WEIGHTS},
     "tuned-2026-11": {
         "search_k": 25,
         "semantic_evidence": "fused",

@@ -149,7 +149,7 @@ def _system_json(name: str, cfg: EvalConfig, settings: Settings) -> dict[str, An
         "preset": preset,
         "request_config": given,
         "settings_overrides": {k: _jsonable(v) for k, v in sorted(cfg.settings.items())},
-        "config_hash": effective.fingerprint() if preset or given else settings.fingerprint(),
+        "config_hash": effective.fingerprint(),  # no preset and no overrides: the server's own
     }
 
 

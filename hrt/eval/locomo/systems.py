@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hrt.config import Weights
+from hrt.config import RELEVANCE_WEIGHTS, Weights
 from hrt.contract import ConfigOverrides, Limits, RetrievalPresetName, RetrieveRequest
 from hrt.eval.locomo.metrics import KS, Ranking
 from hrt.eval.locomo.questions import Question
@@ -68,7 +68,7 @@ HRT_SYSTEMS: dict[str, tuple[int | None, bool, RetrievalPresetName | None]] = {
 # the last sessions first whatever they say), and the import gives every turn the same importance and
 # the user no preferences (salience and preference are flat). The row "nothing overridden" runs the
 # default weights too.
-EVAL_WEIGHTS = Weights(alpha_semantic_similarity=1.0, beta_recency=0.0, gamma_salience=0.0, delta_user_preference=0.0)
+EVAL_WEIGHTS = RELEVANCE_WEIGHTS  # the "relevance" preset's (hrt/config.py)
 # No Settings override: the HRT systems run with the product's defaults (hrt/config.py), plus any
 # --setting given (which then applies to every HRT system and is echoed in the results).
 EVAL_SETTINGS: dict[str, Any] = {}
