@@ -27,6 +27,7 @@ from hrt.records import (
     Preference,
     Relation,
     entity_text,
+    supersession_relations,
 )
 from hrt.stores.base import WriteBatch
 
@@ -140,6 +141,9 @@ def build_batch(
     for e in batch.entities:
         last[(e.user_id, e.id)] = e
     batch.entities = list(last.values())
+    # an entity's ``supersedes`` is written as SUPERSEDES relations, after the entities
+    for e in batch.entities:
+        batch.relations.extend(supersession_relations(e))
     for i in range(0, len(batch.entities), chunk):
         part = batch.entities[i : i + chunk]
         vectors = embedder.embed([entity_text(e) for e in part])

@@ -6,7 +6,7 @@ outbox projector (which delivers them to Neo4j and Weaviate), so both deployment
 
 from __future__ import annotations
 
-from hrt.records import Concept, Entity, Kind, MemoryUnit, Relation, entity_label, entity_text, entity_ts
+from hrt.records import Concept, Entity, Kind, MemoryUnit, Relation, entity_label, entity_text, entity_ts, valid_from
 from hrt.stores.base import GraphEdge, GraphNode, Vector, VectorDoc
 
 
@@ -31,8 +31,18 @@ def epoch(entity: Entity) -> float | None:
     return ts.timestamp() if ts is not None else None
 
 
+def interval(entity: Entity) -> tuple[float | None, float | None]:
+    """An entity's own validity in epoch seconds (GraphNode.valid_from / valid_to)."""
+    start = valid_from(entity)
+    return (
+        start.timestamp() if start is not None else None,
+        entity.valid_to.timestamp() if entity.valid_to is not None else None,
+    )
+
+
 def graph_node(entity: Entity) -> GraphNode:
     is_mu = isinstance(entity, MemoryUnit)
+    start, end = interval(entity)
     return GraphNode(
         id=entity.id,
         kind=Kind(entity.kind),
@@ -42,6 +52,8 @@ def graph_node(entity: Entity) -> GraphNode:
         category=entity_category(entity),
         tags=tuple(sorted(entity.tags)) if isinstance(entity, MemoryUnit) else (),
         source_agent_id=entity.source_agent_id if is_mu and isinstance(entity, MemoryUnit) else None,
+        valid_from=start,
+        valid_to=end,
     )
 
 
@@ -52,11 +64,14 @@ def graph_edge(relation: Relation) -> GraphEdge:
         type=relation.type,
         weight=relation.weight,
         relation_type=relation.relation_type,
+        valid_from=relation.valid_from.timestamp() if relation.valid_from is not None else None,
+        valid_to=relation.valid_to.timestamp() if relation.valid_to is not None else None,
     )
 
 
 def vector_doc(entity: Entity, vector: Vector) -> VectorDoc:
     mu = entity if isinstance(entity, MemoryUnit) else None
+    start, end = interval(entity)
     return VectorDoc(
         id=entity.id,
         kind=Kind(entity.kind),
@@ -65,4 +80,6 @@ def vector_doc(entity: Entity, vector: Vector) -> VectorDoc:
         ts=epoch(entity),
         tags=tuple(sorted(set(mu.tags))) if mu is not None else (),
         source_agent_id=mu.source_agent_id if mu is not None else None,
+        valid_from=start,
+        valid_to=end,
     )

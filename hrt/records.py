@@ -12,7 +12,16 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@\-]{0,127}$"
 _ID_RE = re.compile(ID_PATTERN)
@@ -37,6 +46,14 @@ class EdgeType(StrEnum):
     RELATED_TO = "RELATED_TO"  # concept -> concept
     DERIVED_FROM = "DERIVED_FROM"  # artifact -> memory_unit | concept
     FOLLOWS = "FOLLOWS"  # memory_unit -> memory_unit (later -> earlier)
+    # memory_unit | artifact -> memory_unit | artifact (successor -> the fact it replaces). Not
+    # walked by expansion: it links two versions of one fact, not related facts (docs/api.md,
+    # "Facts that change")
+    SUPERSEDES = "SUPERSEDES"
+
+
+# the edge types expansion walks (every type but SUPERSEDES)
+WALKED_EDGES: tuple[EdgeType, ...] = (EdgeType.MENTIONS, EdgeType.RELATED_TO, EdgeType.DERIVED_FROM, EdgeType.FOLLOWS)
 
 
 EDGE_ENDPOINTS: dict[EdgeType, tuple[frozenset[Kind], frozenset[Kind]]] = {
@@ -44,7 +61,10 @@ EDGE_ENDPOINTS: dict[EdgeType, tuple[frozenset[Kind], frozenset[Kind]]] = {
     EdgeType.RELATED_TO: (frozenset({Kind.CONCEPT}), frozenset({Kind.CONCEPT})),
     EdgeType.DERIVED_FROM: (frozenset({Kind.ARTIFACT}), frozenset({Kind.MEMORY_UNIT, Kind.CONCEPT})),
     EdgeType.FOLLOWS: (frozenset({Kind.MEMORY_UNIT}), frozenset({Kind.MEMORY_UNIT})),
+    EdgeType.SUPERSEDES: (frozenset({Kind.MEMORY_UNIT, Kind.ARTIFACT}), frozenset({Kind.MEMORY_UNIT, Kind.ARTIFACT})),
 }
+
+MAX_SUPERSEDES = 16
 
 
 def utc(ts: datetime) -> datetime:
@@ -124,7 +144,42 @@ class _Record(BaseModel):
     user_id: UserId
 
 
-class MemoryUnit(_Record):
+def _utc_or_none(value: datetime | None) -> datetime | None:
+    return utc(value) if value is not None else None
+
+
+def _after_valid_from(value: datetime | None, info: ValidationInfo) -> datetime | None:
+    value = _utc_or_none(value)
+    start = info.data.get("valid_from")
+    if value is not None and start is not None and value <= start:
+        raise ValueError("must be after valid_from")
+    return value
+
+
+def _not_itself(value: list[str], info: ValidationInfo) -> list[str]:
+    own = info.data.get("muid", info.data.get("id"))
+    if own in value:
+        raise ValueError("an entity cannot supersede itself")
+    if len(set(value)) != len(value):
+        raise ValueError("names an id twice")
+    return value
+
+
+class _Valid(_Record):
+    """Event time (when it was true), beside the creation time (when HRT learned it): ``valid_from``
+    included, ``valid_to`` excluded, either open when absent. docs/api.md, "Facts that change"."""
+
+    valid_from: IsoDateTime | None = None
+    valid_to: IsoDateTime | None = None
+
+    _valid_from = field_validator("valid_from")(_utc_or_none)
+    _valid_to = field_validator("valid_to")(_after_valid_from)
+
+
+SupersedesList = Annotated[list[EntityId], Field(default_factory=list, max_length=MAX_SUPERSEDES)]
+
+
+class MemoryUnit(_Valid):
     kind: Literal["memory_unit"] = "memory_unit"
     muid: EntityId
     title: str = Field("", max_length=500)
@@ -136,15 +191,19 @@ class MemoryUnit(_Record):
     tags: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(default_factory=list, max_length=64)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
+    # the memory units or artifacts this one replaces (SUPERSEDES edges from it)
+    supersedes: SupersedesList
+
     _utc = field_validator("creation_ts")(utc)
     _metadata = field_validator("metadata")(check_metadata)
+    _supersedes = field_validator("supersedes")(_not_itself)
 
     @property
     def id(self) -> str:
         return self.muid
 
 
-class Concept(_Record):
+class Concept(_Valid):
     kind: Literal["concept"] = "concept"
     id: EntityId
     name: str = Field(..., min_length=1, max_length=500)
@@ -155,7 +214,7 @@ class Concept(_Record):
     properties: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
 
 
-class Artifact(_Record):
+class Artifact(_Valid):
     kind: Literal["artifact"] = "artifact"
     id: EntityId
     artifact_type: str = Field(..., min_length=1, max_length=64)
@@ -163,20 +222,29 @@ class Artifact(_Record):
     content: str = Field(..., min_length=1, max_length=100_000)
     created_at: IsoDateTime
     confidence: float = Field(0.5, ge=0.0, le=1.0)
+    supersedes: SupersedesList
 
     _utc = field_validator("created_at")(utc)
+    _supersedes = field_validator("supersedes")(_not_itself)
 
 
 Entity = MemoryUnit | Concept | Artifact
 
 
-class Relation(_Record):
+class Relation(_Valid):
     kind: Literal["relation"] = "relation"
     type: EdgeType
     source: EntityId
     target: EntityId
     weight: float = Field(1.0, ge=0.0, le=1.0)
     relation_type: str | None = Field(None, max_length=64)
+
+    @field_validator("target")
+    @classmethod
+    def _not_self_superseding(cls, value: str, info: ValidationInfo) -> str:
+        if info.data.get("type") is EdgeType.SUPERSEDES and info.data.get("source") == value:
+            raise ValueError("an entity cannot supersede itself")
+        return value
 
 
 class Preference(_Record):
@@ -221,6 +289,22 @@ def entity_label(entity: Entity) -> str:
     if isinstance(entity, Concept):
         return entity.name
     return entity.title or entity.content[:80]
+
+
+def supersession_relations(entity: Entity) -> list[Relation]:
+    """The ``SUPERSEDES`` relations an entity's ``supersedes`` names, as the batch writes them."""
+    if isinstance(entity, Concept):
+        return []
+    return [
+        Relation(user_id=entity.user_id, type=EdgeType.SUPERSEDES, source=entity.id, target=old)
+        for old in entity.supersedes
+    ]
+
+
+def valid_from(entity: Entity) -> datetime | None:
+    """When an entity became true: its own ``valid_from``, else a memory unit's or artifact's
+    creation time (it was true when it was recorded); a concept without one has no start."""
+    return entity.valid_from if entity.valid_from is not None else entity_ts(entity)
 
 
 def entity_ts(entity: Entity) -> datetime | None:

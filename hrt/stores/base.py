@@ -58,6 +58,17 @@ class GraphNode:
     category: str  # source_type / concept type / artifact_type
     tags: tuple[str, ...] = ()
     source_agent_id: str | None = None
+    # its own validity (event time, epoch seconds; see :func:`valid_at`): ``valid_from`` is the
+    # record's, else a memory unit's or artifact's ts; None is open. Supersession is not in it:
+    # retrieval reads SUPERSEDES edges as of the request (hrt/pipeline/validity.py)
+    valid_from: float | None = None
+    valid_to: float | None = None
+
+
+def valid_at(valid_from: float | None, valid_to: float | None, at: float | None) -> bool:
+    """Whether an interval holds at ``at`` (``valid_from`` included, ``valid_to`` excluded, None
+    open); every interval holds when ``at`` is None (a request with ``include_invalidated``)."""
+    return at is None or ((valid_from is None or valid_from <= at) and (valid_to is None or at < valid_to))
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +78,8 @@ class GraphEdge:
     type: EdgeType
     weight: float = 1.0
     relation_type: str | None = None
+    valid_from: float | None = None  # when the relation was true (epoch seconds); None is open
+    valid_to: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +127,8 @@ class VectorDoc:
     # memory units: what a request's tag and agent filters are checked against in search
     tags: tuple[str, ...] = ()
     source_agent_id: str | None = None
+    valid_from: float | None = None  # as on GraphNode
+    valid_to: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,15 +136,24 @@ class SearchFilter:
     """A request's filters pushed down into search, so the top ``k`` of each leg holds what the
     request can return, not what it will filter out: memory units carrying any of ``tags`` and
     written by any of ``source_agent_ids`` (each when given), memory units and artifacts
-    timestamped within ``[ts_from, ts_to]``; concepts always pass (they carry neither)."""
+    timestamped within ``[ts_from, ts_to]``; concepts always pass (they carry neither). With
+    ``valid_at``, every kind: documents whose own interval (``VectorDoc.valid_from``/``valid_to``)
+    holds at it (:func:`valid_at`); a document indexed without an interval passes."""
 
     tags: tuple[str, ...] = ()
     source_agent_ids: tuple[str, ...] = ()
     ts_from: float | None = None
     ts_to: float | None = None
+    valid_at: float | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.tags or self.source_agent_ids or self.ts_from is not None or self.ts_to is not None)
+        return bool(
+            self.tags
+            or self.source_agent_ids
+            or self.ts_from is not None
+            or self.ts_to is not None
+            or self.valid_at is not None
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,11 +289,15 @@ class GraphStore(StoreLifecycle, Protocol):
         seeds: Mapping[str, float],
         caps: ExpansionCaps,
         not_after: float | None = None,
+        valid_at: float | None = None,
     ) -> list[GraphCandidate]:
         """All nodes within ``caps.depth`` hops of the seeds (seeds included), one call for all
         seeds, each with its best path. Nodes with ``ts > not_after`` are neither returned nor
         traversed. Neighbours are visited by edge weight, then id, at most ``fanout_per_node``
-        per node and ``max_per_kind`` per kind in all."""
+        per node and ``max_per_kind`` per kind in all. ``SUPERSEDES`` edges are never walked;
+        with ``valid_at``, neither is an edge whose interval does not hold at it (nor does it use
+        up the fan-out). Nodes are walked and returned whatever their own interval: the pipeline
+        sets aside those not valid (a superseded memory unit still mentions its concepts)."""
         ...
 
     async def neighbors(
@@ -280,8 +308,11 @@ class GraphStore(StoreLifecycle, Protocol):
         outgoing: bool,
         limit: int,
         not_after: float | None = None,
+        valid_at: float | None = None,
     ) -> dict[str, list[GraphNode]]:
-        """For each id, its neighbours along ``edge`` (newest first, then id), at most ``limit``."""
+        """For each id, its neighbours along ``edge`` (newest first, then id), at most ``limit``.
+        With ``valid_at``, a neighbour whose own interval or whose edge's does not hold at it is
+        left out (before the limit)."""
         ...
 
     # --- maintenance (``hrt doctor``) ---------------------------------------------------------
