@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from hrt.errors import Conflict, InvalidInput, StoreError, StoreUnavailable
-from hrt.projection import graph_node
+from hrt.projection import graph_edge, graph_node
 from hrt.records import (
     EDGE_ENDPOINTS,
     Artifact,
@@ -40,7 +40,7 @@ from hrt.records import (
     entity_text,
 )
 from hrt.stores.ann import AnnConfig
-from hrt.stores.base import WriteBatch, WriteResult
+from hrt.stores.base import GraphEdge, GraphNode, WriteBatch, WriteResult
 from hrt.stores.embedded_lock import StoreClaim
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,26 @@ SCHEMA: list[tuple[int, str]] = [
         WHERE kind = 'memory_unit';
         """,
     ),
+    (
+        4,
+        # validity intervals (event time, epoch seconds; NULL is open) on nodes, edges and documents:
+        # a memory unit's or artifact's starts at its ts unless its record says otherwise, so the
+        # rows already stored start there (hrt.projection.interval)
+        """
+        ALTER TABLE nodes ADD COLUMN valid_from REAL;
+        ALTER TABLE nodes ADD COLUMN valid_to REAL;
+        UPDATE nodes SET valid_from = ts WHERE ts IS NOT NULL;
+        ALTER TABLE edges ADD COLUMN valid_from REAL;
+        ALTER TABLE edges ADD COLUMN valid_to REAL;
+        ALTER TABLE docs ADD COLUMN valid_from REAL;
+        ALTER TABLE docs ADD COLUMN valid_to REAL;
+        UPDATE docs SET valid_from = ts WHERE ts IS NOT NULL;
+        """,
+    ),
 ]
+
+NODE_COLUMNS = "user_id, id, kind, label, ts, salience, category, tags, source_agent_id, valid_from, valid_to"
+EDGE_COLUMNS = "user_id, source, target, type, weight, relation_type, valid_from, valid_to"
 
 # how long a connection waits for a lock another process holds (a checkpoint, a second writer)
 BUSY_TIMEOUT_MS = 5_000
@@ -332,10 +351,13 @@ class EmbeddedStore:
                     upserted += 1
                 self._check_edges(db, batch)
                 for rel in batch.relations:
+                    edge = graph_edge(rel)
                     db.execute(
-                        "INSERT INTO edges VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (user_id, source, target, type) "
-                        "DO UPDATE SET weight = excluded.weight, relation_type = excluded.relation_type",
-                        (rel.user_id, rel.source, rel.target, rel.type.value, rel.weight, rel.relation_type),
+                        f"INSERT INTO edges ({EDGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                        "ON CONFLICT (user_id, source, target, type) DO UPDATE SET weight = excluded.weight, "
+                        "relation_type = excluded.relation_type, valid_from = excluded.valid_from, "
+                        "valid_to = excluded.valid_to",
+                        (*edge_row(rel.user_id, edge),),
                     )
                     touched.add(rel.user_id)
                     upserted += 1
@@ -405,18 +427,8 @@ class EmbeddedStore:
             (entity.user_id, entity.id, kind.value, data),
         )
         db.execute(
-            "INSERT OR REPLACE INTO nodes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                entity.user_id,
-                node.id,
-                kind.value,
-                node.label,
-                ts,
-                node.salience,
-                node.category,
-                json.dumps(list(node.tags)),
-                node.source_agent_id,
-            ),
+            f"INSERT OR REPLACE INTO nodes ({NODE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            node_row(entity.user_id, node),
         )
         vec = np.ascontiguousarray(vector, dtype=np.float32)
         if vec.shape != (self.dim,):
@@ -425,15 +437,27 @@ class EmbeddedStore:
         row = db.execute("SELECT rowid FROM docs WHERE user_id = ? AND id = ?", (entity.user_id, entity.id)).fetchone()
         if row is None:
             cur = db.execute(
-                "INSERT INTO docs (user_id, id, kind, ts, vec, tags, source_agent_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (entity.user_id, entity.id, kind.value, ts, vec.tobytes(), tags, node.source_agent_id),
+                "INSERT INTO docs (user_id, id, kind, ts, vec, tags, source_agent_id, valid_from, valid_to) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    entity.user_id,
+                    entity.id,
+                    kind.value,
+                    ts,
+                    vec.tobytes(),
+                    tags,
+                    node.source_agent_id,
+                    node.valid_from,
+                    node.valid_to,
+                ),
             )
             rowid = cur.lastrowid
         else:
             rowid = row[0]
             db.execute(
-                "UPDATE docs SET kind = ?, ts = ?, vec = ?, tags = ?, source_agent_id = ? WHERE rowid = ?",
-                (kind.value, ts, vec.tobytes(), tags, node.source_agent_id, rowid),
+                "UPDATE docs SET kind = ?, ts = ?, vec = ?, tags = ?, source_agent_id = ?, valid_from = ?, "
+                "valid_to = ? WHERE rowid = ?",
+                (kind.value, ts, vec.tobytes(), tags, node.source_agent_id, node.valid_from, node.valid_to, rowid),
             )
             db.execute("DELETE FROM fts WHERE rowid = ?", (rowid,))
         db.execute(
@@ -490,6 +514,37 @@ class EmbeddedStore:
         self.graph.invalidate(user_id)
         self.vectors.invalidate(user_id)
         return int(n)
+
+
+def node_row(user_id: str, node: GraphNode) -> tuple[object, ...]:
+    """A ``nodes`` row, in :data:`NODE_COLUMNS` order."""
+    return (
+        user_id,
+        node.id,
+        node.kind.value,
+        node.label,
+        node.ts,
+        node.salience,
+        node.category,
+        json.dumps(sorted(node.tags)),
+        node.source_agent_id,
+        node.valid_from,
+        node.valid_to,
+    )
+
+
+def edge_row(user_id: str, edge: GraphEdge) -> tuple[object, ...]:
+    """An ``edges`` row, in :data:`EDGE_COLUMNS` order."""
+    return (
+        user_id,
+        edge.source,
+        edge.target,
+        edge.type.value,
+        edge.weight,
+        edge.relation_type,
+        edge.valid_from,
+        edge.valid_to,
+    )
 
 
 def writer_purpose() -> str:

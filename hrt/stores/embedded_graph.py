@@ -23,7 +23,8 @@ import numpy as np
 
 from hrt.records import EdgeType, Kind
 from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphEdge, GraphNode
-from hrt.stores.embedded import EmbeddedPart
+from hrt.stores.base import valid_at as current
+from hrt.stores.embedded import EDGE_COLUMNS, NODE_COLUMNS, EmbeddedPart, edge_row, node_row
 from hrt.stores.graph_walk import WalkView, candidates, visible, walk
 from hrt.stores.user_cache import UserCache
 
@@ -34,6 +35,21 @@ if TYPE_CHECKING:
 EDGE_TYPES: list[EdgeType] = sorted(EdgeType, key=lambda e: e.value)
 EDGE_CODE: dict[EdgeType, int] = {e: i for i, e in enumerate(EDGE_TYPES)}
 MENTIONS = EDGE_CODE[EdgeType.MENTIONS]
+SUPERSEDES = EDGE_CODE[EdgeType.SUPERSEDES]
+
+_NODE_SELECT = "SELECT id, kind, label, ts, salience, category, tags, source_agent_id, valid_from, valid_to FROM nodes"
+
+
+def _opt(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]
+
+
+def _real(value: np.floating) -> float | None:
+    return None if value != value else float(value)  # NaN: open
+
+
+def _nan(values: list[object]) -> np.ndarray:
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
 
 
 class _UserGraph:
@@ -55,6 +71,8 @@ class _UserGraph:
                 category=str(r[5]),
                 tags=() if r[6] == "[]" else tuple(json.loads(str(r[6]))),
                 source_agent_id=None if r[7] is None else str(r[7]),
+                valid_from=_opt(r[8]),
+                valid_to=_opt(r[9]),
             )
             for r in node_rows
         ]
@@ -70,13 +88,19 @@ class _UserGraph:
         self.name = self.ids.__getitem__  # node index -> id
 
         index = self.index
-        ends = [(index.get(str(s)), index.get(str(t)), EDGE_CODE[EdgeType(str(e))], w) for s, t, e, w in edge_rows]
+        ends = [
+            (index.get(str(r[0])), index.get(str(r[1])), EDGE_CODE[EdgeType(str(r[2]))], r[3], r[4], r[5])
+            for r in edge_rows
+        ]
         ends = [x for x in ends if x[0] is not None and x[1] is not None]  # an edge needs both ends
         m = len(ends)
         src = np.fromiter((x[0] for x in ends), dtype=np.int64, count=m)
         dst = np.fromiter((x[1] for x in ends), dtype=np.int64, count=m)
         code = np.fromiter((x[2] for x in ends), dtype=np.int8, count=m)
         weight = np.fromiter((x[3] for x in ends), dtype=np.float64, count=m)
+        # edges' own intervals (NaN: open); a graph none of whose edges has one skips the check
+        v_from, v_to = _nan([x[4] for x in ends]), _nan([x[5] for x in ends])
+        self.bounded_edges = bool(m) and not (np.all(np.isnan(v_from)) and np.all(np.isnan(v_to)))
         # Every edge seen from both ends: first as forward links of sources, then as backward ones.
         node = np.concatenate([src, dst])
         other = np.concatenate([dst, src])
@@ -85,19 +109,34 @@ class _UserGraph:
         forward = np.concatenate([np.ones(m, dtype=bool), np.zeros(m, dtype=bool)])
         source = np.concatenate([src, src])
         target = np.concatenate([dst, dst])
+        from2, to2 = np.concatenate([v_from, v_from]), np.concatenate([v_to, v_to])
         ts0 = np.nan_to_num(self.ts, nan=0.0)
+        # the walk's links: every edge but SUPERSEDES, which links two versions of one fact
+        walked = np.flatnonzero(code2 != SUPERSEDES)
+        w_node, w_other, w_code, w_weight, w_forward = (
+            node[walked],
+            other[walked],
+            code2[walked],
+            weight2[walked],
+            forward[walked],
+        )
         # visit order: -weight, -(other's ts or 0), other id, edge type, source, target, forward first
-        visit = np.lexsort((~forward, target, source, code2, other, -ts0[other], -weight2, node))
+        visit = np.lexsort(
+            (~w_forward, target[walked], source[walked], w_code, w_other, -ts0[w_other], -w_weight, w_node)
+        )
         self.offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(node, minlength=n), out=self.offsets[1:])
-        self.other = other[visit]
-        self.code = code2[visit]
-        self.weight = weight2[visit]
-        self.forward = forward[visit]
+        np.cumsum(np.bincount(w_node, minlength=n), out=self.offsets[1:])
+        self.other = w_other[visit]
+        self.code = w_code[visit]
+        self.weight = w_weight[visit]
+        self.forward = w_forward[visit]
+        self.valid_from = from2[walked][visit]
+        self.valid_to = to2[walked][visit]
         # neighbour_order within (node, edge type, direction): newest, most salient, id
         by_kind = np.lexsort((other, -salience[other], -ts0[other], ~forward, code2, node))
         self.n_other = other[by_kind]
         self.n_key = node[by_kind] * 16 + code2[by_kind].astype(np.int64) * 2 + (~forward[by_kind])
+        self.n_from, self.n_to = from2[by_kind], to2[by_kind]
         # each concept's newest mentioning memory unit (NaN: none with a timestamp); requests whose
         # as_of is after it, nearly all, need no per-request scan of a hub's mentions
         at = np.repeat(np.arange(n), np.diff(self.offsets))
@@ -144,6 +183,22 @@ class _UserGraph:
             for o, c, w, f in chunk:
                 yield o, types[c], w, f
 
+    def links_at(self, at: float) -> Callable[[int], Iterator[tuple[int, EdgeType, float, bool]]]:
+        """:meth:`links` without the edges whose interval does not hold at ``at``."""
+        if not self.bounded_edges:
+            return self.links
+        v_from, v_to = self.valid_from, self.valid_to
+
+        def links(i: int) -> Iterator[tuple[int, EdgeType, float, bool]]:
+            start, stop = int(self.offsets[i]), int(self.offsets[i + 1])
+            # NaN compares False: an open end holds
+            shut = ((v_from[start:stop] > at) | (v_to[start:stop] <= at)).tolist()
+            for k, link in enumerate(self.links(i)):
+                if not shut[k]:
+                    yield link
+
+        return links
+
     def last_mention(self, i: int, not_after: float | None) -> float | None:
         """A concept's newest mentioning memory unit's timestamp as of ``not_after``."""
         newest = float(self.newest_mention[i])
@@ -179,12 +234,9 @@ class EmbeddedGraphStore(EmbeddedPart):
 
     def _load(self, user_id: str) -> _UserGraph:
         with self._store.snapshot() as db:  # the nodes and edges of one committed state
-            node_rows = db.execute(
-                "SELECT id, kind, label, ts, salience, category, tags, source_agent_id FROM nodes WHERE user_id = ?",
-                (user_id,),
-            ).fetchall()
+            node_rows = db.execute(_NODE_SELECT + " WHERE user_id = ?", (user_id,)).fetchall()
             edge_rows = db.execute(
-                "SELECT source, target, type, weight FROM edges WHERE user_id = ?", (user_id,)
+                "SELECT source, target, type, weight, valid_from, valid_to FROM edges WHERE user_id = ?", (user_id,)
             ).fetchall()
         graph = _UserGraph(node_rows, edge_rows)
         return graph
@@ -203,21 +255,8 @@ class EmbeddedGraphStore(EmbeddedPart):
     async def upsert_nodes(self, user_id: str, nodes: Sequence[GraphNode]) -> None:
         with self._store.transaction() as db:
             db.executemany(
-                "INSERT OR REPLACE INTO nodes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        user_id,
-                        n.id,
-                        n.kind.value,
-                        n.label,
-                        n.ts,
-                        n.salience,
-                        n.category,
-                        json.dumps(sorted(n.tags)),
-                        n.source_agent_id,
-                    )
-                    for n in nodes
-                ],
+                f"INSERT OR REPLACE INTO nodes ({NODE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [node_row(user_id, n) for n in nodes],
             )
         self.invalidate(user_id)
 
@@ -233,8 +272,8 @@ class EmbeddedGraphStore(EmbeddedPart):
     async def upsert_edges(self, user_id: str, edges: Sequence[GraphEdge]) -> None:
         with self._store.transaction() as db:
             db.executemany(
-                "INSERT OR REPLACE INTO edges VALUES (?, ?, ?, ?, ?, ?)",
-                [(user_id, e.source, e.target, e.type.value, e.weight, e.relation_type) for e in edges],
+                f"INSERT OR REPLACE INTO edges ({EDGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [edge_row(user_id, e) for e in edges],
             )
         self.invalidate(user_id)
 
@@ -254,12 +293,11 @@ class EmbeddedGraphStore(EmbeddedPart):
     async def nodes(self, user_id: str) -> dict[str, GraphNode]:
         """Every node of one user as projected (``hrt doctor`` compares them with the records)."""
         with self._store.lock:
-            rows = self._store.db.execute(
-                "SELECT id, kind, label, ts, salience, category, tags, source_agent_id FROM nodes WHERE user_id = ?",
-                (user_id,),
-            ).fetchall()
+            rows = self._store.db.execute(_NODE_SELECT + " WHERE user_id = ?", (user_id,)).fetchall()
         return {
-            r[0]: GraphNode(r[0], Kind(r[1]), r[2], r[3], r[4], r[5], tuple(json.loads(r[6]) if r[6] else ()), r[7])
+            r[0]: GraphNode(
+                r[0], Kind(r[1]), r[2], r[3], r[4], r[5], tuple(json.loads(r[6]) if r[6] else ()), r[7], r[8], r[9]
+            )
             for r in rows
         }
 
@@ -267,11 +305,11 @@ class EmbeddedGraphStore(EmbeddedPart):
         """Every edge of one user as projected, in (source, target, type) order."""
         with self._store.lock:
             rows = self._store.db.execute(
-                "SELECT source, target, type, weight, relation_type FROM edges WHERE user_id = ? "
+                "SELECT source, target, type, weight, relation_type, valid_from, valid_to FROM edges WHERE user_id = ? "
                 "ORDER BY source, target, type",
                 (user_id,),
             ).fetchall()
-        return [GraphEdge(s, t, EdgeType(ty), w, rt) for s, t, ty, w, rt in rows]
+        return [GraphEdge(s, t, EdgeType(ty), w, rt, vf, vt) for s, t, ty, w, rt, vf, vt in rows]
 
     async def delete_user(self, user_id: str) -> None:
         with self._store.transaction() as db:
@@ -287,9 +325,11 @@ class EmbeddedGraphStore(EmbeddedPart):
         seeds: Mapping[str, float],
         caps: ExpansionCaps,
         not_after: float | None = None,
+        valid_at: float | None = None,
     ) -> list[GraphCandidate]:
         g = await self._graph_async(user_id)
-        view: WalkView[int] = WalkView(links=g.links, visible=g.visible(not_after), kind=g.kind_of, order=lambda i: i)
+        links = g.links if valid_at is None else g.links_at(valid_at)
+        view: WalkView[int] = WalkView(links=links, visible=g.visible(not_after), kind=g.kind_of, order=lambda i: i)
         start = [(i, score) for ident, score in seeds.items() if (i := g.index.get(ident)) is not None]
         best = walk(view, start, caps)
         return candidates(best, g.node, g.name, g.mentions, lambda i: g.last_mention(i, not_after))
@@ -302,6 +342,7 @@ class EmbeddedGraphStore(EmbeddedPart):
         outgoing: bool,
         limit: int,
         not_after: float | None = None,
+        valid_at: float | None = None,
     ) -> dict[str, list[GraphNode]]:
         g = await self._graph_async(user_id)
         code = EDGE_CODE[EdgeType(edge)]
@@ -316,7 +357,13 @@ class EmbeddedGraphStore(EmbeddedPart):
                     if len(found) >= limit:
                         break
                     node = g.node(int(g.n_other[j]))
-                    if visible(node, not_after):
-                        found.append(node)
+                    if not visible(node, not_after):
+                        continue
+                    if valid_at is not None and not (
+                        current(node.valid_from, node.valid_to, valid_at)
+                        and current(_real(g.n_from[j]), _real(g.n_to[j]), valid_at)
+                    ):
+                        continue
+                    found.append(node)
             out[ident] = found
         return out

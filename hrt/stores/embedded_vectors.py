@@ -12,7 +12,7 @@ import inspect
 import json
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, overload
 
 import numpy as np
@@ -39,13 +39,17 @@ class _UserMatrix:
         "attributes",
         "bm25",
         "codes",
+        "earliest_end",
         "id_rank",
         "ids",
         "kinds_present",
+        "latest_start",
         "matrix",
         "newest",
         "rowids",
         "ts",
+        "valid_from",
+        "valid_to",
     )
 
     def __init__(
@@ -57,6 +61,8 @@ class _UserMatrix:
         matrix: np.ndarray,
         texts: list[str],
         ann: UserAnn | None = None,
+        valid_from: np.ndarray | None = None,
+        valid_to: np.ndarray | None = None,
     ):
         self.ids = ids
         self.rowids = rowids
@@ -68,6 +74,13 @@ class _UserMatrix:
         self.kinds_present = frozenset(int(c) for c in np.unique(codes))
         stamped = ts[~np.isnan(ts)]
         self.newest = float(stamped.max()) if stamped.size else -np.inf
+        # own validity intervals (NaN: open), and the instants between which every row is valid
+        n = len(ids)
+        self.valid_from = np.full(n, np.nan) if valid_from is None else valid_from
+        self.valid_to = np.full(n, np.nan) if valid_to is None else valid_to
+        starts, ends = self.valid_from[~np.isnan(self.valid_from)], self.valid_to[~np.isnan(self.valid_to)]
+        self.latest_start = float(starts.max()) if starts.size else -np.inf
+        self.earliest_end = float(ends.min()) if ends.size else np.inf
         self.id_rank = np.empty(len(ids), dtype=np.int64)  # row -> position of its id in id order
         self.id_rank[np.argsort(np.array(ids, dtype=object), kind="stable")] = np.arange(len(ids))
         self.bm25 = BM25Index(texts, len(ids))
@@ -149,27 +162,31 @@ class EmbeddedVectorIndex(EmbeddedPart):
         texts: list[str] = []
         kinds: list[int] = []
         stamps: list[float] = []
+        starts: list[float] = []
+        ends: list[float] = []
         rowid_list: list[int] = []
         with self._store.snapshot() as db:  # the count and the rows of one committed state
             (n,) = db.execute("SELECT count(*) FROM docs WHERE user_id = ?", (user_id,)).fetchone()
             matrix = np.empty((n, dim), dtype=np.float32)
             crcs = np.empty(n, dtype=np.uint32)
             cursor = db.execute(
-                "SELECT d.rowid, d.id, d.kind, d.ts, d.vec, f.text FROM docs d JOIN fts f ON f.rowid = d.rowid "
-                "WHERE d.user_id = ? ORDER BY d.rowid",
+                "SELECT d.rowid, d.id, d.kind, d.ts, d.vec, f.text, d.valid_from, d.valid_to FROM docs d "
+                "JOIN fts f ON f.rowid = d.rowid WHERE d.user_id = ? ORDER BY d.rowid",
                 (user_id,),
             )
             # streamed into preallocated arrays: fetching every row's BLOB at once held the vectors
             # three times over (rows, joined bytes, matrix) at load
             i = 0
             while chunk := cursor.fetchmany(4096):
-                for rowid, ident, kind, ts, vec, text in chunk:
+                for rowid, ident, kind, ts, vec, text, start, end in chunk:
                     matrix[i] = np.frombuffer(vec, dtype=np.float32)
                     crcs[i] = zlib.crc32(vec)
                     rowid_list.append(rowid)
                     ids.append(ident)
                     kinds.append(KIND_CODES[Kind(kind)])
                     stamps.append(np.nan if ts is None else ts)
+                    starts.append(np.nan if start is None else start)
+                    ends.append(np.nan if end is None else end)
                     texts.append(text)
                     i += 1
         matrix = matrix[:i]  # rows without an FTS entry (none are written so) are not searchable
@@ -189,6 +206,8 @@ class EmbeddedVectorIndex(EmbeddedPart):
             codes=np.array(kinds, dtype=np.int8),
             ts=np.array(stamps, dtype=np.float64),
             matrix=matrix,
+            valid_from=np.array(starts, dtype=np.float64),
+            valid_to=np.array(ends, dtype=np.float64),
         )
 
     # --- writes (used by the projector; the embedded store writes these tables in apply()) ---
@@ -201,15 +220,26 @@ class EmbeddedVectorIndex(EmbeddedPart):
                 tags = json.dumps(list(doc.tags)) if doc.kind is Kind.MEMORY_UNIT else None
                 if row is None:
                     rowid = db.execute(
-                        "INSERT INTO docs (user_id, id, kind, ts, vec, tags, source_agent_id) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (user_id, doc.id, doc.kind.value, doc.ts, vec, tags, doc.source_agent_id),
+                        "INSERT INTO docs (user_id, id, kind, ts, vec, tags, source_agent_id, valid_from, valid_to) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            user_id,
+                            doc.id,
+                            doc.kind.value,
+                            doc.ts,
+                            vec,
+                            tags,
+                            doc.source_agent_id,
+                            doc.valid_from,
+                            doc.valid_to,
+                        ),
                     ).lastrowid
                 else:
                     rowid = row[0]
                     db.execute(
-                        "UPDATE docs SET kind = ?, ts = ?, vec = ?, tags = ?, source_agent_id = ? WHERE rowid = ?",
-                        (doc.kind.value, doc.ts, vec, tags, doc.source_agent_id, rowid),
+                        "UPDATE docs SET kind = ?, ts = ?, vec = ?, tags = ?, source_agent_id = ?, valid_from = ?, "
+                        "valid_to = ? WHERE rowid = ?",
+                        (doc.kind.value, doc.ts, vec, tags, doc.source_agent_id, doc.valid_from, doc.valid_to, rowid),
                     )
                     db.execute("DELETE FROM fts WHERE rowid = ?", (rowid,))
                 db.execute(
@@ -236,8 +266,8 @@ class EmbeddedVectorIndex(EmbeddedPart):
         """Every document of one user as indexed (``hrt doctor`` compares them with the records)."""
         with self._store.lock:
             rows = self._store.db.execute(
-                "SELECT d.id, d.kind, f.text, d.ts, d.vec, d.tags, d.source_agent_id FROM docs d "
-                "JOIN fts f ON f.rowid = d.rowid WHERE d.user_id = ?",
+                "SELECT d.id, d.kind, f.text, d.ts, d.vec, d.tags, d.source_agent_id, d.valid_from, d.valid_to "
+                "FROM docs d JOIN fts f ON f.rowid = d.rowid WHERE d.user_id = ?",
                 (user_id,),
             ).fetchall()
         return {
@@ -249,6 +279,8 @@ class EmbeddedVectorIndex(EmbeddedPart):
                 r[3],
                 tuple(json.loads(r[5]) if r[5] else ()),
                 r[6],
+                r[7],
+                r[8],
             )
             for r in rows
         }
@@ -351,6 +383,8 @@ class EmbeddedVectorIndex(EmbeddedPart):
         if um is None or len(um.ids) == 0:
             return None if um is None else _Scope(um, None)
         # a mask only when a filter excludes something: at 1M rows building one costs milliseconds
+        if where is not None and where.valid_at is not None and um.latest_start <= where.valid_at < um.earliest_end:
+            where = replace(where, valid_at=None)  # every row is valid then
         wanted = [KIND_CODES[Kind(kind)] for kind in kinds]
         narrow_kinds = not um.kinds_present <= set(wanted)
         earlier_only = not_after is not None and not_after < um.newest
@@ -387,6 +421,8 @@ class EmbeddedVectorIndex(EmbeddedPart):
             if where.ts_to is not None:
                 within &= um.ts <= where.ts_to
             passing &= (um.codes == KIND_CODES[Kind.CONCEPT]) | within
+        if where.valid_at is not None:  # NaN compares False: an open end holds
+            passing &= ~((um.valid_from > where.valid_at) | (um.valid_to <= where.valid_at))
         return passing
 
     def _attributes(self, user_id: str, um: _UserMatrix) -> _Attributes:
