@@ -154,6 +154,10 @@ class RetrieveRequest(_Strict):
     weights: Weights | None = None
     weights_preset: PresetName | None = None
     as_of: IsoDateTime | None = None
+    # event time: what was true then, as known at as_of (default: as_of); docs/api.md "Facts that change"
+    valid_at: IsoDateTime | None = None
+    # return facts that do not hold at valid_at too (superseded, ended), marked and without recency
+    include_invalidated: bool = False
     filters: Filters = Field(default_factory=Filters)
     rerank: bool = False
     # seed 003: items scoring below it are not returned (after rerank when reranking)
@@ -179,7 +183,7 @@ class RetrieveRequest(_Strict):
                 raise ValueError(f"phrase {i} is empty")
         return value
 
-    @field_validator("as_of")
+    @field_validator("as_of", "valid_at")
     @classmethod
     def _as_of(cls, value: datetime | None) -> datetime | None:
         return utc(value) if value is not None else None
@@ -355,6 +359,28 @@ class RenderedContext(_Out):
     left_out: list[str]  # returned items that did not fit, in score order
 
 
+class ItemInterval(_Out):
+    """When a returned item was true (ISO-8601 UTC; null is open): ``valid_from`` is its own, else
+    a memory unit's or artifact's creation; ``valid_to`` its own, else the start of the earliest
+    successor known as of the request (``superseded_by``)."""
+
+    valid_from: str | None
+    valid_to: str | None
+    superseded_by: list[str]
+    valid: bool  # holds at valid_at (false only with include_invalidated)
+
+
+class ValidityReport(_Out):
+    """The event time a request asked about, what it set aside as not true then, and the
+    returned items' intervals (docs/api.md, "Facts that change")."""
+
+    valid_at: str
+    include_invalidated: bool
+    # per kind: candidates set aside as not valid at valid_at (superseded or outside their interval)
+    suppressed: dict[str, int]
+    intervals: dict[str, ItemInterval]  # per returned item id, keys sorted
+
+
 class AppliedConfig(_Out):
     """The preset and overrides a request asked for (what ``config_hash`` then hashes besides the
     server's configuration)."""
@@ -380,6 +406,7 @@ class RetrievalMetadata(_Out):
     config_hash: str
     time_windows: list[TimeWindowOut]
     relevance_gate: RelevanceGate
+    validity: ValidityReport
     # per returned item id (memory units, concepts, artifacts), keys sorted
     provenance: dict[str, ItemProvenance] = Field(default_factory=dict)
     # per returned memory unit: who wrote it, its tags and metadata (keys sorted)

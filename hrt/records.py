@@ -176,8 +176,6 @@ class _Valid(_Record):
     _valid_to = field_validator("valid_to")(_after_valid_from)
 
 
-SupersedesList = Annotated[list[EntityId], Field(default_factory=list, max_length=MAX_SUPERSEDES)]
-
 
 class MemoryUnit(_Valid):
     kind: Literal["memory_unit"] = "memory_unit"
@@ -192,7 +190,7 @@ class MemoryUnit(_Valid):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     # the memory units or artifacts this one replaces (SUPERSEDES edges from it)
-    supersedes: SupersedesList
+    supersedes: list[EntityId] = Field(default_factory=list, max_length=MAX_SUPERSEDES)
 
     _utc = field_validator("creation_ts")(utc)
     _metadata = field_validator("metadata")(check_metadata)
@@ -222,7 +220,7 @@ class Artifact(_Valid):
     content: str = Field(..., min_length=1, max_length=100_000)
     created_at: IsoDateTime
     confidence: float = Field(0.5, ge=0.0, le=1.0)
-    supersedes: SupersedesList
+    supersedes: list[EntityId] = Field(default_factory=list, max_length=MAX_SUPERSEDES)
 
     _utc = field_validator("created_at")(utc)
     _supersedes = field_validator("supersedes")(_not_itself)

@@ -1,7 +1,7 @@
 """The HybridRetrievalTool: eight stages, one module each, composed here.
 
-    intake -> grounding -> expansion -> scoring -> shortlist + hydration -> rerank -> selection
-    -> assembly
+    intake -> grounding -> expansion (+ validity) -> scoring -> shortlist + hydration -> rerank
+    -> selection -> assembly
 
 Hydration reads the shortlist (per kind ``limit x shortlist_factor``) in one batched read per kind
 before rerank and selection, because both need the entities' text.
@@ -31,6 +31,7 @@ from hrt.pipeline.render import render_context
 from hrt.pipeline.rerank import run_rerank
 from hrt.pipeline.scoring import Evidence, PreferenceBook, Scored, best_semantic, score_candidates
 from hrt.pipeline.selection import filter_candidates, select, shortlist
+from hrt.pipeline.validity import run_validity
 from hrt.records import EdgeType, Kind, Preference, entity_body
 from hrt.reranker import NoopReranker, Reranker
 from hrt.stores.base import GraphNode, GraphStore, RecordStore, VectorIndex
@@ -87,10 +88,13 @@ class HybridRetrievalTool:
             self.metrics.stage_seconds.labels(stage=name).observe(elapsed)
 
     async def _neighbors(
-        self, user_id: str, ids: list[str], outgoing: bool, limit: int, not_after: float
+        self, user_id: str, ids: list[str], outgoing: bool, limit: int, not_after: float, valid_at: float | None
     ) -> dict[str, list[GraphNode]]:
-        """The ``MENTIONS`` neighbours (up to ``limit`` each) that assembly shows; no read for no ids."""
-        return await self.graph.neighbors(user_id, ids, EdgeType.MENTIONS, outgoing, limit, not_after) if ids else {}
+        """The ``MENTIONS`` neighbours (up to ``limit`` each) that assembly shows, as true at
+        ``valid_at``; no read for no ids."""
+        if not ids:
+            return {}
+        return await self.graph.neighbors(user_id, ids, EdgeType.MENTIONS, outgoing, limit, not_after, valid_at)
 
     def config_for(self, request: RetrieveRequest) -> tuple[RetrievalConfig, str, AppliedConfig | None]:
         """The configuration one request runs with: the server's, then the request's preset, then
@@ -171,14 +175,20 @@ class HybridRetrievalTool:
             # what the request's filters exclude is never scored: the relevance gate measures
             # against the best candidate the request can get
             candidates = filter_candidates(candidates, intake.filters)
-            own = await own_similarities(
-                intake,
-                candidates,
-                grounding.similarity,
-                embedding.result(),
-                self.vectors,
-                cfg.expansion.reached_evidence,
+            # what was not true at valid_at is set aside (hrt/pipeline/validity.py), the read it
+            # needs beside the own cosines': two round trips in flight at once
+            validity, own = await asyncio.gather(
+                run_validity(intake, candidates, self.graph),
+                own_similarities(
+                    intake,
+                    candidates,
+                    grounding.similarity,
+                    embedding.result(),
+                    self.vectors,
+                    cfg.expansion.reached_evidence,
+                ),
             )
+            candidates = validity.candidates
         stages["expansion"] = "ok" if intake.depth > 0 else "skipped"
 
         with self._stage("scoring", timings):
@@ -191,6 +201,7 @@ class HybridRetrievalTool:
                 windows=intake.windows,
                 temporal=sc.temporal_match == "tier",
                 gate=sc.relevance_gate,
+                stale=validity.stale,
             )
             scored = score_candidates(
                 candidates,
@@ -244,9 +255,10 @@ class HybridRetrievalTool:
             # both reads at once: two round trips in flight, not one after the other. A concept's
             # related memory units are the selected ones that mention it, then its newest others
             # (assembly.related_memory_units): its newest related_items + len(mu_ids) suffice
+            at = intake.validity_filter
             mu_concepts, concept_mus = await asyncio.gather(
-                self._neighbors(intake.user_id, mu_ids, True, CONNECTED_CONCEPTS, not_after),
-                self._neighbors(intake.user_id, concept_ids, False, ac.related_items + len(mu_ids), not_after),
+                self._neighbors(intake.user_id, mu_ids, True, CONNECTED_CONCEPTS, not_after, at),
+                self._neighbors(intake.user_id, concept_ids, False, ac.related_items + len(mu_ids), not_after, at),
             )
             stages["assembly"] = "ok"
             response = assemble(
@@ -270,6 +282,7 @@ class HybridRetrievalTool:
                 gate=sc.relevance_gate,
                 best=best_semantic(scored),
                 evidence=evidence,
+                validity=validity,
             )
             if request.render is not None:
                 response.retrieval_metadata.rendered = render_context(response, entities, request.render)

@@ -20,6 +20,7 @@ from hrt.contract import (
     AugmentedMemoryContext,
     IdName,
     IdTitle,
+    ItemInterval,
     ItemProvenance,
     MemoryUnitAttributes,
     PathHop,
@@ -32,12 +33,14 @@ from hrt.contract import (
     ScoreBreakdown,
     ScoringDetails,
     TimeWindowOut,
+    ValidityReport,
     WeightsUsed,
 )
 from hrt.pipeline.grounding import Grounding
 from hrt.pipeline.intake import Intake
 from hrt.pipeline.scoring import PLAIN, Evidence, Scored, evidence_source
 from hrt.pipeline.temporal import TimeWindow
+from hrt.pipeline.validity import Validity
 from hrt.records import Artifact, Concept, Entity, Kind, MemoryUnit, iso
 from hrt.stores.base import GraphNode
 from hrt.text import STOPWORDS, WORD
@@ -163,6 +166,7 @@ def assemble(
     gate: float = 0.0,
     best: Mapping[Kind, float] | None = None,
     evidence: Evidence = PLAIN,
+    validity: Validity | None = None,
 ) -> AugmentedMemoryContext:
     r = rounder(cfg.score_decimals)
     phrases = list(intake.phrases)
@@ -294,6 +298,7 @@ def assemble(
                 threshold=r(gate),
                 best_semantic={k.value: r(v) for k, v in sorted((best or {}).items(), key=lambda kv: kv[0].value)},
             ),
+            validity=validity_report(intake, validity, sorted(provenance)),
             provenance={k: provenance[k] for k in sorted(provenance)},
             memory_unit_attributes=dict(
                 sorted(
@@ -308,6 +313,29 @@ def assemble(
                 )
             ),
         ),
+    )
+
+
+def validity_report(intake: Intake, validity: Validity | None, returned: Sequence[str]) -> ValidityReport:
+    """``retrieval_metadata.validity``: the event time asked about, the candidates set aside per
+    kind (every kind named, 0 when none), and each returned item's interval."""
+    suppressed = validity.suppressed if validity is not None else {}
+    known = validity.intervals if validity is not None else {}
+    intervals: dict[str, ItemInterval] = {}
+    for ident in returned:
+        v = known.get(ident)
+        if v is not None:
+            intervals[ident] = ItemInterval(
+                valid_from=None if v.valid_from is None else iso_ts(v.valid_from),
+                valid_to=None if v.valid_to is None else iso_ts(v.valid_to),
+                superseded_by=list(v.superseded_by),
+                valid=v.valid,
+            )
+    return ValidityReport(
+        valid_at=iso(intake.event_time),
+        include_invalidated=intake.include_invalidated,
+        suppressed={k.value: suppressed.get(k, 0) for k in Kind},
+        intervals=intervals,
     )
 
 

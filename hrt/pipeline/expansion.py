@@ -38,7 +38,9 @@ async def run_expansion(
         hop_decay=cfg.hop_decay,
     )
     not_after = intake.as_of.timestamp()
-    candidates = await graph.expand(intake.user_id, grounding.seeds, caps, not_after=not_after)
+    candidates = await graph.expand(
+        intake.user_id, grounding.seeds, caps, not_after=not_after, valid_at=intake.validity_filter
+    )
     if cfg.path_evidence == "noisy_or" and intake.depth > 0 and candidates:
         return await _noisy_or_paths(intake, grounding, graph, caps, candidates)
     return candidates
@@ -57,7 +59,10 @@ async def _noisy_or_paths(
     not_after = intake.as_of.timestamp()
     reached: dict[str, list[float]] = defaultdict(list)
     for seed_id, score in sorted(grounding.seeds.items()):
-        for c in await graph.expand(intake.user_id, {seed_id: score}, caps, not_after=not_after):
+        walked = await graph.expand(
+            intake.user_id, {seed_id: score}, caps, not_after=not_after, valid_at=intake.validity_filter
+        )
+        for c in walked:
             if c.hops > 0:
                 reached[c.node.id].append(c.path_score)
     out: list[GraphCandidate] = []

@@ -138,16 +138,18 @@ def combine_phrase_evidence(per_phrase: Sequence[float], n_phrases: int, mode: s
     raise ValueError(f"unknown phrase_evidence {mode!r}")
 
 
-def search_filter(filters: Filters) -> SearchFilter | None:
+def search_filter(filters: Filters, valid_at: float | None = None) -> SearchFilter | None:
     """The request's filters that search can apply (memory units' tags and agents, the time range
-    of memory units and artifacts), so each leg's top k holds what the request can return. Kinds
-    stay unfiltered: seeds of any kind lead the walk to the kinds the request wants."""
+    of memory units and artifacts, each entity's own validity at ``valid_at``), so each leg's top
+    k holds what the request can return. Kinds stay unfiltered: seeds of any kind lead the walk to
+    the kinds the request wants."""
     tr = filters.time_range
     where = SearchFilter(
         tags=tuple(filters.tags),
         source_agent_ids=tuple(filters.source_agent_ids),
         ts_from=tr.start.timestamp() if tr is not None and tr.start is not None else None,
         ts_to=tr.end.timestamp() if tr is not None and tr.end is not None else None,
+        valid_at=valid_at,
     )
     return where or None
 
@@ -160,7 +162,7 @@ async def run_grounding(intake: Intake, vectors: PhraseVectors, index: VectorInd
         kinds=list(Kind),
         k=cfg.search_k,
         not_after=intake.as_of.timestamp(),
-        where=search_filter(intake.filters),
+        where=search_filter(intake.filters, intake.validity_filter),
     )
     fused = cfg.semantic_evidence == "fused"
 

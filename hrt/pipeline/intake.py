@@ -32,6 +32,18 @@ class Intake:
     rerank: bool
     windows: tuple[TimeWindow, ...] = ()  # dates the phrases name (hrt/pipeline/temporal.py)
     query: str | None = None  # the request's query, normalised: what a reranker judges against
+    valid_at: datetime | None = None  # event time asked about (None: as_of)
+    include_invalidated: bool = False
+
+    @property
+    def event_time(self) -> datetime:
+        """What was true when: the request's ``valid_at``, else its ``as_of``."""
+        return self.as_of if self.valid_at is None else self.valid_at
+
+    @property
+    def validity_filter(self) -> float | None:
+        """The event time search and the walk keep to (None: every interval, include_invalidated)."""
+        return None if self.include_invalidated else self.event_time.timestamp()
 
 
 def dedupe_phrases(raw: list[str]) -> tuple[str, ...]:
@@ -64,6 +76,7 @@ def run_intake(request: RetrieveRequest, cfg: RetrievalConfig, now: datetime) ->
         weights = WEIGHT_PRESETS[request.weights_preset]
     else:
         weights = cfg.scoring.weights
+    as_of = request.as_of or now
     return Intake(
         user_id=request.user_id,
         phrases=phrases,
@@ -71,9 +84,11 @@ def run_intake(request: RetrieveRequest, cfg: RetrievalConfig, now: datetime) ->
         limits=request.limits,
         depth=cfg.expansion.default_depth if request.max_depth is None else request.max_depth,
         weights=weights.normalised(),
-        as_of=request.as_of or now,
+        as_of=as_of,
         filters=request.filters,
         rerank=request.rerank,
         windows=phrase_windows(phrases),
         query=normalise_phrase(request.query) or None if request.query else None,
+        valid_at=request.valid_at or as_of,
+        include_invalidated=request.include_invalidated,
     )

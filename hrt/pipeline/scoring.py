@@ -28,7 +28,9 @@ candidates that match well enough (``relevance``, below). The terms:
   ``s / 2``: in-window candidates first, each group in its own order. No date, no change.
 - recency:    0.5 ** (age_days / half_life_days), age measured back from ``as_of`` (never
               negative). Memory units use ``creation_ts``, artifacts ``created_at``, concepts the
-              newest memory unit that mentions them; with no timestamp, 0.5 (neutral).
+              newest memory unit that mentions them; with no timestamp, 0.5 (neutral). A fact kept
+              by ``include_invalidated`` that does not hold at ``valid_at`` scores 0: no longer
+              true, it never outranks its successor for being recent (hrt/pipeline/validity.py).
 - salience:   memory units importance_score / 10, concepts salience, artifacts confidence.
 - preference: the user's preference weights (0.5 is neutral). Concepts: the concept's own weight,
               else its type's. Artifacts: their artifact_type's. Memory units: the mean of their
@@ -87,6 +89,8 @@ class Evidence:
     windows: Sequence[TimeWindow] = ()
     temporal: bool = False
     gate: float = 0.0
+    # candidates kept that do not hold at the request's valid_at (include_invalidated): no recency
+    stale: frozenset[str] = frozenset()
 
 
 PLAIN = Evidence()
@@ -278,6 +282,7 @@ def score_candidates(
     concept_weights, concept_type_weights, artifact_weights = book.concepts, book.concept_types, book.artifact_types
     neutral = book.neutral
     rule, own_cosine, decay, tau = evidence.rule, evidence.own, evidence.hop_decay, evidence.gate
+    stale = evidence.stale
     windows = evidence.windows if evidence.temporal else ()
     plain = rule == "path"
     terms: list[tuple[GraphCandidate, float, float, float, float]] = []
@@ -298,6 +303,8 @@ def score_candidates(
             best[kind] = sem
         ts = c.last_mention_ts if kind is concept else node.ts
         rec = 0.5 if ts is None else float(0.5 ** ((max(0.0, as_of - ts) / SECONDS_PER_DAY) / half_life_days))
+        if stale and node.id in stale:
+            rec = 0.0
         sal = node.salience
         sal = 0.0 if sal < 0.0 else 1.0 if sal > 1.0 else sal
         if kind is memory_unit and plain_mentions:

@@ -72,6 +72,12 @@ def minimal_context(user: str = "u1") -> dict[str, object]:
             "config_hash": "abc",
             "time_windows": [],
             "relevance_gate": {"threshold": 0.5, "best_semantic": {}},
+            "validity": {
+                "valid_at": "2026-01-01T00:00:00Z",
+                "include_invalidated": False,
+                "suppressed": {"artifact": 0, "concept": 0, "memory_unit": 0},
+                "intervals": {},
+            },
         },
     }
 

@@ -337,7 +337,9 @@ class WalkGraph:
     def __init__(self, nodes: dict[str, Any], adjacency: dict[str, list[Any]]) -> None:
         self.nodes, self.adjacency = nodes, adjacency
 
-    async def expand(self, user_id: str, seeds: Any, caps: Any, not_after: float | None = None) -> list[Any]:
+    async def expand(
+        self, user_id: str, seeds: Any, caps: Any, not_after: float | None = None, valid_at: float | None = None
+    ) -> list[Any]:
         from hrt.stores.graph_walk import WalkView, candidates, walk
 
         view = WalkView(

@@ -65,7 +65,7 @@ async def test_a_filtered_request_fills_its_limits(tmp_path: Path, monkeypatch):
         doc = await svc.retrieve(RetrieveRequest.model_validate(body))
         from hrt.pipeline import grounding
 
-        monkeypatch.setattr(grounding, "search_filter", lambda filters: None)  # as before the pushdown
+        monkeypatch.setattr(grounding, "search_filter", lambda filters, valid_at=None: None)  # as before the pushdown
         unfiltered_search = await svc.retrieve(RetrieveRequest.model_validate(body))
     finally:
         await svc.close()

@@ -1,0 +1,105 @@
+"""Stage 3b, validity: set aside the candidates that were not true at the request's ``valid_at``.
+
+HRT keeps two times (docs/api.md, "Facts that change"): when it learned a fact (a memory unit's
+``creation_ts``, an artifact's ``created_at``: the request's ``as_of`` hides what was learned
+later) and when the fact was true (``valid_from``/``valid_to``, event time: the request's
+``valid_at``, by default its ``as_of``). Search and the walk already keep to both where they can
+(search by each entity's own interval, the walk by each edge's); this stage decides the rest,
+from the candidates the walk returned and one read of the graph:
+
+- **Supersession.** A memory unit or artifact that a successor names in ``supersedes`` (a
+  ``SUPERSEDES`` edge from the successor) stops being true when the successor starts (its
+  ``valid_from``, else its creation), unless it has its own ``valid_to``. Only successors known as
+  of ``as_of`` count, so a request as of before the successor was written still sees the old fact
+  as current: the answer is what HRT knew then. The successors are read as of the request, not
+  stored on the old fact, which keeps every answer a function of the data and the request.
+- **Own intervals**, for what the walk reached (search already left out the documents whose own
+  interval excludes ``valid_at``).
+- **Concepts** become known at their first mention: a concept that memory units mention, none of
+  them written by ``as_of``, was not known then and is left out (not counted: like a memory unit
+  written after ``as_of``, it did not exist for the request). A concept nothing mentions is known
+  from the start, and its own ``valid_from``/``valid_to`` apply as to any entity.
+
+Without ``include_invalidated`` the candidates not valid at ``valid_at`` are dropped and counted
+per kind (``retrieval_metadata.validity.suppressed``); with it they stay, marked, and score no
+recency (scoring): a fact that no longer holds never outranks its successor for being recent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from hrt.pipeline.intake import Intake
+from hrt.records import MAX_SUPERSEDES as _MAX_NAMED
+from hrt.records import EdgeType, Kind
+from hrt.stores.base import GraphCandidate, GraphNode, GraphStore, valid_at
+
+# successors read per superseded candidate: each names at most MAX_SUPERSEDES predecessors, and
+# a fact replaced more often than this is ended by its earliest ones already
+MAX_SUCCESSORS = 4 * _MAX_NAMED
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """A candidate's validity as the request sees it (epoch seconds, None open)."""
+
+    valid_from: float | None
+    valid_to: float | None  # its own, else its earliest known successor's start
+    superseded_by: tuple[str, ...]  # successors known as of the request, by id
+    valid: bool  # holds at valid_at
+
+
+@dataclass(slots=True)
+class Validity:
+    candidates: list[GraphCandidate]  # those kept, in their order
+    intervals: dict[str, Interval] = field(default_factory=dict)  # every kept candidate's
+    suppressed: dict[Kind, int] = field(default_factory=dict)
+
+    @property
+    def stale(self) -> frozenset[str]:
+        """Kept candidates that do not hold at valid_at (only with include_invalidated)."""
+        return frozenset(i for i, v in self.intervals.items() if not v.valid)
+
+
+def interval_of(node: GraphNode, successors: list[GraphNode], at: float) -> Interval:
+    end = node.valid_to
+    named = tuple(sorted(s.id for s in successors))
+    if end is None and successors:
+        starts = [s.valid_from if s.valid_from is not None else s.ts for s in successors]
+        known = [s for s in starts if s is not None]
+        end = min(known) if known else None
+    return Interval(node.valid_from, end, named, valid_at(node.valid_from, end, at))
+
+
+async def run_validity(intake: Intake, candidates: list[GraphCandidate], graph: GraphStore) -> Validity:
+    """Each candidate's interval, and the candidates the request keeps (module docstring)."""
+    if not candidates:
+        return Validity(candidates)
+    as_of = intake.as_of.timestamp()
+    at = intake.event_time.timestamp()
+    replaceable = [c.node.id for c in candidates if c.node.kind is not Kind.CONCEPT]
+    # concepts no mention as of the request dates: are they mentioned at all (later)?
+    undated = [c.node.id for c in candidates if c.node.kind is Kind.CONCEPT and c.last_mention_ts is None]
+    successors, mentioned = await asyncio.gather(
+        graph.neighbors(intake.user_id, replaceable, EdgeType.SUPERSEDES, False, MAX_SUCCESSORS, as_of)
+        if replaceable
+        else _nothing(),
+        graph.neighbors(intake.user_id, undated, EdgeType.MENTIONS, False, 1) if undated else _nothing(),
+    )
+    out = Validity([])
+    for c in candidates:
+        node = c.node
+        if mentioned.get(node.id):
+            continue  # first mentioned after as_of: not known yet
+        interval = interval_of(node, successors.get(node.id, []), at)
+        if not interval.valid and not intake.include_invalidated:
+            out.suppressed[node.kind] = out.suppressed.get(node.kind, 0) + 1
+            continue
+        out.candidates.append(c)
+        out.intervals[node.id] = interval
+    return out
+
+
+async def _nothing() -> dict[str, list[GraphNode]]:
+    return {}
