@@ -16,6 +16,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import numpy as np
@@ -26,7 +27,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from hrt.auth import KeyRecord
 from hrt.errors import Conflict, InvalidInput, StoreError, StoreUnavailable
-from hrt.records import EDGE_ENDPOINTS, Deletion, Entity, Kind, Preference, Relation, entity_ts
+from hrt.records import EDGE_ENDPOINTS, Deletion, Entity, Kind, Preference, Relation, entity_ts, valid_from
 from hrt.stores.base import WARM_UP_USER, WriteBatch, WriteResult
 from hrt.stores.embedded import ENTITY_MODELS
 
@@ -211,15 +212,11 @@ class PostgresRecordStore:
     async def all_relations(self, user_id: str) -> list[Relation]:
         async with self.connection("all_relations") as conn:
             cur = await conn.execute(
-                "SELECT source, target, type, weight, relation_type FROM hrt_relations WHERE user_id = %s "
-                "ORDER BY source, target, type",
+                f"SELECT {_RELATION_COLUMNS} FROM hrt_relations WHERE user_id = %s ORDER BY source, target, type",
                 (user_id,),
             )
             rows = await cur.fetchall()
-        return [
-            Relation(user_id=user_id, type=ty, source=s, target=t, weight=w, relation_type=rt)
-            for s, t, ty, w, rt in rows
-        ]
+        return [_relation(user_id, row) for row in rows]
 
     async def relation_rows(
         self, user_id: str, keys: Sequence[tuple[str, str, str]]
@@ -291,7 +288,6 @@ class PostgresRecordStore:
             vec = batch.vectors.get((e.user_id, e.id))
             if vec is None:
                 raise StoreError(f"no vector was computed for {e.user_id}/{e.id}")
-            ts = entity_ts(e)
             rows.append(
                 (
                     e.user_id,
@@ -299,17 +295,20 @@ class PostgresRecordStore:
                     e.kind,
                     Jsonb(e.model_dump(mode="json")),
                     np.ascontiguousarray(vec, dtype=np.float32).tobytes(),
-                    ts.timestamp() if ts else None,
+                    _epoch(entity_ts(e)),
+                    _epoch(valid_from(e)),  # as the projections see it: the record's, else its ts
+                    _epoch(e.valid_to),
                 )
             )
         # rows go in key order (ORDER BY ordinality), so concurrent batches lock in the same order
         cur = await conn.execute(
-            "INSERT INTO hrt_entities (user_id, id, kind, data, vector, ts) "
-            "SELECT u, i, k, d, v, t FROM unnest(%s::text[], %s::text[], %s::text[], %s::jsonb[], %s::bytea[], "
-            "%s::float8[]) WITH ORDINALITY AS r(u, i, k, d, v, t, n) ORDER BY n "
-            "ON CONFLICT (user_id, id) DO UPDATE SET data = excluded.data, vector = excluded.vector, "
-            "ts = excluded.ts, version = hrt_entities.version + 1, updated_at = now() RETURNING user_id, id, version",
-            _columns(rows, lambda row: row, 6),
+            "INSERT INTO hrt_entities (user_id, id, kind, data, vector, ts, valid_from, valid_to) "
+            "SELECT u, i, k, d, v, t, vf, vt FROM unnest(%s::text[], %s::text[], %s::text[], %s::jsonb[], "
+            "%s::bytea[], %s::float8[], %s::float8[], %s::float8[]) WITH ORDINALITY AS r(u, i, k, d, v, t, vf, vt, n) "
+            "ORDER BY n ON CONFLICT (user_id, id) DO UPDATE SET data = excluded.data, vector = excluded.vector, "
+            "ts = excluded.ts, valid_from = excluded.valid_from, valid_to = excluded.valid_to, "
+            "version = hrt_entities.version + 1, updated_at = now() RETURNING user_id, id, version",
+            _columns(rows, lambda row: row, 8),
         )
         versions = {(u, i): int(v) for u, i, v in await cur.fetchall()}
         await self._events(
@@ -323,16 +322,25 @@ class PostgresRecordStore:
         if not relations:
             return
         cur = await conn.execute(
-            "INSERT INTO hrt_relations (user_id, source, target, type, weight, relation_type) "
-            "SELECT u, s, t, y, w, rt FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::float8[], "
-            "%s::text[]) WITH ORDINALITY AS r(u, s, t, y, w, rt, n) ORDER BY n "
-            "ON CONFLICT (user_id, source, target, type) DO UPDATE SET weight = excluded.weight, "
-            "relation_type = excluded.relation_type, version = hrt_relations.version + 1, updated_at = now() "
-            "RETURNING user_id, source, target, type, version",
+            "INSERT INTO hrt_relations (user_id, source, target, type, weight, relation_type, valid_from, valid_to) "
+            "SELECT u, s, t, y, w, rt, vf, vt FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], "
+            "%s::float8[], %s::text[], %s::float8[], %s::float8[]) WITH ORDINALITY AS r(u, s, t, y, w, rt, vf, vt, n) "
+            "ORDER BY n ON CONFLICT (user_id, source, target, type) DO UPDATE SET weight = excluded.weight, "
+            "relation_type = excluded.relation_type, valid_from = excluded.valid_from, valid_to = excluded.valid_to, "
+            "version = hrt_relations.version + 1, updated_at = now() RETURNING user_id, source, target, type, version",
             _columns(
                 relations,
-                lambda r: (r.user_id, r.source, r.target, r.type.value, r.weight, r.relation_type),
-                6,
+                lambda r: (
+                    r.user_id,
+                    r.source,
+                    r.target,
+                    r.type.value,
+                    r.weight,
+                    r.relation_type,
+                    _epoch(r.valid_from),
+                    _epoch(r.valid_to),
+                ),
+                8,
             ),
         )
         versions = {(u, s, t, y): int(v) for u, s, t, y, v in await cur.fetchall()}
@@ -673,17 +681,42 @@ async def _relation_rows(
 ) -> dict[tuple[str, str, str], Relation]:
     if not keys:
         return {}
+    columns = ", ".join(f"r.{c}" for c in _RELATION_COLUMNS.split(", "))
     cur = await conn.execute(
-        "SELECT r.source, r.target, r.type, r.weight, r.relation_type FROM hrt_relations r "
+        f"SELECT {columns} FROM hrt_relations r "
         "JOIN unnest(%s::text[], %s::text[], %s::text[]) AS k(source, target, type) "
         "ON r.source = k.source AND r.target = k.target AND r.type = k.type WHERE r.user_id = %s",
         ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], user_id),
     )
     rows = await cur.fetchall()
-    return {
-        (s, t, ty): Relation(user_id=user_id, type=ty, source=s, target=t, weight=w, relation_type=rt)
-        for s, t, ty, w, rt in rows
-    }
+    return {(row[0], row[1], row[2]): _relation(user_id, row) for row in rows}
+
+
+# a relation as hrt_relations holds it (the interval in epoch seconds, migration 0004)
+_RELATION_COLUMNS = "source, target, type, weight, relation_type, valid_from, valid_to"
+
+
+def _relation(user_id: str, row: Sequence[Any]) -> Relation:
+    """A row of :data:`_RELATION_COLUMNS` as a Relation (its interval as UTC datetimes)."""
+    source, target, type_, weight, relation_type, start, end = row
+    return Relation(
+        user_id=user_id,
+        type=type_,
+        source=source,
+        target=target,
+        weight=weight,
+        relation_type=relation_type,
+        valid_from=_datetime(start),
+        valid_to=_datetime(end),
+    )
+
+
+def _epoch(value: datetime | None) -> float | None:
+    return value.timestamp() if value is not None else None
+
+
+def _datetime(value: float | None) -> datetime | None:
+    return datetime.fromtimestamp(value, UTC) if value is not None else None
 
 
 # The outbox lease: one advisory lock per projection target, in a key space of its own (two int4

@@ -37,6 +37,14 @@ Timestamps: ``ts`` is epoch seconds; an entity without one (a concept) stores :d
 sentinel before any real date, so ``ts <= not_after`` alone admits it (no null-state index and
 no OR in every filter). :meth:`WeaviateVectorIndex.ids` never exposes the sentinel.
 
+Validity (#20): ``valid_from`` / ``valid_to`` (epoch seconds, range-filterable) hold a document's
+own interval, null for an open end: no sentinel, because objects written before the properties
+existed have them null too and must pass a ``valid_at`` filter. The filter is
+``NOT(valid_from > at) AND NOT(valid_to <= at)``: a comparison never matches a null or missing
+property, so ``valid_from <= at AND valid_to > at`` would drop every open or older document (checked
+on Weaviate 1.38: it keeps only documents with both ends set), while the NOTs of the opposite
+comparisons let them through (:func:`_valid_at`).
+
 Search: per phrase, one ``near_vector`` and one ``bm25`` query, all 2 x phrases queries issued
 concurrently over the client's single HTTP/2 gRPC channel (``asyncio.gather``). Weaviate's gRPC
 API has no multi-query call, and a ``hybrid`` query returns only the fused score, not the two
@@ -121,9 +129,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_COLLECTION = "HRTEntity"
 NO_TS = -1.0e18  # "no timestamp": before any real date, so `ts <= not_after` always admits it
-PROPERTIES = ("entity_id", "kind", "text", "ts", "tags", "source_agent_id")
+PROPERTIES = ("entity_id", "kind", "text", "ts", "tags", "source_agent_id", "valid_from", "valid_to")
 # added after the first collections were made: apply_schema adds them to an older collection
-LATER_PROPERTIES = ("tags", "source_agent_id")
+FILTER_PROPERTIES = ("tags", "source_agent_id")  # search filters (#18)
+VALIDITY_PROPERTIES = ("valid_from", "valid_to")  # facts that change (#20)
+LATER_PROPERTIES = (*FILTER_PROPERTIES, *VALIDITY_PROPERTIES)
 RETURNED = ["entity_id", "kind"]
 TIE_SLACK = 4  # extra hits fetched per leg so that ties at the k cut can be broken by id
 # BM25 ties are common (equal term counts in equally long texts): with 50 extra hits the first page
@@ -191,16 +201,34 @@ def _stored_form(doc: VectorDoc) -> tuple[Any, ...]:
         np.asarray(doc.vector, dtype="<f4").tobytes(),
         tuple(doc.tags),
         doc.source_agent_id or "",
+        _float_or_none(doc.valid_from),
+        _float_or_none(doc.valid_to),
     )
 
 
+def _float_or_none(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _number(fields: Any, prop: str) -> float | None:
+    """A NUMBER property of a reply's fields: None when null, or absent (an object written before
+    the property existed)."""
+    if prop not in fields:
+        return None
+    value = fields[prop]
+    return float(value.number_value) if value.WhichOneof("kind") == "number_value" else None
+
+
 def _later_properties() -> list[Property]:
-    # filterable, not searchable: tag and agent filters match whole values (FIELD tokenization)
+    # filterable, not searchable: tag and agent filters match whole values (FIELD tokenization);
+    # the interval is range-filtered (valid_at), null when open (no sentinel: see _valid_at)
     return [
         Property(name="tags", data_type=DataType.TEXT_ARRAY, tokenization=Tokenization.FIELD, index_searchable=False),
         Property(
             name="source_agent_id", data_type=DataType.TEXT, tokenization=Tokenization.FIELD, index_searchable=False
         ),
+        Property(name="valid_from", data_type=DataType.NUMBER, index_range_filters=True),
+        Property(name="valid_to", data_type=DataType.NUMBER, index_range_filters=True),
     ]
 
 
@@ -347,15 +375,24 @@ class WeaviateVectorIndex:
             config = await self._collection.config.get()
             have = {p.name for p in config.properties}
             later = [p for p in _later_properties() if p.name not in have]
-            for prop in later:  # a collection from before search filters: objects gain them on rewrite
+            for prop in later:  # a collection from before these properties: objects gain them on rewrite
                 await self._collection.config.add_property(prop)
-            if later:
+            added = {p.name for p in later}
+            if added & set(FILTER_PROPERTIES):
                 log.warning(
                     "added %s to Weaviate collection %s; objects written before have none, so tag and agent "
                     "filters miss them until they are written again (`hrt doctor --repair`)",
-                    ", ".join(p.name for p in later),
+                    ", ".join(p for p in FILTER_PROPERTIES if p in added),
                     self.collection_name,
                 )
+            if added & set(VALIDITY_PROPERTIES):
+                log.warning(
+                    "added %s to Weaviate collection %s; objects written before have none, so a valid_at "
+                    "filter keeps them whatever their interval until they are written again (`hrt doctor --repair`)",
+                    ", ".join(p for p in VALIDITY_PROPERTIES if p in added),
+                    self.collection_name,
+                )
+            if later:
                 config = await self._collection.config.get()
         problems = []
         if not config.multi_tenancy_config.enabled:
@@ -444,6 +481,8 @@ class WeaviateVectorIndex:
                     "ts": NO_TS if doc.ts is None else float(doc.ts),
                     "tags": list(doc.tags),
                     "source_agent_id": doc.source_agent_id or "",
+                    "valid_from": _float_or_none(doc.valid_from),  # null when open: no sentinel
+                    "valid_to": _float_or_none(doc.valid_to),
                 },
                 uuid=object_uuid(user_id, doc.id),
                 vector=np.asarray(doc.vector, dtype=np.float32).tolist(),
@@ -499,6 +538,8 @@ class WeaviateVectorIndex:
                 vector or b"",
                 tuple(f["tags"].list_value.text_values.values) if "tags" in f else (),
                 f["source_agent_id"].text_value if "source_agent_id" in f else "",
+                _number(f, "valid_from"),
+                _number(f, "valid_to"),
             )
             for f, vector in await self._by_ids(user_id, tenant, ids, _STORED_PB)
         }
@@ -552,8 +593,10 @@ class WeaviateVectorIndex:
                 None if ts == NO_TS else ts,
                 tuple(tags),
                 agent or None,
+                start,
+                end,
             )
-            for ident, (kind, text, ts, vector, tags, agent) in stored.items()
+            for ident, (kind, text, ts, vector, tags, agent, start, end) in stored.items()
         }
 
     async def search(
@@ -849,7 +892,27 @@ def _pushed_down(where: SearchFilter) -> list[base_pb2.Filters]:
             bounds[0] if len(bounds) == 1 else base_pb2.Filters(operator=base_pb2.Filters.OPERATOR_AND, filters=bounds)
         )
         parts.append(_any_of(_text_is("kind", Kind.CONCEPT.value), within))
+    if where.valid_at is not None:
+        parts += _valid_at(float(where.valid_at))
     return parts
+
+
+def _valid_at(at: float) -> list[base_pb2.Filters]:
+    """Documents whose interval holds at ``at``, for every kind: NOT(valid_from > at) AND
+    NOT(valid_to <= at). Written as NOTs of the comparisons, not as ``valid_from <= at`` and
+    ``valid_to > at``, because a comparison never matches a null or missing property: an open end
+    (stored as null, no sentinel) and an object written before the properties existed fail both
+    comparisons, so their NOTs let them through (checked against the real server in
+    tests/contract/test_weaviate_vectors.py)."""
+
+    def never(operator: base_pb2.Filters.Operator, prop: str) -> base_pb2.Filters:
+        compared = base_pb2.Filters(operator=operator, value_number=at, target=base_pb2.FilterTarget(property=prop))
+        return base_pb2.Filters(operator=base_pb2.Filters.OPERATOR_NOT, filters=[compared])
+
+    return [
+        never(base_pb2.Filters.OPERATOR_GREATER_THAN, "valid_from"),
+        never(base_pb2.Filters.OPERATOR_LESS_THAN_EQUAL, "valid_to"),
+    ]
 
 
 async def _top_k(fetch: Callable[[int], Awaitable[list[_Found]]], k: int, slack: int) -> list[_Found]:

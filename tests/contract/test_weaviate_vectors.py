@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -25,7 +25,7 @@ from hrt.ingest import parse_jsonl
 from hrt.projection import vector_doc
 from hrt.records import Artifact, Concept, Kind, MemoryUnit, entity_text
 from hrt.service import HRTService
-from hrt.stores.base import SearchFilter, VectorDoc, VectorHit
+from hrt.stores.base import SearchFilter, VectorDoc, VectorHit, valid_at
 from hrt.stores.embedded_vectors import EmbeddedVectorIndex
 from hrt.stores.weaviate_vectors import LEXICAL_TIE_SLACK, NO_TS, WeaviateVectorIndex, object_uuid, tenant_name
 from tests.conftest import FIXED_NOW, StackManager
@@ -391,7 +391,7 @@ async def test_apply_schema_adds_the_filter_properties_to_an_older_collection(lo
         index = WeaviateVectorIndex(client=client, collection=name)
         await index.apply_schema()
         props = {p.name: p for p in (await client.collections.use(name).config.get()).properties}
-        assert {"tags", "source_agent_id"} <= set(props)
+        assert {"tags", "source_agent_id", "valid_from", "valid_to"} <= set(props)
         user = "u1"
         m1 = loaded.docs[user]["m1"]
         await index.upsert(user, [m1])
@@ -399,6 +399,175 @@ async def test_apply_schema_adds_the_filter_properties_to_an_older_collection(lo
             user, ["Phoenix"], loaded.embedder.embed(["Phoenix"]), ALL_KINDS, 5, where=SearchFilter(tags=("phoenix",))
         )
         assert [h.id for h in hits] == ["m1"]
+    finally:
+        await client.collections.delete(name)
+
+
+# ----------------------------------------------------------------------------------------------
+# validity intervals (#20)
+# ----------------------------------------------------------------------------------------------
+
+T0 = 1_735_689_600.0  # 2025-01-01
+DAY = 86_400.0
+# id -> (kind, valid_from, valid_to); every text names "Atlas" so both legs see every document
+INTERVALS: dict[str, tuple[Kind, float | None, float | None]] = {
+    "m-open": (Kind.MEMORY_UNIT, None, None),
+    "m-from": (Kind.MEMORY_UNIT, T0 + 10 * DAY, None),
+    "m-to": (Kind.MEMORY_UNIT, T0, T0 + 20 * DAY),
+    "m-only-to": (Kind.MEMORY_UNIT, None, T0 + 5 * DAY),
+    "a-both": (Kind.ARTIFACT, T0 + 10 * DAY, T0 + 30 * DAY),
+    "c-from": (Kind.CONCEPT, T0 + 15 * DAY, None),
+    "c-open": (Kind.CONCEPT, None, None),
+}
+# before the first start, at every start and end (valid_from included, valid_to excluded), between, after
+INSTANTS = [T0 - DAY, T0, T0 + 5 * DAY - 1, T0 + 5 * DAY, T0 + 10 * DAY, T0 + 15 * DAY, T0 + 20 * DAY, T0 + 30 * DAY]
+
+
+def _interval_docs(embedder: HashingEmbedder) -> list[VectorDoc]:
+    texts = {i: f"Atlas {i.replace('-', ' ')} deadline notes" for i in INTERVALS}
+    vectors = embedder.embed(list(texts.values()))
+    return [
+        VectorDoc(i, kind, texts[i], vec, None if kind is Kind.CONCEPT else T0, valid_from=vf, valid_to=vt)
+        for (i, (kind, vf, vt)), vec in zip(INTERVALS.items(), vectors, strict=True)
+    ]
+
+
+async def _write_without_interval(index: WeaviateVectorIndex, user: str, doc: VectorDoc) -> None:
+    """An object as the adapter wrote it before #20: no valid_from / valid_to at all."""
+    from weaviate.classes.data import DataObject
+
+    tenant = index._collection.with_tenant(tenant_name(user))
+    props = {"entity_id": doc.id, "kind": doc.kind.value, "text": doc.text, "ts": NO_TS if doc.ts is None else doc.ts}
+    result = await tenant.data.insert_many(
+        [DataObject(properties=props, uuid=object_uuid(user, doc.id), vector=np.asarray(doc.vector).tolist())]
+    )
+    assert not result.has_errors, result.errors
+
+
+async def _found(
+    index: WeaviateVectorIndex, user: str, embedder: HashingEmbedder, **search: object
+) -> tuple[set[str], set[str]]:
+    """The ids of a search for "Atlas deadline" by leg: (vector leg, lexical leg)."""
+    phrase = ["Atlas deadline"]
+    [hits] = await index.search(user, phrase, embedder.embed(phrase), search.pop("kinds", ALL_KINDS), 50, **search)  # type: ignore[arg-type]
+    return set(_leg(hits, lexical=False)), set(_leg(hits, lexical=True))
+
+
+async def test_intervals_are_stored_and_read_back_and_part_of_the_stored_form(loaded: Loaded) -> None:
+    from weaviate.classes.query import MetadataQuery
+
+    user = f"scratch-{uuid.uuid4().hex[:8]}"
+    docs = _interval_docs(loaded.embedder)
+    tenant = loaded.index._collection.with_tenant(tenant_name(user))
+
+    async def updated() -> dict[str, object]:
+        res = await tenant.query.fetch_objects(limit=50, return_metadata=MetadataQuery(last_update_time=True))
+        return {str(o.properties["entity_id"]): o.metadata.last_update_time for o in res.objects}
+
+    try:
+        await loaded.index.upsert(user, docs)
+        got = await loaded.index.docs(user)
+        assert {i: (d.kind, d.valid_from, d.valid_to) for i, d in got.items()} == INTERVALS
+        # null, not a sentinel: the raw objects hold None for an open end
+        raw = await tenant.query.fetch_object_by_id(object_uuid(user, "m-open"))
+        assert raw is not None and raw.properties["valid_from"] is None and raw.properties["valid_to"] is None
+        before = await updated()
+        await loaded.index.upsert(user, docs)
+        assert await updated() == before, "an unchanged interval is not written again"
+        m_to = next(d for d in docs if d.id == "m-to")
+        await loaded.index.upsert(user, [replace(m_to, valid_to=T0 + 21 * DAY)])
+        after = await updated()
+        assert {i for i in after if after[i] != before[i]} == {"m-to"}, "an interval that changed is written"
+        assert (await loaded.index.docs(user))["m-to"].valid_to == T0 + 21 * DAY
+        await loaded.index.upsert(user, [replace(m_to, valid_to=None)])
+        assert (await loaded.index.docs(user))["m-to"].valid_to is None, "an end taken back is stored as null"
+    finally:
+        await loaded.index.delete_user(user)
+
+
+async def test_valid_at_keeps_what_holds_at_it_for_every_kind_and_documents_without_an_interval(loaded: Loaded) -> None:
+    user = f"scratch-{uuid.uuid4().hex[:8]}"
+    docs = _interval_docs(loaded.embedder)
+    old = replace(_interval_docs(loaded.embedder)[0], id="m-old")  # written before #20: no properties at all
+    try:
+        await loaded.index.upsert(user, docs)
+        await _write_without_interval(loaded.index, user, old)
+        assert (await loaded.index.docs(user))["m-old"].valid_from is None
+        everything = set(INTERVALS) | {"m-old"}
+        assert await _found(loaded.index, user, loaded.embedder) == (everything, everything)
+        for at in INSTANTS:
+            expected = {i for i, (_, vf, vt) in INTERVALS.items() if valid_at(vf, vt, at)} | {"m-old"}
+            vector, lexical = await _found(loaded.index, user, loaded.embedder, where=SearchFilter(valid_at=at))
+            assert vector == lexical == expected, (at - T0) / DAY
+        # with the other filters (kinds, not_after, a time range): each still applies
+        day12 = SearchFilter(valid_at=T0 + 12 * DAY)
+        kinds = [Kind.MEMORY_UNIT, Kind.CONCEPT]
+        assert (
+            await _found(loaded.index, user, loaded.embedder, kinds=kinds, where=day12)
+            == ({"m-open", "m-from", "m-to", "m-old", "c-open"},) * 2
+        )
+        assert await _found(loaded.index, user, loaded.embedder, not_after=T0 - DAY, where=day12) == ({"c-open"},) * 2
+        ranged = replace(day12, ts_from=T0 + DAY)  # memory units and artifacts are all from T0: only concepts
+        assert await _found(loaded.index, user, loaded.embedder, where=ranged) == ({"c-open"},) * 2
+    finally:
+        await loaded.index.delete_user(user)
+
+
+async def test_apply_schema_adds_the_interval_to_a_collection_from_before_it(
+    loaded: Loaded, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A collection of the previous release (with the filter properties, without the interval)
+    gains valid_from / valid_to; the objects it held pass every valid_at filter until rewritten."""
+    from weaviate.classes.config import DataType, Property, Tokenization, VectorDistances
+
+    client = loaded.index._client
+    name = f"HRTTestPre20{uuid.uuid4().hex[:8]}"
+    await client.collections.create(
+        name,
+        properties=[
+            Property(name="entity_id", data_type=DataType.TEXT, tokenization=Tokenization.FIELD),
+            Property(name="kind", data_type=DataType.TEXT, tokenization=Tokenization.FIELD),
+            Property(name="text", data_type=DataType.TEXT),
+            Property(name="ts", data_type=DataType.NUMBER, index_range_filters=True),
+            Property(name="tags", data_type=DataType.TEXT_ARRAY, tokenization=Tokenization.FIELD),
+            Property(name="source_agent_id", data_type=DataType.TEXT, tokenization=Tokenization.FIELD),
+        ],
+        vector_config=Configure.Vectors.self_provided(
+            vector_index_config=Configure.VectorIndex.hnsw(distance_metric=VectorDistances.COSINE)
+        ),
+        multi_tenancy_config=Configure.multi_tenancy(
+            enabled=True, auto_tenant_creation=True, auto_tenant_activation=True
+        ),
+    )
+    user = "u1"
+    docs = {d.id: d for d in _interval_docs(loaded.embedder)}
+    try:
+        index = WeaviateVectorIndex(client=client, collection=name)
+        for ident in ("m-to", "c-from"):  # intervals that do not hold on day 40: kept, as they were written
+            await _write_without_interval(index, user, docs[ident])
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="hrt.stores.weaviate_vectors"):
+            await index.apply_schema()
+        assert "added valid_from, valid_to" in caplog.text and "tag and agent" not in caplog.text
+        props = {p.name: p for p in (await client.collections.use(name).config.get()).properties}
+        assert props["valid_from"].index_range_filters and props["valid_to"].index_range_filters
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="hrt.stores.weaviate_vectors"):
+            await index.apply_schema()
+        assert not caplog.text, "nothing to add the second time"
+        stored = await index.docs(user)
+        assert {i: (d.valid_from, d.valid_to) for i, d in stored.items()} == {
+            "m-to": (None, None),
+            "c-from": (None, None),
+        }
+        await index.upsert(user, [docs["m-from"], docs["a-both"]])
+        day40 = SearchFilter(valid_at=T0 + 40 * DAY)
+        assert await _found(index, user, loaded.embedder, where=day40) == ({"m-to", "c-from", "m-from"},) * 2
+        # written again (`hrt doctor --repair`): the stored-form comparison sees the missing interval
+        await index.upsert(user, [docs["m-to"], docs["c-from"]])
+        assert await _found(index, user, loaded.embedder, where=day40) == ({"c-from", "m-from"},) * 2
+        day5 = SearchFilter(valid_at=T0 + 5 * DAY)
+        assert await _found(index, user, loaded.embedder, where=day5) == ({"m-to"},) * 2
     finally:
         await client.collections.delete(name)
 

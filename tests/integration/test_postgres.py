@@ -8,24 +8,26 @@ import multiprocessing
 import random
 import subprocess
 import sys
+from datetime import UTC, datetime
 
 import numpy as np
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from hrt.config import Settings
 from hrt.contract import RetrieveRequest
 from hrt.errors import InvalidInput, StoreError, StoreUnavailable
 from hrt.ingest import build_batch, parse_jsonl
 from hrt.projector import Projector
-from hrt.records import Concept, Kind
+from hrt.records import Concept, EdgeType, Kind
 from hrt.service import HRTService
-from hrt.stores.base import WriteBatch
+from hrt.stores.base import GraphEdge, WriteBatch
 from hrt.stores.embedded import EmbeddedStore
 from hrt.stores.postgres_migrate import Migration, applied_versions, bundled_migrations, migrate
 from hrt.stores.postgres_records import PostgresRecordStore
 from tests.conftest import FIXED_NOW
-from tests.helpers import HashingEmbedder, concept, jsonl, mu, rel, small_graph
+from tests.helpers import HashingEmbedder, artifact, concept, jsonl, mu, rel, small_graph
 
 pytestmark = pytest.mark.integration
 
@@ -515,3 +517,208 @@ def test_hrt_doctor_and_project_commands(postgres_dsn, tmp_path):
     assert json.loads(fixed.stdout)["drift_after_repair"] == []
     projected = hrt("project")
     assert projected.returncode == 0 and json.loads(projected.stdout)["failed"] == {}
+
+
+# ------------------------------------------------------------------------------------------
+# facts that change (#20): intervals and SUPERSEDES
+# ------------------------------------------------------------------------------------------
+
+
+def _epoch(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+HISTORY = [
+    concept("iv", "c-atlas", "Project Atlas"),
+    concept("iv", "c-lee", "Lee", valid_from="2025-03-01T00:00:00Z"),
+    mu("iv", "m-old", "Atlas deadline is March 31", "2025-01-10T09:00:00Z"),
+    mu(
+        "iv",
+        "m-new",
+        "Atlas deadline moved to June 30",
+        "2025-03-20T09:00:00Z",
+        supersedes=["m-old"],
+        valid_from="2025-03-15T00:00:00Z",
+    ),
+    mu("iv", "m-kick", "Atlas kickoff", "2025-01-05T09:00:00Z", valid_to="2025-02-01T00:00:00Z"),
+    artifact("iv", "a-v1", "Atlas design v1", "2025-01-12T00:00:00Z"),
+    artifact("iv", "a-v2", "Atlas design v2", "2025-04-02T00:00:00Z", supersedes=["a-v1", "m-kick"]),
+    rel("iv", "MENTIONS", "m-new", "c-atlas"),
+    rel("iv", "RELATED_TO", "c-atlas", "c-lee", valid_from="2025-04-01T00:00:00Z", valid_to="2025-09-01T00:00:00Z"),
+]
+
+
+JUNE_30 = "2025-06-30T00:00:00Z"
+
+
+def test_migration_0004_backfills_the_intervals_of_rows_written_before_it(postgres_dsn):
+    before = [m for m in bundled_migrations() if m.version < 4]
+    assert [m.version for m in before] == [1, 2, 3]
+    migrate(postgres_dsn, before)
+    data = {
+        "m1": {"kind": "memory_unit", "muid": "m1", "creation_ts": "2025-01-10T09:00:00Z"},
+        "c1": {"kind": "concept", "id": "c1", "name": "Atlas"},
+        # a record that carries an interval (written by a newer HRT before its migration ran)
+        "m2": {"kind": "memory_unit", "muid": "m2", "valid_from": "2025-03-15T00:00:00Z", "valid_to": JUNE_30},
+    }
+    ts = {"m1": _epoch("2025-01-10T09:00:00Z"), "c1": None, "m2": _epoch("2025-03-20T09:00:00Z")}
+    entity = "INSERT INTO hrt_entities (user_id, id, kind, data, vector, ts) VALUES ('old', %s, %s, %s, '\\x00', %s)"
+    relation = "INSERT INTO hrt_relations (user_id, source, target, type, weight) VALUES ('old', %s, %s, %s, 1)"
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        for ident, d in data.items():
+            conn.execute(entity, (ident, d["kind"], Jsonb({"user_id": "old", **d}), ts[ident]))
+        conn.execute(relation, ("m1", "c1", "MENTIONS"))
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute(relation, ("m2", "m1", "SUPERSEDES"))
+    assert migrate(postgres_dsn) == [4]
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        rows = {i: (vf, vt) for i, vf, vt in conn.execute("SELECT id, valid_from, valid_to FROM hrt_entities")}
+        assert rows == {
+            "m1": (ts["m1"], None),  # no interval of its own: valid from its creation
+            "c1": (None, None),
+            "m2": (_epoch("2025-03-15T00:00:00Z"), _epoch(JUNE_30)),
+        }
+        assert conn.execute("SELECT valid_from, valid_to FROM hrt_relations").fetchall() == [(None, None)]
+        conn.execute(relation, ("m2", "m1", "SUPERSEDES"))
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute(relation, ("m2", "m1", "REPLACES"))
+
+
+async def test_intervals_and_supersedes_round_trip(pg_records):
+    embedder = HashingEmbedder()
+    result = await pg_records.apply(build_batch(parse_jsonl(jsonl(HISTORY)), embedder))
+    assert result.upserted == 7 + 2 + 3  # entities, the relations given, the SUPERSEDES relations
+    got = await pg_records.get_many("iv", Kind.MEMORY_UNIT, ["m-new", "m-kick", "m-old"])
+    assert got["m-new"].supersedes == ["m-old"] and got["m-new"].valid_from == datetime(2025, 3, 15, tzinfo=UTC)
+    assert got["m-kick"].valid_to == datetime(2025, 2, 1, tzinfo=UTC) and got["m-old"].valid_from is None
+    assert (await pg_records.get_many("iv", Kind.ARTIFACT, ["a-v2"]))["a-v2"].supersedes == ["a-v1", "m-kick"]
+    with psycopg.connect(pg_records._dsn) as conn:
+        columns = {i: (vf, vt) for i, vf, vt in conn.execute("SELECT id, valid_from, valid_to FROM hrt_entities")}
+    assert columns["m-new"] == (_epoch("2025-03-15T00:00:00Z"), None)
+    assert columns["m-old"] == (_epoch("2025-01-10T09:00:00Z"), None)  # as projected: its creation
+    assert columns["m-kick"] == (_epoch("2025-01-05T09:00:00Z"), _epoch("2025-02-01T00:00:00Z"))
+    assert columns["c-atlas"] == (None, None) and columns["c-lee"] == (_epoch("2025-03-01T00:00:00Z"), None)
+    rels = {(r.source, r.target, r.type.value): r for r in await pg_records.all_relations("iv")}
+    assert set(rels) == {
+        ("m-new", "c-atlas", "MENTIONS"),
+        ("c-atlas", "c-lee", "RELATED_TO"),
+        ("m-new", "m-old", "SUPERSEDES"),
+        ("a-v2", "a-v1", "SUPERSEDES"),
+        ("a-v2", "m-kick", "SUPERSEDES"),
+    }
+    lee = rels[("c-atlas", "c-lee", "RELATED_TO")]
+    assert (lee.valid_from, lee.valid_to) == (datetime(2025, 4, 1, tzinfo=UTC), datetime(2025, 9, 1, tzinfo=UTC))
+    assert rels[("m-new", "m-old", "SUPERSEDES")].valid_from is None
+    keys = list(rels)
+    assert await pg_records.relation_rows("iv", keys) == rels
+    async with pg_records.outbox_lease("graph", wait=True) as lease:
+        assert lease is not None and await lease.relation_rows("iv", keys) == rels
+    # an interval changed, then taken back: the row follows
+    moved = rel("iv", "RELATED_TO", "c-atlas", "c-lee", valid_from="2025-05-01T00:00:00Z")
+    await pg_records.apply(build_batch(parse_jsonl(jsonl([moved])), embedder))
+    (lee,) = (await pg_records.relation_rows("iv", [("c-atlas", "c-lee", "RELATED_TO")])).values()
+    assert (lee.valid_from, lee.valid_to) == (datetime(2025, 5, 1, tzinfo=UTC), None)
+
+
+async def test_supersedes_is_checked_and_goes_with_either_end(pg_records):
+    embedder = HashingEmbedder()
+    await pg_records.apply(build_batch(parse_jsonl(jsonl(HISTORY)), embedder))
+    # only memory units and artifacts supersede or are superseded
+    for bad, field in (
+        (rel("iv", "SUPERSEDES", "m-new", "c-atlas"), "target"),
+        (rel("iv", "SUPERSEDES", "c-lee", "m-old"), "source"),
+        (mu("iv", "m-x", "x", supersedes=["c-atlas"]), "target"),
+        (mu("iv", "m-y", "y", supersedes=["nowhere"]), "target"),
+    ):
+        with pytest.raises(InvalidInput) as info:
+            await pg_records.apply(build_batch(parse_jsonl(jsonl([bad])), embedder))
+        assert info.value.field == field and "SUPERSEDES" in info.value.message
+    assert set(await pg_records.ids("iv")) == {"c-atlas", "c-lee", "m-old", "m-new", "m-kick", "a-v1", "a-v2"}
+
+    def supersedes() -> set[tuple[str, str]]:
+        with psycopg.connect(pg_records._dsn) as conn:
+            return {
+                (s, t) for s, t in conn.execute("SELECT source, target FROM hrt_relations WHERE type = 'SUPERSEDES'")
+            }
+
+    assert supersedes() == {("m-new", "m-old"), ("a-v2", "a-v1"), ("a-v2", "m-kick")}
+    deletes = [
+        {"op": "delete", "kind": "memory_unit", "user_id": "iv", "muid": "m-new"},  # the successor
+        {"op": "delete", "kind": "artifact", "user_id": "iv", "id": "a-v1"},  # the old one
+    ]
+    await pg_records.apply(build_batch(parse_jsonl(jsonl(deletes)), embedder))
+    assert supersedes() == {("a-v2", "m-kick")}
+    await pg_records.apply(
+        build_batch(
+            parse_jsonl(
+                jsonl(
+                    [
+                        {
+                            "op": "delete",
+                            "kind": "relation",
+                            "user_id": "iv",
+                            "type": "SUPERSEDES",
+                            "source": "a-v2",
+                            "target": "m-kick",
+                        }
+                    ]
+                )
+            ),
+            embedder,
+        )
+    )
+    assert supersedes() == set()
+
+
+class RecordingGraph:
+    """Wraps a real graph store; keeps the edges each write delivers."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.upserted: list[GraphEdge] = []
+        self.deleted: list[GraphEdge] = []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def upsert_edges(self, user_id, edges):
+        self.upserted.extend(edges)
+        await self.inner.upsert_edges(user_id, edges)
+
+    async def delete_edges(self, user_id, edges):
+        self.deleted.extend(edges)
+        await self.inner.delete_edges(user_id, edges)
+
+
+async def test_the_outbox_delivers_supersedes_and_intervals(pg_records, tmp_path):
+    embedder = HashingEmbedder()
+    target = EmbeddedStore(tmp_path / "proj.db", embedder.dim)
+    graph = RecordingGraph(target.graph)
+    vectors = CountingVectors(target.vectors)
+    projector = Projector(pg_records, graph, vectors)
+    await pg_records.apply(build_batch(parse_jsonl(jsonl(HISTORY)), embedder))
+    with psycopg.connect(pg_records._dsn) as conn:
+        events = conn.execute(
+            "SELECT key FROM hrt_outbox WHERE op = 'upsert_relation' AND key->>'type' = 'SUPERSEDES' ORDER BY seq"
+        ).fetchall()
+    assert [e[0]["source"] + ">" + e[0]["target"] for e in events] == ["a-v2>a-v1", "a-v2>m-kick", "m-new>m-old"]
+    assert (await projector.drain()).ok
+    delivered = {(e.source, e.target, e.type.value): e for e in graph.upserted}
+    assert delivered[("m-new", "m-old", "SUPERSEDES")] == GraphEdge("m-new", "m-old", EdgeType.SUPERSEDES, 1.0)
+    lee = delivered[("c-atlas", "c-lee", "RELATED_TO")]
+    assert (lee.valid_from, lee.valid_to) == (_epoch("2025-04-01T00:00:00Z"), _epoch("2025-09-01T00:00:00Z"))
+    assert "m-new" in vectors.delivered
+    edges = (await projected_state(target, "iv"))[1]
+    assert {("m-new", "m-old", "SUPERSEDES"), ("a-v2", "a-v1", "SUPERSEDES")} <= edges
+    # deleting the successor: its entity and its SUPERSEDES edge leave the projections
+    await pg_records.apply(
+        build_batch(
+            parse_jsonl(jsonl([{"op": "delete", "kind": "memory_unit", "user_id": "iv", "muid": "m-new"}])), embedder
+        )
+    )
+    assert (await projector.drain()).ok
+    nodes, edges, docs = await projected_state(target, "iv")
+    assert "m-new" not in nodes | docs
+    assert not {e for e in edges if "m-new" in e}
+    assert await pg_records.outbox_size() == 0
+    target.close()
