@@ -35,6 +35,9 @@ DEMO_REQUESTS: list[dict[str, Any]] = [
     {"user_id": "u-maya", "key_phrases": ["Project Phoenix timeline", "team bandwidth", "that book on deep work"]},
     {"user_id": "u-tom", "key_phrases": ["Postgres migration", "on-call incident"], "max_depth": 1},
     {"user_id": "u-sara", "query": "How did the onboarding flow usability tests go?"},
+    # a fact that changed: the June pricing decision supersedes March's, which is suppressed and
+    # counted (retrieval_metadata.validity); with "valid_at": "2025-04-01T00:00:00Z" March's returns
+    {"user_id": "u-maya", "key_phrases": ["Phoenix pricing decision"], "limits": {"memory_units": 3, "artifacts": 2}},
 ]
 
 
@@ -106,6 +109,9 @@ async def _demo(args: argparse.Namespace) -> int:
             result = await service.retrieve(request)
             ms = (time.perf_counter() - start) * 1000
             print(f"# request {i}: {json.dumps(body)} ({ms:.1f} ms)", file=sys.stderr)
+            suppressed = {k: n for k, n in result.retrieval_metadata.validity.suppressed.items() if n}
+            if suppressed:
+                print(f"#   set aside as no longer true: {json.dumps(suppressed)}", file=sys.stderr)
             text = result.canonical_json(indent=2)
             print(text)
             if out_dir:
