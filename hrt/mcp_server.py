@@ -152,6 +152,21 @@ AsOfArg: TypeAlias = Annotated[
         )
     ),
 ]
+ValidAtArg: TypeAlias = Annotated[
+    Any,
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+    Field(
+        description=(
+            "ISO-8601 event time: return what was true then, as known at as_of (default: as_of). Facts that a "
+            "later one superseded, or whose validity ended, are left out and counted."
+        )
+    ),
+]
+IncludeInvalidatedArg: TypeAlias = Annotated[
+    Any,
+    WithJsonSchema({"type": "boolean"}),
+    Field(description="Also return facts that are no longer true at valid_at, marked so (default false)."),
+]
 FiltersArg: TypeAlias = Annotated[
     Any,
     WithJsonSchema(_request_field("filters")),
@@ -388,6 +403,8 @@ def build_server(
         limits: LimitsArg = None,
         max_depth: DepthArg = None,
         as_of: AsOfArg = None,
+        valid_at: ValidAtArg = None,
+        include_invalidated: IncludeInvalidatedArg = None,
         filters: FiltersArg = None,
         min_score: MinScoreArg = None,
         weights: WeightsArg = None,
@@ -414,6 +431,8 @@ def build_server(
                 "limits": limits,
                 "max_depth": max_depth,
                 "as_of": as_of,
+                "valid_at": valid_at,
+                "include_invalidated": include_invalidated,
                 "filters": filters,
                 "min_score": min_score,
                 "weights": weights,

@@ -31,7 +31,7 @@ from hrt.pipeline.render import render_context
 from hrt.pipeline.rerank import run_rerank
 from hrt.pipeline.scoring import Evidence, PreferenceBook, Scored, best_semantic, score_candidates
 from hrt.pipeline.selection import filter_candidates, select, shortlist
-from hrt.pipeline.validity import run_validity
+from hrt.pipeline.validity import current_neighbours, run_validity
 from hrt.records import EdgeType, Kind, Preference, entity_body
 from hrt.reranker import NoopReranker, Reranker
 from hrt.stores.base import GraphNode, GraphStore, RecordStore, VectorIndex
@@ -260,6 +260,7 @@ class HybridRetrievalTool:
                 self._neighbors(intake.user_id, mu_ids, True, CONNECTED_CONCEPTS, not_after, at),
                 self._neighbors(intake.user_id, concept_ids, False, ac.related_items + len(mu_ids), not_after, at),
             )
+            concept_mus = await current_neighbours(intake, concept_mus, validity, self.graph)
             stages["assembly"] = "ok"
             response = assemble(
                 intake=intake,

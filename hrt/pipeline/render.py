@@ -126,6 +126,20 @@ def how_found(p: ItemProvenance | None, markdown: bool) -> str:
     return f"reached from {p.seed_id} (found by search for {phrases}):{steps}"
 
 
+def validity_note(doc: AugmentedMemoryContext, item_id: str) -> str:
+    """A line for an item that is no longer true at the request's ``valid_at`` (returned with
+    ``include_invalidated``) or whose end is known; nothing for the rest."""
+    v = doc.retrieval_metadata.validity.intervals.get(item_id)
+    if v is None or (v.valid and v.valid_to is None):
+        return ""
+    by = f", superseded by {', '.join(v.superseded_by)}" if v.superseded_by else ""
+    span = f"true from {_date(v.valid_from)}" if v.valid_from else "true"
+    span += f" until {_date(v.valid_to)}" if v.valid_to else ""
+    if v.valid:
+        return f"{span}{by}"
+    return f"NO LONGER TRUE on {_date(doc.retrieval_metadata.validity.valid_at)}: {span}{by}"
+
+
 def blocks(doc: AugmentedMemoryContext, entities: Mapping[str, Entity], markdown: bool) -> list[Block]:
     """One block per returned item, best score first (ties: kind, then id)."""
     prov = doc.retrieval_metadata.provenance
@@ -137,6 +151,8 @@ def blocks(doc: AugmentedMemoryContext, entities: Mapping[str, Entity], markdown
         title = mu.title or text[:60]
         head = f"Memory · {_date(mu.creation_ts)} · {title}  [{mu.muid} · {mu.final_retrieval_score:.4f}]"
         lines = [" ".join(text.split())]
+        if note := validity_note(doc, mu.muid):
+            lines.append(bullet + note)
         attrs = doc.retrieval_metadata.memory_unit_attributes.get(mu.muid)
         if attrs is not None and (attrs.source_agent_id or attrs.tags):
             by = f"by {attrs.source_agent_id}" if attrs.source_agent_id else ""
@@ -154,6 +170,8 @@ def blocks(doc: AugmentedMemoryContext, entities: Mapping[str, Entity], markdown
         description = e.description if isinstance(e, Concept) else c.description_snippet
         head = f"Concept · {c.name} ({c.type}, {c.status})  [{c.id} · {c.final_retrieval_score:.4f}]"
         lines = [" ".join(description.split())] if description.strip() else []
+        if note := validity_note(doc, c.id):
+            lines.append(bullet + note)
         if c.key_properties_values:
             lines.append(bullet + "Properties: " + "; ".join(f"{k}: {v}" for k, v in c.key_properties_values.items()))
         if c.related_top_memory_unit_ids_and_titles:
@@ -173,6 +191,8 @@ def blocks(doc: AugmentedMemoryContext, entities: Mapping[str, Entity], markdown
             f"Artifact · {_date(a.created_at)} · {name} ({a.artifact_type})  [{a.id} · {a.final_retrieval_score:.4f}]"
         )
         lines = [" ".join(text.split())]
+        if note := validity_note(doc, a.id):
+            lines.append(bullet + note)
         if how := how_found(prov.get(a.id), markdown):
             lines.append(bullet + how)
         out.append(Block(a.id, "artifact", a.final_retrieval_score, head, "\n".join(lines)))
@@ -185,8 +205,11 @@ def header(doc: AugmentedMemoryContext, markdown: bool) -> str:
     phrases = ", ".join(f'"{p}"' for p in meta.key_phrases_processed)
     unmatched = ", ".join(f'"{p}"' for p in doc.unmatched_key_phrases) or "none"
     title = "## Memory context" if markdown else "MEMORY CONTEXT"
+    when = f"as of {meta.as_of[:10]}"
+    if meta.validity.valid_at != meta.as_of:
+        when += f", what was true on {meta.validity.valid_at[:10]}"
     return (
-        f"{title}\nUser {meta.user_id}, as of {meta.as_of[:10]}. Key phrases: {phrases}. "
+        f"{title}\nUser {meta.user_id}, {when}. Key phrases: {phrases}. "
         f"Unmatched: {unmatched}. Items best first, with their ids and scores.\n"
     )
 

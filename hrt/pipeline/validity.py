@@ -55,6 +55,7 @@ class Validity:
     candidates: list[GraphCandidate]  # those kept, in their order
     intervals: dict[str, Interval] = field(default_factory=dict)  # every kept candidate's
     suppressed: dict[Kind, int] = field(default_factory=dict)
+    dropped: set[str] = field(default_factory=set)  # the ids set aside
 
     @property
     def stale(self) -> frozenset[str]:
@@ -95,10 +96,38 @@ async def run_validity(intake: Intake, candidates: list[GraphCandidate], graph: 
         interval = interval_of(node, successors.get(node.id, []), at)
         if not interval.valid and not intake.include_invalidated:
             out.suppressed[node.kind] = out.suppressed.get(node.kind, 0) + 1
+            out.dropped.add(node.id)
             continue
         out.candidates.append(c)
         out.intervals[node.id] = interval
     return out
+
+
+async def current_neighbours(
+    intake: Intake, lists: dict[str, list[GraphNode]], validity: Validity, graph: GraphStore
+) -> dict[str, list[GraphNode]]:
+    """Assembly's neighbour lists (a concept's related memory units) without the superseded ones:
+    the store already left out what its own or its edge's interval excludes; supersession is
+    known for the candidates, and read (one call) for the others. Unchanged with
+    ``include_invalidated``."""
+    if intake.include_invalidated:
+        return lists
+    unknown = sorted(
+        {n.id for nodes in lists.values() for n in nodes if n.kind is not Kind.CONCEPT}
+        - validity.intervals.keys()
+        - validity.dropped
+    )
+    gone = set(validity.dropped)
+    if unknown:
+        at = intake.event_time.timestamp()
+        by = await graph.neighbors(
+            intake.user_id, unknown, EdgeType.SUPERSEDES, False, MAX_SUCCESSORS, intake.as_of.timestamp()
+        )
+        nodes = {n.id: n for ns in lists.values() for n in ns}
+        gone |= {i for i in unknown if not interval_of(nodes[i], by.get(i, []), at).valid}
+    if not gone:
+        return lists
+    return {k: [n for n in ns if n.id not in gone] for k, ns in lists.items()}
 
 
 async def _nothing() -> dict[str, list[GraphNode]]:

@@ -79,7 +79,10 @@ async def test_projections_carry_intervals(history):
     assert edges[("c-atlas", "c-kim", EdgeType.RELATED_TO)].valid_to == ts("2025-04-01T00:00:00Z")
     assert edges[("c-atlas", "c-lee", EdgeType.RELATED_TO)].valid_from == ts("2025-04-01T00:00:00Z")
     docs = await history.vectors.docs("u3")
-    assert (docs["m-kick"].valid_from, docs["m-kick"].valid_to) == (ts("2025-01-05T09:00:00Z"), ts("2025-02-01T00:00:00Z"))
+    assert (docs["m-kick"].valid_from, docs["m-kick"].valid_to) == (
+        ts("2025-01-05T09:00:00Z"),
+        ts("2025-02-01T00:00:00Z"),
+    )
     assert docs["c-lee"].valid_from == ts("2025-03-01T00:00:00Z") and docs["c-atlas"].valid_from is None
 
 
@@ -127,7 +130,10 @@ async def test_expand_walks_only_edges_valid_at(history):
     (seed,) = [c for c in june if c.hops == 0]
     assert seed.node.id == "c-atlas"
     nodes = {c.node.id: c.node for c in june}
-    assert (nodes["m-kick"].valid_from, nodes["m-kick"].valid_to) == (ts("2025-01-05T09:00:00Z"), ts("2025-02-01T00:00:00Z"))
+    assert (nodes["m-kick"].valid_from, nodes["m-kick"].valid_to) == (
+        ts("2025-01-05T09:00:00Z"),
+        ts("2025-02-01T00:00:00Z"),
+    )
 
 
 async def test_an_invalid_edge_does_not_use_up_the_fan_out(history):
@@ -167,7 +173,9 @@ async def test_neighbors_by_validity_and_supersession(history):
 
 
 async def test_deleting_a_successor_removes_its_supersedes_edge(history):
-    await history.service.ingest(parse_jsonl(jsonl([{"op": "delete", "kind": "memory_unit", "user_id": "u3", "muid": "m-new"}])))
+    await history.service.ingest(
+        parse_jsonl(jsonl([{"op": "delete", "kind": "memory_unit", "user_id": "u3", "muid": "m-new"}]))
+    )
     assert not any(e.type is EdgeType.SUPERSEDES and e.source == "m-new" for e in await history.graph.edges("u3"))
     successors = await history.graph.neighbors("u3", ["m-old"], EdgeType.SUPERSEDES, False, 10)
     assert successors.get("m-old", []) == []

@@ -32,7 +32,14 @@ FACTS = [
     mu("u", "d2", "launch deadline moved to April 15", "2025-02-10T09:00:00Z", supersedes=["d1"]),
     mu("u", "d3", "launch deadline moved to May 30", "2025-04-01T09:00:00Z", supersedes=["d2"]),
     mu("u", "o1", "launch owner is Ana", "2025-01-06T09:00:00Z"),
-    mu("u", "o2", "launch owner becomes Ben", "2025-03-01T09:00:00Z", supersedes=["o1"], valid_from="2025-03-15T00:00:00Z"),
+    mu(
+        "u",
+        "o2",
+        "launch owner becomes Ben",
+        "2025-03-01T09:00:00Z",
+        supersedes=["o1"],
+        valid_from="2025-03-15T00:00:00Z",
+    ),
     mu("u", "x1", "launch pricing trial ended", "2025-01-07T09:00:00Z", valid_to="2025-02-01T00:00:00Z"),
     artifact("u", "r1", "launch decision record: ship in one region", "2025-01-08T00:00:00Z"),
     artifact("u", "r2", "launch decision record reversed: ship worldwide", "2025-05-02T00:00:00Z", supersedes=["r1"]),
@@ -77,6 +84,9 @@ async def test_only_current_facts_by_default_and_the_old_ones_counted(svc: HRTSe
     assert v.intervals["o2"].valid_from == "2025-03-15T00:00:00Z" and v.intervals["o2"].valid_to is None
     assert v.intervals["d3"].valid_from == "2025-04-01T09:00:00Z"
     assert all(i.valid for i in v.intervals.values()) and set(v.intervals) == got
+    (launch,) = [c for c in doc.retrieved_concepts if c.id == "c-launch"]
+    related = {t.id for t in launch.related_top_memory_unit_ids_and_titles}
+    assert related and not {"d1", "d2", "o1", "x1"} & related, "assembly lists only current memories"
 
 
 async def test_the_old_facts_on_request_marked_and_without_recency(svc: HRTService) -> None:
@@ -202,7 +212,9 @@ def expected_valid(records: list[dict[str, Any]], ident: str, as_of: datetime, a
     end = datetime.fromisoformat(me["valid_to"]) if "valid_to" in me else None
     if end is None:
         successors = [
-            r for r in by_id.values() if ident in r.get("supersedes", []) and datetime.fromisoformat(r["creation_ts"]) <= as_of
+            r
+            for r in by_id.values()
+            if ident in r.get("supersedes", []) and datetime.fromisoformat(r["creation_ts"]) <= as_of
         ]
         starts = [datetime.fromisoformat(r.get("valid_from", r["creation_ts"])) for r in successors]
         end = min(starts) if starts else None
