@@ -5,6 +5,10 @@
     python scripts/response_digest.py --out after.json [--locomo ...]
     python scripts/response_digest.py --compare before.json after.json
 
+A change that adds a response field on purpose is checked for changing nothing else with ``--drop``
+(e.g. ``--drop retrieval_metadata.validity``: the field is removed before hashing); one that changes
+the bundled sample graph, with ``--sample`` naming the graph the "before" run read.
+
 The requests: on the bundled sample graph, each demo request at every depth, with each weight preset,
 with filters, a score floor and a rendered context; on LoCoMo (optional, read at run time, never
 committed), every question as ``hrt eval locomo`` asks it, with the evaluation's weights and with the
@@ -44,11 +48,24 @@ def sample_requests() -> list[dict[str, Any]]:
     return [{**b, "as_of": DEMO_AS_OF} for b in out]
 
 
-def digest(text: str) -> str:
+def digest(text: str, drop: tuple[str, ...] = ()) -> str:
+    if drop:
+        from hrt.contract import canonical_dumps
+
+        data = json.loads(text)
+        for dotted in drop:
+            *parents, last = dotted.split(".")
+            node = data
+            for key in parents:
+                node = node.get(key, {})
+            node.pop(last, None)
+        text = canonical_dumps(data)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-async def run(locomo: Path | None, limit: int | None) -> dict[str, str]:
+async def run(
+    locomo: Path | None, limit: int | None, sample: Path | None = None, drop: tuple[str, ...] = ()
+) -> dict[str, str]:
     from hrt.cli import ingest_file, sample_data_path
     from hrt.config import load_settings
     from hrt.contract import RetrieveRequest
@@ -58,10 +75,10 @@ async def run(locomo: Path | None, limit: int | None) -> dict[str, str]:
     with tempfile.TemporaryDirectory() as tmp:
         service = await HRTService(load_settings(db_path=Path(tmp) / "sample.db")).start()
         try:
-            await ingest_file(service, sample_data_path(), None)
+            await ingest_file(service, sample or sample_data_path(), None)
             for i, body in enumerate(sample_requests()):
                 ctx = await service.retrieve(RetrieveRequest.model_validate(body))
-                out[f"sample/{i:03d} {json.dumps(body, sort_keys=True)}"] = digest(ctx.canonical_json())
+                out[f"sample/{i:03d} {json.dumps(body, sort_keys=True)}"] = digest(ctx.canonical_json(), drop)
         finally:
             await service.close()
         if locomo is not None:
@@ -89,7 +106,7 @@ async def run(locomo: Path | None, limit: int | None) -> dict[str, str]:
                         n += 1
                         for label, weights in (("eval", EVAL_WEIGHTS), ("defaults", None)):
                             ctx = await service.retrieve(request_for(q, cfg, None, weights))
-                            out[f"locomo/{q.user_id}/{n:04d}/{label}"] = digest(ctx.canonical_json())
+                            out[f"locomo/{q.user_id}/{n:04d}/{label}"] = digest(ctx.canonical_json(), drop)
             finally:
                 await service.close()
     return out
@@ -112,12 +129,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--locomo", type=Path, help="a LoCoMo file (e.g. ../shared/data/locomo-dev.json)")
     ap.add_argument("--limit", type=int, default=None, help="at most this many LoCoMo questions")
     ap.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
+    ap.add_argument("--sample", type=Path, help="the sample graph to read (default: the bundled one)")
+    ap.add_argument("--drop", action="append", default=[], help="a response key removed before hashing (dotted)")
     args = ap.parse_args(argv)
     if args.compare:
         return compare(*args.compare)
     if args.out is None:
         ap.error("--out or --compare")
-    result = asyncio.run(run(args.locomo, args.limit))
+    result = asyncio.run(run(args.locomo, args.limit, args.sample, tuple(args.drop)))
     args.out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     print(f"{len(result)} responses digested into {args.out}", file=sys.stderr)
     return 0

@@ -25,6 +25,26 @@ from hrt.stores.postgres_migrate import migrate
 
 pytestmark = pytest.mark.integration
 
+# facts that change (#20), on the sample graph's supersessions: (user, phrases, request fields,
+# ids that must be returned, ids that must not)
+VALIDITY_CASES = [
+    ("u-maya", ["Phoenix pricing decision"], {}, {"maya-a-003"}, {"maya-mu-017", "maya-a-002"}),
+    ("u-maya", ["Phoenix pricing decision"], {"valid_at": "2025-04-01T00:00:00Z"}, {"maya-mu-017"}, {"maya-a-003"}),
+    ("u-maya", ["Phoenix pricing decision"], {"include_invalidated": True}, {"maya-mu-017", "maya-a-002"}, set()),
+    ("u-maya", ["GA date moves"], {}, set(), {"maya-mu-044"}),
+    ("u-tom", ["who owns Dagster"], {}, {"tom-mu-051"}, {"tom-mu-048"}),
+    ("u-tom", ["who owns Dagster"], {"valid_at": "2026-02-01T00:00:00Z"}, {"tom-mu-048"}, {"tom-mu-051"}),
+    ("u-maya", ["Project Phoenix"], {"as_of": "1900-01-01T00:00:00Z"}, set(), {"maya-c-phoenix"}),
+]
+
+
+def returned_ids(doc) -> set[str]:  # type: ignore[no-untyped-def]
+    return (
+        {m.muid for m in doc.retrieved_memory_units}
+        | {c.id for c in doc.retrieved_concepts}
+        | {a.id for a in doc.retrieved_artifacts}
+    )
+
 CASES = [
     ("u-maya", ["Project Phoenix timeline", "team bandwidth"]),
     ("u-maya", ["pricing decision"]),
@@ -98,6 +118,26 @@ async def test_embedded_and_services_rank_alike(real_embedder, postgres_dsn, sta
             print(f"congruence: {identical} of {len(CASES)} identical, largest score gap {worst:.4f}")
             assert identical >= len(CASES) - 1 - swaps  # the order may differ on a request or two
         assert len(read) == len(CASES) and min(read) > 0  # each request read reached candidates' vectors
+        # facts that change: both deployments set aside, count and mark the same facts
+        for user, phrases, extra, present, absent in VALIDITY_CASES:
+            body = {"user_id": user, "key_phrases": phrases, "as_of": "2025-12-31T00:00:00Z", **extra}
+            body["limits"] = {"memory_units": 8, "concepts": 5, "artifacts": 4}
+            body["weights_preset"] = "semantic"
+            request = RetrieveRequest.model_validate(body)
+            docs = [await svc.retrieve(request) for svc in (embedded, services, embedded_x, services_x)]
+            for doc in docs:
+                got = returned_ids(doc)
+                assert present <= got and not absent & got, (body, sorted(got))
+                v = doc.retrieval_metadata.validity
+                assert v.include_invalidated is bool(extra.get("include_invalidated"))
+                assert all(i.valid for i in v.intervals.values()) or v.include_invalidated
+            for one, other in ((docs[0], docs[1]), (docs[2], docs[3])):
+                a, b = one.retrieval_metadata.validity, other.retrieval_metadata.validity
+                for ident in a.intervals.keys() & b.intervals.keys():
+                    assert a.intervals[ident] == b.intervals[ident], (body, ident)
+            # with cosine evidence both deployments hold the same candidates: the same counts
+            assert docs[2].retrieval_metadata.validity.suppressed == docs[3].retrieval_metadata.validity.suppressed
+            assert returned_ids(docs[2]) == returned_ids(docs[3]), body
     finally:
         for u in users:
             await services.graph.delete_user(u)
