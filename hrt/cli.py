@@ -260,6 +260,13 @@ def render_text(result: AugmentedMemoryContext) -> str:
         lines.append(f"  concept {c.final_retrieval_score:.4f}  {c.type:<10}  {c.id}  {c.name}{how(c.id)}")
     for a in result.retrieved_artifacts:
         lines.append(f"  artifact {a.final_retrieval_score:.4f} {a.artifact_type}  {a.id}  {a.title}{how(a.id)}")
+    validity = result.retrieval_metadata.validity
+    stale = sorted(i for i, v in validity.intervals.items() if not v.valid)
+    if stale:
+        lines.append(f"  no longer true on {validity.valid_at[:10]}: {', '.join(stale)}")
+    counted = ", ".join(f"{n} {kind}" for kind, n in validity.suppressed.items() if n)
+    if counted:
+        lines.append(f"  set aside as not true on {validity.valid_at[:10]}: {counted}")
     return "\n".join(lines)
 
 
@@ -271,6 +278,10 @@ def cmd_query(args: argparse.Namespace) -> int:
         body["query"] = args.query
     if args.as_of:
         body["as_of"] = args.as_of
+    if args.valid_at:
+        body["valid_at"] = args.valid_at
+    if args.include_invalidated:
+        body["include_invalidated"] = True
     if args.depth is not None:
         body["max_depth"] = args.depth
     if args.preset:
@@ -547,6 +558,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--phrase", action="append", help="a key phrase (repeatable)")
     q.add_argument("--query", help="a free-text query, used when no --phrase is given")
     q.add_argument("--as-of", help="ISO timestamp; pin it for byte-identical output")
+    q.add_argument("--valid-at", help="ISO timestamp: what was true then, as known at --as-of (default: --as-of)")
+    q.add_argument(
+        "--include-invalidated", action="store_true", help="also return facts no longer true at --valid-at, marked"
+    )
     q.add_argument("--depth", type=int)
     q.add_argument("--preset", help="weights preset: balanced, semantic, recent, salient, personal")
     q.add_argument("--rerank", action="store_true")

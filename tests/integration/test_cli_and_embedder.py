@@ -94,7 +94,52 @@ def test_ingest_query_and_a_bad_line(tmp_path):
     assert unknown.returncode == 2 and "unknown user_id" in unknown.stderr
     m = run_hrt("migrate", "--db", db)
     embedded = json.loads(m.stdout)["embedded"]
-    assert embedded["schema_versions"] == [1, 2, 3] and embedded["applied_now"] == []  # 2: API keys, 3: filters
+    # 2: API keys, 3: filters, 4: validity intervals
+    assert embedded["schema_versions"] == [1, 2, 3, 4] and embedded["applied_now"] == []
+    # a fact that changes: the new one supersedes m1, which the query sets aside, or shows marked
+    newer = tmp_path / "newer.jsonl"
+    successor = {
+        "kind": "memory_unit",
+        "user_id": "me",
+        "muid": "m2",
+        "content": "Fed the sourdough starter at 7am now; it doubles by eleven.",
+        "creation_ts": "2025-05-01T07:00:00Z",
+        "supersedes": ["m1"],
+    }
+    newer.write_text(json.dumps(successor) + "\n")
+    assert run_hrt("ingest", str(newer), "--db", db).returncode == 0
+    now = run_hrt("query", "--user", "me", "--phrase", "sourdough starter", "--as-of", "2025-06-01", "--db", db)
+    memories = [line.split()[3] for line in now.stdout.splitlines() if line.startswith("  memory ")]
+    assert memories == ["m2"], now.stdout
+    assert "set aside as not true on 2025-06-01: 1 memory_unit" in now.stdout, now.stdout
+    old = run_hrt(
+        "query",
+        "--user",
+        "me",
+        "--phrase",
+        "sourdough starter",
+        "--as-of",
+        "2025-06-01",
+        "--include-invalidated",
+        "--db",
+        db,
+    )
+    assert "no longer true on 2025-06-01: m1" in old.stdout, old.stdout
+    then = run_hrt(
+        "query",
+        "--user",
+        "me",
+        "--phrase",
+        "sourdough starter",
+        "--as-of",
+        "2025-06-01",
+        "--valid-at",
+        "2025-04-01",
+        "--json",
+        "--db",
+        db,
+    )
+    assert [m.muid for m in AugmentedMemoryContext.model_validate_json(then.stdout).retrieved_memory_units] == ["m1"]
 
 
 def test_real_embedder_is_normalised_semantic_and_cached(real_embedder):
