@@ -18,7 +18,8 @@ excluded; absent = open): a memory unit's or artifact's ``valid_from`` is its ``
 record says otherwise (``graph_schema/005_valid_from_backfill.cypher`` sets it on nodes written
 before HRT wrote it). ``SUPERSEDES`` is never walked by expansion; with ``valid_at`` a relationship
 whose interval does not hold at it is not walked either, and does not use up the fan-out (it is
-filtered inside the reads, the hub's index reads included, before the cut), and
+filtered inside the reads, the hub's index reads included, before the cut; a candidate's mentions
+and newest mention are no walk and are read whatever ``valid_at``, as in the embedded adapter), and
 :meth:`Neo4jGraphStore.neighbors` leaves out a neighbour whose own interval or whose
 relationship's does not hold. Ids are unique per user across kinds, so the
 ``:Entity(user_id, id)`` uniqueness constraint (``graph_schema/``) keys every node and serves every
@@ -867,13 +868,16 @@ class Neo4jGraphStore:
         Neo4j keys its plan cache on the query text and on the size bucket of each string and list
         parameter (1, 2-10, 11-100, 101-1000: a plan's cardinality estimates depend on it), so 3
         and 30 seeds get different plans. Each query is sent for lists of 1, 10 and 100 ids:
-        assembly's neighbour reads, then expansion's (for 1,000 ids too), which are the same at
-        every depth; the user id is a one-element list in every read, so its length makes no other
-        plan (:func:`_user_as_list`)."""
+        assembly's neighbour reads (a memory unit's concepts, a concept's memory units) and the
+        supersession reads (a fact's successors, what it replaces), then expansion's (for 1,000
+        ids too), which are the same at every depth; the user id is a one-element list in every
+        read, so its length makes no other plan (:func:`_user_as_list`). A null and a number share
+        a plan, so neither ``not_after`` nor ``valid_at`` needs sending both ways."""
         for size in WARM_UP_LIST_SIZES:
             ids = [f"{WARM_UP_USER}{i}" for i in range(size)]
-            for outgoing in (True, False):
-                await self.neighbors(WARM_UP_USER, ids, EdgeType.MENTIONS, outgoing, 1, not_after=0.0)
+            for edge in (EdgeType.MENTIONS, EdgeType.SUPERSEDES):
+                for outgoing in (True, False):
+                    await self.neighbors(WARM_UP_USER, ids, edge, outgoing, 1, not_after=0.0, valid_at=0.0)
         # expansion's queries (the same at any depth) for frontiers and results of up to a thousand
         # ids (the per-kind cap lets a frontier pass a hundred): the procedure's call, or the
         # Cypher expansion's two queries

@@ -191,19 +191,24 @@ async def test_warm_plans_retrieval_reads_and_touches_no_data(loaded, raw):
     nodes_before = raw.execute_query(count, database_="neo4j").records[0]
     raw.execute_query("CALL db.clearQueryCaches()", database_="neo4j")
     await store.warm()
-    # then a user's requests: 29 seeds (the 11-100 bucket), 3 shown ids, user ids of every length
+    # then a user's requests: 29 seeds (the 11-100 bucket), 3 shown ids, user ids of every length,
+    # with and without a valid-at time
     await store.expand(u1, {f"m{i}": 0.5 for i in range(1, 30)}, CAPS)
     await store.neighbors(u1, ["m1", "m2", "m3"], EdgeType.MENTIONS, True, 50)
+    await store.neighbors(u1, ["m1", "m2", "m3"], EdgeType.SUPERSEDES, False, 50, valid_at=1.7e9)
     for user in ("u", "user-7", "9b2f4c1e-5d6a-4f3b-8c7d-2e1f0a9b8c7d", "x" * 128):
         await store.expand(user, {"m1": 0.5}, ExpansionCaps(3, 25, 100, 0.5))
+        await store.expand(user, {"m1": 0.5}, ExpansionCaps(3, 25, 100, 0.5), valid_at=1.7e9)
         await store.neighbors(user, ["m1"], EdgeType.MENTIONS, False, 50)
+        await store.neighbors(user, ["m1"], EdgeType.SUPERSEDES, True, 50)
     cleared = raw.execute_query("CALL db.clearQueryCaches()", database_="neo4j").records[0][0]
     # one plan per query and bucket, each made by the warm-up and found by every request after it:
-    # assembly's two neighbour reads for lists of 1, 2-10 and 11-100 ids, and expansion's hops
+    # assembly's two neighbour reads and the two supersession reads for lists of 1, 2-10 and
+    # 11-100 ids, and expansion's hops
     # (the procedure's call, or the Cypher expansion's two queries: a hop's links, the result's
     # rows) for those and 101-1000 ids; user ids of 1, 2-10, 11-100 and 101-128 characters share them
     expansions = 1 * 4 if await store.uses_procedure() else 2 * 4
-    assert cleared == f"Query caches successfully cleared of {2 * 3 + expansions} queries."
+    assert cleared == f"Query caches successfully cleared of {4 * 3 + expansions} queries."
     assert raw.execute_query(count, database_="neo4j").records[0] == nodes_before
     assert await store.ids(WARM_UP_USER) == {}
     assert await store.expand(u1, {"m1": 0.8}, CAPS) == before
@@ -678,12 +683,12 @@ def validity_hub() -> tuple[list[GraphNode], list[GraphEdge]]:
     return [hub, cx, *mus], edges
 
 
-async def test_edges_that_do_not_hold_are_skipped_before_the_fan_out(store, tenants, connect):
+async def test_edges_that_do_not_hold_are_skipped_before_the_fan_out(store, tenants, connect, raw):
     """On the hub path (the link order indexes, cut at the fan-out) and on the walk path of a
     node with few links, by the procedure and by the Cypher query (``store``'s two params): a link
     whose interval does not hold at valid_at is read past, and the fan-out goes to the first ones
-    that hold."""
-    from hrt.stores.neo4j_graph import SPARSE_DEGREE
+    that hold; the hub's index reads still stop there (PROFILE, as in test_hubs_are_cut_inside_neo4j)."""
+    from hrt.stores.neo4j_graph import SPARSE_DEGREE, _min_key, expand_query
 
     u = tenants("valid-hub")
     nodes, edges = validity_hub()
@@ -705,6 +710,18 @@ async def test_edges_that_do_not_hold_are_skipped_before_the_fan_out(store, tena
             assert [c.node.id for c in await graph.expand(u, {"m087": 1.0}, caps, valid_at=5000.0)] == ["c-hub", "m087"]
     finally:
         await walking.close()
+    params = {"user": [u], "seeds": ["c-hub"], "fanout": 5, "sparse": SPARSE_DEGREE, "not_after": None}
+    with raw.session(database="neo4j") as session:
+        query = "PROFILE " + expand_query(1)
+        profile = session.run(query, {**params, "min_key": _min_key(None), "valid_at": AT}).consume().profile
+
+    def seeks(plan: dict[str, Any]) -> list[int]:
+        own = [plan.get("rows", 0)] if "RelationshipIndexSeek" in plan["operatorType"] else []
+        return own + [n for child in plan.get("children", []) for n in seeks(child)]
+
+    # the 15 mentions that do not hold and the 5 after them, c-x's link, one newest mention: not
+    # the hub's 101 links
+    assert 20 < sum(seeks(profile)) < 60, seeks(profile)
 
 
 async def test_neighbors_keep_what_holds_before_the_limit(store, tenants):
