@@ -2,14 +2,26 @@
 
 The projection an operator sees in Neo4j Browser::
 
-    (:Entity:MemoryUnit {id, user_id, kind, label, title, ts, salience, category, tags, source_agent_id})
-    (:Entity:Concept {id, user_id, kind, label, name, salience, category})
-    (:Entity:DerivedArtifact {id, user_id, kind, label, title, ts, salience, category})
+    (:Entity:MemoryUnit {id, user_id, kind, label, title, ts, salience, category, tags, source_agent_id,
+                         valid_from, valid_to})
+    (:Entity:Concept {id, user_id, kind, label, name, salience, category, valid_from, valid_to})
+    (:Entity:DerivedArtifact {id, user_id, kind, label, title, ts, salience, category, valid_from, valid_to})
     (:MemoryUnit)-[:MENTIONS]->(:Concept)        (:Concept)-[:RELATED_TO]->(:Concept)
     (:DerivedArtifact)-[:DERIVED_FROM]->(:MemoryUnit|Concept)
-    (:MemoryUnit)-[:FOLLOWS]->(:MemoryUnit)      every relationship: {user_id, weight, relation_type}
+    (:MemoryUnit)-[:FOLLOWS]->(:MemoryUnit)
+    (:MemoryUnit|DerivedArtifact)-[:SUPERSEDES]->(:MemoryUnit|DerivedArtifact)     successor -> the fact it replaces
+    every relationship: {user_id, weight, relation_type, valid_from, valid_to, sid, tid, nw, sts, tts}
 
-``ts`` is epoch seconds (float), as on the ports. Ids are unique per user across kinds, so the
+``ts`` is epoch seconds (float), as on the ports. ``valid_from``/``valid_to`` are the node's or the
+relationship's own validity (event time, epoch seconds; ``valid_from`` included, ``valid_to``
+excluded; absent = open): a memory unit's or artifact's ``valid_from`` is its ``ts`` unless its
+record says otherwise (``graph_schema/005_valid_from_backfill.cypher`` sets it on nodes written
+before HRT wrote it). ``SUPERSEDES`` is never walked by expansion; with ``valid_at`` a relationship
+whose interval does not hold at it is not walked either, and does not use up the fan-out (it is
+filtered inside the reads, the hub's index reads included, before the cut; a candidate's mentions
+and newest mention are no walk and are read whatever ``valid_at``, as in the embedded adapter), and
+:meth:`Neo4jGraphStore.neighbors` leaves out a neighbour whose own interval or whose
+relationship's does not hold. Ids are unique per user across kinds, so the
 ``:Entity(user_id, id)`` uniqueness constraint (``graph_schema/``) keys every node and serves every
 lookup. Every query is parameterised and matches ``user_id`` itself; the only text that varies is
 schema tokens taken from closed enums (relationship type, direction) and the number of levels of
@@ -73,7 +85,7 @@ from neo4j.exceptions import (
 )
 
 from hrt.errors import InvalidInput, StoreError, StoreUnavailable
-from hrt.records import KIND_OF, EdgeType, Kind
+from hrt.records import KIND_OF, WALKED_EDGES, EdgeType, Kind
 from hrt.stores.base import WARM_UP_USER, ExpansionCaps, GraphCandidate, GraphEdge, GraphNode
 from hrt.stores.graph_walk import WalkView, candidates, walk
 
@@ -90,7 +102,7 @@ MAX_DEPTH = 3
 # the few relationships most nodes have: the expand query 30 -> 22 ms p50)
 SPARSE_DEGREE = 64
 # The version of hrt.expand (neo4j-plugin/, Expansion.VERSION) whose output this adapter reads
-PLUGIN_VERSION = "1"
+PLUGIN_VERSION = "2"
 EXPANSION_MODES = ("auto", "procedure", "cypher")
 # One size per plan-cache bucket of Neo4j that a retrieval's seeds or shown ids fall in (user ids
 # need none: see _user_as_list)
@@ -98,6 +110,10 @@ WARM_UP_LIST_SIZES = (1, 10, 100)
 
 
 _VISIBLE = "($not_after IS NULL OR %(v)s.ts IS NULL OR %(v)s.ts <= $not_after)"
+# A node's or relationship's own interval holds at $valid_at (valid_from included, valid_to
+# excluded, an absent end open; every interval holds without $valid_at: each comparison with null
+# is null). No OR, so it stays a filter on top of an ordered index seek.
+_HOLDS = "coalesce(%(v)s.valid_from <= $valid_at, true) AND coalesce($valid_at < %(v)s.valid_to, true)"
 _SCHEMA_FILE = re.compile(r"^\d{3}_[a-z0-9_]+\.cypher$")
 _IN_TRANSACTIONS = re.compile(r"\bIN\s+TRANSACTIONS\b", re.IGNORECASE)
 
@@ -129,7 +145,7 @@ REMOVE n:MemoryUnit:Concept:DerivedArtifact
 SET n:$(row.node_label)
 SET n.kind = row.kind, n.label = row.label, n.name = row.name, n.title = row.title, n.ts = row.ts,
     n.salience = row.salience, n.category = row.category, n.tags = row.tags,
-    n.source_agent_id = row.source_agent_id
+    n.source_agent_id = row.source_agent_id, n.valid_from = row.valid_from, n.valid_to = row.valid_to
 WITH n, old_ts, row.ts AS new_ts
 WHERE (old_ts IS NULL) <> (new_ts IS NULL) OR old_ts <> new_ts
 CALL (n) {
@@ -158,7 +174,8 @@ UNWIND $rows AS row
 MATCH (s:Entity {user_id: $user_id, id: row.source})
 MATCH (t:Entity {user_id: $user_id, id: row.target})
 MERGE (s)-[r:$(row.type)]->(t)
-SET r.user_id = $user_id, r.weight = row.weight, r.relation_type = row.relation_type
+SET r.user_id = $user_id, r.weight = row.weight, r.relation_type = row.relation_type,
+    r.valid_from = row.valid_from, r.valid_to = row.valid_to
 WITH r, row
 SET r.sid = startNode(r).id, r.tid = endNode(r).id, r.nw = 0.0 - row.weight,
     r.sts = 0.0 - coalesce(startNode(r).ts, 0.0), r.tts = 0.0 - coalesce(endNode(r).ts, 0.0)
@@ -180,12 +197,14 @@ CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 1000 ROWS
 _IDS = "MATCH (n:Entity {user_id: $user_id}) RETURN n.id AS id, n.kind AS kind"
 _EDGES = (
     "MATCH (s:Entity {user_id: $user_id})-[r]->(t:Entity {user_id: $user_id}) RETURN s.id AS source, "
-    "t.id AS target, type(r) AS type, r.weight AS weight, r.relation_type AS relation_type "
+    "t.id AS target, type(r) AS type, r.weight AS weight, r.relation_type AS relation_type, "
+    "r.valid_from AS valid_from, r.valid_to AS valid_to "
     "ORDER BY source, target, type"
 )
 
 _NODE_FIELDS = (
-    "[%(v)s.id, %(v)s.kind, %(v)s.label, %(v)s.ts, %(v)s.salience, %(v)s.category, %(v)s.tags, %(v)s.source_agent_id]"
+    "[%(v)s.id, %(v)s.kind, %(v)s.label, %(v)s.ts, %(v)s.salience, %(v)s.category, %(v)s.tags, %(v)s.source_agent_id, "
+    "%(v)s.valid_from, %(v)s.valid_to]"
 )
 
 _ALL_NODES = f"MATCH (n:Entity {{user_id: $user_id}}) RETURN {_NODE_FIELDS % {'v': 'n'}} AS row"
@@ -207,7 +226,8 @@ WITH level0, [] AS expanded0
 
 def _seek(edge: EdgeType, outgoing: bool) -> str:
     """The first $fanout visible links of node ``nid`` along one edge type and direction, in visit
-    order, read from that pair's link order index."""
+    order, read from that pair's link order index (a link whose interval does not hold at
+    $valid_at is skipped before the cut: the seek reads on until it has $fanout that hold)."""
     me, other, key = ("sid", "tid", "tts") if outgoing else ("tid", "sid", "sts")
     end = "endNode(r)" if outgoing else "startNode(r)"
     visible = _KEY_VISIBLE % {"k": key, "end": end}
@@ -215,14 +235,15 @@ def _seek(edge: EdgeType, outgoing: bool) -> str:
       MATCH ()-[r:{edge.value}]->()
       USING INDEX r:{edge.value}(user_id, {me}, nw, {key}, {other})
       WHERE r.user_id = $user_id AND r.{me} = nid AND r.nw IS NOT NULL AND r.{key} IS NOT NULL
-        AND r.{other} IS NOT NULL AND {visible}
+        AND r.{other} IS NOT NULL AND {visible} AND {_HOLDS % {"v": "r"}}
       WITH r ORDER BY r.user_id, r.{me}, r.nw, r.{key}, r.{other} LIMIT $fanout
       RETURN r, {end} AS m, {"true" if outgoing else "false"} AS forward"""
 
 
-_LINKS = "\n      UNION ALL".join(_seek(edge, outgoing) for edge in EdgeType for outgoing in (True, False))
+# SUPERSEDES links two versions of one fact: never walked (WALKED_EDGES)
+_LINKS = "\n      UNION ALL".join(_seek(edge, outgoing) for edge in WALKED_EDGES for outgoing in (True, False))
 
-_TYPES = "|".join(edge.value for edge in EdgeType)
+_TYPES = "|".join(edge.value for edge in WALKED_EDGES)
 
 
 def _walk_links(outgoing: bool) -> str:
@@ -235,6 +256,7 @@ def _walk_links(outgoing: bool) -> str:
       WITH n, degree WHERE degree <= $sparse
       MATCH {pattern}
       WHERE r.user_id = $user_id AND r.nw IS NOT NULL AND r.{key} IS NOT NULL AND r.{other} IS NOT NULL AND {visible}
+        AND {_HOLDS % {"v": "r"}}
       RETURN r, m, {"true" if outgoing else "false"} AS forward"""
 
 
@@ -285,6 +307,7 @@ CALL (fetched) {{
   WITH DISTINCT x
   WITH x, x.id AS xid, x.kind AS kind
   RETURN collect([xid, kind, x.label, x.ts, x.salience, x.category, x.tags, x.source_agent_id,
+    x.valid_from, x.valid_to,
     CASE WHEN kind = '{Kind.MEMORY_UNIT.value}' THEN COLLECT {{
       MATCH (x)-[r:MENTIONS]->(:Entity)
       WHERE r.user_id = $user_id
@@ -342,7 +365,9 @@ WITH collect(s) AS level0
 )
 
 
-def _hop_params(user_id: str, fanout: int, sparse: int, not_after: float | None) -> dict[str, Any]:
+def _hop_params(
+    user_id: str, fanout: int, sparse: int, not_after: float | None, valid_at: float | None = None
+) -> dict[str, Any]:
     """The parameters of _HOP but its ``todo`` ids."""
     return {
         "user": [user_id],
@@ -350,6 +375,7 @@ def _hop_params(user_id: str, fanout: int, sparse: int, not_after: float | None)
         "sparse": sparse,
         "not_after": not_after,
         "min_key": _min_key(not_after),
+        "valid_at": _float_or_none(valid_at),
     }
 
 
@@ -367,17 +393,20 @@ def expand_query(depth: int) -> str:
 
 # The neighbourhood of expand_query, fetched by the procedure (same columns, same values)
 _PROCEDURE = """
-CALL hrt.expand($user_id, $seeds, $depth, $fanout, $sparse, $not_after) YIELD adjacency, nodes
+CALL hrt.expand($user_id, $seeds, $depth, $fanout, $sparse, $not_after, $valid_at) YIELD adjacency, nodes
 RETURN adjacency, nodes
 """
 _PLUGIN_VERSION_QUERY = "RETURN hrt.version() AS version"
 
 
+# a neighbour and the relationship to it both hold at $valid_at (always without one)
+_NEIGHBOR_HOLDS = f"{_HOLDS % {'v': 'm'}} AND {_HOLDS % {'v': 'r'}}"
+
 _NEIGHBORS = f"""
 UNWIND $ids AS ident
 CALL (ident) {{
   MATCH (:Entity {{user_id: $user_id, id: ident}})%(pattern)s(m:Entity {{user_id: $user_id}})
-  WHERE {_VISIBLE % {"v": "m"}}
+  WHERE {_VISIBLE % {"v": "m"}} AND {_NEIGHBOR_HOLDS}
   WITH m ORDER BY coalesce(m.ts, 0.0) DESC, m.salience DESC, m.id LIMIT $limit
   RETURN collect({_NODE_FIELDS % {"v": "m"}}) AS found
 }}
@@ -385,8 +414,9 @@ RETURN ident, found
 """
 
 # A concept's mentioning memory units (the hub case), newest first: mentions_newest gives them in
-# -ts order, so the first $limit visible ones fix the oldest key that can make the cut (``bound``);
-# only the entries up to it (the ties at it included) are read and ordered in full.
+# -ts order, so the first $limit visible ones (that hold at $valid_at, with their mention) fix the
+# oldest key that can make the cut (``bound``); only the entries up to it (the ties at it
+# included) are read and ordered in full.
 _MENTIONED_BY = f"""
 UNWIND $ids AS ident
 CALL (ident) {{
@@ -395,6 +425,7 @@ CALL (ident) {{
     USING INDEX r:MENTIONS(user_id, tid, sts)
     WHERE r.user_id = $user_id AND r.tid = ident AND r.sts IS NOT NULL
       AND {_KEY_VISIBLE % {"k": "sts", "end": "startNode(r)"}}
+      AND {_HOLDS % {"v": "r"}} AND {_HOLDS % {"v": "startNode(r)"}}
     WITH r ORDER BY r.user_id, r.tid, r.sts LIMIT $limit
     RETURN max(r.sts) AS bound
   }}
@@ -402,6 +433,7 @@ CALL (ident) {{
   USING INDEX r:MENTIONS(user_id, tid, sts)
   WHERE r.user_id = $user_id AND r.tid = ident AND r.sts <= bound
     AND {_KEY_VISIBLE % {"k": "sts", "end": "startNode(r)"}}
+    AND {_HOLDS % {"v": "r"}} AND {_HOLDS % {"v": "startNode(r)"}}
   WITH startNode(r) AS m
   ORDER BY coalesce(m.ts, 0.0) DESC, m.salience DESC, m.id LIMIT $limit
   RETURN collect({_NODE_FIELDS % {"v": "m"}}) AS found
@@ -428,9 +460,9 @@ _ROWS_QUERY = _user_as_list(_ROWS)
 
 _NEIGHBOR_QUERIES: dict[tuple[EdgeType, bool], str] = {
     (edge, outgoing): _user_as_list(
-        _NEIGHBORS % {"pattern": f"-[:{edge.value}]->" if outgoing else f"<-[:{edge.value}]-"}
+        _NEIGHBORS % {"pattern": f"-[r:{edge.value}]->" if outgoing else f"<-[r:{edge.value}]-"}
     )
-    for edge in EdgeType
+    for edge in EdgeType  # SUPERSEDES too: incoming, the successors of an old fact
     for outgoing in (True, False)
 }
 _NEIGHBOR_QUERIES[(EdgeType.MENTIONS, False)] = _user_as_list(_MENTIONED_BY)
@@ -450,8 +482,13 @@ def _min_key(not_after: float | None) -> float:
 _EDGE_OF: dict[str, EdgeType] = {e.value: e for e in EdgeType}
 
 
+def _float_or_none(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
 def _node(row: Sequence[Any]) -> GraphNode:
-    ident, kind, label, ts, salience, category, tags, agent = row[:8]
+    """A node row (_NODE_FIELDS; the procedure's and _NODES's rows start with the same columns)."""
+    ident, kind, label, ts, salience, category, tags, agent, valid_from, valid_to = row[:10]
     return GraphNode(
         id=ident,
         kind=KIND_OF.get(kind) or Kind(kind),
@@ -461,6 +498,8 @@ def _node(row: Sequence[Any]) -> GraphNode:
         category=category,
         tags=tuple(tags or ()),
         source_agent_id=agent,
+        valid_from=valid_from,
+        valid_to=valid_to,
     )
 
 
@@ -479,6 +518,9 @@ def _node_row(node: GraphNode) -> dict[str, Any]:
         "category": node.category,
         "tags": sorted(node.tags),
         "source_agent_id": node.source_agent_id,
+        # null (absent) is open; an older HRT's nodes get valid_from = ts from graph_schema/005
+        "valid_from": _float_or_none(node.valid_from),
+        "valid_to": _float_or_none(node.valid_to),
     }
 
 
@@ -489,6 +531,8 @@ def _edge_row(edge: GraphEdge) -> dict[str, Any]:
         "type": EdgeType(edge.type).value,
         "weight": float(edge.weight),
         "relation_type": edge.relation_type,
+        "valid_from": _float_or_none(edge.valid_from),
+        "valid_to": _float_or_none(edge.valid_to),
     }
 
 
@@ -619,7 +663,15 @@ class Neo4jGraphStore:
         """Every edge of one user as projected, in (source, target, type) order."""
         result = await self._run("list edges", _EDGES, {"user_id": user_id}, read=True)
         return [
-            GraphEdge(r["source"], r["target"], EdgeType(r["type"]), r["weight"], r["relation_type"])
+            GraphEdge(
+                r["source"],
+                r["target"],
+                EdgeType(r["type"]),
+                r["weight"],
+                r["relation_type"],
+                r["valid_from"],
+                r["valid_to"],
+            )
             for r in result.records
         ]
 
@@ -668,6 +720,7 @@ class Neo4jGraphStore:
         seeds: Mapping[str, float],
         caps: ExpansionCaps,
         not_after: float | None = None,
+        valid_at: float | None = None,
     ) -> list[GraphCandidate]:
         if not 0 <= caps.depth <= MAX_DEPTH:
             raise InvalidInput(f"depth must be 0 to {MAX_DEPTH}, got {caps.depth}", field="depth")
@@ -675,7 +728,7 @@ class Neo4jGraphStore:
             return []
         if await self.uses_procedure():
             try:
-                return await self._expand_by_hops(user_id, seeds, caps, not_after, procedure=True)
+                return await self._expand_by_hops(user_id, seeds, caps, not_after, valid_at, procedure=True)
             except StoreError as exc:
                 gone = _error_code(exc, "Neo.ClientError.Procedure.ProcedureNotFound")
                 if self._expansion == "procedure" or not gone:
@@ -683,7 +736,7 @@ class Neo4jGraphStore:
                 # Neo4j restarted without the plugin: the query gives the same answer
                 log.warning("Neo4j no longer has hrt.expand: expansion runs the Cypher query (slower)")
                 self._procedure = False
-        return await self._expand_by_hops(user_id, seeds, caps, not_after, procedure=False)
+        return await self._expand_by_hops(user_id, seeds, caps, not_after, valid_at, procedure=False)
 
     async def _expand_by_hops(
         self,
@@ -691,6 +744,7 @@ class Neo4jGraphStore:
         seeds: Mapping[str, float],
         caps: ExpansionCaps,
         not_after: float | None,
+        valid_at: float | None,
         *,
         procedure: bool,
     ) -> list[GraphCandidate]:
@@ -704,7 +758,7 @@ class Neo4jGraphStore:
         1 from the frontier (with the rows candidates need), or from _HOP (then one more query,
         _ROWS, for the result's rows)."""
         # only the parameters each query reads: Neo4j's plan cache is keyed on them (warm)
-        params = _hop_params(user_id, caps.fanout_per_node, self._sparse_degree, not_after)
+        params = _hop_params(user_id, caps.fanout_per_node, self._sparse_degree, not_after, valid_at)
         full_rows: dict[str, Sequence[Any]] = {}  # with mentions and newest mention (the procedure's)
         attrs: dict[str, Sequence[Any]] = {}
         adjacency: dict[str, list[tuple[str, EdgeType, float, bool]]] = {}
@@ -720,6 +774,7 @@ class Neo4jGraphStore:
                     "fanout": params["fanout"],
                     "sparse": params["sparse"],
                     "not_after": not_after,
+                    "valid_at": params["valid_at"],
                 }
                 record = (await self._run("expand", _PROCEDURE_QUERY, proc_params, read=True)).records[0]
                 for row in record["nodes"]:
@@ -771,8 +826,8 @@ class Neo4jGraphStore:
             {ident: found for ident, found in best.items() if ident in rows},
             lambda ident: _node(rows[ident]),
             lambda ident: ident,
-            lambda ident: tuple(rows[ident][8]),
-            lambda ident: rows[ident][9],
+            lambda ident: tuple(rows[ident][10]),
+            lambda ident: rows[ident][11],
         )
 
     @property
@@ -813,13 +868,16 @@ class Neo4jGraphStore:
         Neo4j keys its plan cache on the query text and on the size bucket of each string and list
         parameter (1, 2-10, 11-100, 101-1000: a plan's cardinality estimates depend on it), so 3
         and 30 seeds get different plans. Each query is sent for lists of 1, 10 and 100 ids:
-        assembly's neighbour reads, then expansion's (for 1,000 ids too), which are the same at
-        every depth; the user id is a one-element list in every read, so its length makes no other
-        plan (:func:`_user_as_list`)."""
+        assembly's neighbour reads (a memory unit's concepts, a concept's memory units) and the
+        supersession reads (a fact's successors, what it replaces), then expansion's (for 1,000
+        ids too), which are the same at every depth; the user id is a one-element list in every
+        read, so its length makes no other plan (:func:`_user_as_list`). A null and a number share
+        a plan, so neither ``not_after`` nor ``valid_at`` needs sending both ways."""
         for size in WARM_UP_LIST_SIZES:
             ids = [f"{WARM_UP_USER}{i}" for i in range(size)]
-            for outgoing in (True, False):
-                await self.neighbors(WARM_UP_USER, ids, EdgeType.MENTIONS, outgoing, 1, not_after=0.0)
+            for edge in (EdgeType.MENTIONS, EdgeType.SUPERSEDES):
+                for outgoing in (True, False):
+                    await self.neighbors(WARM_UP_USER, ids, edge, outgoing, 1, not_after=0.0, valid_at=0.0)
         # expansion's queries (the same at any depth) for frontiers and results of up to a thousand
         # ids (the per-kind cap lets a frontier pass a hundred): the procedure's call, or the
         # Cypher expansion's two queries
@@ -843,6 +901,7 @@ class Neo4jGraphStore:
         outgoing: bool,
         limit: int,
         not_after: float | None = None,
+        valid_at: float | None = None,
     ) -> dict[str, list[GraphNode]]:
         if not ids:
             return {}
@@ -853,6 +912,7 @@ class Neo4jGraphStore:
             "limit": max(limit, 0),
             "not_after": not_after,
             "min_key": _min_key(not_after),
+            "valid_at": _float_or_none(valid_at),
         }
         result = await self._run("neighbors", query, params, read=True)
         found = {rec["ident"]: [_node(row) for row in rec["found"]] for rec in result.records}

@@ -90,7 +90,7 @@ async def test_expansion_reads_only_what_the_per_kind_cap_lets_the_walk_expand(n
         assert read, "no links were read through the expansion path under test"
 
         # every level's links, as the one-query expansion and the procedure fetch them
-        params = {"user": [user], "seeds": ["r"], "fanout": 25, "sparse": 64, "not_after": None}
+        params = {"user": [user], "seeds": ["r"], "fanout": 25, "sparse": 64, "not_after": None, "valid_at": None}
         whole = (await run("q", expand_query(3), {**params, "min_key": _min_key(None)}, read=True)).records[0]
         fetched_whole = sum(len(links) for _, links in whole["adjacency"])
         # root 25 links + 10 memory units x 6 + 10 concepts x 11, against 25 + 25 x 6 + 125 x 11

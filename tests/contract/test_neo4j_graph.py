@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from hrt.errors import InvalidInput, StoreError, StoreUnavailable
 from hrt.ingest import parse_jsonl
 from hrt.projection import graph_edge, graph_node
 from hrt.records import EDGE_ENDPOINTS, Artifact, Concept, EdgeType, Kind, MemoryUnit, Relation
-from hrt.stores.base import WARM_UP_USER, ExpansionCaps, GraphEdge, GraphNode, GraphStore
+from hrt.stores.base import WARM_UP_USER, ExpansionCaps, GraphEdge, GraphNode, GraphStore, valid_at
 from hrt.stores.embedded import EmbeddedStore
 from hrt.stores.neo4j_graph import Neo4jGraphStore
 from tests.conftest import StackManager
@@ -190,19 +191,24 @@ async def test_warm_plans_retrieval_reads_and_touches_no_data(loaded, raw):
     nodes_before = raw.execute_query(count, database_="neo4j").records[0]
     raw.execute_query("CALL db.clearQueryCaches()", database_="neo4j")
     await store.warm()
-    # then a user's requests: 29 seeds (the 11-100 bucket), 3 shown ids, user ids of every length
+    # then a user's requests: 29 seeds (the 11-100 bucket), 3 shown ids, user ids of every length,
+    # with and without a valid-at time
     await store.expand(u1, {f"m{i}": 0.5 for i in range(1, 30)}, CAPS)
     await store.neighbors(u1, ["m1", "m2", "m3"], EdgeType.MENTIONS, True, 50)
+    await store.neighbors(u1, ["m1", "m2", "m3"], EdgeType.SUPERSEDES, False, 50, valid_at=1.7e9)
     for user in ("u", "user-7", "9b2f4c1e-5d6a-4f3b-8c7d-2e1f0a9b8c7d", "x" * 128):
         await store.expand(user, {"m1": 0.5}, ExpansionCaps(3, 25, 100, 0.5))
+        await store.expand(user, {"m1": 0.5}, ExpansionCaps(3, 25, 100, 0.5), valid_at=1.7e9)
         await store.neighbors(user, ["m1"], EdgeType.MENTIONS, False, 50)
+        await store.neighbors(user, ["m1"], EdgeType.SUPERSEDES, True, 50)
     cleared = raw.execute_query("CALL db.clearQueryCaches()", database_="neo4j").records[0][0]
     # one plan per query and bucket, each made by the warm-up and found by every request after it:
-    # assembly's two neighbour reads for lists of 1, 2-10 and 11-100 ids, and expansion's hops
+    # assembly's two neighbour reads and the two supersession reads for lists of 1, 2-10 and
+    # 11-100 ids, and expansion's hops
     # (the procedure's call, or the Cypher expansion's two queries: a hop's links, the result's
     # rows) for those and 101-1000 ids; user ids of 1, 2-10, 11-100 and 101-128 characters share them
     expansions = 1 * 4 if await store.uses_procedure() else 2 * 4
-    assert cleared == f"Query caches successfully cleared of {2 * 3 + expansions} queries."
+    assert cleared == f"Query caches successfully cleared of {4 * 3 + expansions} queries."
     assert raw.execute_query(count, database_="neo4j").records[0] == nodes_before
     assert await store.ids(WARM_UP_USER) == {}
     assert await store.expand(u1, {"m1": 0.8}, CAPS) == before
@@ -222,7 +228,7 @@ async def test_expansion_mode_follows_the_installed_procedure(connect, monkeypat
     for adapter in (fresh, never):
         await adapter.close()
     for patch, problem in (
-        (("PLUGIN_VERSION", "0"), "version '1', this HRT reads '0'"),
+        (("PLUGIN_VERSION", "0"), f"version {neo4j_graph.PLUGIN_VERSION!r}, this HRT reads '0'"),
         (("_PLUGIN_VERSION_QUERY", "RETURN hrt.no_such_function() AS version"), "not installed"),
     ):
         with monkeypatch.context() as m:
@@ -294,6 +300,49 @@ KINDS = list(Kind)
 # 0.0 and a time before 1970 (with an as-of before 1970 below) probe the link order keys, where a
 # node without ts and one at 0.0 share the key 0.0
 STAMPS = [None, 100.0, 200.0, 200.0, 300.0, 0.0, -100.0]
+# validity intervals of nodes and edges (mostly open), and the valid-at times probed: before, at
+# and after their ends (valid_from included, valid_to excluded)
+INTERVALS = [(None, None), (None, None), (None, 150.0), (150.0, None), (100.0, 250.0)]
+VALID_ATS = [None, 120.0, 150.0, 260.0]
+
+
+def plain(found: Any, *, walk_only: bool = False) -> Any:
+    """Expansion or neighbour output without the nodes' own intervals: the congruence tests compare
+    the walk and the neighbour reads with the embedded adapter's; the intervals Neo4j returns are
+    checked against what was written (the embedded adapter's own suite checks its intervals).
+    ``walk_only`` drops a candidate's mentions and newest mention too: they are not walks, so
+    they do not depend on valid_at (and a reference graph without the edges that do not hold has
+    other ones)."""
+    if isinstance(found, dict):
+        return {k: [replace(n, valid_from=None, valid_to=None) for n in v] for k, v in found.items()}
+    out = [replace(c, node=replace(c.node, valid_from=None, valid_to=None)) for c in found]
+    return [replace(c, mentions=(), last_mention_ts=None) for c in out] if walk_only else out
+
+
+def mention_reads(
+    nodes: list[GraphNode], edges: list[GraphEdge], not_after: float | None
+) -> tuple[dict[str, tuple[str, ...]], dict[str, float | None]]:
+    """What expansion's candidates carry besides the walk, read off the whole graph: a memory
+    unit's mentioned concepts (strongest first, then id: concepts have no ts), a concept's newest
+    mentioning memory unit's ts as of ``not_after``."""
+    ts = {n.id: n.ts for n in nodes}
+    mentions = [e for e in edges if e.type is EdgeType.MENTIONS]
+    mentioned = {
+        n.id: tuple(
+            e.target for e in sorted((e for e in mentions if e.source == n.id), key=lambda e: (-e.weight, e.target))
+        )
+        for n in nodes
+    }
+    newest: dict[str, float | None] = {}
+    for n in nodes:
+        stamps = [ts[e.source] for e in mentions if e.target == n.id]
+        shown = [t for t in stamps if t is not None and (not_after is None or t <= not_after)]
+        newest[n.id] = max(shown) if shown else None
+    return mentioned, newest
+
+
+def holds(item: GraphNode | GraphEdge, at: float | None) -> bool:
+    return valid_at(item.valid_from, item.valid_to, at)
 
 
 @st.composite
@@ -305,6 +354,7 @@ def user_graphs(draw: st.DrawFn) -> tuple[list[GraphNode], list[GraphEdge]]:
     for i in range(count):
         kind = draw(st.sampled_from(KINDS))
         ts = None if kind is Kind.CONCEPT else draw(st.sampled_from(STAMPS))
+        valid_from, valid_to = draw(st.sampled_from(INTERVALS))
         nodes.append(
             GraphNode(
                 id=f"n{i:02d}",
@@ -315,6 +365,8 @@ def user_graphs(draw: st.DrawFn) -> tuple[list[GraphNode], list[GraphEdge]]:
                 category=draw(st.sampled_from(["meeting_note", "topic"])),
                 tags=tuple(sorted(draw(st.sets(st.sampled_from(["a", "b", "c"]), max_size=2)))),
                 source_agent_id=draw(st.sampled_from([None, "agent"])),
+                valid_from=valid_from,
+                valid_to=valid_to,
             )
         )
     edges: dict[tuple[str, str, EdgeType], GraphEdge] = {}
@@ -326,12 +378,17 @@ def user_graphs(draw: st.DrawFn) -> tuple[list[GraphNode], list[GraphEdge]]:
             continue
         source, target = draw(st.sampled_from(sources)), draw(st.sampled_from(targets))
         weight = draw(st.sampled_from([0.25, 0.5, 1.0]))
-        edges[(source, target, etype)] = GraphEdge(source, target, etype, weight, draw(st.sampled_from([None, "rt"])))
+        valid_from, valid_to = draw(st.sampled_from(INTERVALS))
+        relation_type = draw(st.sampled_from([None, "rt"]))
+        edges[(source, target, etype)] = GraphEdge(source, target, etype, weight, relation_type, valid_from, valid_to)
     return nodes, list(edges.values())
 
 
+Probe = tuple[dict[str, float], ExpansionCaps, float | None, list[str], EdgeType, bool, int, float | None]
+
+
 @st.composite
-def probes(draw: st.DrawFn) -> tuple[dict[str, float], ExpansionCaps, float | None, list[str], EdgeType, bool, int]:
+def probes(draw: st.DrawFn) -> Probe:
     ids = [f"n{i:02d}" for i in range(12)] + ["ghost"]
     seeds = draw(st.dictionaries(st.sampled_from(ids), st.sampled_from([0.5, 0.8, 1.0]), min_size=1, max_size=4))
     caps = ExpansionCaps(
@@ -350,6 +407,7 @@ def probes(draw: st.DrawFn) -> tuple[dict[str, float], ExpansionCaps, float | No
         draw(st.sampled_from(list(EdgeType))),
         draw(st.booleans()),
         draw(st.integers(0, 4)),
+        draw(st.sampled_from(VALID_ATS)),
     )
 
 
@@ -365,30 +423,63 @@ def embedded_graph(tmp_path: Path) -> Iterator[EmbeddedStore]:
 async def test_expand_and_neighbors_agree_with_the_embedded_adapter(
     connect: Connect, embedded_graph: EmbeddedStore, graphs, probe_list
 ) -> None:
+    """Neo4j holds every node and edge with its interval, SUPERSEDES included. The reference is the
+    embedded adapter over what the port says Neo4j must read as of a valid-at time: expansion
+    walks the edges but SUPERSEDES that hold then (an edge that does not hold is as if absent: it
+    does not use up the fan-out either), a neighbour read sees the edges that hold to neighbours
+    that hold. So the reference needs no validity support of its own."""
     neo4j = connect(expansion="cypher")
     by_index = connect(sparse_degree=0, expansion="cypher")  # every node read as a hub is
     procedure = connect(expansion="procedure")
     procedure_by_index = connect(sparse_degree=0, expansion="procedure")
     run = uuid.uuid4().hex[:10]
     users = [f"t{run}-g{i}" for i in range(len(graphs))]
+    embedded = embedded_graph.graph
+    references: list[str] = []
+
+    def reference(user_id: str, at: float | None, view: str) -> str:
+        return f"{user_id}-v{VALID_ATS.index(at)}-{view}"
+
     try:
         for user_id, (nodes, edges) in zip(users, graphs, strict=True):
-            for graph in (embedded_graph.graph, neo4j):
-                await graph.upsert_nodes(user_id, nodes)
-                await graph.upsert_edges(user_id, edges)
-        for user_id in users:
-            for seeds, caps, not_after, nb_ids, edge, outgoing, limit in probe_list:
-                expected = await embedded_graph.graph.expand(user_id, seeds, caps, not_after)
-                assert await neo4j.expand(user_id, seeds, caps, not_after) == expected
-                assert await by_index.expand(user_id, seeds, caps, not_after) == expected
-                assert await procedure.expand(user_id, seeds, caps, not_after) == expected
-                assert await procedure_by_index.expand(user_id, seeds, caps, not_after) == expected
-                expected_nb = await embedded_graph.graph.neighbors(user_id, nb_ids, edge, outgoing, limit, not_after)
-                assert await neo4j.neighbors(user_id, nb_ids, edge, outgoing, limit, not_after) == expected_nb
+            await neo4j.upsert_nodes(user_id, nodes)
+            await neo4j.upsert_edges(user_id, edges)
+            node_of = {n.id: n for n in nodes}
+            for at in VALID_ATS:
+                current = [e for e in edges if holds(e, at)]
+                views = {
+                    "walk": [e for e in current if e.type is not EdgeType.SUPERSEDES],
+                    "out": [e for e in current if holds(node_of[e.target], at)],
+                    "in": [e for e in current if holds(node_of[e.source], at)],
+                }
+                for view, kept in views.items():
+                    references.append(reference(user_id, at, view))
+                    await embedded.upsert_nodes(references[-1], nodes)
+                    await embedded.upsert_edges(references[-1], kept)
+        for user_id, (nodes, edges) in zip(users, graphs, strict=True):
+            intervals = {n.id: (n.valid_from, n.valid_to) for n in nodes}
+            for seeds, caps, not_after, nb_ids, edge, outgoing, limit, at in probe_list:
+                expected = await embedded.expand(reference(user_id, at, "walk"), seeds, caps, not_after)
+                mentioned, newest = mention_reads(nodes, edges, not_after)
+                for adapter in (neo4j, by_index, procedure, procedure_by_index):
+                    found = await adapter.expand(user_id, seeds, caps, not_after, valid_at=at)
+                    if at is None:
+                        assert plain(found) == plain(expected)
+                    assert plain(found, walk_only=True) == plain(expected, walk_only=True)
+                    for c in found:
+                        assert (c.node.valid_from, c.node.valid_to) == intervals[c.node.id]
+                        assert c.mentions == (mentioned[c.node.id] if c.node.kind is Kind.MEMORY_UNIT else ())
+                        assert c.last_mention_ts == (newest[c.node.id] if c.node.kind is Kind.CONCEPT else None)
+                nb_user = reference(user_id, at, "out" if outgoing else "in")
+                expected_nb = await embedded.neighbors(nb_user, nb_ids, edge, outgoing, limit, not_after)
+                found_nb = await neo4j.neighbors(user_id, nb_ids, edge, outgoing, limit, not_after, valid_at=at)
+                assert plain(found_nb) == plain(expected_nb)
+                assert all((n.valid_from, n.valid_to) == intervals[n.id] for ns in found_nb.values() for n in ns)
     finally:
         for user_id in users:
             await neo4j.delete_user(user_id)
-            await embedded_graph.graph.delete_user(user_id)
+        for user_id in references:
+            await embedded.delete_user(user_id)
         for adapter in (neo4j, by_index, procedure, procedure_by_index):
             await adapter.close()
 
@@ -415,15 +506,24 @@ async def test_sample_graph_agrees_with_the_embedded_adapter(store, tenants, emb
             caps = ExpansionCaps(depth, 4, 12, 0.6)
             for not_after in (None, 1.75e9):
                 expected = await embedded_graph.graph.expand(renamed[user_id], seeds, caps, not_after)
-                assert await store.expand(renamed[user_id], seeds, caps, not_after) == expected
+                assert plain(await store.expand(renamed[user_id], seeds, caps, not_after)) == plain(expected)
         expected_nb = await embedded_graph.graph.neighbors(renamed[user_id], mus, EdgeType.MENTIONS, True, 3)
-        assert await store.neighbors(renamed[user_id], mus, EdgeType.MENTIONS, True, 3) == expected_nb
+        found_nb = await store.neighbors(renamed[user_id], mus, EdgeType.MENTIONS, True, 3)
+        assert plain(found_nb) == plain(expected_nb)
+
+
+def with_intervals(edges: list[GraphEdge]) -> list[GraphEdge]:
+    """The edges with validity intervals around 1.75e9 (mid-June 2025, inside the sample graph's
+    time span): a third ended then, a third started then, a third open."""
+    bounds = ((None, 1.75e9), (1.75e9, None), (None, None))
+    return [replace(e, valid_from=bounds[i % 3][0], valid_to=bounds[i % 3][1]) for i, e in enumerate(edges)]
 
 
 async def test_procedure_returns_what_the_query_returns(connect, tenants):
     """hrt.expand is the expansion query's neighbourhood fetched through Neo4j's Java API: the same
-    adjacency (each node's links in visit order) and the same node rows, on the sample graph from
-    each user's busiest nodes, at every depth, fan-out and as-of, for sparse and hub reads."""
+    adjacency (each node's links in visit order) and the same node rows, on the sample graph (its
+    edges given validity intervals) from each user's busiest nodes, at every depth, fan-out, as-of
+    and valid-at, for sparse and hub reads."""
     from importlib import resources
 
     from hrt.stores.neo4j_graph import _PROCEDURE_QUERY, _min_key, expand_query
@@ -435,7 +535,7 @@ async def test_procedure_returns_what_the_query_returns(connect, tenants):
     for user_id, (nodes, edges) in projection(parse_jsonl(lines.splitlines())).items():
         u = tenants(user_id)
         await graph.upsert_nodes(u, nodes)
-        await graph.upsert_edges(u, edges)
+        await graph.upsert_edges(u, with_intervals(edges))
         degree: dict[str, int] = {}
         for e in edges:
             degree[e.source] = degree.get(e.source, 0) + 1
@@ -443,7 +543,7 @@ async def test_procedure_returns_what_the_query_returns(connect, tenants):
         busiest = sorted(degree, key=lambda k: (-degree[k], k))
         for depth in range(4):
             for fanout, sparse in ((4, 64), (25, 64), (4, 0), (25, 0)):
-                for not_after in (None, 1.75e9, 0.0):
+                for not_after, at in ((None, None), (1.75e9, None), (0.0, None), (None, 1.745e9), (1.76e9, 1.76e9)):
                     params = {
                         "user": [u],
                         "seeds": sorted([*busiest[:3], "ghost"]),
@@ -451,6 +551,7 @@ async def test_procedure_returns_what_the_query_returns(connect, tenants):
                         "sparse": sparse,
                         "not_after": not_after,
                         "min_key": _min_key(not_after),
+                        "valid_at": at,
                     }
                     by_query = (await graph._run("q", expand_query(depth), params, read=True)).records[0]
                     params["depth"] = depth
@@ -513,7 +614,9 @@ async def test_apply_schema_backfills_link_keys_of_older_edges(store, tenants, e
         assert await store.expand(u, seeds, caps) == await embedded_graph.graph.expand(u, seeds, caps)
     expected_nb = await embedded_graph.graph.neighbors(u, ["c-hub"], EdgeType.MENTIONS, False, 3)
     assert await store.neighbors(u, ["c-hub"], EdgeType.MENTIONS, False, 3) == expected_nb
-    marker = raw.execute_query("MATCH (m:HRTSchemaMigration) RETURN count(m) AS n", database_="neo4j")
+    marker = raw.execute_query(
+        "MATCH (m:HRTSchemaMigration {name: 'link_keys_v1'}) RETURN count(m) AS n", database_="neo4j"
+    )
     assert marker.records[0]["n"] == 1
     await embedded_graph.graph.delete_user(u)
 
@@ -540,6 +643,7 @@ async def test_hubs_are_cut_inside_neo4j(store, tenants, raw):
         "sparse": SPARSE_DEGREE,
         "not_after": None,
         "min_key": _min_key(None),
+        "valid_at": None,
     }
     with raw.session(database="neo4j") as session:
         profile = session.run("PROFILE " + expand_query(1), params).consume().profile
@@ -552,3 +656,182 @@ async def test_hubs_are_cut_inside_neo4j(store, tenants, raw):
     # 8 (type, direction) reads of about 5 each and one newest mention, not the hub's 300 links
     # (the bound leaves room for a runtime that reads indexes in batches)
     assert rows and sum(rows) < 150, rows
+
+
+# --- facts that change (#20): intervals and SUPERSEDES ------------------------------------------
+
+AT = 2000.0  # the valid-at time of the tests below
+
+
+def validity_hub() -> tuple[list[GraphNode], list[GraphEdge]]:
+    """A concept mentioned by 100 memory units (m000..m099, newest last), more than SPARSE_DEGREE,
+    so expansion reads its links from the link order indexes; at AT the mentions of the 10 newest
+    have ended and those of the 5 before them have not begun, so its first 5 links that hold are
+    m084..m080's. Its strongest link, to c-x, ended too. m084's own interval ended before AT (a
+    node is walked whatever its own interval, but is no neighbour at AT)."""
+    hub = GraphNode("c-hub", Kind.CONCEPT, "Hub", None, 0.5, "topic")
+    cx = GraphNode("c-x", Kind.CONCEPT, "X", None, 0.5, "topic")
+    mus = [
+        GraphNode(f"m{i:03d}", Kind.MEMORY_UNIT, f"note {i}", 1000.0 + i, 0.5, "note", valid_from=1000.0 + i)
+        for i in range(100)
+    ]
+    mus[84] = replace(mus[84], valid_to=1500.0)
+    edges = [GraphEdge("c-hub", "c-x", EdgeType.RELATED_TO, 1.0, valid_to=500.0)]
+    for i, m in enumerate(mus):
+        interval = (None, 500.0) if i >= 90 else (5000.0, None) if i >= 85 else (None, None)
+        edges.append(GraphEdge(m.id, hub.id, EdgeType.MENTIONS, 0.9, None, *interval))
+    return [hub, cx, *mus], edges
+
+
+async def test_edges_that_do_not_hold_are_skipped_before_the_fan_out(store, tenants, connect, raw):
+    """On the hub path (the link order indexes, cut at the fan-out) and on the walk path of a
+    node with few links, by the procedure and by the Cypher query (``store``'s two params): a link
+    whose interval does not hold at valid_at is read past, and the fan-out goes to the first ones
+    that hold; the hub's index reads still stop there (PROFILE, as in test_hubs_are_cut_inside_neo4j)."""
+    from hrt.stores.neo4j_graph import SPARSE_DEGREE, _min_key, expand_query
+
+    u = tenants("valid-hub")
+    nodes, edges = validity_hub()
+    assert sum(1 for e in edges if "c-hub" in (e.source, e.target)) > SPARSE_DEGREE
+    await store.upsert_nodes(u, nodes)
+    await store.upsert_edges(u, edges)
+    walking = connect(sparse_degree=1000, expansion=store._expansion)  # the same links, walked
+    caps = ExpansionCaps(depth=1, fanout_per_node=5, max_per_kind=100, hop_decay=0.6)
+    try:
+        for graph in (store, walking):
+            everything = {c.node.id for c in await graph.expand(u, {"c-hub": 1.0}, caps)}
+            assert everything == {"c-hub", "c-x", "m099", "m098", "m097", "m096"}
+            at = {c.node.id: c for c in await graph.expand(u, {"c-hub": 1.0}, caps, valid_at=AT)}
+            assert sorted(at) == ["c-hub", "m080", "m081", "m082", "m083", "m084"]
+            assert (at["m084"].node.valid_from, at["m084"].node.valid_to) == (1084.0, 1500.0)
+            assert at["c-hub"].last_mention_ts == 1099.0  # the newest mention is not a walk
+            # from a memory unit: its one mention holds from 5000 on
+            assert [c.node.id for c in await graph.expand(u, {"m087": 1.0}, caps, valid_at=AT)] == ["m087"]
+            assert [c.node.id for c in await graph.expand(u, {"m087": 1.0}, caps, valid_at=5000.0)] == ["c-hub", "m087"]
+    finally:
+        await walking.close()
+    params = {"user": [u], "seeds": ["c-hub"], "fanout": 5, "sparse": SPARSE_DEGREE, "not_after": None}
+    with raw.session(database="neo4j") as session:
+        query = "PROFILE " + expand_query(1)
+        profile = session.run(query, {**params, "min_key": _min_key(None), "valid_at": AT}).consume().profile
+
+    def seeks(plan: dict[str, Any]) -> list[int]:
+        own = [plan.get("rows", 0)] if "RelationshipIndexSeek" in plan["operatorType"] else []
+        return own + [n for child in plan.get("children", []) for n in seeks(child)]
+
+    # the 15 mentions that do not hold and the 5 after them, c-x's link, one newest mention: not
+    # the hub's 101 links
+    assert 20 < sum(seeks(profile)) < 60, seeks(profile)
+
+
+async def test_neighbors_keep_what_holds_before_the_limit(store, tenants):
+    """A neighbour is left out when its edge or its own interval does not hold at valid_at, before
+    the limit: the incoming mentions of a hub (read from mentions_newest up to the limit) and the
+    other reads."""
+    u = tenants("valid-nb")
+    nodes, edges = validity_hub()
+    await store.upsert_nodes(u, nodes)
+    await store.upsert_edges(u, edges)
+    mentioned = await store.neighbors(u, ["c-hub"], EdgeType.MENTIONS, False, 3)
+    assert [n.id for n in mentioned["c-hub"]] == ["m099", "m098", "m097"]
+    mentioned = await store.neighbors(u, ["c-hub"], EdgeType.MENTIONS, False, 3, valid_at=AT)
+    assert [n.id for n in mentioned["c-hub"]] == ["m083", "m082", "m081"]  # m084 itself ended
+    assert [n.valid_from for n in mentioned["c-hub"]] == [1083.0, 1082.0, 1081.0]
+    as_of = await store.neighbors(u, ["c-hub"], EdgeType.MENTIONS, False, 2, not_after=1082.5, valid_at=AT)
+    assert [n.id for n in as_of["c-hub"]] == ["m082", "m081"]
+    out = await store.neighbors(u, ["m090", "m080", "m084"], EdgeType.MENTIONS, True, 5, valid_at=AT)
+    assert out == {"m090": [], "m080": [nodes[0]], "m084": [nodes[0]]}
+    related = await store.neighbors(u, ["c-hub"], EdgeType.RELATED_TO, True, 5)
+    assert [n.id for n in related["c-hub"]] == ["c-x"]
+    assert await store.neighbors(u, ["c-hub"], EdgeType.RELATED_TO, True, 5, valid_at=AT) == {"c-hub": []}
+    assert await store.neighbors(u, ["c-x"], EdgeType.RELATED_TO, False, 5, valid_at=400.0) == {"c-x": [nodes[0]]}
+
+
+async def test_supersedes_is_stored_read_and_never_walked(store, tenants, raw):
+    """SUPERSEDES (successor -> the fact it replaces) is written, listed and deleted like the other
+    types and read by neighbors both ways, but expansion never walks it: not from a node with few
+    links, nor from a hub (a successor of 70 facts has no link order index of that type), and it
+    takes no fan-out."""
+    u = tenants("supersedes")
+    hub = GraphNode("c-hub", Kind.CONCEPT, "Hub", None, 0.5, "topic")
+    new = GraphNode("m-new", Kind.MEMORY_UNIT, "new", 3000.0, 0.5, "note", valid_from=2500.0)
+    old = [GraphNode(f"m-old{i:02d}", Kind.MEMORY_UNIT, f"old {i}", 1000.0 + i, 0.5, "note") for i in range(70)]
+    doc = GraphNode("a-v2", Kind.ARTIFACT, "design v2", 3100.0, 0.5, "doc")
+    await store.upsert_nodes(u, [hub, new, doc, *old])
+    edges = [GraphEdge("m-new", "c-hub", EdgeType.MENTIONS, 0.5)]
+    edges += [GraphEdge("m-new", m.id, EdgeType.SUPERSEDES, 1.0, valid_from=2500.0) for m in old]
+    edges += [GraphEdge("a-v2", "m-old00", EdgeType.SUPERSEDES), GraphEdge("m-old00", "c-hub", EdgeType.MENTIONS)]
+    await store.upsert_edges(u, edges)
+    listed = {(e.source, e.target, e.type): e for e in await store.edges(u)}
+    assert listed[("m-new", "m-old05", EdgeType.SUPERSEDES)] == edges[6]
+    assert listed[("m-new", "m-old05", EdgeType.SUPERSEDES)].valid_from == 2500.0
+    rows = raw.execute_query(
+        "MATCH (s:Entity {user_id: $u, id: 'm-new'})-[r:SUPERSEDES]->(t) RETURN count(r) AS n, min(r.valid_from) AS vf",
+        {"u": u},
+        database_="neo4j",
+    )
+    assert (rows.records[0]["n"], rows.records[0]["vf"]) == (70, 2500.0)
+    one = ExpansionCaps(depth=2, fanout_per_node=1, max_per_kind=100, hop_decay=0.5)
+    for seeds in ({"m-new": 1.0}, {"m-old00": 1.0}, {"a-v2": 1.0}):
+        for at in (None, 4000.0):
+            found = {c.node.id for c in await store.expand(u, seeds, one, valid_at=at)}
+            assert "m-new" not in found - set(seeds) and not {"m-old01", "a-v2"} & (found - set(seeds))
+    assert {c.node.id for c in await store.expand(u, {"m-new": 1.0}, one)} == {"m-new", "c-hub", "m-old00"}
+    assert [c.node.id for c in await store.expand(u, {"a-v2": 1.0}, one)] == ["a-v2"]
+    successors = await store.neighbors(u, ["m-old00", "m-old01", "m-new"], EdgeType.SUPERSEDES, False, 5)
+    assert {k: [n.id for n in v] for k, v in successors.items()} == {
+        "m-old00": ["a-v2", "m-new"],
+        "m-old01": ["m-new"],
+        "m-new": [],
+    }
+    # as of before the successors were written; valid at before m-new's supersession holds
+    early = await store.neighbors(u, ["m-old00"], EdgeType.SUPERSEDES, False, 5, not_after=3050.0)
+    assert [n.id for n in early["m-old00"]] == ["m-new"]
+    before = await store.neighbors(u, ["m-old00"], EdgeType.SUPERSEDES, False, 5, valid_at=2400.0)
+    assert [n.id for n in before["m-old00"]] == ["a-v2"]  # m-new and its edge start at 2500; a-v2's are open
+    older = await store.neighbors(u, ["m-new"], EdgeType.SUPERSEDES, True, 3)
+    assert [n.id for n in older["m-new"]] == ["m-old69", "m-old68", "m-old67"]
+    await store.delete_edges(u, [GraphEdge("a-v2", "m-old00", EdgeType.SUPERSEDES)])
+    await store.delete_nodes(u, ["m-new"])
+    assert not any(e.type is EdgeType.SUPERSEDES for e in await store.edges(u))
+
+
+async def test_apply_schema_backfills_valid_from_of_older_nodes(store, tenants, raw):
+    """Nodes written before HRT wrote valid_from get valid_from = ts when the schema is applied (a
+    one-off, run again here once its marker is gone); a node with its own valid_from, or without a
+    ts, keeps what it has. With the marker in place applying the schema changes nothing."""
+    u = tenants("valid-backfill")
+    await store.upsert_nodes(
+        u,
+        [
+            GraphNode("m-legacy", Kind.MEMORY_UNIT, "written by an older HRT", 100.0, 0.5, "note"),
+            GraphNode("a-legacy", Kind.ARTIFACT, "an older artifact", 150.0, 0.5, "doc", valid_to=900.0),
+            GraphNode("m-own", Kind.MEMORY_UNIT, "with its own", 200.0, 0.5, "note", valid_from=50.0),
+            GraphNode("c-open", Kind.CONCEPT, "no ts", None, 0.5, "topic"),
+        ],
+    )
+    before = await store.nodes(u)
+    assert before["m-legacy"].valid_from is None and before["a-legacy"].valid_to == 900.0
+    raw.execute_query("MATCH (m:HRTSchemaMigration {name: 'valid_from_v1'}) DELETE m", database_="neo4j")
+    await store.apply_schema()
+    after = await store.nodes(u)
+    assert {k: (n.valid_from, n.valid_to) for k, n in after.items()} == {
+        "m-legacy": (100.0, None),
+        "a-legacy": (150.0, 900.0),
+        "m-own": (50.0, None),
+        "c-open": (None, None),
+    }
+    # the valid-at reads see the backfilled start: a neighbour from 100 on
+    await store.upsert_edges(u, [GraphEdge("m-legacy", "c-open", EdgeType.MENTIONS)])
+    assert await store.neighbors(u, ["c-open"], EdgeType.MENTIONS, False, 5, valid_at=99.0) == {"c-open": []}
+    assert await store.neighbors(u, ["c-open"], EdgeType.MENTIONS, False, 5, valid_at=100.0) == {
+        "c-open": [after["m-legacy"]]
+    }
+    marker = raw.execute_query(
+        "MATCH (m:HRTSchemaMigration {name: 'valid_from_v1'}) RETURN count(m) AS n", database_="neo4j"
+    )
+    assert marker.records[0]["n"] == 1
+    # applied: the backfill is skipped (a node without valid_from stays so)
+    await store.upsert_nodes(u, [replace(after["m-legacy"], valid_from=None)])
+    await store.apply_schema()
+    assert (await store.nodes(u))["m-legacy"].valid_from is None

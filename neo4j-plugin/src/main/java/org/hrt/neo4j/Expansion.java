@@ -39,7 +39,13 @@ import org.neo4j.values.storable.Values;
  * level's new nodes up to level {@code depth - 1}), where {@code links} are the node's first
  * {@code fanout} visible links in the walk's visit order as {@code [other id, type, weight,
  * forward]}; and {@code nodes}, one row per node fetched: {@code [id, kind, label, ts, salience,
- * category, tags, source_agent_id, mentions, newest mention ts]}.
+ * category, tags, source_agent_id, valid_from, valid_to, mentions, newest mention ts]}.
+ *
+ * <p>A link is visible when its other end is not timestamped after {@code notAfter} and, given a
+ * {@code validAt}, its relationship's own interval ({@code valid_from} included, {@code valid_to}
+ * excluded, absent = open) holds at it. {@code SUPERSEDES} is never walked (not one of
+ * {@link GraphReader#TYPE_NAMES}). A link that is not visible does not use up the fan-out: a hub's
+ * index reads skip it and read on.
  *
  * <p>Visit order (hrt/stores/graph_walk.py): strongest edge first ({@code nw} = -weight), then
  * newest other end ({@code sts}/{@code tts} = -ts of the source/target, 0 without one), then the
@@ -56,7 +62,7 @@ import org.neo4j.values.storable.Values;
  */
 public final class Expansion {
     /** Bumped whenever the output changes; the Python adapter uses the procedure only on a match. */
-    public static final String VERSION = "1";
+    public static final String VERSION = "2";
 
     private static final String MEMORY_UNIT = "memory_unit";
     private static final String CONCEPT = "concept";
@@ -83,15 +89,17 @@ public final class Expansion {
     }
 
     @Procedure(name = "hrt.expand", mode = Mode.READ)
-    @Description("hrt.expand(user, seeds, depth, fanout, sparse, notAfter): the neighbourhood HRT's walk reads,"
-            + " per level each node's first `fanout` visible links in visit order, and every node's attributes.")
+    @Description("hrt.expand(user, seeds, depth, fanout, sparse, notAfter, validAt): the neighbourhood HRT's walk"
+            + " reads, per level each node's first `fanout` visible links (of relationships valid at `validAt`)"
+            + " in visit order, and every node's attributes.")
     public Stream<Neighbourhood> expand(
             @Name("user") String user,
             @Name("seeds") List<String> seeds,
             @Name("depth") long depth,
             @Name("fanout") long fanout,
             @Name("sparse") long sparse,
-            @Name("notAfter") Double notAfter)
+            @Name("notAfter") Double notAfter,
+            @Name("validAt") Double validAt)
             throws KernelException {
         if (seeds == null) {
             throw new IllegalArgumentException("hrt.expand: seeds are required");
@@ -100,7 +108,7 @@ public final class Expansion {
             throw new IllegalArgumentException("hrt.expand: depth must be 0 to " + MAX_DEPTH + ", got " + depth);
         }
         try (Walker walker = new Walker(tx, user, (int) Math.min(Math.max(fanout, 0), Integer.MAX_VALUE), sparse,
-                notAfter)) {
+                notAfter, validAt)) {
             return Stream.of(walker.run(seeds, (int) depth));
         }
     }
@@ -132,15 +140,15 @@ public final class Expansion {
         private final Comparator<Link> order;
         private final PropertySelection linkKeys, mentionKeys;
 
-        Walker(Transaction tx, String user, int fanout, long sparse, Double notAfter) {
-            super(tx, user, notAfter);
+        Walker(Transaction tx, String user, int fanout, long sparse, Double notAfter, Double validAt) {
+            super(tx, user, notAfter, validAt);
             this.fanout = fanout;
             this.sparse = sparse;
             TokenRead tokens = ktx.tokenRead();
             types = Arrays.stream(TYPE_NAMES).mapToInt(tokens::relationshipType).filter(t -> !missing(t)).toArray();
             mentions = tokens.relationshipType("MENTIONS");
             order = visitOrder(typeNames);
-            linkKeys = selection(userKey, nwKey, stsKey, ttsKey, sidKey, tidKey);
+            linkKeys = selection(userKey, nwKey, stsKey, ttsKey, sidKey, tidKey, validFromKey, validToKey);
             mentionKeys = selection(userKey, nwKey, ttsKey, tidKey);
         }
 
@@ -181,7 +189,8 @@ public final class Expansion {
             return new Neighbourhood(adjacency, nodes);
         }
 
-        /** [id, kind, label, ts, salience, category, tags, source_agent_id, mentions, newest mention ts] */
+        /** [id, kind, label, ts, salience, category, tags, source_agent_id, valid_from, valid_to, mentions,
+         * newest mention ts] */
         private List<Object> row(long ref) throws KernelException {
             Object[] values = rowValues(ref);
             Object kind = values[1];
@@ -294,12 +303,12 @@ public final class Expansion {
             return all.size() > fanout ? all.subList(0, fanout) : all;
         }
 
-        /** The relationship under the traversal cursor as a link from node {@code ref}, if visible; a
-         * self-loop gives both of its ends. */
+        /** The relationship under the traversal cursor as a link from node {@code ref}, if visible
+         * (its other end as of notAfter, its interval at validAt); a self-loop gives both of its ends. */
         private void walked(long ref, List<Link> out) {
             long source = relationships.sourceNodeReference(), target = relationships.targetNodeReference();
             Value owner = Values.NO_VALUE, nw = Values.NO_VALUE, sts = Values.NO_VALUE, tts = Values.NO_VALUE;
-            Value sid = Values.NO_VALUE, tid = Values.NO_VALUE;
+            Value sid = Values.NO_VALUE, tid = Values.NO_VALUE, from = Values.NO_VALUE, to = Values.NO_VALUE;
             relationships.properties(properties, linkKeys);
             while (properties.next()) {
                 int key = properties.propertyKey();
@@ -310,9 +319,11 @@ public final class Expansion {
                 else if (key == ttsKey) tts = value;
                 else if (key == sidKey) sid = value;
                 else if (key == tidKey) tid = value;
+                else if (key == validFromKey) from = value;
+                else if (key == validToKey) to = value;
             }
             if (!owner.equals(userValue) || !(nw instanceof NumberValue nwv)
-                    || !(sid instanceof TextValue sidv) || !(tid instanceof TextValue tidv)) {
+                    || !(sid instanceof TextValue sidv) || !(tid instanceof TextValue tidv) || !holds(from, to)) {
                 return;
             }
             long relationship = relationships.relationshipReference();
@@ -368,7 +379,8 @@ public final class Expansion {
         }
 
         /** One (type, direction) link order index of a hub read in index order; {@code head} is its
-         * next visible link, null when it has no more. */
+         * next visible link (one whose interval does not hold at validAt is read past), null when it
+         * has no more. */
         private final class Seek {
             final String id;
             final int type;
@@ -408,6 +420,9 @@ public final class Expansion {
                     long otherNode = forward ? cursor.targetNodeReference() : cursor.sourceNodeReference();
                     if (!visibleKey(key, otherNode)) {
                         continue; // the other end is after notAfter
+                    }
+                    if (!holds(cursor)) {
+                        continue; // the relationship does not hold at validAt
                     }
                     String otherId = o.stringValue();
                     head = new Link(nw.doubleValue(), key, otherId, type, forward ? id : otherId,

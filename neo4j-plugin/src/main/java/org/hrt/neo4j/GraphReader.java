@@ -8,6 +8,7 @@ import java.util.Map;
 import org.neo4j.exceptions.KernelException;
 import org.neo4j.graphdb.Transaction;
 import org.neo4j.internal.kernel.api.CursorFactory;
+import org.neo4j.internal.kernel.api.EntityCursor;
 import org.neo4j.internal.kernel.api.IndexQueryConstraints;
 import org.neo4j.internal.kernel.api.IndexReadSession;
 import org.neo4j.internal.kernel.api.NodeCursor;
@@ -38,10 +39,11 @@ import org.neo4j.values.storable.Values;
  * visibility as of {@code notAfter}. Not thread safe; closed when the call ends.
  */
 class GraphReader implements AutoCloseable {
+    /** The types expansion walks: every type HRT writes but SUPERSEDES (two versions of one fact). */
     static final String[] TYPE_NAMES = {"MENTIONS", "RELATED_TO", "DERIVED_FROM", "FOLLOWS"};
     // the node properties of a node row, in row order (hrt/stores/neo4j_graph.py _node)
     private static final String[] ROW_KEYS = {"id", "kind", "label", "ts", "salience", "category", "tags",
-            "source_agent_id"};
+            "source_agent_id", "valid_from", "valid_to"};
 
     final KernelTransaction ktx;
     final Read read;
@@ -51,19 +53,22 @@ class GraphReader implements AutoCloseable {
     final String user;
     final Value userValue;
     final Double notAfter;
+    /** Relationships are walked only when their own interval holds at it (all of them when null). */
+    final Double validAt;
     /** The smallest visible link key (-ts of a link's other end) as of notAfter. */
     final double minKey;
     final int entity, userKey, idKey, tsKey, salienceKey, sidKey, tidKey, nwKey, stsKey, ttsKey, weightKey;
+    final int validFromKey, validToKey;
     final int[] rowKeys;
     final String[] typeNames; // relationship type token id -> name (null for other types)
-    final PropertySelection rowSelection, idOnly, tsOnly, weightOnly;
+    final PropertySelection rowSelection, idOnly, tsOnly, weightOnly, intervalKeys;
     final NodeCursor node, other;
     final RelationshipTraversalCursor relationships;
     final RelationshipScanCursor scan;
     final PropertyCursor properties;
     private final Map<String, IndexReadSession> sessions = new HashMap<>();
 
-    GraphReader(Transaction tx, String user, Double notAfter) {
+    GraphReader(Transaction tx, String user, Double notAfter, Double validAt) {
         if (user == null) {
             throw new IllegalArgumentException("user is required");
         }
@@ -75,6 +80,7 @@ class GraphReader implements AutoCloseable {
         this.user = user;
         this.userValue = Values.stringValue(user);
         this.notAfter = notAfter;
+        this.validAt = validAt;
         this.minKey = notAfter == null ? Double.NEGATIVE_INFINITY : 0.0 - notAfter;
         TokenRead tokens = ktx.tokenRead();
         entity = tokens.nodeLabel("Entity");
@@ -88,6 +94,8 @@ class GraphReader implements AutoCloseable {
         stsKey = tokens.propertyKey("sts");
         ttsKey = tokens.propertyKey("tts");
         weightKey = tokens.propertyKey("weight");
+        validFromKey = tokens.propertyKey("valid_from");
+        validToKey = tokens.propertyKey("valid_to");
         rowKeys = Arrays.stream(ROW_KEYS).mapToInt(tokens::propertyKey).toArray();
         int highest = 0;
         for (String name : TYPE_NAMES) {
@@ -104,6 +112,7 @@ class GraphReader implements AutoCloseable {
         idOnly = selection(idKey);
         tsOnly = selection(tsKey);
         weightOnly = selection(weightKey);
+        intervalKeys = selection(validFromKey, validToKey);
         node = cursors.allocateNodeCursor(context, memory);
         other = cursors.allocateNodeCursor(context, memory);
         relationships = cursors.allocateRelationshipTraversalCursor(context, memory);
@@ -197,7 +206,35 @@ class GraphReader implements AutoCloseable {
         return key >= minKey || (key == 0.0 && tsOf(otherNode) == Values.NO_VALUE);
     }
 
-    /** [id, kind, label, ts, salience, category, tags, source_agent_id] of a node, through the
+    /** Whether an interval holds at validAt: valid_from included, valid_to excluded, an absent (or
+     * non-numeric) end open; every interval holds without validAt (as the Cypher query's
+     * {@code coalesce(valid_from <= $valid_at, true) AND coalesce($valid_at < valid_to, true)}). */
+    boolean holds(Value from, Value to) {
+        if (validAt == null) {
+            return true;
+        }
+        double at = validAt;
+        return !(from instanceof NumberValue f && f.doubleValue() > at)
+                && !(to instanceof NumberValue t && at >= t.doubleValue());
+    }
+
+    /** Whether the interval of the relationship under an entity cursor holds at validAt; reads its
+     * valid_from/valid_to only when there is a validAt. */
+    boolean holds(EntityCursor cursor) {
+        if (validAt == null || (missing(validFromKey) && missing(validToKey))) {
+            return true;
+        }
+        Value from = Values.NO_VALUE, to = Values.NO_VALUE;
+        cursor.properties(properties, intervalKeys);
+        while (properties.next()) {
+            int key = properties.propertyKey();
+            if (key == validFromKey) from = properties.propertyValue();
+            else if (key == validToKey) to = properties.propertyValue();
+        }
+        return holds(from, to);
+    }
+
+    /** [id, kind, label, ts, salience, category, tags, source_agent_id, valid_from, valid_to] of a node, through the
      * {@code node} cursor; values as the procedures return them (arrays as lists). */
     Object[] rowValues(long ref) {
         Object[] values = new Object[rowKeys.length];
