@@ -301,8 +301,15 @@ def supersession_relations(entity: Entity) -> list[Relation]:
 
 def valid_from(entity: Entity) -> datetime | None:
     """When an entity became true: its own ``valid_from``, else a memory unit's or artifact's
-    creation time (it was true when it was recorded); a concept without one has no start."""
-    return entity.valid_from if entity.valid_from is not None else entity_ts(entity)
+    creation time (it was true when it was recorded), unless it was recorded at or after its own
+    ``valid_to`` (a note that something ended: it was true before, since a time not given); a
+    concept without one has no start."""
+    if entity.valid_from is not None:
+        return entity.valid_from
+    ts = entity_ts(entity)
+    if ts is not None and entity.valid_to is not None and ts >= entity.valid_to:
+        return None
+    return ts
 
 
 def entity_ts(entity: Entity) -> datetime | None:

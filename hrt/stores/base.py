@@ -59,7 +59,7 @@ class GraphNode:
     tags: tuple[str, ...] = ()
     source_agent_id: str | None = None
     # its own validity (event time, epoch seconds; see :func:`valid_at`): ``valid_from`` is the
-    # record's, else a memory unit's or artifact's ts; None is open. Supersession is not in it:
+    # record's, else a memory unit's or artifact's ts (hrt.records.valid_from); None is open. Supersession is not in it:
     # retrieval reads SUPERSEDES edges as of the request (hrt/pipeline/validity.py)
     valid_from: float | None = None
     valid_to: float | None = None

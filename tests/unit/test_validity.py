@@ -41,10 +41,12 @@ FACTS = [
         valid_from="2025-03-15T00:00:00Z",
     ),
     mu("u", "x1", "launch pricing trial ended", "2025-01-07T09:00:00Z", valid_to="2025-02-01T00:00:00Z"),
+    # recorded after it ended: true before February, since a time not given
+    mu("u", "x2", "launch beta waitlist had closed", "2025-03-01T09:00:00Z", valid_to="2025-02-01T00:00:00Z"),
     artifact("u", "r1", "launch decision record: ship in one region", "2025-01-08T00:00:00Z"),
     artifact("u", "r2", "launch decision record reversed: ship worldwide", "2025-05-02T00:00:00Z", supersedes=["r1"]),
     mu("u", "future", "launch plan for next year", "2025-12-01T09:00:00Z", title="future"),
-    *[rel("u", "MENTIONS", m, "c-launch") for m in ("d1", "d2", "d3", "o1", "o2", "x1", "future")],
+    *[rel("u", "MENTIONS", m, "c-launch") for m in ("d1", "d2", "d3", "o1", "o2", "x1", "x2", "future")],
     rel("u", "MENTIONS", "future", "c-later"),
 ]
 
@@ -75,12 +77,12 @@ async def test_only_current_facts_by_default_and_the_old_ones_counted(svc: HRTSe
     doc = await svc.retrieve(request())
     got = returned(doc)
     assert {"d3", "o2", "r2", "c-launch"} <= got
-    assert not {"d1", "d2", "o1", "x1", "r1"} & got
+    assert not {"d1", "d2", "o1", "x1", "x2", "r1"} & got
     assert "future" not in got and "c-later" not in got, "not known as of the request"
     v = doc.retrieval_metadata.validity
     assert v.valid_at == AS_OF and v.include_invalidated is False
-    # d1, d2 and o1 superseded, x1 ended (search left it out, the walk reached it); r1 superseded
-    assert v.suppressed == {"memory_unit": 4, "concept": 0, "artifact": 1}
+    # d1, d2 and o1 superseded, x1 and x2 ended (search left them out, the walk reached them); r1 superseded
+    assert v.suppressed == {"memory_unit": 5, "concept": 0, "artifact": 1}
     assert v.intervals["o2"].valid_from == "2025-03-15T00:00:00Z" and v.intervals["o2"].valid_to is None
     assert v.intervals["d3"].valid_from == "2025-04-01T09:00:00Z"
     assert all(i.valid for i in v.intervals.values()) and set(v.intervals) == got
@@ -114,7 +116,9 @@ async def test_an_earlier_valid_at_returns_what_was_true_then(svc: HRTService) -
     assert doc.retrieval_metadata.validity.valid_at == "2025-03-01T00:00:00Z"
     assert doc.retrieval_metadata.as_of == AS_OF
     january = returned(await svc.retrieve(request(valid_at="2025-01-20T00:00:00Z")))
-    assert {"d1", "o1", "x1", "r1"} <= january and not {"d2", "d3"} & january
+    assert {"d1", "o1", "x1", "x2", "r1"} <= january and not {"d2", "d3"} & january
+    x2 = (await svc.retrieve(request(valid_at="2025-01-20T00:00:00Z"))).retrieval_metadata.validity.intervals["x2"]
+    assert (x2.valid_from, x2.valid_to) == (None, "2025-02-01T00:00:00Z")
 
 
 async def test_as_of_before_a_successor_was_written_keeps_the_old_fact_current(svc: HRTService) -> None:
@@ -208,8 +212,12 @@ def expected_valid(records: list[dict[str, Any]], ident: str, as_of: datetime, a
     """The rule of docs/api.md, "Facts that change", written out from the records alone."""
     by_id = {r["muid"]: r for r in records if r["kind"] == "memory_unit"}
     me = by_id[ident]
-    start = datetime.fromisoformat(me.get("valid_from", me["creation_ts"]))
     end = datetime.fromisoformat(me["valid_to"]) if "valid_to" in me else None
+    created = datetime.fromisoformat(me["creation_ts"])
+    if "valid_from" in me:
+        start: datetime | None = datetime.fromisoformat(me["valid_from"])
+    else:  # recorded when it was true, unless recorded after it ended: then since a time not given
+        start = None if end is not None and created >= end else created
     if end is None:
         successors = [
             r
@@ -218,7 +226,7 @@ def expected_valid(records: list[dict[str, Any]], ident: str, as_of: datetime, a
         ]
         starts = [datetime.fromisoformat(r.get("valid_from", r["creation_ts"])) for r in successors]
         end = min(starts) if starts else None
-    return start <= at and (end is None or at < end)
+    return (start is None or start <= at) and (end is None or at < end)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
