@@ -346,24 +346,27 @@ class EmbeddedGraphStore(EmbeddedPart):
     ) -> dict[str, list[GraphNode]]:
         g = await self._graph_async(user_id)
         code = EDGE_CODE[EdgeType(edge)]
-        out: dict[str, list[GraphNode]] = {}
-        for ident in ids:
-            found: list[GraphNode] = []
-            i = g.index.get(ident)
-            if i is not None:
-                key = i * 16 + code * 2 + (0 if outgoing else 1)
-                start, stop = np.searchsorted(g.n_key, [key, key + 1])
-                for j in range(int(start), int(stop)):
-                    if len(found) >= limit:
-                        break
-                    node = g.node(int(g.n_other[j]))
-                    if not visible(node, not_after):
-                        continue
-                    if valid_at is not None and not (
-                        current(node.valid_from, node.valid_to, valid_at)
-                        and current(_real(g.n_from[j]), _real(g.n_to[j]), valid_at)
-                    ):
-                        continue
-                    found.append(node)
-            out[ident] = found
+        out: dict[str, list[GraphNode]] = {ident: [] for ident in ids}
+        known = [(ident, i) for ident in out if (i := g.index.get(ident)) is not None]
+        if not known:
+            return out
+        # every id's range of (node, edge type, direction) at once: retrieval asks for the
+        # SUPERSEDES edges of ~700 candidates, most of which have none
+        keys = np.fromiter((i * 16 + code * 2 + (0 if outgoing else 1) for _, i in known), np.int64, len(known))
+        starts = np.searchsorted(g.n_key, keys).tolist()
+        stops = np.searchsorted(g.n_key, keys + 1).tolist()
+        for (ident, _), start, stop in zip(known, starts, stops, strict=True):
+            found = out[ident]
+            for j in range(start, stop):
+                if len(found) >= limit:
+                    break
+                node = g.node(int(g.n_other[j]))
+                if not visible(node, not_after):
+                    continue
+                if valid_at is not None and not (
+                    current(node.valid_from, node.valid_to, valid_at)
+                    and current(_real(g.n_from[j]), _real(g.n_to[j]), valid_at)
+                ):
+                    continue
+                found.append(node)
         return out
