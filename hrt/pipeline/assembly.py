@@ -298,7 +298,9 @@ def assemble(
                 threshold=r(gate),
                 best_semantic={k.value: r(v) for k, v in sorted((best or {}).items(), key=lambda kv: kv[0].value)},
             ),
-            validity=validity_report(intake, validity, sorted(provenance)),
+            validity=validity_report(
+                intake, validity, {s.id: s.candidate.node for kind in Kind for s in selected.get(kind, ())}
+            ),
             provenance={k: provenance[k] for k in sorted(provenance)},
             memory_unit_attributes=dict(
                 sorted(
@@ -316,15 +318,14 @@ def assemble(
     )
 
 
-def validity_report(intake: Intake, validity: Validity | None, returned: Sequence[str]) -> ValidityReport:
+def validity_report(intake: Intake, validity: Validity | None, returned: Mapping[str, GraphNode]) -> ValidityReport:
     """``retrieval_metadata.validity``: the event time asked about, the candidates set aside per
     kind (every kind named, 0 when none), and each returned item's interval."""
     suppressed = validity.suppressed if validity is not None else {}
-    known = validity.intervals if validity is not None else {}
     intervals: dict[str, ItemInterval] = {}
-    for ident in returned:
-        v = known.get(ident)
-        if v is not None:
+    if validity is not None:
+        for ident in sorted(returned):
+            v = validity.interval(returned[ident])
             intervals[ident] = ItemInterval(
                 valid_from=None if v.valid_from is None else iso_ts(v.valid_from),
                 valid_to=None if v.valid_to is None else iso_ts(v.valid_to),

@@ -53,14 +53,16 @@ class Interval:
 @dataclass(slots=True)
 class Validity:
     candidates: list[GraphCandidate]  # those kept, in their order
-    intervals: dict[str, Interval] = field(default_factory=dict)  # every kept candidate's
+    at: float = 0.0  # the request's valid_at, epoch seconds
+    successors: dict[str, list[GraphNode]] = field(default_factory=dict)  # known as of the request
     suppressed: dict[Kind, int] = field(default_factory=dict)
     dropped: set[str] = field(default_factory=set)  # the ids set aside
+    # kept candidates that do not hold at valid_at (only with include_invalidated): no recency
+    stale: frozenset[str] = frozenset()
 
-    @property
-    def stale(self) -> frozenset[str]:
-        """Kept candidates that do not hold at valid_at (only with include_invalidated)."""
-        return frozenset(i for i, v in self.intervals.items() if not v.valid)
+    def interval(self, node: GraphNode) -> Interval:
+        """A kept candidate's interval as the request sees it (made for the returned items only)."""
+        return interval_of(node, self.successors.get(node.id, []), self.at)
 
 
 def interval_of(node: GraphNode, successors: list[GraphNode], at: float) -> Interval:
@@ -88,18 +90,28 @@ async def run_validity(intake: Intake, candidates: list[GraphCandidate], graph: 
         else _nothing(),
         graph.neighbors(intake.user_id, undated, EdgeType.MENTIONS, False, 1) if undated else _nothing(),
     )
-    out = Validity([])
+    out = Validity([], at=at, successors={k: v for k, v in successors.items() if v})
+    stale: set[str] = set()
     for c in candidates:
         node = c.node
         if mentioned.get(node.id):
             continue  # first mentioned after as_of: not known yet
-        interval = interval_of(node, successors.get(node.id, []), at)
-        if not interval.valid and not intake.include_invalidated:
-            out.suppressed[node.kind] = out.suppressed.get(node.kind, 0) + 1
-            out.dropped.add(node.id)
+        # the common case, written out: nothing ends it and it has begun
+        if (
+            node.valid_to is None
+            and node.id not in out.successors
+            and (node.valid_from is None or node.valid_from <= at)
+        ):
+            out.candidates.append(c)
             continue
+        if not out.interval(node).valid:
+            if not intake.include_invalidated:
+                out.suppressed[node.kind] = out.suppressed.get(node.kind, 0) + 1
+                out.dropped.add(node.id)
+                continue
+            stale.add(node.id)
         out.candidates.append(c)
-        out.intervals[node.id] = interval
+    out.stale = frozenset(stale)
     return out
 
 
@@ -112,10 +124,9 @@ async def current_neighbours(
     ``include_invalidated``."""
     if intake.include_invalidated:
         return lists
+    kept = {c.node.id for c in validity.candidates}
     unknown = sorted(
-        {n.id for nodes in lists.values() for n in nodes if n.kind is not Kind.CONCEPT}
-        - validity.intervals.keys()
-        - validity.dropped
+        {n.id for nodes in lists.values() for n in nodes if n.kind is not Kind.CONCEPT} - kept - validity.dropped
     )
     gone = set(validity.dropped)
     if unknown:
