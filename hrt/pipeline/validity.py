@@ -92,25 +92,25 @@ async def run_validity(intake: Intake, candidates: list[GraphCandidate], graph: 
     )
     out = Validity([], at=at, successors={k: v for k, v in successors.items() if v})
     stale: set[str] = set()
+    kept, ends, unknown = out.candidates, out.successors, {k for k, v in mentioned.items() if v}
     for c in candidates:
         node = c.node
-        if mentioned.get(node.id):
-            continue  # first mentioned after as_of: not known yet
-        # the common case, written out: nothing ends it and it has begun
-        if (
-            node.valid_to is None
-            and node.id not in out.successors
-            and (node.valid_from is None or node.valid_from <= at)
-        ):
-            out.candidates.append(c)
+        # the common case, first and cheap (it runs for every candidate): nothing ends it, it has
+        # begun, and it is known
+        start = node.valid_from
+        if node.valid_to is None and (start is None or start <= at) and node.id not in ends:
+            if not unknown or node.id not in unknown:
+                kept.append(c)
             continue
+        if node.id in unknown:
+            continue  # first mentioned after as_of: not known yet
         if not out.interval(node).valid:
             if not intake.include_invalidated:
                 out.suppressed[node.kind] = out.suppressed.get(node.kind, 0) + 1
                 out.dropped.add(node.id)
                 continue
             stale.add(node.id)
-        out.candidates.append(c)
+        kept.append(c)
     out.stale = frozenset(stale)
     return out
 

@@ -137,6 +137,7 @@ class _UserGraph:
         self.n_other = other[by_kind]
         self.n_key = node[by_kind] * 16 + code2[by_kind].astype(np.int64) * 2 + (~forward[by_kind])
         self.n_from, self.n_to = from2[by_kind], to2[by_kind]
+        self.edge_codes = frozenset(np.unique(code).tolist())  # the edge types the user has
         # each concept's newest mentioning memory unit (NaN: none with a timestamp); requests whose
         # as_of is after it, nearly all, need no per-request scan of a hub's mentions
         at = np.repeat(np.arange(n), np.diff(self.offsets))
@@ -347,6 +348,8 @@ class EmbeddedGraphStore(EmbeddedPart):
         g = await self._graph_async(user_id)
         code = EDGE_CODE[EdgeType(edge)]
         out: dict[str, list[GraphNode]] = {ident: [] for ident in ids}
+        if code not in g.edge_codes:  # no edge of the type at all (SUPERSEDES, for most users)
+            return out
         known = [(ident, i) for ident in out if (i := g.index.get(ident)) is not None]
         if not known:
             return out
