@@ -26,7 +26,7 @@ def test_demo_prints_valid_deterministic_v94(tmp_path):
     assert first.returncode == 0, first.stderr
     second = run_hrt("demo", "--out", str(tmp_path / "b"))
     files = sorted((tmp_path / "a").glob("demo-*.json"))
-    assert len(files) == 3
+    assert len(files) == 4
     for f in files:
         doc = AugmentedMemoryContext.model_validate_json(f.read_text())
         assert doc.retrieved_memory_units, f.name
@@ -35,6 +35,12 @@ def test_demo_prints_valid_deterministic_v94(tmp_path):
     maya = AugmentedMemoryContext.model_validate_json(files[0].read_text())
     # the deep-work book is Sara's, not Maya's: an honest unmatched phrase
     assert maya.unmatched_key_phrases == ["that book on deep work"]
+    # a fact that changed: March's pricing is superseded by June's, set aside and counted
+    pricing = AugmentedMemoryContext.model_validate_json(files[3].read_text())
+    returned = {m.muid for m in pricing.retrieved_memory_units} | {a.id for a in pricing.retrieved_artifacts}
+    assert "maya-a-003" in returned and not {"maya-mu-017", "maya-a-002"} & returned
+    assert pricing.retrieval_metadata.validity.suppressed["artifact"] >= 1
+    assert "request 4" in first.stderr and "set aside as no longer true" in first.stderr
 
 
 def test_ingest_query_and_a_bad_line(tmp_path):
