@@ -15,10 +15,11 @@ from the candidates the walk returned and one read of the graph:
   stored on the old fact, which keeps every answer a function of the data and the request.
 - **Own intervals**, for what the walk reached (search already left out the documents whose own
   interval excludes ``valid_at``).
-- **Concepts** become known at their first mention: a concept that memory units mention, none of
-  them written by ``as_of``, was not known then and is left out (not counted: like a memory unit
-  written after ``as_of``, it did not exist for the request). A concept nothing mentions is known
-  from the start, and its own ``valid_from``/``valid_to`` apply as to any entity.
+- **Concepts** become known at their first mention, or at their own ``valid_from`` when they
+  have one: a concept without one that memory units mention, none of them written by ``as_of``,
+  was not known then and is left out (not counted: like a memory unit written after ``as_of``, it
+  did not exist for the request). A concept nothing mentions is known from the start; its own
+  ``valid_from``/``valid_to`` apply as to any entity.
 
 Without ``include_invalidated`` the candidates not valid at ``valid_at`` are dropped and counted
 per kind (``retrieval_metadata.validity.suppressed``); with it they stay, marked, and score no
@@ -82,8 +83,13 @@ async def run_validity(intake: Intake, candidates: list[GraphCandidate], graph: 
     as_of = intake.as_of.timestamp()
     at = intake.event_time.timestamp()
     replaceable = [c.node.id for c in candidates if c.node.kind is not Kind.CONCEPT]
-    # concepts no mention as of the request dates: are they mentioned at all (later)?
-    undated = [c.node.id for c in candidates if c.node.kind is Kind.CONCEPT and c.last_mention_ts is None]
+    # concepts no mention as of the request dates, nor a valid_from of their own: are they
+    # mentioned at all (later)?
+    undated = [
+        c.node.id
+        for c in candidates
+        if c.node.kind is Kind.CONCEPT and c.last_mention_ts is None and c.node.valid_from is None
+    ]
     successors, mentioned = await asyncio.gather(
         graph.neighbors(intake.user_id, replaceable, EdgeType.SUPERSEDES, False, MAX_SUCCESSORS, as_of)
         if replaceable

@@ -146,6 +146,9 @@ async def test_concepts_appear_at_their_first_mention(svc: HRTService) -> None:
         )
     )
     assert "c-later" not in returned(before_its_start)
+    # its own valid_from, not its first mention (December), says when it appears
+    october = await svc.retrieve(RetrieveRequest(user_id="u", key_phrases=["Retro"], as_of="2025-10-01T00:00:00Z"))
+    assert "c-later" in returned(october)
 
 
 async def test_pinned_requests_are_byte_identical(svc: HRTService) -> None:
