@@ -36,8 +36,8 @@ from hrt.records import MAX_SUPERSEDES as _MAX_NAMED
 from hrt.records import EdgeType, Kind
 from hrt.stores.base import GraphCandidate, GraphNode, GraphStore, valid_at
 
-# successors read per superseded candidate: each names at most MAX_SUPERSEDES predecessors, and
-# a fact replaced more often than this is ended by its earliest ones already
+# successors read per candidate, newest first: a fact named by more successors than this (a fact is
+# normally replaced once, a chain link by link) may come out ending at a later successor's start
 MAX_SUCCESSORS = 4 * _MAX_NAMED
 
 
@@ -78,10 +78,10 @@ def interval_of(node: GraphNode, successors: list[GraphNode], at: float) -> Inte
 
 async def run_validity(intake: Intake, candidates: list[GraphCandidate], graph: GraphStore) -> Validity:
     """Each candidate's interval, and the candidates the request keeps (module docstring)."""
-    if not candidates:
-        return Validity(candidates)
     as_of = intake.as_of.timestamp()
     at = intake.event_time.timestamp()
+    if not candidates:
+        return Validity(candidates, at=at)
     replaceable = [c.node.id for c in candidates if c.node.kind is not Kind.CONCEPT]
     # concepts no mention as of the request dates, nor a valid_from of their own: are they
     # mentioned at all (later)?
