@@ -6,8 +6,41 @@ outbox projector (which delivers them to Neo4j and Weaviate), so both deployment
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
 from hrt.records import Concept, Entity, Kind, MemoryUnit, Relation, entity_label, entity_text, entity_ts, valid_from
 from hrt.stores.base import GraphEdge, GraphNode, Vector, VectorDoc
+
+# a relation as the stores keep it beside its edge (the interval in epoch seconds), both the
+# embedded ``edges`` table and PostgreSQL's ``hrt_relations``
+RELATION_COLUMNS = "source, target, type, weight, relation_type, valid_from, valid_to"
+
+
+def seconds(ts: datetime | None) -> float | None:
+    """A time as the ports carry it: epoch seconds (UTC); None stays None."""
+    return ts.timestamp() if ts is not None else None
+
+
+def instant(epoch: float | None) -> datetime | None:
+    """Epoch seconds back to a UTC datetime; None stays None."""
+    return datetime.fromtimestamp(epoch, UTC) if epoch is not None else None
+
+
+def relation_from_row(user_id: str, row: Sequence[Any]) -> Relation:
+    """A row of :data:`RELATION_COLUMNS` as a Relation (its interval as UTC datetimes)."""
+    source, target, type_, weight, relation_type, start, end = row
+    return Relation(
+        user_id=user_id,
+        type=type_,
+        source=source,
+        target=target,
+        weight=weight,
+        relation_type=relation_type,
+        valid_from=instant(start),
+        valid_to=instant(end),
+    )
 
 
 def entity_salience(entity: Entity) -> float:
@@ -33,11 +66,7 @@ def epoch(entity: Entity) -> float | None:
 
 def interval(entity: Entity) -> tuple[float | None, float | None]:
     """An entity's own validity in epoch seconds (GraphNode.valid_from / valid_to)."""
-    start = valid_from(entity)
-    return (
-        start.timestamp() if start is not None else None,
-        entity.valid_to.timestamp() if entity.valid_to is not None else None,
-    )
+    return seconds(valid_from(entity)), seconds(entity.valid_to)
 
 
 def graph_node(entity: Entity) -> GraphNode:
@@ -64,8 +93,8 @@ def graph_edge(relation: Relation) -> GraphEdge:
         type=relation.type,
         weight=relation.weight,
         relation_type=relation.relation_type,
-        valid_from=relation.valid_from.timestamp() if relation.valid_from is not None else None,
-        valid_to=relation.valid_to.timestamp() if relation.valid_to is not None else None,
+        valid_from=seconds(relation.valid_from),
+        valid_to=seconds(relation.valid_to),
     )
 
 

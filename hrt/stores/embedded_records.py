@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from hrt.auth import KeyRecord
 from hrt.errors import Conflict
+from hrt.projection import RELATION_COLUMNS, relation_from_row
 from hrt.records import Entity, Kind, Preference, Relation
 from hrt.stores.base import WARM_UP_USER, Vector
 from hrt.stores.embedded import ENTITY_MODELS, EmbeddedPart, chunks
@@ -107,23 +107,10 @@ class EmbeddedRecordStore(EmbeddedPart):
         """The relations are the rows of ``edges`` (written with them, in one transaction)."""
         with self._store.reading() as db:
             rows = db.execute(
-                "SELECT source, target, type, weight, relation_type, valid_from, valid_to FROM edges "
-                "WHERE user_id = ? ORDER BY source, target, type",
+                f"SELECT {RELATION_COLUMNS} FROM edges WHERE user_id = ? ORDER BY source, target, type",
                 (user_id,),
             ).fetchall()
-        return [
-            Relation(
-                user_id=user_id,
-                type=ty,
-                source=s,
-                target=t,
-                weight=w,
-                relation_type=rt,
-                valid_from=_instant(vf),
-                valid_to=_instant(vt),
-            )
-            for s, t, ty, w, rt, vf, vt in rows
-        ]
+        return [relation_from_row(user_id, row) for row in rows]
 
     # ---------------------------------------------------------------------------------------
     # API keys (KeyStore)
@@ -179,7 +166,3 @@ class EmbeddedRecordStore(EmbeddedPart):
                 "UPDATE api_keys SET last_used_at = max(coalesce(last_used_at, 0), ?) WHERE key_id = ?",
                 [(at, key_id) for key_id, at in sorted(used.items())],
             )
-
-
-def _instant(epoch: float | None) -> datetime | None:
-    return None if epoch is None else datetime.fromtimestamp(epoch, UTC)

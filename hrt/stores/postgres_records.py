@@ -16,7 +16,6 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import numpy as np
@@ -27,6 +26,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from hrt.auth import KeyRecord
 from hrt.errors import Conflict, InvalidInput, StoreError, StoreUnavailable
+from hrt.projection import RELATION_COLUMNS, relation_from_row, seconds
 from hrt.records import EDGE_ENDPOINTS, Deletion, Entity, Kind, Preference, Relation, entity_ts, valid_from
 from hrt.stores.base import WARM_UP_USER, WriteBatch, WriteResult
 from hrt.stores.embedded import ENTITY_MODELS
@@ -212,11 +212,11 @@ class PostgresRecordStore:
     async def all_relations(self, user_id: str) -> list[Relation]:
         async with self.connection("all_relations") as conn:
             cur = await conn.execute(
-                f"SELECT {_RELATION_COLUMNS} FROM hrt_relations WHERE user_id = %s ORDER BY source, target, type",
+                f"SELECT {RELATION_COLUMNS} FROM hrt_relations WHERE user_id = %s ORDER BY source, target, type",
                 (user_id,),
             )
             rows = await cur.fetchall()
-        return [_relation(user_id, row) for row in rows]
+        return [relation_from_row(user_id, row) for row in rows]
 
     async def relation_rows(
         self, user_id: str, keys: Sequence[tuple[str, str, str]]
@@ -295,9 +295,9 @@ class PostgresRecordStore:
                     e.kind,
                     Jsonb(e.model_dump(mode="json")),
                     np.ascontiguousarray(vec, dtype=np.float32).tobytes(),
-                    _epoch(entity_ts(e)),
-                    _epoch(valid_from(e)),  # as the projections see it: the record's, else its ts
-                    _epoch(e.valid_to),
+                    seconds(entity_ts(e)),
+                    seconds(valid_from(e)),  # as the projections see it: the record's, else its ts
+                    seconds(e.valid_to),
                 )
             )
         # rows go in key order (ORDER BY ordinality), so concurrent batches lock in the same order
@@ -337,8 +337,8 @@ class PostgresRecordStore:
                     r.type.value,
                     r.weight,
                     r.relation_type,
-                    _epoch(r.valid_from),
-                    _epoch(r.valid_to),
+                    seconds(r.valid_from),
+                    seconds(r.valid_to),
                 ),
                 8,
             ),
@@ -681,7 +681,7 @@ async def _relation_rows(
 ) -> dict[tuple[str, str, str], Relation]:
     if not keys:
         return {}
-    columns = ", ".join(f"r.{c}" for c in _RELATION_COLUMNS.split(", "))
+    columns = ", ".join(f"r.{c}" for c in RELATION_COLUMNS.split(", "))
     cur = await conn.execute(
         f"SELECT {columns} FROM hrt_relations r "
         "JOIN unnest(%s::text[], %s::text[], %s::text[]) AS k(source, target, type) "
@@ -689,34 +689,7 @@ async def _relation_rows(
         ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], user_id),
     )
     rows = await cur.fetchall()
-    return {(row[0], row[1], row[2]): _relation(user_id, row) for row in rows}
-
-
-# a relation as hrt_relations holds it (the interval in epoch seconds, migration 0004)
-_RELATION_COLUMNS = "source, target, type, weight, relation_type, valid_from, valid_to"
-
-
-def _relation(user_id: str, row: Sequence[Any]) -> Relation:
-    """A row of :data:`_RELATION_COLUMNS` as a Relation (its interval as UTC datetimes)."""
-    source, target, type_, weight, relation_type, start, end = row
-    return Relation(
-        user_id=user_id,
-        type=type_,
-        source=source,
-        target=target,
-        weight=weight,
-        relation_type=relation_type,
-        valid_from=_datetime(start),
-        valid_to=_datetime(end),
-    )
-
-
-def _epoch(value: datetime | None) -> float | None:
-    return value.timestamp() if value is not None else None
-
-
-def _datetime(value: float | None) -> datetime | None:
-    return datetime.fromtimestamp(value, UTC) if value is not None else None
+    return {(row[0], row[1], row[2]): relation_from_row(user_id, row) for row in rows}
 
 
 # The outbox lease: one advisory lock per projection target, in a key space of its own (two int4
