@@ -1,0 +1,117 @@
+"""Would passage-level evidence raise LoCoMo recall? An offline probe on the dev conversations.
+
+Every question is asked with the eval's headline request (``request_for``, the product's
+defaults); the pipeline's trace hook gives every memory unit it scored with its semantic term.
+Each turn's text is cut into sentences, each sentence embedded on its own (``context``: prefixed
+with its speaker, ``Caroline: ...``; ``bare``: alone), and a candidate's passage evidence is its
+best sentence cosine to the key phrases. The candidates are then re-ranked by ``semantic +
+lambda x passage`` and recall@10 (categories 1-4 and multi-hop) compared with the pipeline's own
+order, with the paired bootstrap. The candidates stay those the pipeline scored: this measures
+ranking, not search over passages. Nothing here is part of HRT; see docs/eval-locomo.md.
+
+    python scripts/locomo_passage_probe.py --db /tmp/lab/locomo.db
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hrt.config import Settings
+from hrt.eval.locomo.compare import paired_bootstrap
+from hrt.eval.locomo.dataset import load_samples
+from hrt.eval.locomo.importer import import_conversation
+from hrt.eval.locomo.questions import build_questions
+from hrt.eval.locomo.systems import EvalConfig, request_for
+from hrt.records import Kind, MemoryUnit
+
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def sentences(content: str, mode: str) -> list[str]:
+    """The turn's sentences (at least 4 characters); ``context`` prefixes each but the first, which
+    already starts ``Speaker said, "...``, with ``Speaker:``."""
+    speaker = content.split(" said,", 1)[0]
+    parts = [p.strip() for p in SENTENCE_END.split(content) if len(p.strip()) > 3]
+    if mode == "bare":
+        return parts
+    if mode == "lead":  # each sentence after the first, behind the first
+        return parts[:1] + [f"{parts[0]} {p}" for p in parts[1:]]
+    if mode == "pairs":  # each pair of neighbouring sentences
+        return parts[:1] if len(parts) < 2 else [f"{a} {b}" for a, b in itertools.pairwise(parts)]
+    return [p if p.startswith(speaker) else f"{speaker}: {p}" for p in parts]
+
+
+def recall10(order: Sequence[str], evidence: frozenset[str]) -> float:
+    return len(evidence.intersection(order[:10])) / len(evidence)
+
+
+async def main(args: argparse.Namespace) -> None:
+    from hrt.embedder import CachedEmbedder
+    from hrt.service import HRTService, load_embedder
+
+    samples = load_samples(args.data)
+    imported = [import_conversation(s) for s in samples]
+    questions = [q for s, c in zip(samples, imported, strict=True) for q in build_questions(s, c)[0]]
+    texts = {(c.user_id, r.muid): r.content for c in imported for r in c.records if isinstance(r, MemoryUnit)}
+    embedder = CachedEmbedder(load_embedder(Settings()), 1 << 16)
+    fresh = not args.db.exists()
+    service = HRTService(Settings(db_path=args.db), embedder=embedder)
+    await service.start()
+    cfg = EvalConfig()
+    scored: dict[str, Any] = {}
+    service.tool.trace = lambda _intake, items: scored.__setitem__("items", items)
+    traced: list[tuple[Any, list[tuple[str, float]], np.ndarray]] = []
+    try:
+        if fresh:
+            for conv in imported:
+                await service.ingest(conv.records)
+        for q in questions:
+            request = request_for(q, cfg, None, cfg.weights)
+            await service.tool.retrieve(request)
+            mus = [(x.id, x.semantic) for x in scored["items"] if x.kind is Kind.MEMORY_UNIT]
+            phrases = np.asarray(embedder.embed(list(request.key_phrases)), dtype=np.float32)
+            traced.append((q, mus, phrases / np.linalg.norm(phrases, axis=1, keepdims=True)))
+    finally:
+        await service.close()
+    for mode in args.modes:
+        vectors: dict[str, np.ndarray] = {}
+        for key, content in texts.items():
+            v = np.asarray(embedder.embed(sentences(content, mode)), dtype=np.float32)
+            vectors["\0".join(key)] = v / np.linalg.norm(v, axis=1, keepdims=True)
+        for lam in args.lambdas:
+            before: list[float] = []
+            after: list[float] = []
+            categories: list[int] = []
+            for q, mus, phrases in traced:
+                passage = [float((vectors[f"{q.user_id}\0{i}"] @ phrases.T).max()) for i, _ in mus]
+                base = [i for i, _ in mus]
+                mixed = sorted(range(len(mus)), key=lambda k: (-(mus[k][1] + lam * passage[k]), k))
+                before.append(recall10(base, q.evidence))
+                after.append(recall10([base[k] for k in mixed], q.evidence))
+                categories.append(q.category)
+            for label, cats in (("overall (1-4)", {1, 2, 3, 4}), ("multi-hop", {1})):
+                idx = [k for k, c in enumerate(categories) if c in cats]
+                d, lo, hi, better, worse = paired_bootstrap([before[k] for k in idx], [after[k] for k in idx])
+                print(
+                    f"{mode:7s} lambda {lam:3.1f} {label:13s} recall@10 {100 * np.mean([before[k] for k in idx]):5.1f}"
+                    f" -> {100 * np.mean([after[k] for k in idx]):5.1f}  {d:+.2f} [{lo:+.2f}, {hi:+.2f}]"
+                    f"  {better} better / {worse} worse",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=Path("../shared/data/locomo-dev.json"))
+    parser.add_argument("--db", type=Path, required=True, help="the embedded store (imported when absent)")
+    parser.add_argument("--modes", nargs="+", default=["context", "bare"], choices=["context", "bare", "lead", "pairs"])
+    parser.add_argument("--lambdas", nargs="+", type=float, default=[1.0, 1.5, 2.0])
+    asyncio.run(main(parser.parse_args()))
