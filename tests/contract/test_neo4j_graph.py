@@ -711,17 +711,24 @@ async def test_edges_that_do_not_hold_are_skipped_before_the_fan_out(store, tena
     finally:
         await walking.close()
     params = {"user": [u], "seeds": ["c-hub"], "fanout": 5, "sparse": SPARSE_DEGREE, "not_after": None}
-    with raw.session(database="neo4j") as session:
-        query = "PROFILE " + expand_query(1)
-        profile = session.run(query, {**params, "min_key": _min_key(None), "valid_at": AT}).consume().profile
 
     def seeks(plan: dict[str, Any]) -> list[int]:
         own = [plan.get("rows", 0)] if "RelationshipIndexSeek" in plan["operatorType"] else []
         return own + [n for child in plan.get("children", []) for n in seeks(child)]
 
+    # Profiled three times: one run in a full suite (2026-11-26) reported a single seek row for the
+    # query's first, freshly planned run, its answer right; a later run of the same plan reports
+    # the seeks. No run may read the hub's 101 links through its indexes.
+    with raw.session(database="neo4j") as session:
+        query = "PROFILE " + expand_query(1)
+        runs = [
+            seeks(session.run(query, {**params, "min_key": _min_key(None), "valid_at": AT}).consume().profile)
+            for _ in range(3)
+        ]
+    assert all(sum(rows) < 60 for rows in runs), runs
     # the 15 mentions that do not hold and the 5 after them, c-x's link, one newest mention: not
     # the hub's 101 links
-    assert 20 < sum(seeks(profile)) < 60, seeks(profile)
+    assert any(20 < sum(rows) < 60 for rows in runs), runs
 
 
 async def test_neighbors_keep_what_holds_before_the_limit(store, tenants):
