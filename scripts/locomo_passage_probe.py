@@ -74,7 +74,7 @@ async def main(args: argparse.Namespace) -> None:
             for conv in imported:
                 await service.ingest(conv.records)
         for q in questions:
-            request = request_for(q, cfg, None, cfg.weights)
+            request = request_for(q, cfg, args.depth, cfg.weights)
             await service.tool.retrieve(request)
             mus = [(x.id, x.semantic) for x in scored["items"] if x.kind is Kind.MEMORY_UNIT]
             phrases = np.asarray(embedder.embed(list(request.key_phrases)), dtype=np.float32)
@@ -114,4 +114,5 @@ if __name__ == "__main__":
     parser.add_argument("--db", type=Path, required=True, help="the embedded store (imported when absent)")
     parser.add_argument("--modes", nargs="+", default=["context", "bare"], choices=["context", "bare", "lead", "pairs"])
     parser.add_argument("--lambdas", nargs="+", type=float, default=[1.0, 1.5, 2.0])
+    parser.add_argument("--depth", type=int, default=None, help="max_depth (default: HRT_DEFAULT_DEPTH)")
     asyncio.run(main(parser.parse_args()))
