@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hrt.config import Settings
+from hrt.embedder import Embedder
 from hrt.eval.locomo.compare import paired_bootstrap
 from hrt.eval.locomo.dataset import load_samples
 from hrt.eval.locomo.importer import import_conversation
@@ -32,7 +33,8 @@ from hrt.eval.locomo.systems import EvalConfig, Traced, hrt_system
 GROUPS = {"overall": {1, 2, 3, 4}, **{name: {c} for c, name in CATEGORY_NAMES.items()}}
 
 
-async def main(args: argparse.Namespace) -> None:
+async def main(args: argparse.Namespace, embedder: Embedder | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Run every variant; returns the per-question rows by variant name (also written to --out)."""
     from hrt.embedder import CachedEmbedder
     from hrt.service import HRTService, load_embedder
 
@@ -40,7 +42,7 @@ async def main(args: argparse.Namespace) -> None:
     imported = [import_conversation(s) for s in samples]
     questions = [q for s, c in zip(samples, imported, strict=True) for q in build_questions(s, c)[0]]
     cfg = EvalConfig(phrases=args.phrases)
-    embedder = CachedEmbedder(load_embedder(Settings()), 8192)
+    embedder = CachedEmbedder(embedder or load_embedder(Settings()), 8192)
     fresh = not args.db.exists()
     args.db.parent.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -87,6 +89,7 @@ async def main(args: argparse.Namespace) -> None:
         results[name] = rows
         (args.out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         report(name, rows, results[args.variant[0].partition("=")[0]], seconds)
+    return results
 
 
 def mean(rows: list[dict[str, Any]], metric: str, cats: set[int]) -> float:
@@ -116,11 +119,15 @@ def report(name: str, rows: list[dict[str, Any]], base: list[dict[str, Any]], se
     print(line, flush=True)
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=Path("../shared/data/locomo-dev.json"))
     parser.add_argument("--db", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--phrases", default="keywords")
     parser.add_argument("--variant", action="append", required=True, help="NAME=JSON Settings overrides")
-    asyncio.run(main(parser.parse_args()))
+    return parser
+
+
+if __name__ == "__main__":
+    asyncio.run(main(build_parser().parse_args()))

@@ -413,3 +413,40 @@ def test_the_command_runs_with_path_sum_as_a_request_override(tmp_path: Path) ->
     system = body["meta"]["hrt_systems"]["hrt"]
     assert system["request_config"] == {"path_evidence": "noisy_or"}
     assert system["config_hash"] != body["meta"]["config_hash"]  # the override is in the hash
+
+
+def test_the_lab_harness_compares_configurations_on_one_import(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """scripts/locomo_lab.py (docs/eval-locomo.md, section 6): one import, every variant asked the
+    eval's headline request; a variant equal to the first gives the same rows, and depth 0 never
+    considers more evidence than the default depth."""
+    import asyncio
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("locomo_lab", Path(__file__).parents[2] / "scripts" / "locomo_lab.py")
+    assert spec is not None and spec.loader is not None
+    lab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lab)
+    data = tmp_path / "tiny-locomo.json"
+    data.write_text(json.dumps([fixture_sample()]))
+    out = tmp_path / "out"
+    args = lab.build_parser().parse_args(
+        [
+            *("--data", str(data), "--db", str(tmp_path / "lab.db"), "--out", str(out)),
+            *("--variant", "defaults={}", "--variant", 'again={"hop_decay": 0.5}', "--variant", 'd0={"max_depth": 0}'),
+        ]
+    )
+    results = asyncio.run(lab.main(args, embedder=HashingEmbedder()))
+    assert set(results) == {"defaults", "again", "d0"} and all(len(rows) == 5 for rows in results.values())
+    assert results["again"] == results["defaults"]  # hop_decay 0.5 is the default: the same answers
+    for deep, shallow in zip(results["defaults"], results["d0"], strict=True):
+        assert shallow["systems"]["hrt"]["candidates"] <= deep["systems"]["hrt"]["candidates"]
+    written = (out / "d0.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in written] == results["d0"]
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 3 and printed[1].startswith("again") and "+0.00 [+0.00, +0.00] 0/0" in printed[1]
+    # --compare reads the lab's output like the command's
+    assert "| hrt | recall@10 overall (1-4) | 4 |" in L.compare_report(
+        f"{out / 'defaults.jsonl'}:hrt", f"{out / 'd0.jsonl'}:hrt"
+    )
