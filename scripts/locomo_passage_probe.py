@@ -6,8 +6,9 @@ Each turn's text is cut into sentences, each sentence embedded on its own (``con
 with its speaker, ``Caroline: ...``; ``bare``: alone), and a candidate's passage evidence is its
 best sentence cosine to the key phrases. The candidates are then re-ranked by ``semantic +
 lambda x passage`` and recall@10 (categories 1-4 and multi-hop) compared with the pipeline's own
-order, with the paired bootstrap. The candidates stay those the pipeline scored: this measures
-ranking, not search over passages. Nothing here is part of HRT; see docs/eval-locomo.md.
+order, with the paired bootstrap. The candidates stay those the pipeline scored (ranking only),
+unless ``--search K`` also adds each question's K best turns by their best sentence (a passage
+search leg). Nothing here is part of HRT; see docs/eval-locomo.md.
 
     python scripts/locomo_passage_probe.py --db /tmp/lab/locomo.db
 """
@@ -86,16 +87,25 @@ async def main(args: argparse.Namespace) -> None:
         for key, content in texts.items():
             v = np.asarray(embedder.embed(sentences(content, mode)), dtype=np.float32)
             vectors["\0".join(key)] = v / np.linalg.norm(v, axis=1, keepdims=True)
+        users: dict[str, list[str]] = {}
+        for key in vectors:
+            users.setdefault(key.split("\0", 1)[0], []).append(key)
         for lam in args.lambdas:
             before: list[float] = []
             after: list[float] = []
             categories: list[int] = []
             for q, mus, phrases in traced:
-                passage = [float((vectors[f"{q.user_id}\0{i}"] @ phrases.T).max()) for i, _ in mus]
                 base = [i for i, _ in mus]
-                mixed = sorted(range(len(mus)), key=lambda k: (-(mus[k][1] + lam * passage[k]), k))
+                semantic = dict(mus)
+                passage = {i: float((vectors[f"{q.user_id}\0{i}"] @ phrases.T).max()) for i in base}
+                if args.search:  # the user's best turns by their best sentence join the candidates
+                    mine = [k.split("\0", 1)[1] for k in users[q.user_id]]
+                    best = {i: float((vectors[f"{q.user_id}\0{i}"] @ phrases.T).max()) for i in mine}
+                    passage.update(sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[: args.search])
+                pool = sorted(passage)
+                mixed = sorted(pool, key=lambda i: (-(semantic.get(i, 0.0) + lam * passage[i]), i))
                 before.append(recall10(base, q.evidence))
-                after.append(recall10([base[k] for k in mixed], q.evidence))
+                after.append(recall10(mixed, q.evidence))
                 categories.append(q.category)
             for label, cats in (("overall (1-4)", {1, 2, 3, 4}), ("multi-hop", {1})):
                 idx = [k for k, c in enumerate(categories) if c in cats]
@@ -115,4 +125,5 @@ if __name__ == "__main__":
     parser.add_argument("--modes", nargs="+", default=["context", "bare"], choices=["context", "bare", "lead", "pairs"])
     parser.add_argument("--lambdas", nargs="+", type=float, default=[1.0, 1.5, 2.0])
     parser.add_argument("--depth", type=int, default=None, help="max_depth (default: HRT_DEFAULT_DEPTH)")
+    parser.add_argument("--search", type=int, default=0, help="also add the user's K best turns by passage")
     asyncio.run(main(parser.parse_args()))
