@@ -176,7 +176,6 @@ class _Valid(_Record):
     _valid_to = field_validator("valid_to")(_after_valid_from)
 
 
-
 class MemoryUnit(_Valid):
     kind: Literal["memory_unit"] = "memory_unit"
     muid: EntityId

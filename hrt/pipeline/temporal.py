@@ -48,8 +48,13 @@ _MONTH_DAY_YEAR = re.compile(
     re.IGNORECASE,
 )
 _DAY_MONTH_YEAR = re.compile(
-    r"\b" + _DAY.format(name="d") + r"\s+(?:of\s+)?" + _MONTH.format(name="m")
-    + r",?\s+" + _YEAR.format(name="y") + r"\b",
+    r"\b"
+    + _DAY.format(name="d")
+    + r"\s+(?:of\s+)?"
+    + _MONTH.format(name="m")
+    + r",?\s+"
+    + _YEAR.format(name="y")
+    + r"\b",
     re.IGNORECASE,
 )
 _MONTH_YEAR = re.compile(

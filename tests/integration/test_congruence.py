@@ -45,6 +45,7 @@ def returned_ids(doc) -> set[str]:  # type: ignore[no-untyped-def]
         | {a.id for a in doc.retrieved_artifacts}
     )
 
+
 CASES = [
     ("u-maya", ["Project Phoenix timeline", "team bandwidth"]),
     ("u-maya", ["pricing decision"]),

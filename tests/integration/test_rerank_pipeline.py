@@ -28,21 +28,34 @@ def exact_llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServe
 def settings_for(server: LlamaServer, tmp_path, api_key: str | None = "") -> Settings:
     """``api_key``: what HRT sends (default: the server's own key; None: none)."""
     # gemma never puts yes/no in its top 20, so ask for more logprobs than a real reranker needs
-    return Settings(db_path=tmp_path / "r.db", reranker_base_url=server.base_url, reranker_top_logprobs=1000,
-                    reranker_timeout_s=60, rerank_budget_s=120, request_timeout_s=300, reranker_max_candidates=8,
-                    reranker_api_key=server.api_key if api_key == "" else api_key)
+    return Settings(
+        db_path=tmp_path / "r.db",
+        reranker_base_url=server.base_url,
+        reranker_top_logprobs=1000,
+        reranker_timeout_s=60,
+        rerank_budget_s=120,
+        request_timeout_s=300,
+        reranker_max_candidates=8,
+        reranker_api_key=server.api_key if api_key == "" else api_key,
+    )
 
 
 def request(phrases: list[str], rerank: bool = True) -> RetrieveRequest:
-    return RetrieveRequest(user_id="u1", key_phrases=phrases, rerank=rerank, as_of="2025-08-01T00:00:00Z",
-                           limits={"memory_units": 3, "concepts": 2, "artifacts": 1})
+    return RetrieveRequest(
+        user_id="u1",
+        key_phrases=phrases,
+        rerank=rerank,
+        as_of="2025-08-01T00:00:00Z",
+        limits={"memory_units": 3, "concepts": 2, "artifacts": 1},
+    )
 
 
 async def test_rerank_true_is_valid_v94_and_deterministic_across_processes(exact_llama, tmp_path):
     outputs = []
     for run in range(2):  # two services: nothing shared but the server
-        svc = await HRTService(settings_for(exact_llama, tmp_path / str(run)), embedder=HashingEmbedder(),
-                               clock=lambda: FIXED_NOW).start()
+        svc = await HRTService(
+            settings_for(exact_llama, tmp_path / str(run)), embedder=HashingEmbedder(), clock=lambda: FIXED_NOW
+        ).start()
         try:
             await svc.ingest(parse_jsonl(jsonl(small_graph("u1"))))
             outputs.append((await svc.retrieve(request(["Project Phoenix", "Postgres"]))).canonical_json())
@@ -61,8 +74,11 @@ async def test_hrt_reranks_with_the_api_key_and_degrades_without_it(exact_llama,
     key) the server refuses every call and the response says so, in the scorer's order."""
     outputs = {}
     for label, key in (("none", None), ("wrong", "not-the-key"), ("right", "")):
-        svc = await HRTService(settings_for(exact_llama, tmp_path / label, api_key=key), embedder=HashingEmbedder(),
-                               clock=lambda: FIXED_NOW).start()
+        svc = await HRTService(
+            settings_for(exact_llama, tmp_path / label, api_key=key),
+            embedder=HashingEmbedder(),
+            clock=lambda: FIXED_NOW,
+        ).start()
         try:
             await svc.ingest(parse_jsonl(jsonl(small_graph("u1"))))
             outputs[label] = await svc.retrieve(request(["Phoenix brainstorm"]))
@@ -74,7 +90,8 @@ async def test_hrt_reranks_with_the_api_key_and_degrades_without_it(exact_llama,
             assert md.stages["rerank"] == "degraded" and md.degraded and not md.rerank_applied, md
             assert md.degraded_reasons[0].startswith("rerank failed")
             assert [m.muid for m in outputs[label].retrieved_memory_units] == [
-                m.muid for m in plain.retrieved_memory_units]
+                m.muid for m in plain.retrieved_memory_units
+            ]
     md = outputs["right"].retrieval_metadata
     assert md.rerank_applied and md.stages["rerank"] == "ok" and not md.degraded
     assert all(m.score_breakdown.rerank is not None for m in outputs["right"].retrieved_memory_units)
@@ -82,8 +99,9 @@ async def test_hrt_reranks_with_the_api_key_and_degrades_without_it(exact_llama,
 
 async def test_killing_the_server_mid_run_gives_the_degraded_fallback(tmp_path):
     with llama_server(require_llama(), log_dir=tmp_path) as server:
-        svc = await HRTService(settings_for(server, tmp_path), embedder=HashingEmbedder(),
-                               clock=lambda: FIXED_NOW).start()
+        svc = await HRTService(
+            settings_for(server, tmp_path), embedder=HashingEmbedder(), clock=lambda: FIXED_NOW
+        ).start()
         try:
             await svc.ingest(parse_jsonl(jsonl(small_graph("u1"))))
             ok = await svc.retrieve(request(["Phoenix brainstorm"]))

@@ -72,7 +72,10 @@ def test_every_service_has_a_healthcheck_and_hrt_waits_for_healthy_stores():
         assert "healthcheck" in svc, name
     deps = COMPOSE["services"]["hrt"]["depends_on"]
     assert {k: v["condition"] for k, v in deps.items()} == {
-        "postgres": "service_healthy", "neo4j": "service_healthy", "weaviate": "service_healthy"}
+        "postgres": "service_healthy",
+        "neo4j": "service_healthy",
+        "weaviate": "service_healthy",
+    }
     assert COMPOSE["services"]["reranker"]["profiles"] == ["rerank"]
 
 
@@ -80,14 +83,21 @@ def test_hrt_environment_uses_real_settings_and_the_dev_stack_names():
     env = COMPOSE["services"]["hrt"]["environment"]
     fields = {f"HRT_{n.upper()}" for n in Settings.model_fields}
     assert set(env) <= fields, set(env) - fields
-    stack = devstack.Stack(dir="/x", services={
-        "postgres": devstack.ServiceInfo("postgres", 1, {"port": 1}, "", ""),
-        "neo4j": devstack.ServiceInfo("neo4j", 1, {"bolt": 1, "http": 2}, "", ""),
-        "weaviate": devstack.ServiceInfo("weaviate", 1, {"http": 1, "grpc": 2}, "", ""),
-    }, credentials=devstack.Credentials.generate())
+    stack = devstack.Stack(
+        dir="/x",
+        services={
+            "postgres": devstack.ServiceInfo("postgres", 1, {"port": 1}, "", ""),
+            "neo4j": devstack.ServiceInfo("neo4j", 1, {"bolt": 1, "http": 2}, "", ""),
+            "weaviate": devstack.ServiceInfo("weaviate", 1, {"http": 1, "grpc": 2}, "", ""),
+        },
+        credentials=devstack.Credentials.generate(),
+    )
     assert set(stack.env()) <= set(env)
     assert (env["HRT_RECORD_STORE"], env["HRT_GRAPH_STORE"], env["HRT_VECTOR_INDEX"]) == (
-        "postgres", "neo4j", "weaviate")
+        "postgres",
+        "neo4j",
+        "weaviate",
+    )
     Settings(**{k[4:].lower(): v for k, v in env.items() if "${" not in str(v)})  # valid values
 
 
@@ -95,8 +105,9 @@ def test_docker_compose_config_when_the_plugin_exists():
     docker = shutil.which("docker")
     has_compose = docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0
     if has_compose:
-        r = subprocess.run([docker, "compose", "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            [docker, "compose", "-f", str(ROOT / "docker-compose.yml"), "config", "-q"], capture_output=True, text=True
+        )
         assert r.returncode == 0, r.stderr
     else:  # no compose plugin here: the YAML parsed above is what can be checked
         assert COMPOSE["name"] == "hrt"
@@ -201,7 +212,7 @@ def test_the_hrt_image_runs_as_a_non_root_user_that_owns_what_it_writes() -> Non
     assert cache is not None  # the ONNX export lands in $HRT_CACHE_DIR/onnx on first start
     setup = " ".join(lines[:at])
     assert f"useradd --system --gid {user}" in setup
-    assert f"chown {user}:{user} /data \"$HRT_CACHE_DIR\"" in setup
+    assert f'chown {user}:{user} /data "$HRT_CACHE_DIR"' in setup
     # what the hrt service writes: its volume and its SQLite path are that /data
     hrt = COMPOSE["services"]["hrt"]
     assert "hrt-data:/data" in hrt["volumes"] and hrt["environment"]["HRT_DB_PATH"].startswith("/data/")

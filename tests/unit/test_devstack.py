@@ -101,8 +101,12 @@ def test_data_made_before_authentication_is_refused_with_what_to_do(tmp_path: Pa
     target.parent.mkdir(parents=True)
     target.mkdir() if data.endswith("databases") else target.write_text("15\n")
     # a stack.json of the dev stack from before authentication: addresses, no credentials
-    old = {"dir": str(tmp_path), "services": {"postgres": {"name": "postgres", "pid": 2**22 + 1,
-                                                           "ports": {"port": 1}, "data_dir": "", "log": ""}}}
+    old = {
+        "dir": str(tmp_path),
+        "services": {
+            "postgres": {"name": "postgres", "pid": 2**22 + 1, "ports": {"port": 1}, "data_dir": "", "log": ""}
+        },
+    }
     (tmp_path / "stack.json").write_text(json.dumps(old))
     with pytest.raises(devstack.DevStackError, match="predates authentication") as info:
         devstack.up(tmp_path)
@@ -114,8 +118,18 @@ def test_data_made_before_authentication_is_refused_with_what_to_do(tmp_path: Pa
 def test_a_live_stack_from_before_authentication_is_refused(tmp_path: Path) -> None:
     import os
 
-    old = {"dir": str(tmp_path), "services": {"neo4j": {"name": "neo4j", "pid": os.getpid(),  # alive
-                                                        "ports": {"bolt": 1, "http": 2}, "data_dir": "", "log": ""}}}
+    old = {
+        "dir": str(tmp_path),
+        "services": {
+            "neo4j": {
+                "name": "neo4j",
+                "pid": os.getpid(),  # alive
+                "ports": {"bolt": 1, "http": 2},
+                "data_dir": "",
+                "log": "",
+            }
+        },
+    }
     (tmp_path / "stack.json").write_text(json.dumps(old))
     with pytest.raises(devstack.DevStackError, match="servers running: neo4j") as info:
         devstack.up(tmp_path)

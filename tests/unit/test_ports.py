@@ -112,9 +112,7 @@ def test_a_missing_member_or_parameter_is_reported() -> None:
     for name in port_members(GraphStore) - {"edges"}:
         setattr(Missing, name, inspect.getattr_static(EmbeddedGraphStore, name))
     assert conformance_problems(Missing, GraphStore) == ["Missing has no 'edges' of GraphStore"]
-    assert conformance_problems(Partial, GraphStore) == [
-        "Partial.warm needs 'depths', which GraphStore never passes"
-    ]
+    assert conformance_problems(Partial, GraphStore) == ["Partial.warm needs 'depths', which GraphStore never passes"]
 
 
 CALLERS = ["hrt/service.py", "hrt/cli.py", "hrt/doctor.py", "hrt/api/app.py", "hrt/projector.py"]

@@ -84,8 +84,15 @@ def test_related_memory_units_put_the_returned_ones_first_then_the_newest_others
     got = related_memory_units("c-hub", selected, mu_concepts, newest, 3)
     assert [n.id for n in got] == ["m2", "m7", "m9"]
     assert [n.id for n in related_memory_units("c-hub", selected, mu_concepts, newest, 5)] == [
-        "m2", "m7", "m9", "m8", "m6"]
+        "m2",
+        "m7",
+        "m9",
+        "m8",
+        "m6",
+    ]
     # a returned one among the newest counts as returned; the rest newest first
     assert [n.id for n in related_memory_units("c-x", selected, mu_concepts, {"c-x": [mu(5), mu(1)]}, 3)] == [
-        "m5", "m1"]
+        "m5",
+        "m1",
+    ]
     assert related_memory_units("c-hub", selected, mu_concepts, newest, 0) == []
