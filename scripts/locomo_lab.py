@@ -25,12 +25,12 @@ from hrt.config import Settings
 from hrt.embedder import Embedder
 from hrt.eval.locomo.compare import paired_bootstrap
 from hrt.eval.locomo.dataset import load_samples
-from hrt.eval.locomo.importer import import_conversation
-from hrt.eval.locomo.metrics import CATEGORY_NAMES, PER_QUESTION_METRICS, question_metrics
-from hrt.eval.locomo.questions import build_questions
+from hrt.eval.locomo.evaluation import import_samples, question_record, system_record
+from hrt.eval.locomo.metrics import CATEGORY_NAMES, OVERALL, aggregate, question_metrics
 from hrt.eval.locomo.systems import EvalConfig, Traced, hrt_system
 
-GROUPS = {"overall": {1, 2, 3, 4}, **{name: {c} for c, name in CATEGORY_NAMES.items()}}
+# (label, aggregate's group key), as printed
+GROUPS = [("overall", OVERALL), *((name, str(c)) for c, name in CATEGORY_NAMES.items())]
 
 
 async def main(args: argparse.Namespace, embedder: Embedder | None = None) -> dict[str, list[dict[str, Any]]]:
@@ -39,13 +39,13 @@ async def main(args: argparse.Namespace, embedder: Embedder | None = None) -> di
     from hrt.service import HRTService, load_embedder
 
     samples = load_samples(args.data)
-    imported = [import_conversation(s) for s in samples]
-    questions = [q for s, c in zip(samples, imported, strict=True) for q in build_questions(s, c)[0]]
+    imported, questions, _ = import_samples(samples)
     cfg = EvalConfig(phrases=args.phrases)
     embedder = CachedEmbedder(embedder or load_embedder(Settings()), 8192)
     fresh = not args.db.exists()
     args.db.parent.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
+    derived = {c.user_id: c.derived_from for c in imported}
     results: dict[str, list[dict[str, Any]]] = {}
     for spec in args.variant:
         name, _, raw = spec.partition("=")
@@ -59,63 +59,48 @@ async def main(args: argparse.Namespace, embedder: Embedder | None = None) -> di
                 for conv in imported:
                     await service.ingest(conv.records)
                 fresh = False
-            derived = {c.user_id: c.derived_from for c in imported}
-            traced = Traced()
-            run = hrt_system(service.tool, derived, cfg, depth, None if unweighted else cfg.weights, traced)
-            rows = []
+            run = hrt_system(service.tool, derived, cfg, depth, None if unweighted else cfg.weights, Traced())
+            rows: list[dict[str, Any]] = []
+            metrics: list[tuple[int, dict[str, float]]] = []
             t0 = time.perf_counter()
             for q in questions:
                 ranking = await run(q)
                 m = question_metrics(ranking, q.evidence)
-                rows.append(
-                    {
-                        "sample_id": q.sample_id,
-                        "qa_index": q.index,
-                        "category": q.category,
-                        "evidence": sorted(q.evidence),
-                        "systems": {
-                            "hrt": {
-                                "evidence_ranks": [
-                                    r for r, mu in enumerate(ranking.memory_units, start=1) if mu in q.evidence
-                                ],
-                                **{k: round(m[k], 4) for k in PER_QUESTION_METRICS},
-                            }
-                        },
-                    }
-                )
+                metrics.append((q.category, m))
+                rows.append(question_record(q))
+                rows[-1]["systems"]["hrt"] = system_record(ranking, q.evidence, m)
             seconds = time.perf_counter() - t0
         finally:
             await service.close()
         results[name] = rows
         (args.out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        report(name, rows, results[args.variant[0].partition("=")[0]], seconds)
+        report(name, rows, aggregate(metrics), results[args.variant[0].partition("=")[0]], seconds)
     return results
 
 
-def mean(rows: list[dict[str, Any]], metric: str, cats: set[int]) -> float:
-    vals = [r["systems"]["hrt"][metric] for r in rows if r["category"] in cats]
-    return 100.0 * sum(vals) / max(1, len(vals))
+Rows = list[dict[str, Any]]
 
 
-def report(name: str, rows: list[dict[str, Any]], base: list[dict[str, Any]], seconds: float) -> None:
-    cells = " ".join(f"{g[:5]} {mean(rows, 'recall@10', c):5.1f}" for g, c in GROUPS.items())
+def report(name: str, rows: Rows, means: dict[str, dict[str, float]], base: Rows, seconds: float) -> None:
+    """One line: recall@10 per group, +artifacts, candidate recall and nDCG@10 over categories 1-4,
+    then against the first variant (``base``) the paired bootstraps of recall@10 and +artifacts over
+    categories 1-4 and of recall@10 over multi-hop."""
+    cells = " ".join(f"{label[:5]} {means.get(group, {}).get('recall@10', 0.0):5.1f}" for label, group in GROUPS)
+    overall = means.get(OVERALL, {})
     line = (
-        f"{name:28s} {cells} | +art {mean(rows, 'recall@10+artifacts', GROUPS['overall']):5.1f}"
-        f" cand {mean(rows, 'candidates', GROUPS['overall']):5.1f} ndcg {mean(rows, 'ndcg@10', GROUPS['overall']):5.1f}"
+        f"{name:28s} {cells} | +art {overall.get('recall@10+artifacts', 0.0):5.1f}"
+        f" cand {overall.get('candidates', 0.0):5.1f} ndcg {overall.get('ndcg@10', 0.0):5.1f}"
         f" | {1000 * seconds / len(rows):.1f} ms/q"
     )
     if rows is not base:
-        ks = [i for i, r in enumerate(rows) if r["category"] in GROUPS["overall"]]
-        for metric in ("recall@10", "recall@10+artifacts"):
+        overall_ids = [i for i, r in enumerate(rows) if r["category"] != 5]
+        multi_hop = [i for i, r in enumerate(rows) if r["category"] == 1]
+        compared = (("R@10", overall_ids, "recall@10"), ("+artifacts", overall_ids, "recall@10+artifacts"))
+        for label, ids, metric in (*compared, ("mh", multi_hop, "recall@10")):
             d, lo, hi, better, worse = paired_bootstrap(
-                [base[i]["systems"]["hrt"][metric] for i in ks], [rows[i]["systems"]["hrt"][metric] for i in ks]
+                [base[i]["systems"]["hrt"][metric] for i in ids], [rows[i]["systems"]["hrt"][metric] for i in ids]
             )
-            line += f" | {metric[9:] or 'R@10'} {d:+.2f} [{lo:+.2f}, {hi:+.2f}] {better}/{worse}"
-        mh = [i for i, r in enumerate(rows) if r["category"] == 1]
-        d, lo, hi, *_ = paired_bootstrap(
-            [base[i]["systems"]["hrt"]["recall@10"] for i in mh], [rows[i]["systems"]["hrt"]["recall@10"] for i in mh]
-        )
-        line += f" | mh {d:+.2f} [{lo:+.2f}, {hi:+.2f}]"
+            line += f" | {label} {d:+.2f} [{lo:+.2f}, {hi:+.2f}] {better}/{worse}"
     print(line, flush=True)
 
 

@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import itertools
 import re
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +27,8 @@ import numpy as np
 from hrt.config import Settings
 from hrt.eval.locomo.compare import paired_bootstrap
 from hrt.eval.locomo.dataset import load_samples
-from hrt.eval.locomo.importer import import_conversation
-from hrt.eval.locomo.questions import build_questions
+from hrt.eval.locomo.evaluation import import_samples
+from hrt.eval.locomo.metrics import recall_at
 from hrt.eval.locomo.systems import EvalConfig, request_for
 from hrt.records import Kind, MemoryUnit
 
@@ -50,17 +49,12 @@ def sentences(content: str, mode: str) -> list[str]:
     return [p if p.startswith(speaker) else f"{speaker}: {p}" for p in parts]
 
 
-def recall10(order: Sequence[str], evidence: frozenset[str]) -> float:
-    return len(evidence.intersection(order[:10])) / len(evidence)
-
-
 async def main(args: argparse.Namespace) -> None:
     from hrt.embedder import CachedEmbedder
     from hrt.service import HRTService, load_embedder
 
     samples = load_samples(args.data)
-    imported = [import_conversation(s) for s in samples]
-    questions = [q for s, c in zip(samples, imported, strict=True) for q in build_questions(s, c)[0]]
+    imported, questions, _ = import_samples(samples)
     texts = {(c.user_id, r.muid): r.content for c in imported for r in c.records if isinstance(r, MemoryUnit)}
     embedder = CachedEmbedder(load_embedder(Settings()), 1 << 16)
     fresh = not args.db.exists()
@@ -90,22 +84,25 @@ async def main(args: argparse.Namespace) -> None:
         users: dict[str, list[str]] = {}
         for key in vectors:
             users.setdefault(key.split("\0", 1)[0], []).append(key)
+        # per question: the pipeline's order, its semantic terms, and each turn's passage evidence
+        # (every candidate's; with --search, also the user's K best turns by passage, which join)
+        pools: list[tuple[Any, list[str], dict[str, float], dict[str, float]]] = []
+        for q, mus, phrases in traced:
+            base = [i for i, _ in mus]
+            passage = {i: float((vectors[f"{q.user_id}\0{i}"] @ phrases.T).max()) for i in base}
+            if args.search:
+                mine = [k.split("\0", 1)[1] for k in users[q.user_id]]
+                best = {i: float((vectors[f"{q.user_id}\0{i}"] @ phrases.T).max()) for i in mine}
+                passage.update(sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[: args.search])
+            pools.append((q, base, dict(mus), passage))
         for lam in args.lambdas:
             before: list[float] = []
             after: list[float] = []
             categories: list[int] = []
-            for q, mus, phrases in traced:
-                base = [i for i, _ in mus]
-                semantic = dict(mus)
-                passage = {i: float((vectors[f"{q.user_id}\0{i}"] @ phrases.T).max()) for i in base}
-                if args.search:  # the user's best turns by their best sentence join the candidates
-                    mine = [k.split("\0", 1)[1] for k in users[q.user_id]]
-                    best = {i: float((vectors[f"{q.user_id}\0{i}"] @ phrases.T).max()) for i in mine}
-                    passage.update(sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[: args.search])
-                pool = sorted(passage)
-                mixed = sorted(pool, key=lambda i: (-(semantic.get(i, 0.0) + lam * passage[i]), i))
-                before.append(recall10(base, q.evidence))
-                after.append(recall10(mixed, q.evidence))
+            for q, base, semantic, passage in pools:
+                mixed = sorted(passage, key=lambda i: (-(semantic.get(i, 0.0) + lam * passage[i]), i))
+                before.append(recall_at(base, q.evidence, 10))
+                after.append(recall_at(mixed, q.evidence, 10))
                 categories.append(q.category)
             for label, cats in (("overall (1-4)", {1, 2, 3, 4}), ("multi-hop", {1})):
                 idx = [k for k, c in enumerate(categories) if c in cats]

@@ -12,8 +12,8 @@ from typing import Any
 
 from hrt.config import RETRIEVAL_PRESETS, Settings
 from hrt.embedder import CachedEmbedder, Embedder
-from hrt.eval.locomo.importer import ImportOptions, import_conversation
-from hrt.eval.locomo.metrics import PER_QUESTION_METRICS, aggregate, question_metrics
+from hrt.eval.locomo.importer import ImportedConversation, ImportOptions, import_conversation
+from hrt.eval.locomo.metrics import PER_QUESTION_METRICS, Ranking, aggregate, question_metrics
 from hrt.eval.locomo.questions import Question, build_questions
 from hrt.eval.locomo.systems import (
     HRT_SYSTEMS,
@@ -52,13 +52,7 @@ async def evaluate(
     cfg = config or EvalConfig()
     say = progress or (lambda _msg: None)
     t0 = time.perf_counter()
-    imported = [import_conversation(s, import_options) for s in samples]
-    questions: list[Question] = []
-    skipped = 0
-    for sample, conv in zip(samples, imported, strict=True):
-        qs, n_skipped = build_questions(sample, conv)
-        questions.extend(qs)
-        skipped += n_skipped
+    imported, questions, skipped = import_samples(samples, import_options)
     if limit_questions is not None:
         questions = questions[:limit_questions]
     phrases = sorted({p for q in questions for p in (q.text, *q.key_phrases(cfg.phrases))})
@@ -93,23 +87,14 @@ async def evaluate(
         seconds: dict[str, float] = dict.fromkeys(runners, 0.0)
         per_question: list[dict[str, Any]] = []
         for qi, q in enumerate(questions):
-            entry: dict[str, Any] = {
-                "sample_id": q.sample_id,
-                "qa_index": q.index,
-                "category": q.category,
-                "evidence": sorted(q.evidence),
-                "systems": {},
-            }
+            entry = question_record(q)
             for name, runner in runners.items():
                 start = time.perf_counter()
                 ranking = await runner(q)
                 seconds[name] += time.perf_counter() - start
                 metrics = question_metrics(ranking, q.evidence)
                 rows[name].append((q.category, metrics))
-                entry["systems"][name] = {
-                    "evidence_ranks": [r for r, m in enumerate(ranking.memory_units, start=1) if m in q.evidence],
-                    **{m: round(metrics[m], 4) for m in PER_QUESTION_METRICS},
-                }
+                entry["systems"][name] = system_record(ranking, q.evidence, metrics)
             per_question.append(entry)
             if (qi + 1) % 100 == 0:
                 say(f"{qi + 1}/{len(questions)} questions")
@@ -133,6 +118,41 @@ async def evaluate(
         return EvalResult({name: aggregate(rows[name]) for name in runners}, per_question, meta)
     finally:
         await service.close()
+
+
+def import_samples(
+    samples: Sequence[Mapping[str, Any]], options: ImportOptions | None = None
+) -> tuple[list[ImportedConversation], list[Question], int]:
+    """Every sample imported (its records, not yet ingested) and its questions, in order, with the
+    number of questions skipped for citing no imported turn."""
+    imported = [import_conversation(s, options) for s in samples]
+    questions: list[Question] = []
+    skipped = 0
+    for sample, conv in zip(samples, imported, strict=True):
+        qs, n_skipped = build_questions(sample, conv)
+        questions.extend(qs)
+        skipped += n_skipped
+    return imported, questions, skipped
+
+
+def question_record(q: Question) -> dict[str, Any]:
+    """A question's line of ``locomo-questions.jsonl`` (no question text), its systems to fill in."""
+    return {
+        "sample_id": q.sample_id,
+        "qa_index": q.index,
+        "category": q.category,
+        "evidence": sorted(q.evidence),
+        "systems": {},
+    }
+
+
+def system_record(ranking: Ranking, evidence: frozenset[str], metrics: Mapping[str, float]) -> dict[str, Any]:
+    """One system's part of a question's line: the ranks of the evidence turns among the returned
+    memory units and the per-question metrics."""
+    return {
+        "evidence_ranks": [r for r, m in enumerate(ranking.memory_units, start=1) if m in evidence],
+        **{m: round(metrics[m], 4) for m in PER_QUESTION_METRICS},
+    }
 
 
 def _system_json(name: str, cfg: EvalConfig, settings: Settings) -> dict[str, Any]:
