@@ -153,6 +153,10 @@ class ScoringConfig(_Stage):
     # dates named in the key phrases (hrt/pipeline/temporal.py): tier puts candidates whose
     # timestamp falls in them above the others (semantic (1 + s) / 2 against s / 2); off ignores them
     temporal_match: Literal["off", "tier"] = "tier"
+    # a memory unit's semantic term becomes (semantic + w x best passage cosine) / (1 + w): a turn
+    # that says several things is found by the sentence that matches (hrt.records.passage_texts;
+    # docs/eval-locomo.md, "Passage vectors"); 0 reads no passages
+    passage_weight: float = Field(1.5, ge=0.0, le=10.0)
     recency_half_life_days: float = Field(30.0, gt=0.0)
     neutral_preference: float = Field(0.5, ge=0.0, le=1.0)
 
@@ -191,7 +195,7 @@ STAGES: dict[str, type[_Stage]] = {
 # Settings added after config_hash was first recorded, with the value that leaves responses as they
 # were: at that value they stay out of the hash, so a new setting never changes the hash of a
 # configuration that does not use it
-HASHED_UNLESS_DEFAULT: dict[str, object] = {"path_evidence": "best"}
+HASHED_UNLESS_DEFAULT: dict[str, object] = {"path_evidence": "best", "passage_weight": 0.0}
 
 
 class RetrievalConfig(BaseModel):
@@ -267,6 +271,7 @@ RETRIEVAL_PRESETS: dict[str, Mapping[str, object]] = {
         "relevance_gate": 0.0,
         "default_depth": 1,
         "hop_decay": 0.6,
+        "passage_weight": 0.0,
     },
 }
 

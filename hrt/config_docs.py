@@ -166,6 +166,14 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
             "whose timestamp falls in them first (semantic `(1 + s) / 2` against `s / 2`), `off` ignores them"
         ),
     ),
+    (
+        ("passage_weight",),
+        (
+            "passage evidence: a memory unit's semantic term becomes `(semantic + w × best passage cosine) / (1 + w)`, "
+            "each sentence of a multi-sentence text embedded at write time behind its title or author; 0 reads no "
+            "passages (see [Scoring](api.md#scoring) and [docs/eval-locomo.md](eval-locomo.md))"
+        ),
+    ),
     (("recency_half_life_days",), "recency half-life"),
     (("neutral_preference",), "preference without a record"),
     (("reranker_base_url",), "llama.cpp server with a Qwen3-Reranker GGUF; unset means no reranker"),

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from hrt.projection import graph_edge, graph_node, vector_doc
+from hrt.projection import graph_edge, graph_node, passage_bytes, vector_doc
 from hrt.stores.base import GraphEdge, GraphNode, GraphStore, RecordStore, VectorDoc, VectorIndex
 
 BATCH = 500
@@ -90,11 +90,13 @@ def edge_name(key: tuple[str, str, str]) -> str:
 
 def same_doc(a: VectorDoc, b: VectorDoc) -> bool:
     """What an index holds of a document equals what the record projects: the text, the filter
-    fields and the vector bit for bit (float32)."""
+    fields, the vector and the passages' vectors bit for bit (float32)."""
     return (
         (a.kind, a.text, a.ts, tuple(sorted(a.tags)), a.source_agent_id or None)
         == (b.kind, b.text, b.ts, tuple(sorted(b.tags)), b.source_agent_id or None)
-    ) and np.asarray(a.vector, dtype=np.float32).tobytes() == np.asarray(b.vector, dtype=np.float32).tobytes()
+        and np.asarray(a.vector, dtype=np.float32).tobytes() == np.asarray(b.vector, dtype=np.float32).tobytes()
+        and passage_bytes(a.passages) == passage_bytes(b.passages)
+    )
 
 
 def same_node(a: GraphNode, b: GraphNode) -> bool:
@@ -111,10 +113,10 @@ async def expected(
     ids = sorted(kinds)
     for i in range(0, len(ids), BATCH):
         rows = await records.entity_rows(user_id, ids[i : i + BATCH])
-        for ident, (entity, vector, _version) in rows.items():
+        for ident, (entity, vector, _version, passages) in rows.items():
             kinds[ident] = entity.kind
             nodes[ident] = graph_node(entity)
-            docs[ident] = vector_doc(entity, vector)
+            docs[ident] = vector_doc(entity, vector, passages)
     return kinds, nodes, docs
 
 

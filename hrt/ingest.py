@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from hrt.embedder import Embedder
@@ -27,6 +28,7 @@ from hrt.records import (
     Preference,
     Relation,
     entity_text,
+    passage_texts,
     supersession_relations,
 )
 from hrt.stores.base import WriteBatch
@@ -146,9 +148,18 @@ def build_batch(
         batch.relations.extend(supersession_relations(e))
     for i in range(0, len(batch.entities), chunk):
         part = batch.entities[i : i + chunk]
-        vectors = embedder.embed([entity_text(e) for e in part])
-        for e, v in zip(part, vectors, strict=True):
+        # each entity's text, then its passages (hrt.records.passage_texts), in one call
+        passages = [passage_texts(e) for e in part]
+        texts = [entity_text(e) for e in part]
+        for ps in passages:
+            texts.extend(ps)
+        vectors = embedder.embed(texts)
+        at = len(part)
+        for e, v, ps in zip(part, vectors[: len(part)], passages, strict=True):
             batch.vectors[(e.user_id, e.id)] = v
+            if ps:
+                batch.passages[(e.user_id, e.id)] = np.asarray(vectors[at : at + len(ps)], dtype=np.float32)
+                at += len(ps)
         if progress is not None:
             progress(len(part))
     return batch

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
+
 from hrt.records import Concept, Entity, Kind, MemoryUnit, Relation, entity_label, entity_text, entity_ts, valid_from
 from hrt.stores.base import GraphEdge, GraphNode, Vector, VectorDoc
 
@@ -98,7 +100,22 @@ def graph_edge(relation: Relation) -> GraphEdge:
     )
 
 
-def vector_doc(entity: Entity, vector: Vector) -> VectorDoc:
+def passage_bytes(passages: Vector | None) -> bytes | None:
+    """Passage vectors as the record stores keep them: the (k, dim) float32 rows' bytes (native
+    order, as vectors), None for none."""
+    if passages is None or not len(passages):
+        return None
+    return np.ascontiguousarray(passages, dtype=np.float32).tobytes()
+
+
+def passage_rows(blob: bytes | None, dim: int) -> Vector | None:
+    """:func:`passage_bytes` read back as (k, ``dim``) rows; None for none."""
+    if not blob or dim <= 0:
+        return None
+    return np.frombuffer(blob, dtype=np.float32).reshape(-1, dim)
+
+
+def vector_doc(entity: Entity, vector: Vector, passages: Vector | None = None) -> VectorDoc:
     mu = entity if isinstance(entity, MemoryUnit) else None
     start, end = interval(entity)
     return VectorDoc(
@@ -111,4 +128,5 @@ def vector_doc(entity: Entity, vector: Vector) -> VectorDoc:
         source_agent_id=mu.source_agent_id if mu is not None else None,
         valid_from=start,
         valid_to=end,
+        passages=passages if passages is not None and len(passages) else None,
     )

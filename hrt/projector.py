@@ -356,9 +356,9 @@ class Projector:
         if op == "upsert_entity":
             rows = await lease.entity_rows(user_id, [e["key"]["id"] for e in run])
             if target == "graph":
-                await store.upsert_nodes(user_id, [graph_node(ent) for ent, _, _ in rows.values()])
+                await store.upsert_nodes(user_id, [graph_node(ent) for ent, *_ in rows.values()])
             else:
-                await store.upsert(user_id, [vector_doc(ent, vec) for ent, vec, _ in rows.values()])
+                await store.upsert(user_id, [vector_doc(ent, vec, passages) for ent, vec, _, passages in rows.values()])
         elif op == "delete_entity":
             ids = [e["key"]["id"] for e in run]
             await (store.delete_nodes(user_id, ids) if target == "graph" else store.delete(user_id, ids))

@@ -6,6 +6,7 @@ relation names its endpoints by id alone and the relation type fixes which kinds
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from datetime import UTC, datetime
@@ -272,6 +273,32 @@ def entity_text(entity: Entity) -> str:
     if isinstance(entity, Concept):
         return f"{entity.name}. {entity.type}. {entity.description}".strip()
     return f"{entity.title}. {entity.content}".strip(". ")
+
+
+# at most this many passages per memory unit; a longer text's sentences are grouped into as many runs
+MAX_PASSAGES = 8
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\s*\n+\s*")
+
+
+def passage_texts(entity: Entity) -> list[str]:
+    """The passages a memory unit is also embedded by, one per sentence of its content (at most
+    :data:`MAX_PASSAGES`: a longer text's sentences are grouped into that many consecutive runs),
+    each behind its context, ``<title or source_agent_id>: <sentence>``, unless it already starts
+    with it. A one-sentence text, a concept and an artifact have none: the entity's own vector is
+    their only passage. Sentences end at ``.``, ``!``, ``?`` before white space, and at line
+    breaks; pieces of three characters or fewer are dropped. Scoring (``passage_weight``) adds a
+    candidate's best passage cosine to its semantic term, so a turn that says several things is
+    found by the one that matches (docs/eval-locomo.md)."""
+    if not isinstance(entity, MemoryUnit):
+        return []
+    parts = [p.strip() for p in _SENTENCE_END.split(entity.content) if len(p.strip()) > 3]
+    if len(parts) < 2:
+        return []
+    if len(parts) > MAX_PASSAGES:
+        bounds = [round(i * len(parts) / MAX_PASSAGES) for i in range(MAX_PASSAGES + 1)]
+        parts = [" ".join(parts[a:b]) for a, b in itertools.pairwise(bounds)]
+    context = entity.title or entity.source_agent_id or ""
+    return [p if not context or p.startswith(context) else f"{context}: {p}" for p in parts]
 
 
 def entity_body(entity: Entity) -> str:

@@ -177,7 +177,7 @@ class HybridRetrievalTool:
             candidates = filter_candidates(candidates, intake.filters)
             # what was not true at valid_at is set aside (hrt/pipeline/validity.py), the read it
             # needs beside the own cosines': two round trips in flight at once
-            validity, own = await asyncio.gather(
+            validity, (own, passage) = await asyncio.gather(
                 run_validity(intake, candidates, self.graph),
                 own_similarities(
                     intake,
@@ -186,6 +186,7 @@ class HybridRetrievalTool:
                     embedding.result(),
                     self.vectors,
                     cfg.expansion.reached_evidence,
+                    passages=cfg.scoring.passage_weight > 0.0,
                 ),
             )
             candidates = validity.candidates
@@ -202,6 +203,8 @@ class HybridRetrievalTool:
                 temporal=sc.temporal_match == "tier",
                 gate=sc.relevance_gate,
                 stale=validity.stale,
+                passages=passage,
+                passage_weight=sc.passage_weight,
             )
             scored = score_candidates(
                 candidates,

@@ -10,7 +10,9 @@ Own evidence (:func:`own_similarities`): the ``reached_evidence`` rules ``scoped
 ``path_x_cosine`` weigh a candidate's path by its own best cosine similarity to the phrases
 (``hrt/pipeline/scoring.py``): those of the candidates that need it are read from the vector
 index in one call (``VectorIndex.similarities``), after the walk. A candidate the index has no
-vector for (its projection still pending) is left out, and scoring keeps its path.
+vector for (its projection still pending) is left out, and scoring keeps its path. With
+``passage_weight`` above 0, the same read also returns every memory unit candidate's best passage
+cosine (hrt.records.passage_texts), which scoring mixes into its semantic term.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import replace
 from hrt.config import ExpansionConfig
 from hrt.pipeline.grounding import Grounding
 from hrt.pipeline.intake import Intake
+from hrt.records import Kind
 from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphStore, Vector, VectorIndex
 
 
@@ -90,10 +93,19 @@ async def own_similarities(
     vectors: Vector,
     index: VectorIndex,
     rule: str,
-) -> dict[str, float]:
-    """The own best cosine to the phrases of the candidates ``rule`` needs it for, in one read
-    (none when it needs none)."""
+    passages: bool = False,
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The own best cosine to the phrases of the candidates ``rule`` needs it for and, with
+    ``passages``, every memory unit candidate's best passage cosine
+    (``VectorIndex.passage_similarities``), in one read (none when nothing is needed)."""
     wanted = needs_own(candidates, hits, rule)
-    if not wanted:
-        return {}
-    return await index.similarities(intake.user_id, wanted, vectors)
+    if not passages:
+        return (await index.similarities(intake.user_id, wanted, vectors) if wanted else {}), {}
+    units = [c.node.id for c in candidates if c.node.kind is Kind.MEMORY_UNIT]
+    if not units and not wanted:
+        return {}, {}
+    both = await index.passage_similarities(intake.user_id, sorted({*wanted, *units}), vectors)
+    return (
+        {i: both[i][0] for i in wanted if i in both},
+        {i: both[i][1] for i in units if i in both},
+    )

@@ -23,6 +23,11 @@ candidates that match well enough (``relevance``, below). The terms:
   candidates cannot crowd out one-hop evidence. ``path`` (max of direct evidence and path) and
   ``path_x_cosine`` (search hits: max of direct and path; others: path x own cosine) are the
   earlier rules. A candidate the index has no vector for keeps its path as its own cosine's place.
+- passages (``passage_weight`` = w, :func:`with_passage`): a memory unit's semantic term so far
+  becomes ``(s + w x p) / (1 + w)``, ``p`` its best passage cosine to the phrases (each sentence
+  of a multi-sentence text is embedded at write time behind its title or author,
+  ``hrt.records.passage_texts``; a one-sentence text's passage is its own vector). A turn that
+  says several things is no longer judged by the average of them.
 - time (``temporal_match``): when the phrases name dates (``hrt/pipeline/temporal.py``), a
   candidate whose timestamp falls in one of those windows scores ``(1 + s) / 2``, any other
   ``s / 2``: in-window candidates first, each group in its own order. No date, no change.
@@ -91,6 +96,9 @@ class Evidence:
     gate: float = 0.0
     # candidates kept that do not hold at the request's valid_at (include_invalidated): no recency
     stale: frozenset[str] = frozenset()
+    # memory units' best passage cosines (``passage_weight`` > 0): see :func:`with_passage`
+    passages: Mapping[str, float] = field(default_factory=dict)
+    passage_weight: float = 0.0
 
 
 PLAIN = Evidence()
@@ -134,6 +142,15 @@ def evidence_source(c: GraphCandidate, direct: float | None, own: float | None, 
     if c.distance == 1:
         return best_of if direct is not None else mine
     return mine
+
+
+def with_passage(semantic: float, passage: float | None, weight: float) -> float:
+    """A memory unit's semantic term with its passage evidence: ``(s + w x p) / (1 + w)``, ``p``
+    its best passage cosine clamped at 0 (its own cosine when it has no passages); unchanged when
+    the index has no vector for it (``p`` None) or ``w`` is 0."""
+    if passage is None or weight <= 0.0:
+        return semantic
+    return (semantic + weight * (passage if passage > 0.0 else 0.0)) / (1.0 + weight)
 
 
 def time_matched(semantic: float, ts: float | None, windows: Sequence[TimeWindow]) -> float:
@@ -283,6 +300,7 @@ def score_candidates(
     neutral = book.neutral
     rule, own_cosine, decay, tau = evidence.rule, evidence.own, evidence.hop_decay, evidence.gate
     stale = evidence.stale
+    passage, lam = evidence.passages, evidence.passage_weight
     windows = evidence.windows if evidence.temporal else ()
     plain = rule == "path"
     terms: list[tuple[GraphCandidate, float, float, float, float]] = []
@@ -297,6 +315,8 @@ def score_candidates(
             sem = 0.0 if sem < 0.0 else 1.0 if sem > 1.0 else sem
         else:
             sem = candidate_semantic(c, similarity.get(node.id), own_cosine.get(node.id), rule, decay)
+        if lam > 0.0 and kind is memory_unit:
+            sem = with_passage(sem, passage.get(node.id), lam)
         if windows:
             sem = time_matched(sem, node.ts, windows)
         if sem > best.get(kind, -1.0):

@@ -41,6 +41,10 @@ async def resolve_vectors(vectors: PhraseVectors) -> Vector:
     return vectors
 
 
+# An entity as its record store keeps it: the record, its vector, its version, and its passages'
+# vectors ((k, dim) rows, None for none: hrt.records.passage_texts)
+EntityRow = tuple[Entity, Vector, int, Vector | None]
+
 # A user id no record can carry (ids start with a letter or digit): adapters read for it to warm
 # their query plans at start, and find nothing.
 WARM_UP_USER = "_hrt_warm_up"
@@ -129,6 +133,9 @@ class VectorDoc:
     source_agent_id: str | None = None
     valid_from: float | None = None  # as on GraphNode
     valid_to: float | None = None
+    # memory units of two or more sentences: one vector per passage (hrt.records.passage_texts),
+    # rows of a (k, dim) array; None when it has none
+    passages: Vector | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +184,8 @@ class WriteBatch:
     preferences: list[Preference] = field(default_factory=list)
     deletions: list[Deletion] = field(default_factory=list)
     vectors: dict[tuple[str, str], Vector] = field(default_factory=dict)  # (user_id, id) -> vector
+    # (user_id, id) -> its passages' vectors, (k, dim), for the entities that have passages
+    passages: dict[tuple[str, str], Vector] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.entities) + len(self.relations) + len(self.preferences) + len(self.deletions)
@@ -250,6 +259,14 @@ class VectorIndex(StoreLifecycle, Protocol):
     async def similarities(self, user_id: str, ids: Sequence[str], vectors: Vector) -> dict[str, float]:
         """Each of the user's ``ids`` with its best cosine similarity to the phrase ``vectors``
         (one row per phrase), in one call; ids the user has no vector for are left out."""
+        ...
+
+    async def passage_similarities(
+        self, user_id: str, ids: Sequence[str], vectors: Vector
+    ) -> dict[str, tuple[float, float]]:
+        """Each of the user's ``ids`` with two cosines to the phrase ``vectors``, in one call: its
+        own vector's best (as :meth:`similarities`) and its passages' best, which is the own one
+        for a document without passages; ids the user has no vector for are left out."""
         ...
 
     # --- maintenance (``hrt doctor``) ---------------------------------------------------------
@@ -343,7 +360,7 @@ class OutboxLease(Protocol):
         """The target's next events in outbox order (none after ``upto`` when given)."""
         ...
 
-    async def entity_rows(self, user_id: str, ids: Sequence[str]) -> dict[str, tuple[Entity, Vector, int]]: ...
+    async def entity_rows(self, user_id: str, ids: Sequence[str]) -> dict[str, EntityRow]: ...
 
     async def relation_rows(
         self, user_id: str, keys: Sequence[tuple[str, str, str]]
@@ -425,7 +442,7 @@ class RecordStore(StoreLifecycle, KeyStore, Protocol):
         """Every entity of one user, id -> kind."""
         ...
 
-    async def entity_rows(self, user_id: str, ids: Sequence[str]) -> dict[str, tuple[Entity, Vector, int]]:
+    async def entity_rows(self, user_id: str, ids: Sequence[str]) -> dict[str, EntityRow]:
         """The current entity, its vector and its version, for each of ``ids`` the user has."""
         ...
 

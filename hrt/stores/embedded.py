@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from hrt.errors import Conflict, InvalidInput, StoreError, StoreUnavailable
-from hrt.projection import graph_edge, graph_node
+from hrt.projection import graph_edge, graph_node, passage_bytes, vector_doc
 from hrt.records import (
     EDGE_ENDPOINTS,
     Artifact,
@@ -37,10 +37,9 @@ from hrt.records import (
     Entity,
     Kind,
     MemoryUnit,
-    entity_text,
 )
 from hrt.stores.ann import AnnConfig
-from hrt.stores.base import GraphEdge, GraphNode, WriteBatch, WriteResult
+from hrt.stores.base import GraphEdge, GraphNode, VectorDoc, WriteBatch, WriteResult
 from hrt.stores.embedded_lock import StoreClaim
 
 log = logging.getLogger(__name__)
@@ -119,6 +118,14 @@ SCHEMA: list[tuple[int, str]] = [
         ALTER TABLE docs ADD COLUMN valid_from REAL;
         ALTER TABLE docs ADD COLUMN valid_to REAL;
         UPDATE docs SET valid_from = ts WHERE ts IS NOT NULL;
+        """,
+    ),
+    (
+        5,
+        # a memory unit's passage vectors (hrt.records.passage_texts), (k, dim) float32 rows; NULL
+        # for a document without passages, and for those written before: a re-ingest fills them
+        """
+        ALTER TABLE docs ADD COLUMN passages BLOB;
         """,
     ),
 ]
@@ -346,7 +353,7 @@ class EmbeddedStore:
                     vector = batch.vectors.get((entity.user_id, entity.id))
                     if vector is None:
                         raise StoreError(f"no vector was computed for {entity.user_id}/{entity.id}")
-                    self._upsert_entity(db, entity, vector)
+                    self._upsert_entity(db, entity, vector, batch.passages.get((entity.user_id, entity.id)))
                     touched.add(entity.user_id)
                     upserted += 1
                 self._check_edges(db, batch)
@@ -416,11 +423,12 @@ class EmbeddedStore:
                         field=end,
                     )
 
-    def _upsert_entity(self, db: sqlite3.Connection, entity: Entity, vector: np.ndarray) -> None:
+    def _upsert_entity(
+        self, db: sqlite3.Connection, entity: Entity, vector: np.ndarray, passages: np.ndarray | None
+    ) -> None:
         data = entity.model_dump_json()
         kind = Kind(entity.kind)
         node = graph_node(entity)
-        ts = node.ts
         db.execute(
             "INSERT INTO entities VALUES (?, ?, ?, ?, 1) ON CONFLICT (user_id, id) "
             "DO UPDATE SET data = excluded.data, version = version + 1",
@@ -433,37 +441,9 @@ class EmbeddedStore:
         vec = np.ascontiguousarray(vector, dtype=np.float32)
         if vec.shape != (self.dim,):
             raise StoreError(f"vector for {entity.id!r} has shape {vec.shape}, expected ({self.dim},)")
-        tags = json.dumps(list(node.tags)) if kind is Kind.MEMORY_UNIT else None
-        row = db.execute("SELECT rowid FROM docs WHERE user_id = ? AND id = ?", (entity.user_id, entity.id)).fetchone()
-        if row is None:
-            cur = db.execute(
-                "INSERT INTO docs (user_id, id, kind, ts, vec, tags, source_agent_id, valid_from, valid_to) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    entity.user_id,
-                    entity.id,
-                    kind.value,
-                    ts,
-                    vec.tobytes(),
-                    tags,
-                    node.source_agent_id,
-                    node.valid_from,
-                    node.valid_to,
-                ),
-            )
-            rowid = cur.lastrowid
-        else:
-            rowid = row[0]
-            db.execute(
-                "UPDATE docs SET kind = ?, ts = ?, vec = ?, tags = ?, source_agent_id = ?, valid_from = ?, "
-                "valid_to = ? WHERE rowid = ?",
-                (kind.value, ts, vec.tobytes(), tags, node.source_agent_id, node.valid_from, node.valid_to, rowid),
-            )
-            db.execute("DELETE FROM fts WHERE rowid = ?", (rowid,))
-        db.execute(
-            "INSERT INTO fts (rowid, text, scope) VALUES (?, ?, ?)",
-            (rowid, entity_text(entity), user_scope_token(entity.user_id)),
-        )
+        if passages is not None and (passages.ndim != 2 or passages.shape[1] != self.dim):
+            raise StoreError(f"passages for {entity.id!r} have shape {passages.shape}, expected (k, {self.dim})")
+        write_doc(db, entity.user_id, vector_doc(entity, vec, passages))
 
     def _delete(self, db: sqlite3.Connection, d: object) -> int:
         from hrt.records import Deletion
@@ -514,6 +494,31 @@ class EmbeddedStore:
         self.graph.invalidate(user_id)
         self.vectors.invalidate(user_id)
         return int(n)
+
+
+def write_doc(db: sqlite3.Connection, user_id: str, doc: VectorDoc) -> None:
+    """Insert or replace one document of the vector index (its ``docs`` row and its FTS text),
+    inside the caller's transaction."""
+    vec = np.ascontiguousarray(doc.vector, dtype=np.float32).tobytes()
+    passages = passage_bytes(doc.passages)
+    tags = json.dumps(list(doc.tags)) if doc.kind is Kind.MEMORY_UNIT else None
+    values = (doc.kind.value, doc.ts, vec, tags, doc.source_agent_id, doc.valid_from, doc.valid_to, passages)
+    row = db.execute("SELECT rowid FROM docs WHERE user_id = ? AND id = ?", (user_id, doc.id)).fetchone()
+    if row is None:
+        rowid = db.execute(
+            "INSERT INTO docs (user_id, id, kind, ts, vec, tags, source_agent_id, valid_from, valid_to, passages) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (user_id, doc.id, *values),
+        ).lastrowid
+    else:
+        rowid = row[0]
+        db.execute(
+            "UPDATE docs SET kind = ?, ts = ?, vec = ?, tags = ?, source_agent_id = ?, valid_from = ?, "
+            "valid_to = ?, passages = ? WHERE rowid = ?",
+            (*values, rowid),
+        )
+        db.execute("DELETE FROM fts WHERE rowid = ?", (rowid,))
+    db.execute("INSERT INTO fts (rowid, text, scope) VALUES (?, ?, ?)", (rowid, doc.text, user_scope_token(user_id)))
 
 
 def node_row(user_id: str, node: GraphNode) -> tuple[object, ...]:

@@ -11,9 +11,9 @@ import numpy as np
 
 from hrt.auth import KeyRecord
 from hrt.errors import Conflict
-from hrt.projection import RELATION_COLUMNS, relation_from_row
+from hrt.projection import RELATION_COLUMNS, passage_rows, relation_from_row
 from hrt.records import Entity, Kind, Preference, Relation
-from hrt.stores.base import WARM_UP_USER, Vector
+from hrt.stores.base import WARM_UP_USER, EntityRow
 from hrt.stores.embedded import ENTITY_MODELS, EmbeddedPart, chunks
 
 if TYPE_CHECKING:
@@ -88,19 +88,20 @@ class EmbeddedRecordStore(EmbeddedPart):
             rows = db.execute("SELECT DISTINCT user_id FROM entities ORDER BY user_id").fetchall()
         return [r[0] for r in rows]
 
-    async def entity_rows(self, user_id: str, ids: Sequence[str]) -> dict[str, tuple[Entity, Vector, int]]:
-        out: dict[str, tuple[Entity, Vector, int]] = {}
+    async def entity_rows(self, user_id: str, ids: Sequence[str]) -> dict[str, EntityRow]:
+        out: dict[str, EntityRow] = {}
         with self._store.snapshot() as db:
             for chunk in chunks(sorted(set(ids)), 500):
                 marks = ",".join("?" * len(chunk))
                 rows = db.execute(
-                    "SELECT e.id, e.kind, e.data, e.version, d.vec FROM entities e JOIN docs d "
+                    "SELECT e.id, e.kind, e.data, e.version, d.vec, d.passages FROM entities e JOIN docs d "
                     f"ON d.user_id = e.user_id AND d.id = e.id WHERE e.user_id = ? AND e.id IN ({marks})",
                     (user_id, *chunk),
                 ).fetchall()
-                for ident, kind, data, version, vec in rows:
+                for ident, kind, data, version, vec, passages in rows:
                     entity = ENTITY_MODELS[Kind(kind)].model_validate_json(data)
-                    out[ident] = (entity, np.frombuffer(vec, dtype=np.float32), int(version))
+                    own = np.frombuffer(vec, dtype=np.float32)
+                    out[ident] = (entity, own, int(version), passage_rows(passages, len(own)))
         return out
 
     async def all_relations(self, user_id: str) -> list[Relation]:

@@ -17,16 +17,20 @@ from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
+from hrt.projection import passage_rows
 from hrt.records import Kind
 from hrt.stores.ann import AnnConfig, UserAnn
 from hrt.stores.base import PhraseVectors, SearchFilter, Vector, VectorDoc, VectorHit
 from hrt.stores.bm25 import BM25Index, top_k
-from hrt.stores.embedded import KIND_CODES, KINDS_BY_CODE, EmbeddedPart, user_scope_token
+from hrt.stores.embedded import KIND_CODES, KINDS_BY_CODE, EmbeddedPart, user_scope_token, write_doc
 from hrt.stores.user_cache import UserCache
 
 if TYPE_CHECKING:
     from hrt.stores.embedded import EmbeddedStore
 
+
+# ids per SQLite read of passages (under SQLite's 32,766 bound on a statement's parameters)
+READ_CHUNK = 500
 
 # Below this many rows allowed by a request's filters, an ANN user is searched exactly over them.
 EXACT_BELOW = 2_000
@@ -215,37 +219,7 @@ class EmbeddedVectorIndex(EmbeddedPart):
     async def upsert(self, user_id: str, docs: Sequence[VectorDoc]) -> None:
         with self._store.transaction() as db:
             for doc in docs:
-                vec = np.ascontiguousarray(doc.vector, dtype=np.float32).tobytes()
-                row = db.execute("SELECT rowid FROM docs WHERE user_id = ? AND id = ?", (user_id, doc.id)).fetchone()
-                tags = json.dumps(list(doc.tags)) if doc.kind is Kind.MEMORY_UNIT else None
-                if row is None:
-                    rowid = db.execute(
-                        "INSERT INTO docs (user_id, id, kind, ts, vec, tags, source_agent_id, valid_from, valid_to) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (
-                            user_id,
-                            doc.id,
-                            doc.kind.value,
-                            doc.ts,
-                            vec,
-                            tags,
-                            doc.source_agent_id,
-                            doc.valid_from,
-                            doc.valid_to,
-                        ),
-                    ).lastrowid
-                else:
-                    rowid = row[0]
-                    db.execute(
-                        "UPDATE docs SET kind = ?, ts = ?, vec = ?, tags = ?, source_agent_id = ?, valid_from = ?, "
-                        "valid_to = ? WHERE rowid = ?",
-                        (doc.kind.value, doc.ts, vec, tags, doc.source_agent_id, doc.valid_from, doc.valid_to, rowid),
-                    )
-                    db.execute("DELETE FROM fts WHERE rowid = ?", (rowid,))
-                db.execute(
-                    "INSERT INTO fts (rowid, text, scope) VALUES (?, ?, ?)",
-                    (rowid, doc.text, user_scope_token(user_id)),
-                )
+                write_doc(db, user_id, doc)
         self.invalidate(user_id)
 
     async def delete(self, user_id: str, ids: Sequence[str]) -> None:
@@ -266,7 +240,8 @@ class EmbeddedVectorIndex(EmbeddedPart):
         """Every document of one user as indexed (``hrt doctor`` compares them with the records)."""
         with self._store.lock:
             rows = self._store.db.execute(
-                "SELECT d.id, d.kind, f.text, d.ts, d.vec, d.tags, d.source_agent_id, d.valid_from, d.valid_to "
+                "SELECT d.id, d.kind, f.text, d.ts, d.vec, d.tags, d.source_agent_id, d.valid_from, d.valid_to, "
+                "d.passages "
                 "FROM docs d JOIN fts f ON f.rowid = d.rowid WHERE d.user_id = ?",
                 (user_id,),
             ).fetchall()
@@ -281,6 +256,7 @@ class EmbeddedVectorIndex(EmbeddedPart):
                 r[6],
                 r[7],
                 r[8],
+                passage_rows(r[9], self._store.dim),
             )
             for r in rows
         }
@@ -352,6 +328,37 @@ class EmbeddedVectorIndex(EmbeddedPart):
             return {}
         best = (um.matrix[rows] @ queries.T).max(axis=1)  # the same dot products as the vector leg
         return dict(zip(found, best.tolist(), strict=True))
+
+    async def passage_similarities(
+        self, user_id: str, ids: Sequence[str], vectors: Vector
+    ) -> dict[str, tuple[float, float]]:
+        return await asyncio.to_thread(self._passage_similarities, user_id, ids, vectors)
+
+    def _passage_similarities(
+        self, user_id: str, ids: Sequence[str], vectors: Vector
+    ) -> dict[str, tuple[float, float]]:
+        """The own cosines from the user's matrix; the passages read from the file (they are not
+        kept in memory: ~3 per memory unit), in chunks of :data:`READ_CHUNK` ids."""
+        own = self._similarities(user_id, ids, vectors)
+        if not own:
+            return {}
+        queries = np.asarray(vectors, dtype=np.float32)
+        if queries.ndim == 1:
+            queries = queries[None, :]
+        wanted = sorted(own)
+        best = dict(own)
+        with self._store.reading() as db:
+            for i in range(0, len(wanted), READ_CHUNK):
+                part = wanted[i : i + READ_CHUNK]
+                rows = db.execute(
+                    f"SELECT id, passages FROM docs WHERE user_id = ? AND id IN ({', '.join('?' * len(part))}) "
+                    "AND passages IS NOT NULL",
+                    (user_id, *part),
+                ).fetchall()
+                for ident, blob in rows:
+                    matrix = np.frombuffer(blob, dtype=np.float32).reshape(-1, queries.shape[1])
+                    best[ident] = float((matrix @ queries.T).max())
+        return {i: (own[i], best[i]) for i in wanted}
 
     @overload
     def _scope(

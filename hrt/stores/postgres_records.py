@@ -26,9 +26,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from hrt.auth import KeyRecord
 from hrt.errors import Conflict, InvalidInput, StoreError, StoreUnavailable
-from hrt.projection import RELATION_COLUMNS, relation_from_row, seconds
+from hrt.projection import RELATION_COLUMNS, passage_bytes, passage_rows, relation_from_row, seconds
 from hrt.records import EDGE_ENDPOINTS, Deletion, Entity, Kind, Preference, Relation, entity_ts, valid_from
-from hrt.stores.base import WARM_UP_USER, WriteBatch, WriteResult
+from hrt.stores.base import WARM_UP_USER, EntityRow, WriteBatch, WriteResult
 from hrt.stores.embedded import ENTITY_MODELS
 
 log = logging.getLogger(__name__)
@@ -204,7 +204,7 @@ class PostgresRecordStore:
             cur = await conn.execute("SELECT DISTINCT user_id FROM hrt_entities ORDER BY user_id")
             return [r[0] for r in await cur.fetchall()]
 
-    async def entity_rows(self, user_id: str, ids: Sequence[str]) -> dict[str, tuple[Entity, np.ndarray, int]]:
+    async def entity_rows(self, user_id: str, ids: Sequence[str]) -> dict[str, EntityRow]:
         """Current entity, vector and version for the projector."""
         async with self.connection("entity_rows") as conn:
             return await _entity_rows(conn, user_id, ids)
@@ -295,6 +295,7 @@ class PostgresRecordStore:
                     e.kind,
                     Jsonb(e.model_dump(mode="json")),
                     np.ascontiguousarray(vec, dtype=np.float32).tobytes(),
+                    passage_bytes(batch.passages.get((e.user_id, e.id))),
                     seconds(entity_ts(e)),
                     seconds(valid_from(e)),  # as the projections see it: the record's, else its ts
                     seconds(e.valid_to),
@@ -302,13 +303,15 @@ class PostgresRecordStore:
             )
         # rows go in key order (ORDER BY ordinality), so concurrent batches lock in the same order
         cur = await conn.execute(
-            "INSERT INTO hrt_entities (user_id, id, kind, data, vector, ts, valid_from, valid_to) "
-            "SELECT u, i, k, d, v, t, vf, vt FROM unnest(%s::text[], %s::text[], %s::text[], %s::jsonb[], "
-            "%s::bytea[], %s::float8[], %s::float8[], %s::float8[]) WITH ORDINALITY AS r(u, i, k, d, v, t, vf, vt, n) "
+            "INSERT INTO hrt_entities (user_id, id, kind, data, vector, passages, ts, valid_from, valid_to) "
+            "SELECT u, i, k, d, v, p, t, vf, vt FROM unnest(%s::text[], %s::text[], %s::text[], %s::jsonb[], "
+            "%s::bytea[], %s::bytea[], %s::float8[], %s::float8[], %s::float8[]) "
+            "WITH ORDINALITY AS r(u, i, k, d, v, p, t, vf, vt, n) "
             "ORDER BY n ON CONFLICT (user_id, id) DO UPDATE SET data = excluded.data, vector = excluded.vector, "
+            "passages = excluded.passages, "
             "ts = excluded.ts, valid_from = excluded.valid_from, valid_to = excluded.valid_to, "
             "version = hrt_entities.version + 1, updated_at = now() RETURNING user_id, id, version",
-            _columns(rows, lambda row: row, 8),
+            _columns(rows, lambda row: row, 9),
         )
         versions = {(u, i): int(v) for u, i, v in await cur.fetchall()}
         await self._events(
@@ -662,18 +665,17 @@ def _attempts_column(target: str) -> str:
     return {"graph_done": "graph_attempts", "vector_done": "vector_attempts"}[_done_column(target)]
 
 
-async def _entity_rows(
-    conn: psycopg.AsyncConnection[Any], user_id: str, ids: Sequence[str]
-) -> dict[str, tuple[Entity, np.ndarray, int]]:
+async def _entity_rows(conn: psycopg.AsyncConnection[Any], user_id: str, ids: Sequence[str]) -> dict[str, EntityRow]:
     cur = await conn.execute(
-        "SELECT id, kind, data, vector, version FROM hrt_entities WHERE user_id = %s AND id = ANY(%s)",
+        "SELECT id, kind, data, vector, version, passages FROM hrt_entities WHERE user_id = %s AND id = ANY(%s)",
         (user_id, list(ids)),
     )
     rows = await cur.fetchall()
-    return {
-        ident: (ENTITY_MODELS[Kind(kind)].model_validate(data), np.frombuffer(vec, dtype=np.float32), version)
-        for ident, kind, data, vec, version in rows
-    }
+    out: dict[str, EntityRow] = {}
+    for ident, kind, data, vec, version, passages in rows:
+        own = np.frombuffer(vec, dtype=np.float32)
+        out[ident] = (ENTITY_MODELS[Kind(kind)].model_validate(data), own, version, passage_rows(passages, len(own)))
+    return out
 
 
 async def _relation_rows(
@@ -720,7 +722,7 @@ class PostgresOutboxLease:
             rows = await cur.fetchall()
         return [{"seq": s, "user_id": u, "op": op, "key": k, "version": v, "attempts": a} for s, u, op, k, v, a in rows]
 
-    async def entity_rows(self, user_id: str, ids: Sequence[str]) -> dict[str, tuple[Entity, np.ndarray, int]]:
+    async def entity_rows(self, user_id: str, ids: Sequence[str]) -> dict[str, EntityRow]:
         with translate_errors("entity_rows"):
             return await _entity_rows(self.conn, user_id, ids)
 

@@ -80,6 +80,7 @@ writes with their error translation, the hybrid search with its filters, similar
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import logging
 import re
@@ -129,11 +130,12 @@ log = logging.getLogger(__name__)
 
 DEFAULT_COLLECTION = "HRTEntity"
 NO_TS = -1.0e18  # "no timestamp": before any real date, so `ts <= not_after` always admits it
-PROPERTIES = ("entity_id", "kind", "text", "ts", "tags", "source_agent_id", "valid_from", "valid_to")
+PROPERTIES = ("entity_id", "kind", "text", "ts", "tags", "source_agent_id", "valid_from", "valid_to", "passages")
 # added after the first collections were made: apply_schema adds them to an older collection
 FILTER_PROPERTIES = ("tags", "source_agent_id")  # search filters (#18)
 VALIDITY_PROPERTIES = ("valid_from", "valid_to")  # facts that change (#20)
-LATER_PROPERTIES = (*FILTER_PROPERTIES, *VALIDITY_PROPERTIES)
+PASSAGE_PROPERTIES = ("passages",)  # passage vectors (#23)
+LATER_PROPERTIES = (*FILTER_PROPERTIES, *VALIDITY_PROPERTIES, *PASSAGE_PROPERTIES)
 RETURNED = ["entity_id", "kind"]
 TIE_SLACK = 4  # extra hits fetched per leg so that ties at the k cut can be broken by id
 # BM25 ties are common (equal term counts in equally long texts): with 50 extra hits the first page
@@ -147,6 +149,7 @@ _RAW_TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _ALL_KINDS = frozenset(Kind)
 _RETURNED_PB = search_get_pb2.PropertiesRequest(non_ref_properties=RETURNED)
 _STORED_PB = search_get_pb2.PropertiesRequest(non_ref_properties=list(PROPERTIES))
+_PASSAGES_PB = search_get_pb2.PropertiesRequest(non_ref_properties=["entity_id", "passages"])
 _DISTANCE = search_get_pb2.MetadataRequest(distance=True)
 _SCORE = search_get_pb2.MetadataRequest(score=True)
 _SCORE_AND_VECTOR = search_get_pb2.MetadataRequest(score=True, vector=True)
@@ -203,7 +206,34 @@ def _stored_form(doc: VectorDoc) -> tuple[Any, ...]:
         doc.source_agent_id or "",
         _float_or_none(doc.valid_from),
         _float_or_none(doc.valid_to),
+        _blob(doc.passages),
     )
+
+
+def _blob(passages: Vector | None) -> str:
+    """A doc's passage vectors as the BLOB property holds them: base64 of the (k, dim) float32
+    little-endian rows; empty for none."""
+    if passages is None or not len(passages):
+        return ""
+    return base64.b64encode(np.asarray(passages, dtype="<f4").tobytes()).decode("ascii")
+
+
+def _unblob(text: str, dim: int) -> Vector | None:
+    """:func:`_blob` read back as (k, ``dim``) rows; None for none, or for bytes that are not
+    rows of ``dim``."""
+    raw = base64.b64decode(text) if text else b""
+    if dim <= 0 or not raw or len(raw) % (4 * dim):
+        return None
+    return np.frombuffer(raw, dtype="<f4").astype(np.float32).reshape(-1, dim)
+
+
+def _stored_blob(fields: Any) -> str:
+    """The passages property of a reply's fields in :func:`_blob`'s form ("" when null or absent:
+    an object written before the property existed)."""
+    if "passages" not in fields:
+        return ""
+    value = fields["passages"]
+    return value.blob_value if value.WhichOneof("kind") == "blob_value" else ""
 
 
 def _float_or_none(value: float | None) -> float | None:
@@ -229,6 +259,8 @@ def _later_properties() -> list[Property]:
         ),
         Property(name="valid_from", data_type=DataType.NUMBER, index_range_filters=True),
         Property(name="valid_to", data_type=DataType.NUMBER, index_range_filters=True),
+        # passage vectors (hrt.records.passage_texts): stored, read back by id, never indexed
+        Property(name="passages", data_type=DataType.BLOB),
     ]
 
 
@@ -483,6 +515,7 @@ class WeaviateVectorIndex:
                     "source_agent_id": doc.source_agent_id or "",
                     "valid_from": _float_or_none(doc.valid_from),  # null when open: no sentinel
                     "valid_to": _float_or_none(doc.valid_to),
+                    **({"passages": _blob(doc.passages)} if doc.passages is not None else {}),
                 },
                 uuid=object_uuid(user_id, doc.id),
                 vector=np.asarray(doc.vector, dtype=np.float32).tolist(),
@@ -540,6 +573,7 @@ class WeaviateVectorIndex:
                 f["source_agent_id"].text_value if "source_agent_id" in f else "",
                 _number(f, "valid_from"),
                 _number(f, "valid_to"),
+                _stored_blob(f),
             )
             for f, vector in await self._by_ids(user_id, tenant, ids, _STORED_PB)
         }
@@ -595,8 +629,9 @@ class WeaviateVectorIndex:
                 agent or None,
                 start,
                 end,
+                _unblob(passages, len(vector) // 4),
             )
-            for ident, (kind, text, ts, vector, tags, agent, start, end) in stored.items()
+            for ident, (kind, text, ts, vector, tags, agent, start, end, passages) in stored.items()
         }
 
     async def search(
@@ -647,26 +682,52 @@ class WeaviateVectorIndex:
     async def similarities(self, user_id: str, ids: Sequence[str], vectors: Vector) -> dict[str, float]:
         """The objects of ``ids`` by their uuids, with their stored vectors (one gRPC request per
         :data:`WRITE_CHUNK` ids)."""
+        return {ident: own for ident, (own, _) in (await self._cosines(user_id, ids, vectors, False)).items()}
+
+    async def passage_similarities(
+        self, user_id: str, ids: Sequence[str], vectors: Vector
+    ) -> dict[str, tuple[float, float]]:
+        """As :meth:`similarities`, the same requests also returning each object's passages."""
+        return await self._cosines(user_id, ids, vectors, True)
+
+    async def _cosines(
+        self, user_id: str, ids: Sequence[str], vectors: Vector, passages: bool
+    ) -> dict[str, tuple[float, float]]:
+        """Each found id: its own vector's best cosine to the phrases, and (with ``passages``) its
+        passages' best, else the own one again."""
         queries = np.asarray(vectors, dtype=np.float32)
         if queries.ndim == 1:
             queries = queries[None, :]
         wanted = sorted(set(ids))
         if not wanted or queries.shape[0] == 0:
             return {}
+        dim = queries.shape[1]
         async with self._guard("similarities", self._query_timeout):
-            objects = await self._by_ids(user_id, tenant_name(user_id), wanted, _RETURNED_PB)
+            objects = await self._by_ids(
+                user_id, tenant_name(user_id), wanted, _PASSAGES_PB if passages else _RETURNED_PB
+            )
         found: list[str] = []
         stored: list[np.ndarray] = []
+        rows: list[Vector | None] = []
         for fields, vector in objects:
-            if vector is not None and len(vector) == 4 * queries.shape[1]:
+            if vector is not None and len(vector) == 4 * dim:
                 found.append(fields["entity_id"].text_value)
                 stored.append(np.frombuffer(vector, dtype="<f4"))
+                rows.append(_unblob(_stored_blob(fields), dim) if passages else None)
         if not found:
             return {}
-        matrix = np.stack(stored)
-        norms = np.linalg.norm(matrix, axis=1)[:, None] * np.linalg.norm(queries, axis=1)[None, :]
-        cosines = (matrix @ queries.T) / np.where(norms > 0.0, norms, 1.0)
-        return dict(zip(found, cosines.max(axis=1).tolist(), strict=True))
+        qnorm = np.linalg.norm(queries, axis=1)[None, :]
+
+        def best(matrix: np.ndarray) -> np.ndarray:
+            norms = np.linalg.norm(matrix, axis=1)[:, None] * qnorm
+            cosines = (matrix @ queries.T) / np.where(norms > 0.0, norms, 1.0)
+            return np.asarray(cosines.max(axis=1), dtype=np.float64)
+
+        own = best(np.stack(stored)).tolist()
+        return {
+            ident: (mine, mine if row is None else float(best(row).max()))
+            for ident, mine, row in zip(found, own, rows, strict=True)
+        }
 
     @staticmethod
     def _merge(by_vector: list[_Found], by_lexical: list[_Found]) -> list[VectorHit]:

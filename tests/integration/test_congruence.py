@@ -84,15 +84,15 @@ async def test_embedded_and_services_rank_alike(real_embedder, postgres_dsn, sta
     cosine = {"reached_evidence": "path_x_cosine", "search_k": 10, "semantic_evidence": "cosine"}
     embedded_x = await HRTService(embedded_settings.model_copy(update=cosine), embedder=real_embedder).start()
     services_x = await HRTService(services_settings.model_copy(update=cosine), embedder=real_embedder).start()
-    read: list[int] = []  # how many reached candidates each request's similarities read found in Weaviate
-    similarities = services_x.tool.vectors.similarities
+    read: list[int] = []  # how many candidates each request's similarities read found in Weaviate
+    similarities = services_x.tool.vectors.passage_similarities  # own cosines and passages, one read
 
     async def counted(user_id, ids, vectors):  # type: ignore[no-untyped-def]
         found = await similarities(user_id, ids, vectors)
         read.append(len(found))
         return found
 
-    services_x.tool.vectors.similarities = counted  # type: ignore[method-assign]
+    services_x.tool.vectors.passage_similarities = counted  # type: ignore[method-assign]
     users = sorted({u for u, _ in CASES})
     try:
         for u in users:
@@ -118,7 +118,18 @@ async def test_embedded_and_services_rank_alike(real_embedder, postgres_dsn, sta
                 identical += ids_a == ids_b
             print(f"congruence: {identical} of {len(CASES)} identical, largest score gap {worst:.4f}")
             assert identical >= len(CASES) - 1 - swaps  # the order may differ on a request or two
-        assert len(read) == len(CASES) and min(read) > 0  # each request read reached candidates' vectors
+        assert len(read) == len(CASES) and min(read) > 0  # each request read its candidates' vectors
+        # the passage vectors (every sample memory unit has several sentences) went through
+        # PostgreSQL and the outbox into Weaviate: both indexes hold them and read the same cosines
+        for user in users:
+            ids = sorted((await embedded.vectors.docs(user)).keys())
+            phrases = real_embedder.embed(["a launch date that moved", "training plan for the race"])
+            mine = await embedded.vectors.passage_similarities(user, ids, phrases)
+            theirs = await services.vectors.passage_similarities(user, ids, phrases)
+            assert mine.keys() == theirs.keys() and len(mine) == len(ids)
+            assert any(own != best for own, best in mine.values())  # passages of their own
+            for ident, (own, best) in mine.items():
+                assert theirs[ident] == pytest.approx((own, best), abs=1e-5), ident
         # facts that change: both deployments set aside, count and mark the same facts
         for user, phrases, extra, present, absent in VALIDITY_CASES:
             body = {"user_id": user, "key_phrases": phrases, "as_of": "2025-12-31T00:00:00Z", **extra}

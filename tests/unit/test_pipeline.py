@@ -356,10 +356,22 @@ async def test_own_similarities_are_one_read_of_what_the_rule_needs(loaded_servi
     grounding = await run_grounding(intake, vectors, svc.vectors, cfg.grounding)
     cands = await run_expansion(intake, grounding, svc.graph, cfg.expansion)
     assert all(c.distance <= c.hops for c in cands)  # a better path found deeper keeps the distance
+    from hrt.records import Kind
+
+    units = sorted(c.node.id for c in cands if c.node.kind is Kind.MEMORY_UNIT)
+    assert units
     for rule in ("path", "path_x_cosine", "scoped"):
         wanted = needs_own(cands, grounding.similarity, rule)
-        own = await own_similarities(intake, cands, grounding.similarity, vectors, svc.vectors, rule)
+        own, passages = await own_similarities(intake, cands, grounding.similarity, vectors, svc.vectors, rule)
         assert own == (await svc.vectors.similarities("u1", wanted, vectors) if wanted else {})
+        assert passages == {}
+        # with passages: the same own cosines, and every memory unit's passage evidence, in the same read
+        own, passages = await own_similarities(
+            intake, cands, grounding.similarity, vectors, svc.vectors, rule, passages=True
+        )
+        assert own == (await svc.vectors.similarities("u1", wanted, vectors) if wanted else {})
+        both = await svc.vectors.passage_similarities("u1", units, vectors)
+        assert sorted(passages) == units and passages == {i: both[i][1] for i in units}
 
 
 @pytest.mark.parametrize("rule", ["path", "path_x_cosine", "scoped"])
@@ -379,13 +391,13 @@ async def test_every_reached_evidence_rule_is_deterministic_and_hashed(loaded_se
 
 
 async def test_a_date_in_a_phrase_ranks_memories_of_that_time_first_and_is_reported(loaded_service):
-    phrases = ["Phoenix timeline", "Postgres billing tables"]
+    phrases = ["Phoenix timeline resource allocation", "Postgres billing"]
     plain = await loaded_service.retrieve(req(key_phrases=phrases, max_depth=1))
     dated = await loaded_service.retrieve(req(key_phrases=[phrases[0], phrases[1] + " in July 2025"], max_depth=1))
     assert plain.retrieval_metadata.time_windows == []
     assert not plain.retrieved_memory_units[0].creation_ts.startswith("2025-07")  # June first without the date
     (w,) = dated.retrieval_metadata.time_windows
-    assert (w.key_phrase, w.text) == ("Postgres billing tables in July 2025", "July 2025")
+    assert (w.key_phrase, w.text) == ("Postgres billing in July 2025", "July 2025")
     assert (w.start, w.end) == ("2025-06-30T00:00:00Z", "2025-08-02T00:00:00Z")
     july = [m.creation_ts.startswith("2025-07") for m in dated.retrieved_memory_units]
     assert any(july) and july == sorted(july, reverse=True)  # the month's memories first

@@ -10,14 +10,13 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-import numpy as np
 import pytest
 
 from hrt.errors import StoreError, StoreUnavailable
 from hrt.ingest import build_batch, parse_jsonl
 from hrt.metrics import Metrics
 from hrt.projector import Projector
-from hrt.records import Entity
+from hrt.stores.base import EntityRow
 from tests.helpers import HashingEmbedder, concept, jsonl
 
 USER = "u1"
@@ -29,8 +28,8 @@ class Outbox:
 
     def __init__(self, ids: Sequence[str]) -> None:
         batch = build_batch(parse_jsonl(jsonl([concept(USER, i, f"concept {i}") for i in ids])), HashingEmbedder())
-        self.entities: dict[str, tuple[Entity, np.ndarray, int]] = {
-            e.id: (e, batch.vectors[(USER, e.id)], 1) for e in batch.entities
+        self.entities: dict[str, EntityRow] = {
+            e.id: (e, batch.vectors[(USER, e.id)], 1, batch.passages.get((USER, e.id))) for e in batch.entities
         }
         self.rows = [
             {"seq": n + 1, "user_id": USER, "op": "upsert_entity", "key": {"id": i}, "version": 1}
@@ -77,7 +76,7 @@ class Lease:
         ]
         return rows[:limit]
 
-    async def entity_rows(self, user_id: str, ids: Sequence[str]) -> dict[str, tuple[Entity, np.ndarray, int]]:
+    async def entity_rows(self, user_id: str, ids: Sequence[str]) -> dict[str, EntityRow]:
         return {i: self.outbox.entities[i] for i in ids if i in self.outbox.entities}
 
     async def relation_rows(self, user_id: str, keys: Sequence[tuple[str, str, str]]) -> dict[Any, Any]:

@@ -14,8 +14,8 @@ import numpy as np
 from hrt.doctor import check_user, repair_user, same_doc
 from hrt.ingest import build_batch, parse_jsonl
 from hrt.projection import graph_edge, graph_node, vector_doc
-from hrt.records import EdgeType, Entity, Kind, Relation
-from hrt.stores.base import GraphEdge, GraphNode, VectorDoc
+from hrt.records import EdgeType, Kind, Relation
+from hrt.stores.base import EntityRow, GraphEdge, GraphNode, VectorDoc
 from tests.helpers import HashingEmbedder, concept, jsonl, mu, rel
 
 USER = "u1"
@@ -30,14 +30,15 @@ class Records:
                         concept(USER, "c1", "Alpha"),
                         mu(USER, "m1", "a memory", tags=["b", "a"]),
                         mu(USER, "m2", "another memory"),
+                        mu(USER, "m3", "A memory of two sentences. The second one says more."),
                         rel(USER, "MENTIONS", "m1", "c1", weight=0.5),
                     ]
                 )
             ),
             HashingEmbedder(),
         )
-        self.rows: dict[str, tuple[Entity, np.ndarray, int]] = {
-            e.id: (e, batch.vectors[(USER, e.id)], 1) for e in batch.entities
+        self.rows: dict[str, EntityRow] = {
+            e.id: (e, batch.vectors[(USER, e.id)], 1, batch.passages.get((USER, e.id))) for e in batch.entities
         }
         self.relations: list[Relation] = list(batch.relations)
         self.dead: list[dict[str, Any]] = []
@@ -51,7 +52,7 @@ class Records:
     async def ids(self, user_id: str) -> dict[str, str]:
         return {i: r[0].kind for i, r in self.rows.items()}
 
-    async def entity_rows(self, user_id: str, ids: Sequence[str]) -> dict[str, tuple[Entity, np.ndarray, int]]:
+    async def entity_rows(self, user_id: str, ids: Sequence[str]) -> dict[str, EntityRow]:
         return {i: self.rows[i] for i in ids if i in self.rows}
 
     async def all_relations(self, user_id: str) -> list[Relation]:
@@ -82,8 +83,8 @@ class Projections:
 
     def __init__(self, records: Records) -> None:
         self.records = records
-        self.nodes_: dict[str, GraphNode] = {i: graph_node(e) for i, (e, _, _) in records.rows.items()}
-        self.docs_: dict[str, VectorDoc] = {i: vector_doc(e, v) for i, (e, v, _) in records.rows.items()}
+        self.nodes_: dict[str, GraphNode] = {i: graph_node(e) for i, (e, *_) in records.rows.items()}
+        self.docs_: dict[str, VectorDoc] = {i: vector_doc(e, v, ps) for i, (e, v, _, ps) in records.rows.items()}
         self.edges_: dict[tuple[str, str, str], GraphEdge] = {
             (r.source, r.target, r.type.value): graph_edge(r) for r in records.relations
         }
@@ -172,6 +173,22 @@ def test_a_document_read_back_in_another_order_or_array_type_is_the_same_documen
     assert same_doc(doc, replace(doc, source_agent_id=""))  # Weaviate stores no agent as ""
     assert not same_doc(doc, replace(doc, ts=None))
     assert not same_doc(doc, replace(doc, vector=np.arange(4, dtype=np.float32) + np.float32(1e-6)))
+    # passages: none and an empty array are the same; any other difference is not
+    rows = np.arange(8, dtype=np.float32).reshape(2, 4)
+    assert same_doc(doc, replace(doc, passages=np.zeros((0, 4), dtype=np.float32)))
+    assert same_doc(replace(doc, passages=rows), replace(doc, passages=rows.astype(np.float64)))
+    assert not same_doc(doc, replace(doc, passages=rows))
+    assert not same_doc(replace(doc, passages=rows), replace(doc, passages=rows[:1]))
+
+
+async def test_passages_that_drift_or_are_missing_make_a_document_stale():
+    records = Records()
+    p = Projections(records)
+    assert records.rows["m3"][3] is not None and records.rows["m3"][3].shape == (2, 64)
+    assert records.rows["m2"][3] is None  # one sentence: no passages
+    p.docs_["m3"] = replace(p.docs_["m3"], passages=None)  # an object written before passages existed
+    drift = await check_user(records, p, VectorsOnly(p), USER)
+    assert drift.stale_in_vectors == {"memory_unit": ["m3"]}
 
 
 async def test_repair_mends_everything_under_both_leases_and_forgets_the_dead_events():

@@ -37,10 +37,10 @@ async def with_reranker(service, reranker):
 
 
 async def test_scores_are_blended_and_shown(loaded_service):
-    async def prefer_postgres(query, docs):
-        return [0.99 if "Postgres" in d else 0.01 for d in docs]
+    async def prefer_ben(query, docs):  # the memory unit ranked last without the reranker
+        return [0.99 if "Ben" in d else 0.01 for d in docs]
 
-    fake = ScriptedReranker(prefer_postgres)
+    fake = ScriptedReranker(prefer_ben)
     svc = await with_reranker(loaded_service, fake)
     plain = await svc.retrieve(req(rerank=False))
     out = await svc.retrieve(req())
@@ -48,7 +48,7 @@ async def test_scores_are_blended_and_shown(loaded_service):
     assert md.rerank_applied and md.stages["rerank"] == "ok" and not md.degraded
     assert fake.calls and fake.calls[0][0] == "Project Phoenix; Postgres"
     first = out.retrieved_memory_units[0]
-    assert "Postgres" in first.title and first.score_breakdown.rerank == 0.99
+    assert "Ben" in first.title and first.score_breakdown.rerank == 0.99
     for item in out.retrieved_memory_units:
         b = item.score_breakdown
         assert b.rerank is not None
