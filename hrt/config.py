@@ -157,6 +157,9 @@ class ScoringConfig(_Stage):
     # that says several things is found by the sentence that matches (hrt.records.passage_texts;
     # docs/eval-locomo.md, "Passage vectors"); 0 reads no passages
     passage_weight: float = Field(1.5, ge=0.0, le=10.0)
+    # how many memory units (the best by their semantic term so far) read their passages; the
+    # others use their own cosine. LoCoMo dev: 50 loses nothing against all (docs/eval-locomo.md)
+    passage_pool: int = Field(50, ge=1, le=1000)
     recency_half_life_days: float = Field(30.0, gt=0.0)
     neutral_preference: float = Field(0.5, ge=0.0, le=1.0)
 
@@ -195,7 +198,7 @@ STAGES: dict[str, type[_Stage]] = {
 # Settings added after config_hash was first recorded, with the value that leaves responses as they
 # were: at that value they stay out of the hash, so a new setting never changes the hash of a
 # configuration that does not use it
-HASHED_UNLESS_DEFAULT: dict[str, object] = {"path_evidence": "best", "passage_weight": 0.0}
+HASHED_UNLESS_DEFAULT: dict[str, object] = {"path_evidence": "best", "passage_weight": 0.0, "passage_pool": 50}
 
 
 class RetrievalConfig(BaseModel):

@@ -174,6 +174,13 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
             "passages (see [Scoring](api.md#scoring) and [docs/eval-locomo.md](eval-locomo.md))"
         ),
     ),
+    (
+        ("passage_pool",),
+        (
+            "how many memory units (the best by their semantic term so far) read their passages; the others "
+            "use their own vector's cosine as their passage evidence"
+        ),
+    ),
     (("recency_half_life_days",), "recency half-life"),
     (("neutral_preference",), "preference without a record"),
     (("reranker_base_url",), "llama.cpp server with a Qwen3-Reranker GGUF; unset means no reranker"),

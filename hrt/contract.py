@@ -111,6 +111,7 @@ class ConfigOverrides(_Strict):
     relevance_gate: float | None = Field(None, ge=0.0, lt=1.0)
     temporal_match: Literal["off", "tier"] | None = None
     passage_weight: float | None = Field(None, ge=0.0, le=10.0)
+    passage_pool: int | None = Field(None, ge=1, le=200)
     recency_half_life_days: float | None = Field(None, gt=0.0, le=36_500.0)
     rerank_blend: float | None = Field(None, ge=0.0, le=1.0)
     dedup_jaccard: float | None = Field(None, gt=0.0, le=1.0)

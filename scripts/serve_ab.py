@@ -10,7 +10,14 @@ servers, in alternating order, and the answers are compared byte for byte.
     python scripts/serve_ab.py --a /tmp/before --b . --db /tmp/b100/work/embedded-100k.db --size 100k
 
 ``--a-env`` / ``--b-env NAME=VALUE`` give one side extra settings (then the same tree twice compares
-two settings). Both servers hold the store's caches at once: about twice a server's RSS.
+two settings). One process serves an embedded store at a time, so side B needs a copy of it (the
+file and its ``.ann`` folder): ``--b-env HRT_DB_PATH=COPY``. Both servers hold the store's caches
+at once: about twice a server's RSS.
+
+    cp /tmp/b100/work/embedded-100k.db /tmp/b100/work/copy.db
+    cp -r /tmp/b100/work/embedded-100k.db.ann /tmp/b100/work/copy.db.ann
+    python scripts/serve_ab.py --a . --b . --a-env HRT_PASSAGE_WEIGHT=0 \
+        --b-env HRT_DB_PATH=/tmp/b100/work/copy.db --db /tmp/b100/work/embedded-100k.db --size 100k
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -23,7 +23,7 @@ from hrt.embedder import Embedder
 from hrt.errors import NotFound, StoreUnavailable
 from hrt.metrics import Metrics
 from hrt.pipeline.assembly import CONNECTED_CONCEPTS, assemble
-from hrt.pipeline.expansion import own_similarities, run_expansion
+from hrt.pipeline.expansion import own_similarities, passage_evidence, run_expansion
 from hrt.pipeline.grounding import Grounding, run_grounding
 from hrt.pipeline.hydration import run_hydration
 from hrt.pipeline.intake import Intake, run_intake
@@ -34,7 +34,7 @@ from hrt.pipeline.selection import filter_candidates, select, shortlist
 from hrt.pipeline.validity import current_neighbours, run_validity
 from hrt.records import EdgeType, Kind, Preference, entity_body
 from hrt.reranker import NoopReranker, Reranker
-from hrt.stores.base import GraphNode, GraphStore, RecordStore, VectorIndex
+from hrt.stores.base import GraphCandidate, GraphNode, GraphStore, RecordStore, Vector, VectorIndex
 
 MAX_CACHED_CONFIGS = 256
 
@@ -76,6 +76,29 @@ class HybridRetrievalTool:
         self._config_hash = self.config.fingerprint()
         # (preset, overrides) -> the effective config and its hash; bounded by what requests name
         self._configs: dict[str, tuple[RetrievalConfig, str]] = {}
+
+    async def _evidence(
+        self,
+        intake: Intake,
+        candidates: list[GraphCandidate],
+        hits: Mapping[str, float],
+        vectors: Vector,
+        cfg: RetrievalConfig,
+    ) -> tuple[dict[str, float], dict[str, float]]:
+        """The vector-index reads scoring needs beyond the search hits, beside the validity read:
+        the own cosines the reached-evidence rule needs, then (``passage_weight`` above 0) the
+        memory units' passage evidence (hrt/pipeline/expansion.py). The passage pool is chosen
+        among the candidates of the walk, before what was not valid is set aside."""
+        passages = cfg.scoring.passage_weight > 0.0
+        own, unit_own = await own_similarities(
+            intake, candidates, hits, vectors, self.vectors, cfg.expansion.reached_evidence, units=passages
+        )
+        if not passages:
+            return own, {}
+        passage = await passage_evidence(
+            intake, candidates, hits, own, unit_own, vectors, self.vectors, cfg.expansion, cfg.scoring.passage_pool
+        )
+        return own, passage
 
     @contextmanager
     def _stage(self, name: str, timings: dict[str, float]) -> Iterator[None]:
@@ -179,15 +202,7 @@ class HybridRetrievalTool:
             # needs beside the own cosines': two round trips in flight at once
             validity, (own, passage) = await asyncio.gather(
                 run_validity(intake, candidates, self.graph),
-                own_similarities(
-                    intake,
-                    candidates,
-                    grounding.similarity,
-                    embedding.result(),
-                    self.vectors,
-                    cfg.expansion.reached_evidence,
-                    passages=cfg.scoring.passage_weight > 0.0,
-                ),
+                self._evidence(intake, candidates, grounding.similarity, embedding.result(), cfg),
             )
             candidates = validity.candidates
         stages["expansion"] = "ok" if intake.depth > 0 else "skipped"

@@ -11,8 +11,9 @@ Own evidence (:func:`own_similarities`): the ``reached_evidence`` rules ``scoped
 (``hrt/pipeline/scoring.py``): those of the candidates that need it are read from the vector
 index in one call (``VectorIndex.similarities``), after the walk. A candidate the index has no
 vector for (its projection still pending) is left out, and scoring keeps its path. With
-``passage_weight`` above 0, the same read also returns every memory unit candidate's best passage
-cosine (hrt.records.passage_texts), which scoring mixes into its semantic term.
+``passage_weight`` above 0, the same read also takes every memory unit candidate's own cosine, and
+a second (:func:`passage_evidence`) the best passage cosine (hrt.records.passage_texts) of the
+``passage_pool`` best of them, which scoring mixes into the semantic term.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import replace
 from hrt.config import ExpansionConfig
 from hrt.pipeline.grounding import Grounding
 from hrt.pipeline.intake import Intake
+from hrt.pipeline.scoring import candidate_semantic
 from hrt.records import Kind
 from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphStore, Vector, VectorIndex
 
@@ -93,19 +95,47 @@ async def own_similarities(
     vectors: Vector,
     index: VectorIndex,
     rule: str,
-    passages: bool = False,
+    units: bool = False,
 ) -> tuple[dict[str, float], dict[str, float]]:
     """The own best cosine to the phrases of the candidates ``rule`` needs it for and, with
-    ``passages``, every memory unit candidate's best passage cosine
-    (``VectorIndex.passage_similarities``), in one read (none when nothing is needed)."""
+    ``units`` (passages in use), of every memory unit candidate too, in one read (none when
+    nothing is needed)."""
     wanted = needs_own(candidates, hits, rule)
-    if not passages:
-        return (await index.similarities(intake.user_id, wanted, vectors) if wanted else {}), {}
-    units = [c.node.id for c in candidates if c.node.kind is Kind.MEMORY_UNIT]
-    if not units and not wanted:
+    unit_ids = [c.node.id for c in candidates if c.node.kind is Kind.MEMORY_UNIT] if units else []
+    ids = sorted({*wanted, *unit_ids})
+    if not ids:
         return {}, {}
-    both = await index.passage_similarities(intake.user_id, sorted({*wanted, *units}), vectors)
-    return (
-        {i: both[i][0] for i in wanted if i in both},
-        {i: both[i][1] for i in units if i in both},
+    found = await index.similarities(intake.user_id, ids, vectors)
+    return {i: found[i] for i in wanted if i in found}, {i: found[i] for i in unit_ids if i in found}
+
+
+async def passage_evidence(
+    intake: Intake,
+    candidates: list[GraphCandidate],
+    hits: Mapping[str, float],
+    own: Mapping[str, float],
+    unit_own: Mapping[str, float],
+    vectors: Vector,
+    index: VectorIndex,
+    cfg: ExpansionConfig,
+    pool: int,
+) -> dict[str, float]:
+    """Every memory unit candidate's passage evidence (``passage_weight``): for the ``pool`` best
+    by their semantic term so far (ties by id), their best passage cosine, read in one call
+    (``VectorIndex.passage_similarities``); for the rest, their own cosine (``unit_own``), what a
+    memory unit without passages has. LoCoMo dev: passages beyond the first 50 change no answer
+    that matters (docs/eval-locomo.md, section 7), and reading them all cost ~6 ms at 100k."""
+    ranked = sorted(
+        (
+            -candidate_semantic(c, hits.get(c.node.id), own.get(c.node.id), cfg.reached_evidence, cfg.hop_decay),
+            c.node.id,
+        )
+        for c in candidates
+        if c.node.kind is Kind.MEMORY_UNIT
     )
+    top = sorted({ident for _, ident in ranked[:pool]})
+    out = dict(unit_own)
+    if top:
+        read = await index.passage_similarities(intake.user_id, top, vectors)
+        out.update({ident: best for ident, (_, best) in read.items()})
+    return out

@@ -164,3 +164,60 @@ def test_a_file_from_before_passages_gains_the_column_and_reads_its_own_vectors(
         assert got["m1"][0] == pytest.approx(float(v[0])) and got["m1"][1] == got["m1"][0]
     finally:
         store.close()
+
+
+async def test_only_the_pool_best_read_their_passages_and_the_rest_use_their_own_cosine(tmp_path: Path):
+    from datetime import UTC, datetime
+
+    from hrt.config import Settings
+    from hrt.contract import RetrieveRequest
+    from hrt.pipeline.expansion import own_similarities, passage_evidence, run_expansion
+    from hrt.pipeline.grounding import run_grounding
+    from hrt.pipeline.intake import run_intake
+    from hrt.pipeline.scoring import candidate_semantic
+    from hrt.service import HRTService
+
+    svc = HRTService(Settings(db_path=tmp_path / "pool.db"), embedder=HashingEmbedder())
+    await svc.start()
+    try:
+        topics = ["launch budget", "launch date", "budget review", "launch party", "budget cuts", "launch plan"]
+        await svc.ingest(
+            parse_jsonl(
+                jsonl(
+                    [
+                        mu("u1", f"m{i}", f"We talked about the {t}. It went well, then we spoke of lunch.", title=t)
+                        for i, t in enumerate(topics)
+                    ]
+                )
+            )
+        )
+        request = RetrieveRequest(user_id="u1", key_phrases=["launch budget"], max_depth=1)
+        cfg = svc.settings.retrieval()
+        intake = run_intake(request, cfg, datetime(2025, 8, 1, tzinfo=UTC))
+        vectors = svc.embedder.embed(list(intake.phrases))
+        grounding = await run_grounding(intake, vectors, svc.vectors, cfg.grounding)
+        cands = await run_expansion(intake, grounding, svc.graph, cfg.expansion)
+        units = [c for c in cands if c.node.kind is Kind.MEMORY_UNIT]
+        assert len(units) == len(topics)
+        rule = cfg.expansion.reached_evidence
+        own, unit_own = await own_similarities(intake, cands, grounding.similarity, vectors, svc.vectors, rule, True)
+        got = await passage_evidence(
+            intake, cands, grounding.similarity, own, unit_own, vectors, svc.vectors, cfg.expansion, 2
+        )
+        before = sorted(
+            units,
+            key=lambda c: (
+                -candidate_semantic(
+                    c, grounding.similarity.get(c.node.id), own.get(c.node.id), rule, cfg.expansion.hop_decay
+                ),
+                c.node.id,
+            ),
+        )
+        top = sorted(c.node.id for c in before[:2])
+        both = await svc.vectors.passage_similarities("u1", [c.node.id for c in units], vectors)
+        assert sorted(got) == sorted(c.node.id for c in units)
+        for ident, value in got.items():
+            assert value == pytest.approx(both[ident][1] if ident in top else both[ident][0]), ident
+        assert any(both[i][0] != pytest.approx(both[i][1]) for i in top)  # the pool read passages of their own
+    finally:
+        await svc.close()

@@ -362,16 +362,15 @@ async def test_own_similarities_are_one_read_of_what_the_rule_needs(loaded_servi
     assert units
     for rule in ("path", "path_x_cosine", "scoped"):
         wanted = needs_own(cands, grounding.similarity, rule)
-        own, passages = await own_similarities(intake, cands, grounding.similarity, vectors, svc.vectors, rule)
+        own, unit_own = await own_similarities(intake, cands, grounding.similarity, vectors, svc.vectors, rule)
         assert own == (await svc.vectors.similarities("u1", wanted, vectors) if wanted else {})
-        assert passages == {}
-        # with passages: the same own cosines, and every memory unit's passage evidence, in the same read
-        own, passages = await own_similarities(
-            intake, cands, grounding.similarity, vectors, svc.vectors, rule, passages=True
+        assert unit_own == {}
+        # with passages in use: the same own cosines, and every memory unit's, in the same read
+        own, unit_own = await own_similarities(
+            intake, cands, grounding.similarity, vectors, svc.vectors, rule, units=True
         )
         assert own == (await svc.vectors.similarities("u1", wanted, vectors) if wanted else {})
-        both = await svc.vectors.passage_similarities("u1", units, vectors)
-        assert sorted(passages) == units and passages == {i: both[i][1] for i in units}
+        assert unit_own == await svc.vectors.similarities("u1", units, vectors)
 
 
 @pytest.mark.parametrize("rule", ["path", "path_x_cosine", "scoped"])
