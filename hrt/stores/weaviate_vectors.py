@@ -424,6 +424,12 @@ class WeaviateVectorIndex:
                     ", ".join(p for p in VALIDITY_PROPERTIES if p in added),
                     self.collection_name,
                 )
+            if added & set(PASSAGE_PROPERTIES):
+                log.warning(
+                    "added passages to Weaviate collection %s; objects written before have none, so their "
+                    "memory units score with their own vector until they are ingested again",
+                    self.collection_name,
+                )
             if later:
                 config = await self._collection.config.get()
         problems = []

@@ -169,6 +169,30 @@ async def test_similarities_are_the_search_cosines_of_the_users_own_ids(deployme
     assert await deployment.vectors.similarities("u1", [], vecs) == {}
 
 
+async def test_passage_similarities_are_the_best_sentence_and_the_own_vector(deployment):
+    """A memory unit of several sentences keeps their vectors (written through the deployment's
+    write path: for services, PostgreSQL and the outbox into Weaviate); one without passages, or
+    of another kind, has its own cosine twice. Scoped by user like every read."""
+    from hrt.records import passage_texts
+
+    embedder = deployment.service.embedder
+    text = "The budget review moved to Friday. Ben brings the hiring plan. Lunch is on us."
+    records = parse_jsonl(jsonl([mu("u3", "p1", text, title="Planning"), mu("u2", "p1", text, title="Planning")]))
+    await deployment.service.ingest(records)
+    phrases = ["hiring plan", "budget review"]
+    vecs = embedder.embed(phrases)
+    got = await deployment.vectors.passage_similarities("u3", ["p1", "nope"], vecs)
+    assert list(got) == ["p1"]
+    sentences = embedder.embed(passage_texts(records[0]))
+    assert got["p1"][1] == pytest.approx(float((sentences @ vecs.T).max()), abs=1e-5)
+    assert got["p1"][0] == pytest.approx((await deployment.vectors.similarities("u3", ["p1"], vecs))["p1"], abs=1e-5)
+    assert got["p1"][1] > got["p1"][0]  # one sentence says it better than the whole
+    plain = await deployment.vectors.passage_similarities("u1", ["m1", "c-phx", "xm1"], vecs)
+    assert sorted(plain) == ["c-phx", "m1"]  # xm1 is u2's
+    assert all(own == pytest.approx(best, abs=1e-6) for own, best in plain.values())  # no passages
+    assert await deployment.vectors.passage_similarities("ghost", ["p1"], vecs) == {}
+
+
 CAPS = ExpansionCaps(depth=2, fanout_per_node=25, max_per_kind=100, hop_decay=0.5)
 
 

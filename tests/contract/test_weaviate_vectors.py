@@ -549,13 +549,16 @@ async def test_apply_schema_adds_the_interval_to_a_collection_from_before_it(
         with caplog.at_level("WARNING", logger="hrt.stores.weaviate_vectors"):
             await index.apply_schema()
         assert "added valid_from, valid_to" in caplog.text and "tag and agent" not in caplog.text
+        assert "added passages" in caplog.text
         props = {p.name: p for p in (await client.collections.use(name).config.get()).properties}
         assert props["valid_from"].index_range_filters and props["valid_to"].index_range_filters
+        assert props["passages"].data_type.value == "blob"
         caplog.clear()
         with caplog.at_level("WARNING", logger="hrt.stores.weaviate_vectors"):
             await index.apply_schema()
         assert not caplog.text, "nothing to add the second time"
         stored = await index.docs(user)
+        assert all(d.passages is None for d in stored.values())  # objects from before passages have none
         assert {i: (d.valid_from, d.valid_to) for i, d in stored.items()} == {
             "m-to": (None, None),
             "c-from": (None, None),

@@ -31,7 +31,7 @@ from hrt.config import Settings
 from hrt.doctor import check
 from hrt.errors import StoreError
 from hrt.ingest import build_batch, parse_jsonl
-from hrt.projection import graph_edge, graph_node, vector_doc
+from hrt.projection import graph_edge, graph_node, passage_bytes, vector_doc
 from hrt.records import EdgeType, Kind
 from hrt.service import HRTService
 from hrt.stores.postgres_migrate import migrate
@@ -194,9 +194,9 @@ async def projections_equal_records(svc: HRTService, user: str) -> None:
     nodes = await svc.graph.nodes(user)  # type: ignore[attr-defined]
     docs = await svc.vectors.docs(user)  # type: ignore[attr-defined]
     assert sorted(nodes) == sorted(docs) == sorted(rows)
-    for ident, (entity, vector, _version) in rows.items():
+    for ident, (entity, vector, _version, passages) in rows.items():
         assert nodes[ident] == graph_node(entity), ident
-        want, have = vector_doc(entity, vector), docs[ident]
+        want, have = vector_doc(entity, vector, passages), docs[ident]
         assert (have.kind, have.text, have.ts, sorted(have.tags), have.source_agent_id) == (
             want.kind,
             want.text,
@@ -205,6 +205,7 @@ async def projections_equal_records(svc: HRTService, user: str) -> None:
             want.source_agent_id,
         ), ident
         assert np.array_equal(have.vector, np.asarray(want.vector, dtype=np.float32)), ident
+        assert passage_bytes(have.passages) == passage_bytes(want.passages), ident
     relations = await svc.records.all_relations(user)  # type: ignore[attr-defined]
     assert await svc.graph.edges(user) == [graph_edge(r) for r in relations]  # type: ignore[attr-defined]
 
