@@ -453,6 +453,45 @@ async def _found(
     return set(_leg(hits, lexical=False)), set(_leg(hits, lexical=True))
 
 
+async def test_passages_are_stored_read_back_and_part_of_the_stored_form(loaded: Loaded) -> None:
+    """The passage vectors round-trip bit for bit through the BLOB property; a repeated delivery of
+    the same document writes nothing (the stored form compares them), a changed one is written,
+    and a document without passages has none."""
+    from weaviate.classes.query import MetadataQuery
+
+    from hrt.ingest import build_batch, parse_jsonl
+    from tests.helpers import jsonl, mu
+
+    user = f"scratch-{uuid.uuid4().hex[:8]}"
+    records = parse_jsonl(
+        jsonl(
+            [mu(user, "p1", "The first sentence is here. The second one is there.", title="T"), mu(user, "p2", "One.")]
+        )
+    )
+    batch = build_batch(records, loaded.embedder)
+    docs = [vector_doc(r, batch.vectors[(user, r.id)], batch.passages.get((user, r.id))) for r in records]
+    assert docs[0].passages is not None and docs[1].passages is None
+    tenant = loaded.index._collection.with_tenant(tenant_name(user))
+
+    async def updated() -> dict[str, object]:
+        res = await tenant.query.fetch_objects(limit=50, return_metadata=MetadataQuery(last_update_time=True))
+        return {str(o.properties["entity_id"]): o.metadata.last_update_time for o in res.objects}
+
+    try:
+        await loaded.index.upsert(user, docs)
+        got = await loaded.index.docs(user)
+        assert np.array_equal(got["p1"].passages, docs[0].passages) and got["p2"].passages is None
+        before = await updated()
+        await loaded.index.upsert(user, docs)
+        assert await updated() == before, "unchanged passages are not written again"
+        await loaded.index.upsert(user, [replace(docs[0], passages=docs[0].passages[:1])])
+        after = await updated()
+        assert {i for i in after if after[i] != before[i]} == {"p1"}, "changed passages are written"
+        assert (await loaded.index.docs(user))["p1"].passages.shape == (1, docs[0].passages.shape[1])
+    finally:
+        await loaded.index.delete_user(user)
+
+
 async def test_intervals_are_stored_and_read_back_and_part_of_the_stored_form(loaded: Loaded) -> None:
     from weaviate.classes.query import MetadataQuery
 
