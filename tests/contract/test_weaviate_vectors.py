@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -453,12 +454,18 @@ async def _found(
     return set(_leg(hits, lexical=False)), set(_leg(hits, lexical=True))
 
 
+async def _update_times(tenant: Any) -> dict[str, object]:
+    """Each object of a tenant, by entity id, with its last update time."""
+    from weaviate.classes.query import MetadataQuery
+
+    res = await tenant.query.fetch_objects(limit=50, return_metadata=MetadataQuery(last_update_time=True))
+    return {str(o.properties["entity_id"]): o.metadata.last_update_time for o in res.objects}
+
+
 async def test_passages_are_stored_read_back_and_part_of_the_stored_form(loaded: Loaded) -> None:
     """The passage vectors round-trip bit for bit through the BLOB property; a repeated delivery of
     the same document writes nothing (the stored form compares them), a changed one is written,
     and a document without passages has none."""
-    from weaviate.classes.query import MetadataQuery
-
     from hrt.ingest import build_batch, parse_jsonl
     from tests.helpers import jsonl, mu
 
@@ -473,19 +480,15 @@ async def test_passages_are_stored_read_back_and_part_of_the_stored_form(loaded:
     assert docs[0].passages is not None and docs[1].passages is None
     tenant = loaded.index._collection.with_tenant(tenant_name(user))
 
-    async def updated() -> dict[str, object]:
-        res = await tenant.query.fetch_objects(limit=50, return_metadata=MetadataQuery(last_update_time=True))
-        return {str(o.properties["entity_id"]): o.metadata.last_update_time for o in res.objects}
-
     try:
         await loaded.index.upsert(user, docs)
         got = await loaded.index.docs(user)
         assert np.array_equal(got["p1"].passages, docs[0].passages) and got["p2"].passages is None
-        before = await updated()
+        before = await _update_times(tenant)
         await loaded.index.upsert(user, docs)
-        assert await updated() == before, "unchanged passages are not written again"
+        assert await _update_times(tenant) == before, "unchanged passages are not written again"
         await loaded.index.upsert(user, [replace(docs[0], passages=docs[0].passages[:1])])
-        after = await updated()
+        after = await _update_times(tenant)
         assert {i for i in after if after[i] != before[i]} == {"p1"}, "changed passages are written"
         assert (await loaded.index.docs(user))["p1"].passages.shape == (1, docs[0].passages.shape[1])
     finally:
@@ -493,15 +496,9 @@ async def test_passages_are_stored_read_back_and_part_of_the_stored_form(loaded:
 
 
 async def test_intervals_are_stored_and_read_back_and_part_of_the_stored_form(loaded: Loaded) -> None:
-    from weaviate.classes.query import MetadataQuery
-
     user = f"scratch-{uuid.uuid4().hex[:8]}"
     docs = _interval_docs(loaded.embedder)
     tenant = loaded.index._collection.with_tenant(tenant_name(user))
-
-    async def updated() -> dict[str, object]:
-        res = await tenant.query.fetch_objects(limit=50, return_metadata=MetadataQuery(last_update_time=True))
-        return {str(o.properties["entity_id"]): o.metadata.last_update_time for o in res.objects}
 
     try:
         await loaded.index.upsert(user, docs)
@@ -510,12 +507,12 @@ async def test_intervals_are_stored_and_read_back_and_part_of_the_stored_form(lo
         # null, not a sentinel: the raw objects hold None for an open end
         raw = await tenant.query.fetch_object_by_id(object_uuid(user, "m-open"))
         assert raw is not None and raw.properties["valid_from"] is None and raw.properties["valid_to"] is None
-        before = await updated()
+        before = await _update_times(tenant)
         await loaded.index.upsert(user, docs)
-        assert await updated() == before, "an unchanged interval is not written again"
+        assert await _update_times(tenant) == before, "an unchanged interval is not written again"
         m_to = next(d for d in docs if d.id == "m-to")
         await loaded.index.upsert(user, [replace(m_to, valid_to=T0 + 21 * DAY)])
-        after = await updated()
+        after = await _update_times(tenant)
         assert {i for i in after if after[i] != before[i]} == {"m-to"}, "an interval that changed is written"
         assert (await loaded.index.docs(user))["m-to"].valid_to == T0 + 21 * DAY
         await loaded.index.upsert(user, [replace(m_to, valid_to=None)])
