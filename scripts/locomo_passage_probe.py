@@ -8,7 +8,8 @@ best sentence cosine to the key phrases. The candidates are then re-ranked by ``
 lambda x passage`` and recall@10 (categories 1-4 and multi-hop) compared with the pipeline's own
 order, with the paired bootstrap. The candidates stay those the pipeline scored (ranking only),
 unless ``--search K`` also adds each question's K best turns by their best sentence (a passage
-search leg). Nothing here is part of HRT; see docs/eval-locomo.md.
+search leg). It measured what became HRT's passage vectors (docs/eval-locomo.md, sections 6
+and 7); the pipeline runs here with ``passage_weight`` 0, as before they existed.
 
     python scripts/locomo_passage_probe.py --db /tmp/lab/locomo.db
 """
@@ -58,7 +59,8 @@ async def main(args: argparse.Namespace) -> None:
     texts = {(c.user_id, r.muid): r.content for c in imported for r in c.records if isinstance(r, MemoryUnit)}
     embedder = CachedEmbedder(load_embedder(Settings()), 1 << 16)
     fresh = not args.db.exists()
-    service = HRTService(Settings(db_path=args.db), embedder=embedder)
+    # passage evidence off: the probe adds its own to the order the pipeline gives without it
+    service = HRTService(Settings(db_path=args.db, passage_weight=0.0), embedder=embedder)
     await service.start()
     cfg = EvalConfig()
     scored: dict[str, Any] = {}
