@@ -318,16 +318,24 @@ class EmbeddedVectorIndex(EmbeddedPart):
     async def similarities(self, user_id: str, ids: Sequence[str], vectors: Vector) -> dict[str, float]:
         return await asyncio.to_thread(self._similarities, user_id, ids, vectors)
 
-    def _similarities(self, user_id: str, ids: Sequence[str], vectors: Vector) -> dict[str, float]:
+    def _own(
+        self, user_id: str, ids: Sequence[str], vectors: Vector
+    ) -> tuple[_UserMatrix, list[str], np.ndarray, np.ndarray, list[float]] | None:
+        """The user's matrix, the ``ids`` it holds (sorted), their rows, the phrase vectors as
+        rows, and each found id's best cosine to them; None when nothing is found."""
         queries = np.asarray(vectors, dtype=np.float32)
         if queries.ndim == 1:
             queries = queries[None, :]
         um = self._matrix(user_id)
         found, rows = um.rows_of(sorted(set(ids)))
         if not found or queries.shape[0] == 0:
-            return {}
+            return None
         best = (um.matrix[rows] @ queries.T).max(axis=1)  # the same dot products as the vector leg
-        return dict(zip(found, best.tolist(), strict=True))
+        return um, found, rows, queries, best.tolist()
+
+    def _similarities(self, user_id: str, ids: Sequence[str], vectors: Vector) -> dict[str, float]:
+        own = self._own(user_id, ids, vectors)
+        return {} if own is None else dict(zip(own[1], own[4], strict=True))
 
     async def passage_similarities(
         self, user_id: str, ids: Sequence[str], vectors: Vector
@@ -341,14 +349,10 @@ class EmbeddedVectorIndex(EmbeddedPart):
         kept in memory: ~3 per memory unit, ~4 KB) by the rowids the matrix holds, checked
         against the user and the id (a row rewritten since the matrix was built is skipped, and
         scores with its own vector), in chunks of :data:`READ_CHUNK`; then one product for all."""
-        queries = np.asarray(vectors, dtype=np.float32)
-        if queries.ndim == 1:
-            queries = queries[None, :]
-        um = self._matrix(user_id)
-        found, rows = um.rows_of(sorted(set(ids)))
-        if not found or queries.shape[0] == 0:
+        mine = self._own(user_id, ids, vectors)
+        if mine is None:
             return {}
-        own = (um.matrix[rows] @ queries.T).max(axis=1).tolist()  # as _similarities
+        um, found, rows, queries, own = mine
         expected = {int(r): ident for r, ident in zip(um.rowids[rows].tolist(), found, strict=True)}
         order = sorted(expected)
         blobs: list[bytes] = []
