@@ -160,6 +160,10 @@ class ScoringConfig(_Stage):
     # how many memory units (the best by their semantic term so far) read their passages; the
     # others use their own cosine. LoCoMo dev: 50 loses nothing against all (docs/eval-locomo.md)
     passage_pool: int = Field(50, ge=1, le=1000)
+    # source: an artifact reached from a memory unit over DERIVED_FROM scores at least that memory
+    # unit's semantic term (a summary of a relevant turn is found with it); own: its own evidence
+    # only (docs/eval-locomo.md, "Artifacts and their sources")
+    artifact_evidence: Literal["own", "source"] = "source"
     recency_half_life_days: float = Field(30.0, gt=0.0)
     neutral_preference: float = Field(0.5, ge=0.0, le=1.0)
 
@@ -198,7 +202,12 @@ STAGES: dict[str, type[_Stage]] = {
 # Settings added after config_hash was first recorded, with the value that leaves responses as they
 # were: at that value they stay out of the hash, so a new setting never changes the hash of a
 # configuration that does not use it
-HASHED_UNLESS_DEFAULT: dict[str, object] = {"path_evidence": "best", "passage_weight": 0.0, "passage_pool": 50}
+HASHED_UNLESS_DEFAULT: dict[str, object] = {
+    "path_evidence": "best",
+    "passage_weight": 0.0,
+    "passage_pool": 50,
+    "artifact_evidence": "own",
+}
 
 
 class RetrievalConfig(BaseModel):
@@ -275,6 +284,7 @@ RETRIEVAL_PRESETS: dict[str, Mapping[str, object]] = {
         "default_depth": 1,
         "hop_decay": 0.6,
         "passage_weight": 0.0,
+        "artifact_evidence": "own",
     },
 }
 

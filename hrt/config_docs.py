@@ -181,6 +181,14 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
             "use their own vector's cosine as their passage evidence"
         ),
     ),
+    (
+        ("artifact_evidence",),
+        (
+            "`source`: an artifact reached from a memory unit over DERIVED_FROM (the last hop of its path) takes "
+            "that memory unit's semantic term when it is higher than its own, so a summary or note of a relevant "
+            "memory comes back with it; `own`: its own evidence only (see [Scoring](api.md#scoring))"
+        ),
+    ),
     (("recency_half_life_days",), "recency half-life"),
     (("neutral_preference",), "preference without a record"),
     (("reranker_base_url",), "llama.cpp server with a Qwen3-Reranker GGUF; unset means no reranker"),

@@ -112,6 +112,7 @@ class ConfigOverrides(_Strict):
     temporal_match: Literal["off", "tier"] | None = None
     passage_weight: float | None = Field(None, ge=0.0, le=10.0)
     passage_pool: int | None = Field(None, ge=1, le=200)
+    artifact_evidence: Literal["own", "source"] | None = None
     recency_half_life_days: float | None = Field(None, gt=0.0, le=36_500.0)
     rerank_blend: float | None = Field(None, ge=0.0, le=1.0)
     dedup_jaccard: float | None = Field(None, gt=0.0, le=1.0)
@@ -327,9 +328,10 @@ class ItemProvenance(_Out):
     seed_id: str
     seed_phrases: list[str]  # the key phrases whose search made the seed a seed
     hops: list[PathHop]  # [] when the item is its own seed
-    # which evidence its semantic term is: its own search hit, its path from the seed, or that path
-    # times its own best cosine to the phrases (docs/api.md, Scoring)
-    evidence: Literal["search", "path", "path_x_cosine"]
+    # which evidence its semantic term is: its own search hit, its path from the seed, that path
+    # times its own best cosine to the phrases, or (an artifact) the semantic term of the memory unit
+    # it was reached from over DERIVED_FROM, the last hop (docs/api.md, Scoring)
+    evidence: Literal["search", "path", "path_x_cosine", "source"]
     search_evidence: float | None  # its own evidence from the search, when the search returned it
     path_score: float
     own_similarity: float | None  # its own best cosine to the phrases, when path_x_cosine used it

@@ -220,6 +220,7 @@ class HybridRetrievalTool:
                 stale=validity.stale,
                 passages=passage,
                 passage_weight=sc.passage_weight,
+                artifact_source=sc.artifact_evidence == "source",
             )
             scored = score_candidates(
                 candidates,

@@ -38,7 +38,7 @@ from hrt.contract import (
 )
 from hrt.pipeline.grounding import Grounding
 from hrt.pipeline.intake import Intake
-from hrt.pipeline.scoring import PLAIN, Evidence, Scored, evidence_source
+from hrt.pipeline.scoring import PLAIN, Evidence, EvidenceSource, Scored, evidence_source
 from hrt.pipeline.temporal import TimeWindow
 from hrt.pipeline.validity import Validity
 from hrt.records import Artifact, Concept, Entity, Kind, MemoryUnit, iso
@@ -351,11 +351,12 @@ def sorted_keys(value: Any) -> Any:
 
 def item_provenance(s: Scored, grounding: Grounding, evidence: Evidence, r: Callable[[float], float]) -> ItemProvenance:
     """What grounded an item or its seed, the path from that seed, and which evidence its semantic
-    term is (scoring.evidence_source: the rule of ``evidence`` decides)."""
+    term is (scoring.evidence_source: the rule of ``evidence`` decides; "source" for an artifact
+    that took its source memory unit's term, ``artifact_evidence``)."""
     c = s.candidate
     direct = grounding.similarity.get(s.id)
     own = evidence.own.get(s.id)
-    source = evidence_source(c, direct, own, evidence.rule)
+    source: EvidenceSource = "source" if s.source is not None else evidence_source(c, direct, own, evidence.rule)
     return ItemProvenance(
         kind=s.kind.value,
         phrases=list(grounding.hit_phrases.get(s.id, ())),

@@ -28,6 +28,12 @@ candidates that match well enough (``relevance``, below). The terms:
   of a multi-sentence text is embedded at write time behind its title or author,
   ``hrt.records.passage_texts``; a one-sentence text's passage is its own vector). A turn that
   says several things is no longer judged by the average of them.
+- artifacts (``artifact_evidence`` "source", :func:`lift_artifacts`): an artifact whose best path
+  ends with a DERIVED_FROM edge from a memory unit takes that memory unit's semantic term (passages
+  included) when it is higher than its own. What was derived from a relevant memory (a session's
+  summary, a note drawn from a turn) is at least as relevant as the memory; it is applied after
+  the time match, before the relevance gate, and changes no other kind's terms. A memory unit the
+  request's filters exclude is not a candidate, so it lifts nothing.
 - time (``temporal_match``): when the phrases name dates (``hrt/pipeline/temporal.py``), a
   candidate whose timestamp falls in one of those windows scores ``(1 + s) / 2``, any other
   ``s / 2``: in-window candidates first, each group in its own order. No date, no change.
@@ -57,7 +63,7 @@ from typing import Literal
 
 from hrt.config import Weights
 from hrt.pipeline.temporal import TimeWindow, in_any
-from hrt.records import Kind, Preference
+from hrt.records import EdgeType, Kind, Preference
 from hrt.stores.base import GraphCandidate, GraphNode
 
 SECONDS_PER_DAY = 86_400.0
@@ -99,6 +105,9 @@ class Evidence:
     # memory units' best passage cosines (``passage_weight`` > 0): see :func:`with_passage`
     passages: Mapping[str, float] = field(default_factory=dict)
     passage_weight: float = 0.0
+    # ``artifact_evidence`` "source": an artifact reached from a memory unit takes at least its
+    # semantic term (:func:`derived_source`)
+    artifact_source: bool = False
 
 
 PLAIN = Evidence()
@@ -124,7 +133,8 @@ def candidate_semantic(
     return clamp01(mine * hop_decay ** (distance - 1))
 
 
-EvidenceSource = Literal["search", "path", "path_x_cosine"]
+# "source": an artifact that took the semantic term of the memory unit it was reached from
+EvidenceSource = Literal["search", "path", "path_x_cosine", "source"]
 
 
 def evidence_source(c: GraphCandidate, direct: float | None, own: float | None, rule: str) -> EvidenceSource:
@@ -151,6 +161,16 @@ def with_passage(semantic: float, passage: float | None, weight: float) -> float
     if passage is None or weight <= 0.0:
         return semantic
     return (semantic + weight * (passage if passage > 0.0 else 0.0)) / (1.0 + weight)
+
+
+def derived_source(c: GraphCandidate) -> str | None:
+    """The memory unit an artifact was reached from when its best path's last edge is DERIVED_FROM
+    (the node before it on the path: the seed after one hop), else None. Whether that node is a
+    memory unit among the candidates is the caller's to check."""
+    path = c.path
+    if not path or path[-1].edge is not EdgeType.DERIVED_FROM:
+        return None
+    return c.seed_id if len(path) == 1 else path[-2].node_id
 
 
 def time_matched(semantic: float, ts: float | None, windows: Sequence[TimeWindow]) -> float:
@@ -225,6 +245,8 @@ class Scored:
     final: float
     rerank: float | None = None
     relevance: float = 1.0  # the relevance gate's factor on recency, salience and preference
+    # the memory unit whose semantic term an artifact took (``artifact_evidence`` "source")
+    source: str | None = None
 
     @property
     def id(self) -> str:
@@ -267,6 +289,29 @@ def best_semantic(scored: Iterable[Scored]) -> dict[Kind, float]:
         if x.semantic > out.get(x.kind, -1.0):
             out[x.kind] = x.semantic
     return out
+
+
+def lift_artifacts(
+    terms: list[tuple[GraphCandidate, float, float, float, float]], best: dict[Kind, float]
+) -> dict[int, str]:
+    """``artifact_evidence`` "source", in place: an artifact reached from a memory unit over
+    DERIVED_FROM (:func:`derived_source`) takes the memory unit's semantic term when it is higher
+    than its own: what was derived from a relevant memory is at least as relevant as that memory.
+    Updates the artifacts' best term (the gate's reference); returns the positions lifted, with
+    the memory unit each took its term from."""
+    unit_semantic = {c.node.id: sem for c, sem, *_ in terms if c.node.kind is Kind.MEMORY_UNIT}
+    lifted: dict[int, str] = {}
+    for position, (c, sem, rec, sal, pref) in enumerate(terms):
+        if c.node.kind is not Kind.ARTIFACT:
+            continue
+        source = derived_source(c)
+        carried = unit_semantic.get(source, -1.0) if source is not None else -1.0
+        if source is not None and carried > sem:
+            terms[position] = (c, carried, rec, sal, pref)
+            lifted[position] = source
+            if carried > best.get(Kind.ARTIFACT, -1.0):
+                best[Kind.ARTIFACT] = carried
+    return lifted
 
 
 def score_candidates(
@@ -352,6 +397,9 @@ def score_candidates(
             pref = artifact_weights.get(node.category, neutral)
         pref = 0.0 if pref < 0.0 else 1.0 if pref > 1.0 else pref
         terms.append((c, sem, rec, sal, pref))
+    sources: dict[int, str] = {}
+    if evidence.artifact_source:
+        sources = lift_artifacts(terms, best)
     # sorted by (-final, id, position): the position only orders a repeated id, so a Scored is never compared
     ranked: list[tuple[float, str, int, Scored]] = []
     for position, (c, sem, rec, sal, pref) in enumerate(terms):
@@ -363,6 +411,7 @@ def score_candidates(
         else:
             rel = 1.0
             final = a * sem + b * rec + g * sal + d * pref
-        ranked.append((-final, c.node.id, position, Scored(c, sem, rec, sal, pref, final, relevance=rel)))
+        scored = Scored(c, sem, rec, sal, pref, final, relevance=rel, source=sources.get(position))
+        ranked.append((-final, c.node.id, position, scored))
     ranked.sort()
     return [item for *_, item in ranked]
