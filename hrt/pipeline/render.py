@@ -123,7 +123,11 @@ def how_found(p: ItemProvenance | None, markdown: bool) -> str:
         return "found by search for " + ", ".join(quote(x) for x in (p.phrases or p.seed_phrases))
     steps = "".join(f" {'→' if h.direction == 'out' else '←'} {h.edge} {h.node_id}" for h in p.hops)
     phrases = ", ".join(quote(x) for x in p.seed_phrases)
-    return f"reached from {p.seed_id} (found by search for {phrases}):{steps}"
+    line = f"reached from {p.seed_id} (found by search for {phrases}):{steps}"
+    if p.evidence == "source":  # artifact_evidence: it took the term of the memory it derives from
+        source = p.hops[-2].node_id if len(p.hops) > 1 else p.seed_id
+        line += f"; scored as {source}, which it derives from"
+    return line
 
 
 def validity_note(doc: AugmentedMemoryContext, item_id: str) -> str:

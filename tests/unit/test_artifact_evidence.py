@@ -10,6 +10,7 @@ import pytest
 from hrt.config import Settings, Weights
 from hrt.contract import Limits, RetrieveRequest
 from hrt.ingest import parse_jsonl
+from hrt.pipeline.render import how_found
 from hrt.pipeline.scoring import Evidence, PreferenceBook, Scored, derived_source, score_candidates
 from hrt.records import EdgeType, Kind
 from hrt.service import HRTService
@@ -118,6 +119,9 @@ async def test_a_note_of_the_best_memory_comes_back_first_with_its_source_as_evi
         first = lifted.retrieved_artifacts[0]
         assert first.id == "a1"
         assert lifted.retrieval_metadata.provenance["a1"].evidence == "source"
+        assert how_found(lifted.retrieval_metadata.provenance["a1"], markdown=False).endswith(
+            "← DERIVED_FROM a1; scored as m1, which it derives from"
+        )
         assert first.final_retrieval_score == pytest.approx(lifted.retrieved_memory_units[0].final_retrieval_score)
         # the memory units are the same either way; only the artifacts' terms change
         assert [m.model_dump() for m in own.retrieved_memory_units] == [

@@ -98,8 +98,10 @@ async def test_every_returned_item_says_how_it_was_found(loaded_service):
             assert p.own_similarity is not None and p.hops
         else:
             assert p.own_similarity is None
+        if p.evidence == "source":  # an artifact that took the term of the memory unit before it
+            assert p.kind == "artifact" and p.hops[-1].edge == "DERIVED_FROM"
     sources = {p.evidence for p in prov.values()}
-    assert "search" in sources and sources <= {"search", "path", "path_x_cosine"}
+    assert "search" in sources and sources <= {"search", "path", "path_x_cosine", "source"}
     reached = [p for p in prov.values() if p.hops]
     assert reached, "the small graph reaches something at depth 2"
     for p in reached:
