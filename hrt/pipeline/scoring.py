@@ -305,8 +305,8 @@ def lift_artifacts(
         if c.node.kind is not Kind.ARTIFACT:
             continue
         source = derived_source(c)
-        carried = unit_semantic.get(source, -1.0) if source is not None else -1.0
-        if source is not None and carried > sem:
+        carried = None if source is None else unit_semantic.get(source)
+        if source is not None and carried is not None and carried > sem:
             terms[position] = (c, carried, rec, sal, pref)
             lifted[position] = source
             if carried > best.get(Kind.ARTIFACT, -1.0):
