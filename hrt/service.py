@@ -116,7 +116,7 @@ class _EmbeddedWriter:
     def __init__(self, store: EmbeddedStore) -> None:
         self._store = store
 
-    # in a worker thread: a large batch's transaction and the cache rebuilds after it take seconds,
+    # in a worker thread: a large batch's transaction (and its cache updates) can take seconds,
     # and reads (on their own connections) go on meanwhile
     async def apply(self, batch: WriteBatch) -> WriteResult:
         return await asyncio.to_thread(self._store.apply, batch)

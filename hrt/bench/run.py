@@ -99,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="embedded: serve the store a --keep run left in OUT/work for the same size, seed and vectors "
         "instead of ingesting again (its ingest figures are reported, marked reused); implies --keep",
     )
+    p.add_argument(
+        "--writes",
+        type=int,
+        default=None,
+        help="writes measured to visible, then a trickle of 5/s beside readers; 0: none (default 20; quick 10)",
+    )
     p.add_argument("--quick", action="store_true", help="fewer requests (40, warm-up 5): minutes, not tens")
     p.add_argument("--serve-with-embedder", default=None, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
@@ -149,6 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         reuse=args.reuse,
         server_env=dict(item.split("=", 1) for item in args.server_env if "=" in item),
         locomo=args.locomo,
+        writes=max(0, args.writes) if args.writes is not None else (10 if args.quick else 20),
+        trickle_s=10.0 if args.quick else 20.0,
     )
     results = run_plan(plan)
     print(json.dumps({"out": str(plan.out), "runs": [_brief(r) for r in results["runs"]]}, indent=2))

@@ -3,9 +3,10 @@ index, with vectors stored as BLOBs and served from an in-memory numpy matrix pe
 
 Everything a write touches (records, nodes, edges, vectors, FTS rows) commits in one SQLite
 transaction, so the three embedded "stores" can never drift apart. In-memory caches (adjacency
-lists, vector matrices) are per user; after a write commits, the writer's thread rebuilds the loaded
-caches of the users it touched while the old ones keep serving, and swaps them in before the write
-returns (:mod:`hrt.stores.user_cache`).
+lists, vector matrices) are per user; after a write commits, still under the write lock, the loaded
+caches of the users it touched take what it changed (a new snapshot from the previous one, in time
+proportional to the write) before the write returns, and are built afresh in the background once
+they gathered many writes (:mod:`hrt.stores.user_cache`).
 
 One connection writes, under :attr:`EmbeddedStore.lock`; reads go through :meth:`EmbeddedStore.reading`,
 a connection per thread (WAL lets them read beside the writer), so a read on the event loop never
@@ -22,8 +23,9 @@ import logging
 import sqlite3
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -150,6 +152,16 @@ ENTITY_MODELS: dict[Kind, type[MemoryUnit] | type[Concept] | type[Artifact]] = {
     Kind.CONCEPT: Concept,
     Kind.ARTIFACT: Artifact,
 }
+
+
+@dataclass
+class Changes:
+    """What one write changed of one user: entities written or deleted (``nodes``; ``gone`` the
+    deleted, whose edges went with them) and relations written or deleted (source, target, type)."""
+
+    nodes: set[str] = field(default_factory=set)
+    gone: set[str] = field(default_factory=set)
+    edges: set[tuple[str, str, str]] = field(default_factory=set)
 
 
 class EmbeddedPart:
@@ -344,54 +356,67 @@ class EmbeddedStore:
     def apply(self, batch: WriteBatch) -> WriteResult:
         """Validate and write one batch in one transaction; nothing of it is written on error."""
         self.claim(writer_purpose())
-        touched: set[str] = set()
+        touched: dict[str, Changes] = {}
         upserted = deleted = 0
+
+        def of(user_id: str) -> Changes:
+            return touched.setdefault(user_id, Changes())
+
         try:
-            with self.transaction() as db:
-                self._check_kinds(db, batch)
-                for entity in batch.entities:
-                    vector = batch.vectors.get((entity.user_id, entity.id))
-                    if vector is None:
-                        raise StoreError(f"no vector was computed for {entity.user_id}/{entity.id}")
-                    self._upsert_entity(db, entity, vector, batch.passages.get((entity.user_id, entity.id)))
-                    touched.add(entity.user_id)
-                    upserted += 1
-                self._check_edges(db, batch)
-                for rel in batch.relations:
-                    edge = graph_edge(rel)
-                    db.execute(
-                        f"INSERT INTO edges ({EDGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
-                        "ON CONFLICT (user_id, source, target, type) DO UPDATE SET weight = excluded.weight, "
-                        "relation_type = excluded.relation_type, valid_from = excluded.valid_from, "
-                        "valid_to = excluded.valid_to",
-                        (*edge_row(rel.user_id, edge),),
-                    )
-                    touched.add(rel.user_id)
-                    upserted += 1
-                for pref in batch.preferences:
-                    db.execute(
-                        "INSERT INTO preferences VALUES (?, ?, ?, ?) ON CONFLICT (user_id, target_kind, target) "
-                        "DO UPDATE SET weight = excluded.weight",
-                        (pref.user_id, pref.target_kind, pref.target, pref.weight),
-                    )
-                    touched.add(pref.user_id)
-                    upserted += 1
-                for d in batch.deletions:
-                    deleted += self._delete(db, d)
-                    touched.add(d.user_id)
+            with self.lock:
+                with self.transaction() as db:
+                    self._check_kinds(db, batch)
+                    for entity in batch.entities:
+                        vector = batch.vectors.get((entity.user_id, entity.id))
+                        if vector is None:
+                            raise StoreError(f"no vector was computed for {entity.user_id}/{entity.id}")
+                        self._upsert_entity(db, entity, vector, batch.passages.get((entity.user_id, entity.id)))
+                        of(entity.user_id).nodes.add(entity.id)
+                        upserted += 1
+                    self._check_edges(db, batch)
+                    for rel in batch.relations:
+                        edge = graph_edge(rel)
+                        db.execute(
+                            f"INSERT INTO edges ({EDGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                            "ON CONFLICT (user_id, source, target, type) DO UPDATE SET weight = excluded.weight, "
+                            "relation_type = excluded.relation_type, valid_from = excluded.valid_from, "
+                            "valid_to = excluded.valid_to",
+                            (*edge_row(rel.user_id, edge),),
+                        )
+                        of(rel.user_id).edges.add((rel.source, rel.target, rel.type.value))
+                        upserted += 1
+                    for pref in batch.preferences:
+                        db.execute(
+                            "INSERT INTO preferences VALUES (?, ?, ?, ?) ON CONFLICT (user_id, target_kind, target) "
+                            "DO UPDATE SET weight = excluded.weight",
+                            (pref.user_id, pref.target_kind, pref.target, pref.weight),
+                        )
+                        of(pref.user_id)
+                        upserted += 1
+                    for d in batch.deletions:
+                        deleted += self._delete(db, d)
+                        changes = of(d.user_id)
+                        if d.kind == "relation" and d.type is not None and d.source and d.target:
+                            changes.edges.add((d.source, d.target, d.type.value))
+                        elif d.kind in ("memory_unit", "concept", "artifact") and (ident := d.entity_id()):
+                            changes.nodes.add(ident)
+                            changes.gone.add(ident)
+                # still under the write lock, so caches take writes in commit order, each whole
+                self.update(touched)
         except sqlite3.Error as exc:
             raise StoreError(f"embedded store write failed: {exc}", store="the embedded store") from exc
-        self.refresh(sorted(touched))
         return WriteResult(upserted=upserted, deleted=deleted)
 
-    def refresh(self, user_ids: Sequence[str]) -> None:
-        """After a commit: rebuild the loaded caches of ``user_ids`` (in this thread, outside the
-        write lock) while the old ones keep serving other requests, and swap them in, so the
-        writer's next read sees its write (read-your-writes) and no read rebuilds a cache. Writes
-        that commit while a rebuild runs are covered by the next one, which they share."""
-        for user_id in user_ids:
-            self.graph.refresh(user_id)
-            self.vectors.refresh(user_id)
+    def update(self, changes: dict[str, Changes]) -> None:
+        """After a commit, under the write lock: the loaded caches of the users written take the
+        changes at once (milliseconds, whatever a user's size; :meth:`UserCache.update`), so the
+        writer's next read and every later one see the write, and no read rebuilds a cache."""
+        for user_id in sorted(changes):
+            change = changes[user_id]
+            if change.nodes or change.edges:
+                self.graph.update(user_id, change)
+            if change.nodes:
+                self.vectors.update(user_id, change.nodes)
 
     def _check_kinds(self, db: sqlite3.Connection, batch: WriteBatch) -> None:
         """An id names one entity of one kind per user, in the store and within the batch."""
@@ -506,9 +531,9 @@ def write_doc(db: sqlite3.Connection, user_id: str, doc: VectorDoc) -> None:
     row = db.execute("SELECT rowid FROM docs WHERE user_id = ? AND id = ?", (user_id, doc.id)).fetchone()
     if row is None:
         rowid = db.execute(
-            "INSERT INTO docs (user_id, id, kind, ts, vec, tags, source_agent_id, valid_from, valid_to, passages) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (user_id, doc.id, *values),
+            "INSERT INTO docs (rowid, user_id, id, kind, ts, vec, tags, source_agent_id, valid_from, valid_to, "
+            "passages) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (next_rowid(db), user_id, doc.id, *values),
         ).lastrowid
     else:
         rowid = row[0]
@@ -519,6 +544,20 @@ def write_doc(db: sqlite3.Connection, user_id: str, doc: VectorDoc) -> None:
         )
         db.execute("DELETE FROM fts WHERE rowid = ?", (rowid,))
     db.execute("INSERT INTO fts (rowid, text, scope) VALUES (?, ?, ?)", (rowid, doc.text, user_scope_token(user_id)))
+
+
+def next_rowid(db: sqlite3.Connection) -> int:
+    """A new document's rowid: above every rowid ever given (SQLite alone gives the largest
+    again after it is deleted), so a row's rowid names one document for good and new documents
+    always come last in rowid order, where the loaded caches add them."""
+    (largest,) = db.execute("SELECT max(rowid) FROM docs").fetchone()
+    row = db.execute("SELECT value FROM meta WHERE key = 'docs_rowid_high'").fetchone()
+    nxt = max(int(largest or 0), int(row[0]) if row else 0) + 1
+    db.execute(
+        "INSERT INTO meta VALUES ('docs_rowid_high', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (str(nxt),),
+    )
+    return nxt
 
 
 def node_row(user_id: str, node: GraphNode) -> tuple[object, ...]:

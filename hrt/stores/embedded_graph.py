@@ -24,18 +24,18 @@ import numpy as np
 from hrt.records import EdgeType, Kind
 from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphEdge, GraphNode
 from hrt.stores.base import valid_at as current
-from hrt.stores.embedded import EDGE_COLUMNS, NODE_COLUMNS, EmbeddedPart, edge_row, node_row
+from hrt.stores.embedded import EDGE_COLUMNS, NODE_COLUMNS, Changes, EmbeddedPart, edge_row, node_row
+from hrt.stores.graph_changes import EDGE_CODE, EDGE_TYPES, MENTIONS, SUPERSEDES, EdgeRow, GraphView
 from hrt.stores.graph_walk import WalkView, candidates, visible, walk
 from hrt.stores.user_cache import UserCache
 
 if TYPE_CHECKING:
     from hrt.stores.embedded import EmbeddedStore
 
-# Edge types coded in the order of their values, so comparing codes compares values (visit order).
-EDGE_TYPES: list[EdgeType] = sorted(EdgeType, key=lambda e: e.value)
-EDGE_CODE: dict[EdgeType, int] = {e: i for i, e in enumerate(EDGE_TYPES)}
-MENTIONS = EDGE_CODE[EdgeType.MENTIONS]
-SUPERSEDES = EDGE_CODE[EdgeType.SUPERSEDES]
+# A user's graph is built afresh in the background once this many nodes were written since its
+# base, or this fraction of the base (reads of written nodes take a slower path).
+COMPACT_MIN_NODES = 2_000
+COMPACT_FRACTION = 0.05
 
 _NODE_SELECT = "SELECT id, kind, label, ts, salience, category, tags, source_agent_id, valid_from, valid_to FROM nodes"
 
@@ -44,12 +44,39 @@ def _opt(value: object) -> float | None:
     return None if value is None else float(value)  # type: ignore[arg-type]
 
 
-def _real(value: np.floating) -> float | None:
+def _real(value: np.floating | float) -> float | None:
     return None if value != value else float(value)  # NaN: open
+
+
+def _nan1(value: object) -> float:
+    return np.nan if value is None else float(value)  # type: ignore[arg-type]
+
+
+def _due(g: GraphView) -> bool:
+    return g.changes > max(COMPACT_MIN_NODES, COMPACT_FRACTION * g.base.size)
 
 
 def _nan(values: list[object]) -> np.ndarray:
     return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+
+def _node(r: Sequence[object], kind_by_value: Mapping[str, Kind]) -> GraphNode:
+    """A ``nodes`` row (in :data:`_NODE_SELECT` order) as a node."""
+    return GraphNode(
+        id=str(r[0]),
+        kind=kind_by_value[str(r[1])],
+        label=str(r[2]),
+        ts=None if r[3] is None else float(r[3]),  # type: ignore[arg-type]
+        salience=float(r[4]),  # type: ignore[arg-type]
+        category=str(r[5]),
+        tags=() if r[6] == "[]" else tuple(json.loads(str(r[6]))),
+        source_agent_id=None if r[7] is None else str(r[7]),
+        valid_from=_opt(r[8]),
+        valid_to=_opt(r[9]),
+    )
+
+
+KIND_BY_VALUE: dict[str, Kind] = {k.value: k for k in Kind}
 
 
 class _UserGraph:
@@ -60,22 +87,7 @@ class _UserGraph:
         # every node built once here: built on first use instead, each request's new nodes cost
         # more than its whole walk (json tags, enum lookups), and a built node takes the memory
         # its row took
-        kind_by_value = {k.value: k for k in Kind}
-        self.nodes: list[GraphNode] = [
-            GraphNode(
-                id=str(r[0]),
-                kind=kind_by_value[str(r[1])],
-                label=str(r[2]),
-                ts=None if r[3] is None else float(r[3]),  # type: ignore[arg-type]
-                salience=float(r[4]),  # type: ignore[arg-type]
-                category=str(r[5]),
-                tags=() if r[6] == "[]" else tuple(json.loads(str(r[6]))),
-                source_agent_id=None if r[7] is None else str(r[7]),
-                valid_from=_opt(r[8]),
-                valid_to=_opt(r[9]),
-            )
-            for r in node_rows
-        ]
+        self.nodes: list[GraphNode] = [_node(r, KIND_BY_VALUE) for r in node_rows]
         self.ids: list[str] = [n.id for n in self.nodes]
         self.index: dict[str, int] = {ident: i for i, ident in enumerate(self.ids)}
         n = len(self.ids)
@@ -137,6 +149,9 @@ class _UserGraph:
         self.n_other = other[by_kind]
         self.n_key = node[by_kind] * 16 + code2[by_kind].astype(np.int64) * 2 + (~forward[by_kind])
         self.n_from, self.n_to = from2[by_kind], to2[by_kind]
+        self.n_weight = weight2[by_kind]
+        self.salience = salience
+        self.size = n  # node handles of the base: 0 .. size - 1, in id order
         self.edge_codes = frozenset(np.unique(code).tolist())  # the edge types the user has
         # each concept's newest mentioning memory unit (NaN: none with a timestamp); requests whose
         # as_of is after it, nearly all, need no per-request scan of a hub's mentions
@@ -213,34 +228,80 @@ class _UserGraph:
         return float(stamps.max()) if stamps.size else None
 
 
+def _kept(
+    links: Sequence[tuple[GraphNode, float, float]], limit: int, not_after: float | None, valid_at: float | None
+) -> list[GraphNode]:
+    """The first ``limit`` neighbours that exist as of ``not_after`` and hold, with their link,
+    at ``valid_at``."""
+    found: list[GraphNode] = []
+    for node, v_from, v_to in links:
+        if len(found) >= limit:
+            break
+        if not visible(node, not_after):
+            continue
+        if valid_at is not None and not (
+            current(node.valid_from, node.valid_to, valid_at) and current(_real(v_from), _real(v_to), valid_at)
+        ):
+            continue
+        found.append(node)
+    return found
+
+
 class EmbeddedGraphStore(EmbeddedPart):
     def __init__(self, store: EmbeddedStore) -> None:
         self._store = store
-        self._cache: UserCache[_UserGraph] = UserCache(self._load)
+        self._cache: UserCache[GraphView, Changes] = UserCache(self._load, self._changed, _due, store.lock)
 
     def invalidate(self, user_id: str) -> None:
         self._cache.invalidate(user_id)
 
-    def refresh(self, user_id: str) -> None:
-        """A write of the user committed: rebuild a loaded graph while the old one serves."""
-        self._cache.refresh(user_id)
+    def update(self, user_id: str, change: Changes) -> None:
+        """A write of the user committed (under the store's write lock): the loaded graph takes
+        it now (:meth:`GraphView.changed`)."""
+        self._cache.update(user_id, change)
 
-    def _graph(self, user_id: str) -> _UserGraph:
+    def wait_compacted(self, timeout: float = 60.0) -> bool:
+        return self._cache.wait_compacted(timeout)
+
+    def _graph(self, user_id: str) -> GraphView:
         return self._cache.get(user_id)
 
-    async def _graph_async(self, user_id: str) -> _UserGraph:
+    async def _graph_async(self, user_id: str) -> GraphView:
         """The user's graph; its first load (seconds for a large user) off the event loop."""
         g = self._cache.peek(user_id)
         return g if g is not None else await asyncio.to_thread(self._cache.get, user_id)
 
-    def _load(self, user_id: str) -> _UserGraph:
+    def _load(self, user_id: str) -> GraphView:
         with self._store.snapshot() as db:  # the nodes and edges of one committed state
             node_rows = db.execute(_NODE_SELECT + " WHERE user_id = ?", (user_id,)).fetchall()
             edge_rows = db.execute(
                 "SELECT source, target, type, weight, valid_from, valid_to FROM edges WHERE user_id = ?", (user_id,)
             ).fetchall()
-        graph = _UserGraph(node_rows, edge_rows)
-        return graph
+        return GraphView(_UserGraph(node_rows, edge_rows))
+
+    def _changed(self, user_id: str, g: GraphView, change: Changes) -> GraphView:
+        """``g`` with the nodes and edges ``change`` names as the file holds them now."""
+        nodes: dict[str, GraphNode | None] = dict.fromkeys(change.nodes)
+        edges: dict[tuple[str, str, int], EdgeRow | None] = {}
+        with self._store.reading() as db:
+            wanted = sorted(change.nodes)
+            for i in range(0, len(wanted), 500):
+                part = wanted[i : i + 500]
+                for r in db.execute(
+                    _NODE_SELECT + f" WHERE user_id = ? AND id IN ({', '.join('?' * len(part))})", (user_id, *part)
+                ):
+                    nodes[str(r[0])] = _node(r, KIND_BY_VALUE)
+            for source, target, type_ in sorted(change.edges):
+                row = db.execute(
+                    "SELECT weight, valid_from, valid_to FROM edges WHERE user_id = ? AND source = ? AND target = ? "
+                    "AND type = ?",
+                    (user_id, source, target, type_),
+                ).fetchone()
+                code = EDGE_CODE[EdgeType(type_)]
+                edges[(source, target, code)] = (
+                    None if row is None else EdgeRow(source, target, code, float(row[0]), _nan1(row[1]), _nan1(row[2]))
+                )
+        return g.changed(nodes, edges)
 
     def preload(self, user_id: str) -> None:
         """Load the user's graph now rather than on the first request."""
@@ -330,10 +391,11 @@ class EmbeddedGraphStore(EmbeddedPart):
     ) -> list[GraphCandidate]:
         g = await self._graph_async(user_id)
         links = g.links if valid_at is None else g.links_at(valid_at)
-        view: WalkView[int] = WalkView(links=links, visible=g.visible(not_after), kind=g.kind_of, order=lambda i: i)
-        start = [(i, score) for ident, score in seeds.items() if (i := g.index.get(ident)) is not None]
+        view: WalkView[int] = WalkView(links=links, visible=g.visible(not_after), kind=g.kind_of, order=g.order)
+        start = [(i, score) for ident, score in seeds.items() if (i := g.handle(ident)) is not None]
         best = walk(view, start, caps)
-        return candidates(best, g.node, g.name, g.mentions, lambda i: g.last_mention(i, not_after))
+        order = None if g.next_handle == g.base.size else g.order  # new nodes: handles are not in id order
+        return candidates(best, g.node, g.name, g.mentions, lambda i: g.last_mention(i, not_after), order)
 
     async def neighbors(
         self,
@@ -350,25 +412,36 @@ class EmbeddedGraphStore(EmbeddedPart):
         out: dict[str, list[GraphNode]] = {ident: [] for ident in ids}
         if code not in g.edge_codes:  # no edge of the type at all (SUPERSEDES, for most users)
             return out
-        known = [(ident, i) for ident in out if (i := g.index.get(ident)) is not None]
+        known = [(ident, i) for ident in out if (i := g.handle(ident)) is not None]
         if not known:
             return out
+        for ident, i in [(ident, i) for ident, i in known if i in g.dirty]:
+            out[ident] = _kept(
+                [(g.node(o), f, t) for o, f, t in g.neighbour_links(i, code, outgoing)], limit, not_after, valid_at
+            )
+        known = [(ident, i) for ident, i in known if i not in g.dirty]
+        if not known:
+            return out
+        base = g.base
         # every id's range of (node, edge type, direction) at once: retrieval asks for the
         # SUPERSEDES edges of ~700 candidates, most of which have none
         keys = np.fromiter((i * 16 + code * 2 + (0 if outgoing else 1) for _, i in known), np.int64, len(known))
-        starts = np.searchsorted(g.n_key, keys).tolist()
-        stops = np.searchsorted(g.n_key, keys + 1).tolist()
+        starts = np.searchsorted(base.n_key, keys).tolist()
+        stops = np.searchsorted(base.n_key, keys + 1).tolist()
         for (ident, _), start, stop in zip(known, starts, stops, strict=True):
             found = out[ident]
             for j in range(start, stop):
                 if len(found) >= limit:
                     break
-                node = g.node(int(g.n_other[j]))
+                other = int(base.n_other[j])
+                if other in g.dead:
+                    continue
+                node = g.node(other)
                 if not visible(node, not_after):
                     continue
                 if valid_at is not None and not (
                     current(node.valid_from, node.valid_to, valid_at)
-                    and current(_real(g.n_from[j]), _real(g.n_to[j]), valid_at)
+                    and current(_real(base.n_from[j]), _real(base.n_to[j]), valid_at)
                 ):
                     continue
                 found.append(node)

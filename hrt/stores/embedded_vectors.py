@@ -11,7 +11,7 @@ import functools
 import inspect
 import json
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, overload
 
@@ -21,8 +21,8 @@ from hrt.projection import passage_rows
 from hrt.records import Kind
 from hrt.stores.ann import AnnConfig, UserAnn
 from hrt.stores.base import PhraseVectors, SearchFilter, Vector, VectorDoc, VectorHit
-from hrt.stores.bm25 import BM25Index, top_k
-from hrt.stores.embedded import KIND_CODES, KINDS_BY_CODE, EmbeddedPart, user_scope_token, write_doc
+from hrt.stores.bm25 import BM25Index, BM25View, top_k
+from hrt.stores.embedded import KIND_CODES, KINDS_BY_CODE, EmbeddedPart, chunks, user_scope_token, write_doc
 from hrt.stores.user_cache import UserCache
 
 if TYPE_CHECKING:
@@ -36,20 +36,75 @@ READ_CHUNK = 500
 EXACT_BELOW = 2_000
 
 
+# A user's snapshot is built afresh in the background once this many rows were written since its
+# base, or this fraction of the base: reads over the changes cost a little more than over a base.
+COMPACT_MIN_ROWS = 2_000
+COMPACT_FRACTION = 0.05
+
+
+def compaction_due(um: _UserMatrix) -> bool:
+    return um.delta_rows > max(COMPACT_MIN_ROWS, COMPACT_FRACTION * um.base_n)
+
+
+# Scaled id ranks: a row of the loaded rows has (its rank among their ids) * ID_STEP, a row added
+# since between two of them a key in the gap, so keys order every row as the ids do.
+ID_STEP = 1 << 24
+
+# The vector leg ranks by float32 products, whose last bit depends on where a row sits in the
+# matrix (BLAS blocks); rows within this much of the k-th score are ranked again in float64, one
+# row at a time, so the order never depends on the rows' layout (nor on the history of writes).
+RESCORE_MARGIN = 1e-4
+
+
+def exact_scores(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Cosines in float64 row by row (products exact, each row summed alone)."""
+    out: np.ndarray = (vectors.astype(np.float64) * query.astype(np.float64)).sum(axis=1)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class DocRow:
+    """One document's current row in the ``docs`` table, as a write leaves it."""
+
+    rowid: int
+    id: str
+    kind: int
+    ts: float
+    vector: np.ndarray
+    text: str
+    valid_from: float
+    valid_to: float
+    tags: tuple[str, ...]
+    agent: str | None
+
+
 class _UserMatrix:
+    """One user's searchable rows, in rowid order: the rows loaded at the last build (the base:
+    their matrix, BM25 index and HNSW graph), then the rows added by writes since (``extra``);
+    a base row rewritten since reads its new vector from ``overrides``, a deleted one is not
+    ``live``. A write makes the next snapshot from this one in time proportional to what it wrote
+    (:meth:`changed`), and the background compaction builds a new base (docs/reliability.md)."""
+
     __slots__ = (
         "_by_id",
+        "added",
         "ann",
         "attributes",
+        "base_ids",
+        "base_n",
         "bm25",
+        "changed_attrs",
         "codes",
         "earliest_end",
+        "extra",
         "id_rank",
         "ids",
         "kinds_present",
         "latest_start",
+        "live",
         "matrix",
         "newest",
+        "overrides",
         "rowids",
         "ts",
         "valid_from",
@@ -68,50 +123,211 @@ class _UserMatrix:
         valid_from: np.ndarray | None = None,
         valid_to: np.ndarray | None = None,
     ):
+        """A base: every row loaded, none changed since."""
+        n = len(ids)
         self.ids = ids
         self.rowids = rowids
         self.ann = ann
         self.codes = codes
         self.ts = ts
-        self.matrix = matrix
+        self.matrix = matrix  # the base rows' vectors
+        self.base_n = n
+        self.extra = np.zeros((0, matrix.shape[1] if matrix.ndim == 2 else 0), dtype=np.float32)
+        self.overrides: dict[int, np.ndarray] = {}  # base row -> its vector rewritten since
+        self.added: dict[str, int] = {}  # id -> row, for the rows past the base
+        self.live: np.ndarray | None = None  # None: every row
+        self.changed_attrs: dict[int, tuple[tuple[str, ...], str | None]] = {}  # rows written since
         # what a request's filters are checked against before any per-row mask is built
         self.kinds_present = frozenset(int(c) for c in np.unique(codes))
         stamped = ts[~np.isnan(ts)]
         self.newest = float(stamped.max()) if stamped.size else -np.inf
         # own validity intervals (NaN: open), and the instants between which every row is valid
-        n = len(ids)
         self.valid_from = np.full(n, np.nan) if valid_from is None else valid_from
         self.valid_to = np.full(n, np.nan) if valid_to is None else valid_to
         starts, ends = self.valid_from[~np.isnan(self.valid_from)], self.valid_to[~np.isnan(self.valid_to)]
         self.latest_start = float(starts.max()) if starts.size else -np.inf
         self.earliest_end = float(ends.min()) if ends.size else np.inf
-        self.id_rank = np.empty(len(ids), dtype=np.int64)  # row -> position of its id in id order
-        self.id_rank[np.argsort(np.array(ids, dtype=object), kind="stable")] = np.arange(len(ids))
-        self.bm25 = BM25Index(texts, len(ids))
-        self._by_id: tuple[list[str], np.ndarray] | None = None  # ids in order, and their rows
+        rank = np.empty(n, dtype=np.int64)  # row -> position of its id in id order
+        rank[np.argsort(np.array(ids, dtype=object), kind="stable")] = np.arange(n)
+        self.id_rank = rank * ID_STEP
+        self.bm25 = BM25View.over(BM25Index(texts, n))
+        self._by_id: tuple[list[str], np.ndarray] | None = None  # base ids in order, and their rows
+        self.base_ids = self  # the snapshot whose _by_id serves the base rows (self for a base)
         self.attributes: _Attributes | None = None  # memory units' tags and agents, on first filter
 
+    @property
+    def delta_rows(self) -> int:
+        """Rows written since the base (added or rewritten): what the next compaction folds in."""
+        return len(self.ids) - self.base_n + len(self.overrides)
+
+    def sorted_base_ids(self) -> tuple[list[str], np.ndarray]:
+        """The base rows' ids in order and their rows (by binary search: a dict of a million ids
+        would hold ~100 MB more); made once per base and shared by its snapshots."""
+        holder = self.base_ids
+        if holder._by_id is None:
+            order = np.empty(holder.base_n, dtype=np.int64)
+            order[holder.id_rank[: holder.base_n] // ID_STEP] = np.arange(holder.base_n)
+            holder._by_id = ([holder.ids[int(r)] for r in order], order)
+        return holder._by_id
+
     def rows_of(self, ids: Sequence[str]) -> tuple[list[str], np.ndarray]:
-        """The ``ids`` this user has, and their rows (by binary search over the ids in order: a
-        dict of a million ids would hold ~100 MB more)."""
-        if self._by_id is None:
-            order = np.empty(len(self.ids), dtype=np.int64)
-            order[self.id_rank] = np.arange(len(self.ids))
-            self._by_id = ([self.ids[int(r)] for r in order], order)
-        ordered, rows = self._by_id
+        """The ``ids`` this user has, and their rows."""
+        ordered, rows = self.sorted_base_ids()
         found: list[str] = []
         at: list[int] = []
+        live, added = self.live, self.added
         for ident in ids:
-            i = bisect.bisect_left(ordered, ident)
-            if i < len(ordered) and ordered[i] == ident:
+            row = added.get(ident)
+            if row is None:
+                i = bisect.bisect_left(ordered, ident)
+                if i < len(ordered) and ordered[i] == ident:
+                    row = int(rows[i])
+            if row is not None and (live is None or live[row]):
                 found.append(ident)
-                at.append(int(rows[i]))
+                at.append(row)
         return found, np.array(at, dtype=np.int64)
 
-    def ranked(self, scores: np.ndarray, rows: np.ndarray, k: int) -> list[int]:
+    def gather(self, rows: np.ndarray) -> np.ndarray:
+        """The vectors of ``rows``, in that order."""
+        if not self.overrides and len(self.ids) == self.base_n:
+            same: np.ndarray = self.matrix[rows]
+            return same
+        out = np.empty((len(rows), self.matrix.shape[1]), dtype=np.float32)
+        in_base = rows < self.base_n
+        out[in_base] = self.matrix[rows[in_base]]
+        out[~in_base] = self.extra[rows[~in_base] - self.base_n]
+        for j, row in enumerate(rows.tolist()):
+            vec = self.overrides.get(row)
+            if vec is not None:
+                out[j] = vec
+        return out
+
+    def products(self, queries: np.ndarray) -> np.ndarray:
+        """Every row's (float32) product with every query, (queries, rows)."""
+        sims: np.ndarray = queries @ self.matrix.T
+        if len(self.ids) > self.base_n:
+            sims = np.concatenate([sims, queries @ self.extra.T], axis=1)
+        for row, vec in self.overrides.items():
+            sims[:, row] = queries @ vec
+        return sims
+
+    def ranked(self, scores: np.ndarray, rows: np.ndarray, k: int, query: np.ndarray | None = None) -> list[int]:
         """The first ``k`` of ``rows`` by their ``scores`` (aligned with ``rows``, descending), then
-        id; every row tied with the k-th score competes, so ties never depend on row order."""
+        id; every row tied with the k-th score competes, so ties never depend on row order. With
+        the ``query``, the rows near the k-th score are scored again by :func:`exact_scores`."""
+        if query is not None and rows.size:
+            kth = np.partition(scores, rows.size - k)[rows.size - k] if rows.size > k else scores.min()
+            close = scores >= kth - RESCORE_MARGIN
+            rows = rows[close]
+            scores = exact_scores(self.gather(rows), query)
         return top_k(rows, scores, self.id_rank, k)
+
+    def changed(self, written: Sequence[DocRow], gone: Sequence[str]) -> _UserMatrix:
+        """The next snapshot: ``written`` rows as they are now (rewritten at their rowid, or
+        added), ``gone`` ids deleted. Costs the copy of the per-row arrays (bytes a row) and
+        the work of what was written, never a rebuild."""
+        nxt = object.__new__(_UserMatrix)
+        for name in _UserMatrix.__slots__:
+            setattr(nxt, name, getattr(self, name))
+        nxt.attributes = None
+        position = {int(r): i for i, r in enumerate(self.rowids[self.base_n :].tolist(), start=self.base_n)}
+        ids = list(self.ids)
+        live = np.ones(len(ids), dtype=bool) if self.live is None else self.live.copy()
+        overrides = dict(self.overrides)
+        changed_attrs = dict(self.changed_attrs)
+        added = dict(self.added)
+        removed: list[int] = []
+        fresh: list[tuple[int, str]] = []
+        for ident in gone:
+            _, rows = self.rows_of([ident])
+            for row in rows.tolist():
+                live[row] = False
+                removed.append(row)
+                overrides.pop(row, None)
+                changed_attrs.pop(row, None)
+        appended: list[DocRow] = []
+        rewritten: dict[int, np.ndarray] = {}  # row past the base -> its new vector
+        placed: list[tuple[int, DocRow]] = []  # rewritten rows, where they are
+        for doc in written:
+            row = position.get(doc.rowid)
+            if row is None:
+                i = int(np.searchsorted(self.rowids[: self.base_n], doc.rowid))
+                if i < self.base_n and int(self.rowids[i]) == doc.rowid:
+                    row = i
+            if row is None:
+                appended.append(doc)
+                continue
+            placed.append((row, doc))
+            if live[row]:
+                removed.append(row)
+            live[row] = True
+            fresh.append((row, doc.text))
+            if row < self.base_n:
+                overrides[row] = doc.vector
+            else:
+                rewritten[row - self.base_n] = doc.vector
+            changed_attrs[row] = (doc.tags, doc.agent)
+            ids[row] = doc.id
+        n0 = len(ids)
+        for j, doc in enumerate(appended):
+            ids.append(doc.id)
+            fresh.append((n0 + j, doc.text))
+            changed_attrs[n0 + j] = (doc.tags, doc.agent)
+            added[doc.id] = n0 + j
+        if appended:
+            live = np.concatenate([live, np.ones(len(appended), dtype=bool)])
+        nxt.ids = ids
+        nxt.overrides = overrides
+        nxt.changed_attrs = changed_attrs
+        nxt.added = added
+        nxt.live = None if live.all() else live
+        nxt.codes = _set(self.codes, placed, appended, lambda d: d.kind)
+        nxt.ts = _set(self.ts, placed, appended, lambda d: d.ts)
+        nxt.valid_from = _set(self.valid_from, placed, appended, lambda d: d.valid_from)
+        nxt.valid_to = _set(self.valid_to, placed, appended, lambda d: d.valid_to)
+        nxt.rowids = np.concatenate([self.rowids, np.array([d.rowid for d in appended], dtype=np.int64)])
+        if appended or rewritten:
+            nxt.extra = np.concatenate([self.extra, *[d.vector[None, :] for d in appended]]).astype(np.float32)
+            for i, vec in rewritten.items():
+                nxt.extra[i] = vec
+        # by id among the rows past the base (rewritten ones keep their key)
+        ordered, _ = self.sorted_base_ids()
+        nxt.id_rank = np.concatenate([self.id_rank[: self.base_n], _keys_past(ordered, ids[self.base_n :])])
+        nxt.bm25 = self.bm25.changed(removed, fresh, len(ids))
+        # conservative bounds (a row gone does not narrow them): they only spare masks
+        for doc in written:
+            nxt.kinds_present = nxt.kinds_present | {doc.kind}
+            if doc.ts == doc.ts:
+                nxt.newest = max(nxt.newest, doc.ts)
+            if doc.valid_from == doc.valid_from:
+                nxt.latest_start = max(nxt.latest_start, doc.valid_from)
+            if doc.valid_to == doc.valid_to:
+                nxt.earliest_end = min(nxt.earliest_end, doc.valid_to)
+        return nxt
+
+
+def _set(
+    values: np.ndarray, placed: Sequence[tuple[int, DocRow]], appended: Sequence[DocRow], of: Callable[[DocRow], float]
+) -> np.ndarray:
+    """A per-row array with the written rows' values: set at a rewritten row, appended for an
+    added one (a copy: the previous snapshot keeps its own)."""
+    out = np.concatenate([values, np.array([of(d) for d in appended], dtype=values.dtype)])
+    for row, doc in placed:
+        out[row] = of(doc)
+    return out
+
+
+def _keys_past(ordered: list[str], ids: Sequence[str]) -> np.ndarray:
+    """Id-order keys for rows past the base: between the keys of the base ids around each."""
+    slot = [bisect.bisect_left(ordered, ident) for ident in ids]
+    keys = np.empty(len(ids), dtype=np.int64)
+    by_slot: dict[int, list[int]] = {}
+    for j, p in enumerate(slot):
+        by_slot.setdefault(p, []).append(j)
+    for p, members in by_slot.items():
+        for rank, j in enumerate(sorted(members, key=ids.__getitem__)):
+            keys[j] = (p - 1) * ID_STEP + 1 + rank
+    return keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,12 +337,22 @@ class _Attributes:
     tag_rows: dict[str, np.ndarray]
     agent_rows: dict[str, np.ndarray]
 
-    def rows_with(self, table: dict[str, np.ndarray], values: Sequence[str], n: int) -> np.ndarray:
+    def rows_with(
+        self,
+        table: dict[str, np.ndarray],
+        values: Sequence[str],
+        n: int,
+        changed: dict[int, tuple[tuple[str, ...], str | None]],
+        matches: Callable[[tuple[tuple[str, ...], str | None]], bool],
+    ) -> np.ndarray:
+        """The base rows carrying one of ``values``, the rows written since as they are now."""
         mask = np.zeros(n, dtype=bool)
         for value in values:
             rows = table.get(value)
             if rows is not None:
                 mask[rows] = True
+        for row, attrs in changed.items():
+            mask[row] = matches(attrs)
         return mask
 
 
@@ -148,14 +374,51 @@ class EmbeddedVectorIndex(EmbeddedPart):
     def __init__(self, store: EmbeddedStore, ann: AnnConfig | None = None) -> None:
         self._store = store
         self._ann = ann or AnnConfig()
-        self._cache: UserCache[_UserMatrix] = UserCache(self._load)
+        self._cache: UserCache[_UserMatrix, Collection[str]] = UserCache(
+            self._load, self._changed, compaction_due, store.lock
+        )
 
     def invalidate(self, user_id: str) -> None:
         self._cache.invalidate(user_id)
 
-    def refresh(self, user_id: str) -> None:
-        """A write of the user committed: rebuild loaded vectors while the old ones serve."""
-        self._cache.refresh(user_id)
+    def update(self, user_id: str, ids: Collection[str]) -> None:
+        """A write of the user committed these documents (under the store's write lock): the
+        loaded snapshot takes them now (:meth:`_UserMatrix.changed`)."""
+        self._cache.update(user_id, ids)
+
+    def _changed(self, user_id: str, um: _UserMatrix, ids: Collection[str]) -> _UserMatrix:
+        """``um`` with ``ids`` as the file holds them now: rewritten, added or gone."""
+        written: list[DocRow] = []
+        wanted = sorted(set(ids))
+        with self._store.reading() as db:
+            for part in chunks(wanted, READ_CHUNK):
+                rows = db.execute(
+                    "SELECT d.rowid, d.id, d.kind, d.ts, d.vec, f.text, d.valid_from, d.valid_to, d.tags, "
+                    f"d.source_agent_id FROM docs d JOIN fts f ON f.rowid = d.rowid WHERE d.user_id = ? "
+                    f"AND d.id IN ({', '.join('?' * len(part))}) ORDER BY d.rowid",
+                    (user_id, *part),
+                ).fetchall()
+                for rowid, ident, kind, ts, vec, text, start, end, tags, agent in rows:
+                    written.append(
+                        DocRow(
+                            rowid=int(rowid),
+                            id=ident,
+                            kind=KIND_CODES[Kind(kind)],
+                            ts=np.nan if ts is None else float(ts),
+                            vector=np.frombuffer(vec, dtype=np.float32),
+                            text=text,
+                            valid_from=np.nan if start is None else float(start),
+                            valid_to=np.nan if end is None else float(end),
+                            tags=tuple(json.loads(tags)) if tags else (),
+                            agent=agent,
+                        )
+                    )
+        written.sort(key=lambda d: d.rowid)
+        present = {d.id for d in written}
+        return um.changed(written, [i for i in wanted if i not in present])
+
+    def wait_compacted(self, timeout: float = 60.0) -> bool:
+        return self._cache.wait_compacted(timeout)
 
     def _matrix(self, user_id: str) -> _UserMatrix:
         return self._cache.get(user_id)
@@ -330,7 +593,7 @@ class EmbeddedVectorIndex(EmbeddedPart):
         found, rows = um.rows_of(sorted(set(ids)))
         if not found or queries.shape[0] == 0:
             return None
-        best = (um.matrix[rows] @ queries.T).max(axis=1)  # the same dot products as the vector leg
+        best = (um.gather(rows) @ queries.T).max(axis=1)  # rows in id order: the same whatever the layout
         return um, found, rows, queries, best.tolist()
 
     def _similarities(self, user_id: str, ids: Sequence[str], vectors: Vector) -> dict[str, float]:
@@ -415,9 +678,10 @@ class EmbeddedVectorIndex(EmbeddedPart):
         earlier_only = not_after is not None and not_after < um.newest
         if in_memory_only and (narrow_kinds or earlier_only or where):
             return None
-        allowed: np.ndarray | None = None  # None: every row
+        allowed: np.ndarray | None = um.live  # None: every row (no row deleted since the base)
         if narrow_kinds:
-            allowed = np.isin(um.codes, wanted)
+            narrow = np.isin(um.codes, wanted)
+            allowed = narrow if allowed is None else allowed & narrow
         if earlier_only:
             earlier = ~(um.ts > not_after)  # NaN (no timestamp) compares False: always allowed
             allowed = earlier if allowed is None else allowed & earlier
@@ -432,12 +696,19 @@ class EmbeddedVectorIndex(EmbeddedPart):
         n = len(um.ids)
         passing = np.ones(n, dtype=bool)
         if where.tags or where.source_agent_ids:
-            attrs = um.attributes or self._attributes(user_id, um)
+            holder = um.base_ids
+            attrs = holder.attributes or self._attributes(user_id, holder)
             match = np.ones(n, dtype=bool)
             if where.tags:
-                match &= attrs.rows_with(attrs.tag_rows, where.tags, n)
+                wanted = set(where.tags)
+                match &= attrs.rows_with(
+                    attrs.tag_rows, where.tags, n, um.changed_attrs, lambda a: bool(wanted & set(a[0]))
+                )
             if where.source_agent_ids:
-                match &= attrs.rows_with(attrs.agent_rows, where.source_agent_ids, n)
+                agents = set(where.source_agent_ids)
+                match &= attrs.rows_with(
+                    attrs.agent_rows, where.source_agent_ids, n, um.changed_attrs, lambda a: a[1] in agents
+                )
             passing &= (um.codes != KIND_CODES[Kind.MEMORY_UNIT]) | match
         if where.ts_from is not None or where.ts_to is not None:
             within = np.ones(n, dtype=bool)  # NaN compares False: no timestamp, not within
@@ -451,7 +722,8 @@ class EmbeddedVectorIndex(EmbeddedPart):
         return passing
 
     def _attributes(self, user_id: str, um: _UserMatrix) -> _Attributes:
-        """Read the user's memory units' tags and agents once per cached matrix (a write drops both)."""
+        """Read the base rows' tags and agents once per base (rows written since are read with
+        them, in :attr:`_UserMatrix.changed_attrs`)."""
         with self._store.reading() as db:
             rows = db.execute(
                 "SELECT rowid, tags, source_agent_id FROM docs WHERE user_id = ? AND kind = 'memory_unit'", (user_id,)
@@ -459,8 +731,8 @@ class EmbeddedVectorIndex(EmbeddedPart):
         tag_rows: dict[str, list[int]] = {}
         agent_rows: dict[str, list[int]] = {}
         for rowid, tags, agent in rows:
-            i = int(np.searchsorted(um.rowids, rowid))  # the matrix's rows are in rowid order
-            if i >= len(um.rowids) or um.rowids[i] != rowid:
+            i = int(np.searchsorted(um.rowids[: um.base_n], rowid))  # the base rows are in rowid order
+            if i >= um.base_n or um.rowids[i] != rowid:
                 continue  # written after the matrix was loaded: the next load has it
             for tag in json.loads(tags) if tags else ():
                 tag_rows.setdefault(tag, []).append(i)
@@ -495,7 +767,7 @@ class EmbeddedVectorIndex(EmbeddedPart):
             vector_rank = {i: r + 1 for r, i in enumerate(ranked)}
             lexical_rank = lexical.ranks[p]
             rows = np.array(sorted(set(vector_rank) | set(lexical_rank)), dtype=np.int64)
-            sims = um.matrix[rows] @ queries[p] if rows.size else np.zeros(0, dtype=np.float32)
+            sims = um.gather(rows) @ queries[p] if rows.size else np.zeros(0, dtype=np.float32)
             results.append(
                 [
                     VectorHit(
@@ -512,7 +784,8 @@ class EmbeddedVectorIndex(EmbeddedPart):
 
     def _vector_leg(self, um: _UserMatrix, queries: np.ndarray, allowed: np.ndarray | None, k: int) -> list[list[int]]:
         """Per phrase, the first ``k`` allowed rows by cosine then id: exact, or from ANN candidates
-        rescored exactly (and exact again for a phrase whose candidates fall short)."""
+        (the base rows the graph holds, unchanged since, and every row written since) rescored
+        exactly (and exact again for a phrase whose candidates fall short)."""
         out: list[list[int] | None] = [None] * len(queries)
         n_allowed = len(um.ids) if allowed is None else int(np.count_nonzero(allowed))
         if um.ann is not None and n_allowed >= EXACT_BELOW:
@@ -525,17 +798,22 @@ class EmbeddedVectorIndex(EmbeddedPart):
 
             candidates = um.ann.candidates(queries, k, self._ann.ef_search, filt)
             want = min(k, n_allowed)
+            written = np.array(sorted(um.overrides), dtype=np.int64)
+            since = np.concatenate([written, np.arange(um.base_n, len(um.ids), dtype=np.int64)])
+            if allowed is not None:
+                since = since[allowed[since]]
             for p in range(len(queries)):
                 rows = np.searchsorted(um.rowids, candidates[p]) if candidates.shape[1] else np.zeros(0, np.int64)
-                rows = np.unique(rows if allowed is None else rows[allowed[rows]])
+                rows = rows if allowed is None else rows[allowed[rows]]
+                rows = np.unique(np.concatenate([rows, since]))
                 if rows.size >= want:
-                    out[p] = um.ranked(um.matrix[rows] @ queries[p], rows, k)
+                    out[p] = um.ranked(um.gather(rows) @ queries[p], rows, k, queries[p])
         missing = [p for p, r in enumerate(out) if r is None]
         if missing:
-            sims = queries[missing] @ um.matrix.T
+            sims = um.products(queries[missing])
             rows = np.arange(len(um.ids)) if allowed is None else np.flatnonzero(allowed)
             for j, p in enumerate(missing):
-                out[p] = um.ranked(sims[j] if allowed is None else sims[j][rows], rows, k)
+                out[p] = um.ranked(sims[j] if allowed is None else sims[j][rows], rows, k, queries[p])
         return [r for r in out if r is not None]
 
     def preload(self, user_id: str) -> None:

@@ -116,10 +116,11 @@ def candidates(
     name: Callable[[H], str],
     mentions: Callable[[H], tuple[str, ...]],
     last_mention: Callable[[H], float | None],
+    order: Callable[[H], Any] | None = None,
 ) -> list[GraphCandidate]:
     """The walk's result as the expansion contract: one candidate per node, sorted by id (handles
     sort as their ids, as :class:`WalkView` asks of ``order``: an adapter's index in id order, or
-    the id itself).
+    the id itself; ``order`` given, by it).
 
     It runs for every node of every request (~700 at 100k entities), so the loop is written out:
     names bound once, a path's steps made through one shared dict (paths share their steps), no
@@ -127,7 +128,7 @@ def candidates(
     out: list[GraphCandidate] = []
     steps: dict[tuple[EdgeType, H, bool], PathStep] = {}  # paths share their steps: make each once
     memory_unit, concept, make, make_step = Kind.MEMORY_UNIT, Kind.CONCEPT, GraphCandidate, PathStep
-    for handle in sorted(best):  # type: ignore[type-var]  # handles are ints or strings
+    for handle in sorted(best, key=order):  # type: ignore[type-var,arg-type]  # ints or strings, or by order
         score, hops, seed, path, first = best[handle]
         n = node(handle)
         kind = n.kind

@@ -120,3 +120,59 @@ def test_healthz_and_small_retrievals_answer_during_a_large_ingest(tmp_path):
             assert all(m["muid"].startswith("big-m") for m in doc["retrieved_memory_units"])
     finally:
         server.stop()
+
+
+def test_a_trickle_of_writes_is_taken_without_429s_and_each_is_read_at_once(tmp_path):
+    """An agent's write after every turn (five a second to one user) beside two readers: no write
+    is refused, each is returned by the first retrieval after it (with its concept, so the graph
+    has it too), and every read is answered."""
+    server = start_hrt_server(tmp_path / "t.db", tmp_path / "t.log")
+    nd = {**server.headers, "content-type": "application/x-ndjson"}
+    small = {"user_id": "tr", "key_phrases": ["phoenix timeline"], "as_of": "2025-12-31T00:00:00Z"}
+    try:
+        with server.client(timeout=120) as client:
+            assert client.post("/v1/ingest", content=ndjson("tr", 500, 20), headers=nd).status_code == 200
+            assert client.post("/v1/retrieve", json=small).status_code == 200  # caches loaded
+        stop = threading.Event()
+        reads: list[int] = []
+
+        def reader() -> None:
+            with server.client(timeout=60) as client:
+                while not stop.is_set():
+                    reads.append(client.post("/v1/retrieve", json=small).status_code)
+
+        readers = [threading.Thread(target=reader) for _ in range(2)]
+        for t in readers:
+            t.start()
+        statuses: list[int] = []
+        unseen: list[str] = []
+        try:
+            with server.client(timeout=60) as client:
+                for i in range(20):
+                    started = time.monotonic()
+                    muid = f"tr-w{i}"
+                    content = f"turn {i}: the quokka {i} asked about the lighthouse keeper schedule number {i}"
+                    records = [
+                        {"kind": "memory_unit", "user_id": "tr", "muid": muid, "title": f"turn {i}",
+                         "content": content, "creation_ts": "2025-07-01T10:00:00Z"},
+                        {"kind": "relation", "user_id": "tr", "type": "MENTIONS", "source": muid, "target": "tr-c"},
+                    ]  # fmt: skip
+                    statuses.append(client.post("/v1/ingest", json={"records": records}).status_code)
+                    ask = {**small, "key_phrases": [content], "limits": {"memory_units": 10}}
+                    doc = client.post("/v1/retrieve", json=ask).json()
+                    units = {m["muid"]: m for m in doc["retrieved_memory_units"]}
+                    concepts = {c["id"] for c in units.get(muid, {}).get("connected_concept_ids_and_names", [])}
+                    if "tr-c" not in concepts:
+                        unseen.append(muid)
+                    time.sleep(max(0.0, 0.2 - (time.monotonic() - started)))
+        finally:
+            stop.set()
+            for t in readers:
+                t.join(60)
+        assert statuses == [200] * 20, statuses
+        assert not unseen, f"writes not returned by the next retrieval: {unseen}"
+        assert reads and set(reads) == {200}, sorted(set(reads))
+        with server.client(timeout=60) as client:
+            assert client.get("/v1/users/tr/stats").json()["memory_unit"] == 520
+    finally:
+        server.stop()

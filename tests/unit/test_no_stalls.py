@@ -35,51 +35,51 @@ class SlowLoads:
         return seen
 
 
-def test_a_refresh_rebuilds_while_the_old_snapshot_serves():
+def counting_cache(loads: SlowLoads, due_at: int | None = None) -> UserCache[int, int]:
+    """A cache whose snapshot is the number of writes it took; compaction due at ``due_at``."""
+    return UserCache(
+        loads,
+        lambda user_id, snapshot, change: snapshot + change,
+        None if due_at is None else (lambda snapshot: snapshot >= due_at),
+        threading.RLock(),
+    )
+
+
+def test_a_write_updates_the_snapshot_without_a_load():
     loads = SlowLoads()
-    cache: UserCache[int] = UserCache(loads)
+    cache = counting_cache(loads)
     assert cache.get("u") == 0
-    loads.writes = 1
+    cache.update("u", 1)
+    cache.update("u", 2)
+    assert cache.get("u") == 3
+    assert loads.loads == 1  # the first load only
+
+
+def test_a_compaction_builds_beside_the_serving_snapshot_and_takes_the_writes_meanwhile():
+    loads = SlowLoads()
+    cache = counting_cache(loads, due_at=2)
+    cache.get("u")
+    loads.writes = 2  # what the file holds once the two writes below committed
     loads.gate.clear()
     loads.loading.clear()
-    writer = threading.Thread(target=cache.refresh, args=("u",))
-    writer.start()
+    cache.update("u", 2)  # due: the compaction starts in the background
     assert loads.loading.wait(5)
     started = time.perf_counter()
-    assert cache.get("u") == 0  # the old snapshot, at once, while the rebuild is held
+    assert cache.get("u") == 2  # the updated snapshot serves at once while the load is held
     assert time.perf_counter() - started < 1.0
+    cache.update("u", 5)  # a write committed during the compaction: the serving snapshot has it
+    assert cache.get("u") == 7
     loads.gate.set()
-    writer.join(5)
-    assert cache.get("u") == 1  # swapped in before the writer's refresh returned
-    assert cache.rebuilds == 1
+    assert cache.wait_compacted(5)
+    assert cache.compactions == 1
+    # the fresh load (2) with the write that committed meanwhile applied again (5)
+    assert cache.get("u") == 7
 
 
-def test_writes_during_a_rebuild_share_the_next_one():
+def test_an_update_of_an_unloaded_user_loads_nothing():
     loads = SlowLoads()
-    cache: UserCache[int] = UserCache(loads)
-    cache.get("u")
-    loads.gate.clear()
-    loads.loading.clear()
-    loads.writes = 1
-    first = threading.Thread(target=cache.refresh, args=("u",))
-    first.start()
-    assert loads.loading.wait(5)
-    loads.writes = 4  # three more writes commit while the first rebuild runs
-    later = [threading.Thread(target=cache.refresh, args=("u",)) for _ in range(3)]
-    for t in later:
-        t.start()
-    time.sleep(0.2)
-    loads.gate.set()
-    for t in [first, *later]:
-        t.join(5)
-    assert cache.get("u") == 4
-    assert loads.loads == 3  # the first load, the first rebuild, and one shared by the other three
-
-
-def test_a_refresh_of_an_unloaded_user_loads_nothing():
-    loads = SlowLoads()
-    cache: UserCache[int] = UserCache(loads)
-    cache.refresh("u")
+    cache = counting_cache(loads)
+    cache.update("u", 1)
     assert loads.loads == 0 and "u" not in cache
 
 
@@ -108,7 +108,7 @@ async def test_reads_do_not_wait_for_the_write_lock(loaded_service: HRTService):
         writer.join(5)
 
 
-async def test_a_write_is_read_by_its_writer_and_rebuilds_the_cache(loaded_service: HRTService):
+async def test_a_write_is_read_by_its_writer_and_updates_the_cache(loaded_service: HRTService):
     store = loaded_service.embedded
     assert store is not None
     store.graph.preload("u1")
@@ -116,10 +116,10 @@ async def test_a_write_is_read_by_its_writer_and_rebuilds_the_cache(loaded_servi
     before = store.vectors._cache.peek("u1")
     await loaded_service.ingest(parse_jsonl(jsonl([mu("u1", "m-new", "a brand new quokka memory")])))
     after = store.vectors._cache.peek("u1")
-    assert after is not None and after is not before  # rebuilt and swapped, not dropped
+    assert after is not None and after is not before  # a new snapshot swapped in, not dropped
     assert "m-new" in after.ids
     g = store.graph._cache.peek("u1")
-    assert g is not None and "m-new" in g.index
+    assert g is not None and g.handle("m-new") is not None
 
 
 async def test_writes_over_the_limit_are_refused_with_retry_after(loaded_service: HRTService):
@@ -194,17 +194,13 @@ async def test_a_writer_in_another_process_is_refused_naming_the_holder(tmp_path
     assert subprocess.run([sys.executable, "-c", probe, str(db)], capture_output=True).returncode == 0  # released
 
 
-def test_a_failed_rebuild_drops_the_snapshot_instead_of_failing_the_write():
+def test_a_failed_update_drops_the_snapshot_instead_of_failing_the_write():
     loads = SlowLoads()
-    cache: UserCache[int] = UserCache(loads)
+    cache: UserCache[int, int] = UserCache(loads, lambda user_id, snapshot, change: 1 // 0, None, threading.RLock())
     cache.get("u")
-
-    def broken(user_id: str) -> int:
-        raise OSError("disk full")
-
-    cache._load = broken  # type: ignore[method-assign]
-    cache.refresh("u")  # does not raise: the write it follows has committed
+    cache.update("u", 1)  # does not raise: the write it follows has committed
     assert "u" not in cache  # no stale snapshot left serving
+    assert cache.get("u") == 0 and loads.loads == 2  # the next read loads
 
 
 def test_close_waits_for_a_read_in_progress_and_later_reads_are_refused(tmp_path):
