@@ -150,6 +150,7 @@ def render_readme(results: dict[str, Any], png: Path | None) -> str:
                 + " | ".join(cells)
                 + f" | {_fmt(cpu['total'])} | {_fmt(round(cpu['total'] / cores, 1))} |"
             )
+    lines += _writes_table(results["runs"])
     goal_rows = [(r, g) for r in results["runs"] for g in r.get("goals", [])]
     if goal_rows:
         lines += [
@@ -203,3 +204,38 @@ def render_readme(results: dict[str, Any], png: Path | None) -> str:
         lines += ["", f"![latency against size]({png.name})"]
     lines += ["", "Every figure is in `results.json`; reproduce with the command above.", ""]
     return "\n".join(lines)
+
+
+def _writes_table(runs: list[dict[str, Any]]) -> list[str]:
+    """Write to visible, and the trickle beside readers (hrt.bench.writes), per run that has them."""
+    rows = [r for r in runs if r.get("status") == "ok" and r.get("writes")]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## Writes: one memory unit to visible, and a trickle of 5/s beside 2 readers (hrt.bench.writes)",
+        "",
+        "| deployment | entities | write to visible p50 / p95 ms | ingest p50 / p95 ms | trickle: writes, 429s, "
+        "errors | trickle: to visible p50 / p95 ms | read p95 idle / beside writes ms (ratio) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        w = r["writes"]
+        alone, t = w["write_to_visible"], w.get("trickle") or {}
+        vis, ing = alone["visible_ms"], alone["ingest_ms"]
+        trickle = "-"
+        beside = "-"
+        reads = "-"
+        if t:
+            tv = t["visible_ms"]
+            trickle = f"{tv.get('n', 0)}, {t['refused_429']}, {t['n_errors']}"
+            beside = f"{_fmt(tv.get('p50_ms'))} / {_fmt(tv.get('p95_ms'))}"
+            reads = (
+                f"{_fmt(t['reads_idle'].get('p95_ms'))} / {_fmt(t['reads_beside_writes'].get('p95_ms'))} "
+                f"({_fmt(t['read_p95_ratio'])})"
+            )
+        lines.append(
+            f"| {r['deployment']} | {r['size']} | {_fmt(vis.get('p50_ms'))} / {_fmt(vis.get('p95_ms'))} | "
+            f"{_fmt(ing.get('p50_ms'))} / {_fmt(ing.get('p95_ms'))} | {trickle} | {beside} | {reads} |"
+        )
+    return lines

@@ -105,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="writes measured to visible, then a trickle of 5/s beside readers; 0: none (default 20; quick 10)",
     )
+    p.add_argument(
+        "--trickle-s", type=float, default=None, help="seconds of the trickle of writes (default 20; quick 10; 0: none)"
+    )
     p.add_argument("--quick", action="store_true", help="fewer requests (40, warm-up 5): minutes, not tens")
     p.add_argument("--serve-with-embedder", default=None, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
@@ -156,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         server_env=dict(item.split("=", 1) for item in args.server_env if "=" in item),
         locomo=args.locomo,
         writes=max(0, args.writes) if args.writes is not None else (10 if args.quick else 20),
-        trickle_s=10.0 if args.quick else 20.0,
+        trickle_s=args.trickle_s if args.trickle_s is not None else (10.0 if args.quick else 20.0),
     )
     results = run_plan(plan)
     print(json.dumps({"out": str(plan.out), "runs": [_brief(r) for r in results["runs"]]}, indent=2))

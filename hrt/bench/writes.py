@@ -113,11 +113,14 @@ def measure_writes(
     with httpx.Client(base_url=base_url, headers=headers, timeout=120) as client:
         for n in range(writes):
             write_then_read(client, user_id, n, concept, stamp, alone)
+    figures: dict[str, Any] = {"write_to_visible": {**_figures(alone), "writes": writes}}
+    if seconds <= 0:
+        return figures
     idle = _reads(base_url, headers, read_bodies, readers, seconds / 2, None)
     trickle = WriteLog()
     beside = _reads(base_url, headers, read_bodies, readers, seconds, (rate, user_id, concept, stamp, trickle, writes))
     return {
-        "write_to_visible": {**_figures(alone), "writes": writes},
+        **figures,
         "trickle": {
             "rate_per_s": rate,
             "seconds": seconds,

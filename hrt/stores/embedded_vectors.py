@@ -125,7 +125,7 @@ class _UserMatrix:
     ):
         """A base: every row loaded, none changed since."""
         n = len(ids)
-        self.ids = ids
+        self.ids: list[str] | _Ids = ids
         self.rowids = rowids
         self.ann = ann
         self.codes = codes
@@ -231,8 +231,8 @@ class _UserMatrix:
             setattr(nxt, name, getattr(self, name))
         nxt.attributes = None
         position = {int(r): i for i, r in enumerate(self.rowids[self.base_n :].tolist(), start=self.base_n)}
-        ids = list(self.ids)
-        live = np.ones(len(ids), dtype=bool) if self.live is None else self.live.copy()
+        past = list(self.ids.past) if isinstance(self.ids, _Ids) else []  # ids of the rows past the base
+        live = np.ones(len(self.ids), dtype=bool) if self.live is None else self.live.copy()
         overrides = dict(self.overrides)
         changed_attrs = dict(self.changed_attrs)
         added = dict(self.added)
@@ -267,16 +267,16 @@ class _UserMatrix:
             else:
                 rewritten[row - self.base_n] = doc.vector
             changed_attrs[row] = (doc.tags, doc.agent)
-            ids[row] = doc.id
-        n0 = len(ids)
+        n0 = len(self.ids)
         for j, doc in enumerate(appended):
-            ids.append(doc.id)
+            past.append(doc.id)
             fresh.append((n0 + j, doc.text))
             changed_attrs[n0 + j] = (doc.tags, doc.agent)
             added[doc.id] = n0 + j
         if appended:
             live = np.concatenate([live, np.ones(len(appended), dtype=bool)])
-        nxt.ids = ids
+        base_list = self.ids.base if isinstance(self.ids, _Ids) else self.ids
+        nxt.ids = _Ids(base_list, past) if past else self.ids
         nxt.overrides = overrides
         nxt.changed_attrs = changed_attrs
         nxt.added = added
@@ -292,8 +292,8 @@ class _UserMatrix:
                 nxt.extra[i] = vec
         # by id among the rows past the base (rewritten ones keep their key)
         ordered, _ = self.sorted_base_ids()
-        nxt.id_rank = np.concatenate([self.id_rank[: self.base_n], _keys_past(ordered, ids[self.base_n :])])
-        nxt.bm25 = self.bm25.changed(removed, fresh, len(ids))
+        nxt.id_rank = np.concatenate([self.id_rank[: self.base_n], _keys_past(ordered, past)])
+        nxt.bm25 = self.bm25.changed(removed, fresh, len(nxt.ids))
         # conservative bounds (a row gone does not narrow them): they only spare masks
         for doc in written:
             nxt.kinds_present = nxt.kinds_present | {doc.kind}
@@ -304,6 +304,31 @@ class _UserMatrix:
             if doc.valid_to == doc.valid_to:
                 nxt.earliest_end = min(nxt.earliest_end, doc.valid_to)
         return nxt
+
+
+class _Ids(Sequence[str]):
+    """A snapshot's ids by row: the base's list (shared, never copied) and those past it."""
+
+    __slots__ = ("base", "past")
+
+    def __init__(self, base: list[str], past: list[str]) -> None:
+        self.base = base
+        self.past = past
+
+    def __len__(self) -> int:
+        return len(self.base) + len(self.past)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[str]: ...
+
+    def __getitem__(self, i: int | slice) -> str | Sequence[str]:
+        if isinstance(i, slice):
+            return [*self.base, *self.past][i]
+        n = len(self.base)
+        return self.base[i] if i < n else self.past[i - n]
 
 
 def _set(

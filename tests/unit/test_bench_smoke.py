@@ -96,6 +96,8 @@ def test_tiny_run_writes_results(tmp_path: Path) -> None:
         "--warmup", "1",
         "--concurrency", "2",
         "--vectors", "tests.helpers:HashingEmbedder",
+        "--writes", "3",
+        "--trickle-s", "2",
     ]  # fmt: skip
     assert bench.main(argv) == 0
     results = json.loads((out / "results.json").read_text())
@@ -122,6 +124,14 @@ def test_tiny_run_writes_results(tmp_path: Path) -> None:
     assert "| embedded | 300 |" in readme and "Command: `hrt bench" in readme
     assert "## CPU per request" in readme and f"| embedded | 300 | {report._fmt(cpu['hrt'])} | - | - | - |" in readme
     assert (out / "latency_vs_size.png").stat().st_size > 0
+    writes = run["writes"]  # each write returned, with its concept, by a retrieval after it
+    alone = writes["write_to_visible"]
+    assert alone["visible_ms"]["n"] == 3 and alone["n_errors"] == 0 and alone["refused_429"] == 0
+    assert 0 < alone["ingest_ms"]["p50_ms"] <= alone["visible_ms"]["p50_ms"]
+    trickle = writes["trickle"]
+    assert trickle["visible_ms"]["n"] >= 1 and trickle["n_errors"] == 0 and trickle["refused_429"] == 0
+    assert trickle["reads_idle"]["n"] > 0 and trickle["reads_beside_writes"]["n"] > 0
+    assert "## Writes" in readme and "| embedded | 300 | " + report._fmt(alone["visible_ms"]["p50_ms"]) in readme
 
 
 @contextlib.contextmanager
@@ -170,7 +180,7 @@ def test_measurement_waits_for_busy_stores_to_settle() -> None:
 def test_reuse_serves_the_kept_store_without_ingesting(tmp_path: Path) -> None:
     out = tmp_path / "results"
     argv = ["--sizes", "300", "--deployments", "embedded", "--out", str(out), "--requests", "3", "--warmup", "0"]
-    argv += ["--concurrency", "1", "--vectors", "tests.helpers:HashingEmbedder"]
+    argv += ["--concurrency", "1", "--vectors", "tests.helpers:HashingEmbedder", "--writes", "0"]
     assert bench.main([*argv, "--keep"]) == 0
     first = json.loads((out / "results.json").read_text())["runs"][0]
     assert (out / "work" / "embedded-300.db").exists() and "reused" not in first["ingest"]
