@@ -17,11 +17,10 @@ import argparse
 import json
 from pathlib import Path
 
-from hrt.bench.loadgen import request_body
 from hrt.bench.server import Server
 from hrt.bench.stats import parse_size, size_label
 from hrt.bench.synth import SynthConfig, key_phrases
-from hrt.bench.writes import measure_writes
+from hrt.bench.writes import measure_server
 
 
 def main() -> int:
@@ -39,18 +38,7 @@ def main() -> int:
     env = {"PYTHONPATH": str(args.tree.resolve()), "HRT_DB_PATH": str(args.db.resolve())}
     server = Server(env, Path("write-probe.log").resolve(), None, timeout=900, cwd=Path("/"))
     try:
-        as_of = cfg.as_of().strftime("%Y-%m-%dT%H:%M:%SZ")
-        bodies = [request_body(cfg.user_id, p, as_of, 2) for p in key_phrases(cfg, 200, salt="write-probe")]
-        figures = measure_writes(
-            server.base_url,
-            server.headers,
-            cfg.user_id,
-            f"{cfg.id_prefix}c0",
-            as_of,
-            bodies,
-            writes=args.writes,
-            seconds=args.trickle,
-        )
+        figures = measure_server(server, cfg, key_phrases(cfg, 200, salt="write-probe"), 2, args.writes, args.trickle)
         print(json.dumps({"tree": str(args.tree.resolve()), "db": str(args.db), **figures}, indent=2))
     finally:
         server.stop()

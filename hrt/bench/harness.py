@@ -30,7 +30,7 @@ from hrt.bench.server import Server
 from hrt.bench.stats import GOALS, evaluate_goals, size_label
 from hrt.bench.synth import SynthConfig, key_phrases
 from hrt.bench.targets import Target, embedded_target, services_target
-from hrt.bench.writes import measure_writes
+from hrt.bench.writes import measure_server
 
 SCHEMA = "hrt-bench/1"
 
@@ -106,22 +106,6 @@ def measure(
         "server_rss_after_warmup_mb": rss_after_warmup,
     }
     return {"sequential": sequential, "concurrent": concurrent_out}, extra
-
-
-def bench_writes(server: Server, cfg: SynthConfig, plan: Plan, phrases: list[list[str]]) -> dict[str, Any]:
-    """Write to visible and the trickle beside readers (:mod:`hrt.bench.writes`)."""
-    as_of = cfg.as_of().strftime("%Y-%m-%dT%H:%M:%SZ")
-    bodies = [request_body(cfg.user_id, p, as_of, plan.depth) for p in phrases]
-    return measure_writes(
-        server.base_url,
-        server.headers,
-        cfg.user_id,
-        f"{cfg.id_prefix}c0",
-        as_of,
-        bodies,
-        writes=plan.writes,
-        seconds=plan.trickle_s,
-    )
 
 
 def stack_memory(largest: int) -> dict[str, str]:
@@ -203,7 +187,7 @@ def bench_one(
         run.update(figures)
         if plan.writes:
             print(f"[bench] {deployment} {label}: writes", file=sys.stderr, flush=True)
-            run["writes"] = bench_writes(server, cfg, plan, phrases)
+            run["writes"] = measure_server(server, cfg, phrases, plan.depth, plan.writes, plan.trickle_s)
         run["server"] = {"start_to_ready_s": server.start_s, "peak_rss_mb": server.peak_rss_mb(), **extra}
         if target.service_pids:
             run["server"]["stores_rss_mb"] = {k: tree_rss_mb(pid) for k, pid in target.service_pids.items()}

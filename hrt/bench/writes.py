@@ -23,8 +23,10 @@ from typing import Any
 
 import httpx
 
-from hrt.bench.loadgen import post_retrieve
+from hrt.bench.loadgen import post_retrieve, request_body
+from hrt.bench.server import Server
 from hrt.bench.stats import summary
+from hrt.bench.synth import SynthConfig
 
 # a note is fourteen words of these, drawn per note, then a word of its own
 _VOCABULARY = (
@@ -94,6 +96,18 @@ def _holds(doc: dict[str, Any], muid: str, concept: str) -> bool:
         if unit["muid"] == muid:
             return concept in {c["id"] for c in unit.get("connected_concept_ids_and_names", [])}
     return False
+
+
+def measure_server(
+    server: Server, cfg: SynthConfig, phrases: list[list[str]], depth: int, writes: int, seconds: float
+) -> dict[str, Any]:
+    """:func:`measure_writes` on a served bench store: the user, a concept and the time of ``cfg``,
+    readers asking ``phrases`` at ``depth``."""
+    as_of = cfg.as_of().strftime("%Y-%m-%dT%H:%M:%SZ")
+    bodies = [request_body(cfg.user_id, p, as_of, depth) for p in phrases]
+    return measure_writes(
+        server.base_url, server.headers, cfg.user_id, f"{cfg.id_prefix}c0", as_of, bodies, writes, seconds=seconds
+    )
 
 
 def measure_writes(
