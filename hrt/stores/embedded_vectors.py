@@ -207,8 +207,9 @@ class _UserMatrix:
         sims: np.ndarray = queries @ self.matrix.T
         if len(self.ids) > self.base_n:
             sims = np.concatenate([sims, queries @ self.extra.T], axis=1)
-        for row, vec in self.overrides.items():
-            sims[:, row] = queries @ vec
+        if self.overrides:
+            rows = np.fromiter(self.overrides.keys(), dtype=np.int64, count=len(self.overrides))
+            sims[:, rows] = queries @ np.stack(list(self.overrides.values())).T
         return sims
 
     def ranked(self, scores: np.ndarray, rows: np.ndarray, k: int, query: np.ndarray | None = None) -> list[int]:
