@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import httpx
 import pytest
 
 from hrt import devstack
@@ -39,6 +40,16 @@ async def hashing_service(settings: Settings) -> AsyncIterator[HRTService]:
 async def loaded_service(hashing_service: HRTService) -> HRTService:
     await hashing_service.ingest(parse_jsonl(jsonl(small_graph("u1") + small_graph("u2", prefix="x"))))
     return hashing_service
+
+
+@pytest.fixture
+async def api(loaded_service: HRTService, settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """The app over ``loaded_service``, in process (requests carry no key unless a test adds one)."""
+    from hrt.api import create_app
+
+    app = create_app(settings, service=loaded_service)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://hrt") as c:
+        yield c
 
 
 # ------------------------------------------------------------------------------------------

@@ -590,8 +590,10 @@ class PostgresRecordStore:
             try:
                 async with self.connection("create_key") as conn, conn.transaction():
                     await conn.execute(
-                        "INSERT INTO hrt_api_keys VALUES (%s, %s, %s, %s, %s, %s, to_timestamp(%s), to_timestamp(%s), "
-                        "to_timestamp(%s), to_timestamp(%s), %s, %s)",
+                        "INSERT INTO hrt_api_keys (key_id, name, scopes, users, secret_hash, salt, created_at, "
+                        "expires_at, revoked_at, last_used_at, rate_limit, max_concurrency, parent) VALUES (%s, %s, "
+                        "%s, %s, %s, %s, to_timestamp(%s), to_timestamp(%s), to_timestamp(%s), to_timestamp(%s), "
+                        "%s, %s, %s)",
                         key.columns(),
                     )
             except StoreError as exc:
@@ -608,16 +610,24 @@ class PostgresRecordStore:
                 rows = await cur.fetchall()
         return [_key(r) for r in rows]
 
-    async def revoke_key(self, name: str, at: float) -> KeyRecord | None:
+    async def revoke_key(self, key_id: str, at: float) -> KeyRecord | None:
         with _keys_table():
             async with self.connection("revoke_key") as conn, conn.transaction():
                 cur = await conn.execute(
-                    f"UPDATE hrt_api_keys SET revoked_at = to_timestamp(%s) WHERE name = %s AND revoked_at IS NULL "
+                    f"UPDATE hrt_api_keys SET revoked_at = to_timestamp(%s) WHERE key_id = %s AND revoked_at IS NULL "
                     f"RETURNING {_KEY_COLUMNS}",
-                    (at, name),
+                    (at, key_id),
                 )
                 row = await cur.fetchone()
         return _key(row) if row is not None else None
+
+    async def rehash_key(self, key_id: str, old_hash: bytes, new_hash: bytes) -> None:
+        with _keys_table():
+            async with self.connection("rehash_key") as conn, conn.transaction():
+                await conn.execute(
+                    "UPDATE hrt_api_keys SET secret_hash = %s, salt = %s WHERE key_id = %s AND secret_hash = %s",
+                    (new_hash, b"", key_id, old_hash),
+                )
 
     async def touch_keys(self, used: Mapping[str, float]) -> None:
         if not used:
@@ -774,7 +784,7 @@ class PostgresOutboxLease:
 # API keys: hrt_api_keys as a KeyRecord (timestamps as epoch seconds)
 _KEY_COLUMNS = (
     "key_id, name, scopes, users, secret_hash, salt, extract(epoch FROM created_at), extract(epoch FROM expires_at), "
-    "extract(epoch FROM revoked_at), extract(epoch FROM last_used_at), rate_limit, max_concurrency"
+    "extract(epoch FROM revoked_at), extract(epoch FROM last_used_at), rate_limit, max_concurrency, parent"
 )
 
 
@@ -795,6 +805,7 @@ def _key(row: Sequence[Any]) -> KeyRecord:
         last_used_at=ts(row[9]),
         rate_limit=row[10],
         max_concurrency=row[11],
+        parent=row[12],
     )
 
 
@@ -803,9 +814,9 @@ def _keys_table() -> Iterator[None]:
     try:
         yield
     except StoreError as exc:
-        if isinstance(exc.__cause__, pg_errors.UndefinedTable):
+        if isinstance(exc.__cause__, pg_errors.UndefinedTable | pg_errors.UndefinedColumn):
             raise StoreError(
-                "PostgreSQL has no API key table yet: run `hrt migrate`",
+                "PostgreSQL's API key table is missing or older than this HRT: run `hrt migrate`",
                 store="PostgreSQL",
                 public="PostgreSQL's schema is not up to date (`hrt migrate`)",
             ) from exc
