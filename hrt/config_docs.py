@@ -23,7 +23,11 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
     (("graph_store",), "`embedded` or `neo4j`"),
     (("vector_index",), "`embedded` or `weaviate`"),
     (("db_path",), "the embedded SQLite file (also the embedded projections of a postgres deployment)"),
-    (("postgres_dsn",), "libpq DSN, e.g. `host=127.0.0.1 port=5432 user=postgres password=… dbname=postgres`"),
+    (
+        ("postgres_dsn",),
+        "libpq DSN, e.g. `host=127.0.0.1 port=5432 user=hrt password=… dbname=hrt`: a role that owns "
+        "HRT's database, not a superuser (deployment.md)",
+    ),
     (("postgres_pool_size",), "async pool size"),
     (("neo4j_uri", "neo4j_database"), "Bolt URI"),
     (

@@ -95,6 +95,22 @@ class PostgresRecordStore:
                 await self.lease_pool.open(wait=False)
             raise
         await self.lease_pool.open(wait=False)
+        await self._warn_if_superuser()
+
+    async def _warn_if_superuser(self) -> None:
+        """A warning, not a refusal (deployments made that way keep working): HRT needs a role
+        that owns its database, nothing more, and a superuser's DSN hands whoever gets it (a flaw
+        in HRT, a leaked setting) the whole server, its files and programs included
+        (docs/security.md)."""
+        async with self.reading("role check") as conn:
+            cur = await conn.execute("SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user")
+            row = await cur.fetchone()
+        if row is not None and row[1]:
+            log.warning(
+                "HRT_POSTGRES_DSN connects as %s, a PostgreSQL superuser: connect as a role that owns HRT's "
+                "database and nothing more (docs/deployment.md, 'The PostgreSQL role')",
+                row[0],
+            )
 
     async def close(self) -> None:
         await self.lease_pool.close()

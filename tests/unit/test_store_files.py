@@ -53,7 +53,11 @@ def example_settings() -> dict[str, dict[str, str]]:
         line.split("=", 1) for line in (ROOT / ".env.example").read_text().splitlines() if line and line[0] != "#"
     )
     return {
-        "POSTGRES_PASSWORD": {"postgres_dsn": f"host=postgres user=hrt password={values['POSTGRES_PASSWORD']}"},
+        "POSTGRES_HRT_PASSWORD": {
+            "postgres_dsn": f"host=postgres user=hrt password={values['POSTGRES_HRT_PASSWORD']} dbname=hrt"
+        },
+        # the superuser's, as docker-compose.yml gave HRT before the hrt role
+        "POSTGRES_PASSWORD": {"postgres_dsn": f"host=postgres user=postgres password={values['POSTGRES_PASSWORD']}"},
         "NEO4J_PASSWORD": {"neo4j_password": values["NEO4J_PASSWORD"]},
         "WEAVIATE_API_KEY": {"weaviate_api_key": values["WEAVIATE_API_KEY"]},
         "RERANKER_API_KEY": {"reranker_api_key": values["RERANKER_API_KEY"]},
