@@ -2,9 +2,15 @@
 
 A key is a random token ``hrt_<id>_<secret>``: ``hrt_`` makes it recognisable (secret scanners, logs
 to scrub), ``<id>`` (12 hex digits) finds its record without a scan, ``<secret>`` is 32 random bytes
-(base64url). The record store keeps only an scrypt hash of the token with a per-key salt, so a copy
-of the database does not yield a usable key; a server verifies a token with scrypt once, then keeps
-its SHA-256 in memory and compares that in constant time on every later request.
+(base64url). The record store keeps only the SHA-256 of the token, compared in constant time: with
+256 random bits no one chose, a slow hash adds nothing but a CPU lever for whoever knows a key id
+(ids are not secret). Keys stored by older versions carry an scrypt hash and its salt: the first
+request that proves such a key's secret replaces its hash with the SHA-256 (docs/security.md).
+
+A key made over HTTP (``POST /v1/keys``) records the admin key that made it (``parent``): it never
+expires after it, is never less limited, and stops working when any key above it is revoked or
+expires. Names are unique among the live keys of one parent (the operator's ``hrt keys`` is one),
+so a name says nothing about other tenants' keys; logs and metrics carry the key id.
 
 Scopes (``SCOPE_ROUTES`` in ``hrt.api.app`` lists the routes of each):
 
@@ -34,7 +40,7 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Literal, Protocol
 
@@ -47,15 +53,26 @@ SCOPES: tuple[Scope, ...] = ("retrieve", "ingest", "admin", "ops")
 TOKEN_PREFIX = "hrt_"
 _TOKEN = re.compile(r"hrt_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
 KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,63}")
-# scrypt at 16 MiB and ~30-60 ms here: paid once per key and server, then the SHA-256 of the token
-# stands in for it (see KeyRing.authenticate)
+# the hash of keys stored before SHA-256 (salt non-empty): verified once, then re-stored
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
-# failed verifications remembered, so a client retrying one wrong token costs no more scrypt
+# failed scrypt verifications remembered, so a client retrying one wrong token costs no more scrypt
 FAILED_MEMORY = 4096
+# bounds of a key's definition, whoever makes it: beyond them a value breaks dates or arithmetic
+MAX_KEY_LIFETIME_S = 10 * 365 * 86400  # ten years
+MIN_RATE_LIMIT, MAX_RATE_LIMIT = 0.01, 1_000_000.0  # requests per second (0: none)
+MAX_KEY_CONCURRENCY = 100_000
+# a key made by a key made by ... : deeper than this is refused at use
+MAX_LINEAGE = 32
 KeyStatus = Literal["active", "expired", "revoked"]
 
 
-def hash_token(token: str, salt: bytes) -> bytes:
+def hash_token(token: str) -> bytes:
+    """What the record store keeps of a token: its SHA-256."""
+    return hashlib.sha256(token.encode()).digest()
+
+
+def legacy_hash(token: str, salt: bytes) -> bytes:
+    """The scrypt hash older versions stored (with a per-key salt)."""
     return hashlib.scrypt(token.encode(), salt=salt, n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P, maxmem=64 * 2**20, dklen=32)
 
 
@@ -73,7 +90,7 @@ class KeyRecord:
     name: str
     scopes: tuple[Scope, ...]
     users: tuple[str, ...] | None  # None: every user
-    secret_hash: bytes
+    secret_hash: bytes  # SHA-256 of the token; scrypt when ``salt`` is not empty (older versions)
     salt: bytes
     created_at: float
     expires_at: float | None = None
@@ -81,6 +98,7 @@ class KeyRecord:
     last_used_at: float | None = None
     rate_limit: float | None = None  # requests per second; None: the server's default; 0: none
     max_concurrency: int | None = None  # requests in flight; None: the server's default; 0: none
+    parent: str | None = None  # the key id of the admin key that made it over HTTP; None: the operator
 
     def columns(self) -> tuple[object, ...]:
         """The record as a store's row, in field order (scopes and users as lists)."""
@@ -99,12 +117,13 @@ class KeyRecord:
             return "expired"
         return "active"
 
-    def describe(self, now: float) -> dict[str, object]:
-        """What ``hrt keys list`` shows: everything but the hash and its salt."""
+    def describe(self, now: float, status: KeyStatus | None = None) -> dict[str, object]:
+        """What ``hrt keys list`` shows: everything but the hash and its salt. ``status``: the key's
+        as its lineage decides it (:func:`lineage_status`), when known."""
         return {
             "name": self.name,
             "key_id": self.key_id,
-            "status": self.status(now),
+            "status": status or self.status(now),
             "scopes": list(self.scopes),
             "users": list(self.users) if self.users is not None else "*",
             "created_at": _iso(self.created_at),
@@ -113,7 +132,23 @@ class KeyRecord:
             "last_used_at": _iso(self.last_used_at),
             "rate_limit": self.rate_limit,
             "max_concurrency": self.max_concurrency,
+            "parent": self.parent,
+            "hash": "scrypt" if self.salt else "sha256",
         }
+
+
+def lineage_status(key: KeyRecord, by_id: Mapping[str, KeyRecord], now: float) -> KeyStatus:
+    """A key's status with those of the keys above it: revoked or expired when one of them is (a
+    parent that is gone, or a lineage deeper than ``MAX_LINEAGE``, counts as revoked)."""
+    current: KeyRecord | None = key
+    for _ in range(MAX_LINEAGE):
+        if current is None:
+            return "revoked"
+        status = current.status(now)
+        if status != "active" or current.parent is None:
+            return status
+        current = by_id.get(current.parent)
+    return "revoked"
 
 
 _ROW_TAIL = (
@@ -125,13 +160,17 @@ _ROW_TAIL = (
     "last_used_at",
     "rate_limit",
     "max_concurrency",
+    "parent",
 )
 
 
 def _iso(ts: float | None) -> str | None:
     if ts is None:
         return None
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, ValueError, OSError):  # a row from before the bounds: listed, not a crash
+        return "9999-12-31T23:59:59Z"
 
 
 class KeyStore(Protocol):
@@ -139,15 +178,20 @@ class KeyStore(Protocol):
     ``hrt_api_keys``). Keys belong to the deployment, not to a user."""
 
     async def create_key(self, key: KeyRecord) -> None:
-        """Store a new key; :class:`hrt.errors.Conflict` when an unrevoked key has its name."""
+        """Store a new key; :class:`hrt.errors.Conflict` when an unrevoked key of the same parent
+        has its name."""
         ...
 
     async def keys(self) -> list[KeyRecord]:
         """Every key, revoked and expired ones included, by creation time then name."""
         ...
 
-    async def revoke_key(self, name: str, at: float) -> KeyRecord | None:
-        """Revoke the unrevoked key of that name; None when there is none."""
+    async def revoke_key(self, key_id: str, at: float) -> KeyRecord | None:
+        """Revoke that key unless it is revoked already; None when there is no such live key."""
+        ...
+
+    async def rehash_key(self, key_id: str, old_hash: bytes, new_hash: bytes) -> None:
+        """Store ``new_hash`` (a SHA-256) with an empty salt for a key still stored with ``old_hash``."""
         ...
 
     async def touch_keys(self, used: Mapping[str, float]) -> None:
@@ -174,10 +218,27 @@ def validate_new_key(
         bad = [u for u in users if not valid_id(u)]
         if bad:
             raise InvalidInput(f"{bad[0]!r} is not a valid user id", field="user")
-    if expires_at is not None and expires_at <= now:
-        raise InvalidInput("the expiry is in the past", field="expires")
+    check_limits(expires_at, None, None, now)
     ordered = tuple(s for s in SCOPES if s in set(scopes))
     return ordered, tuple(sorted(set(users))) if users is not None else None
+
+
+def check_limits(expires_at: float | None, rate_limit: float | None, max_concurrency: int | None, now: float) -> None:
+    """The bounds every key's expiry and limits stay within, whoever makes the key."""
+    if expires_at is not None:
+        if not math.isfinite(expires_at) or expires_at <= now:
+            raise InvalidInput("the expiry is in the past", field="expires")
+        if expires_at - now > MAX_KEY_LIFETIME_S:
+            raise InvalidInput("a key expires at most ten years from now", field="expires")
+    if rate_limit is not None and not (
+        rate_limit == 0 or (math.isfinite(rate_limit) and MIN_RATE_LIMIT <= rate_limit <= MAX_RATE_LIMIT)
+    ):
+        raise InvalidInput(
+            f"the rate limit is 0 (none) or {MIN_RATE_LIMIT:g} to {MAX_RATE_LIMIT:g} requests per second",
+            field="rate_limit",
+        )
+    if max_concurrency is not None and not 0 <= max_concurrency <= MAX_KEY_CONCURRENCY:
+        raise InvalidInput(f"the concurrency limit is 0 (none) to {MAX_KEY_CONCURRENCY}", field="max_concurrency")
 
 
 def new_key(
@@ -188,32 +249,72 @@ def new_key(
     expires_at: float | None = None,
     rate_limit: float | None = None,
     max_concurrency: int | None = None,
+    parent: str | None = None,
     now: float | None = None,
 ) -> tuple[str, KeyRecord]:
     """A fresh token and the record to store for it (the token itself is never stored)."""
     now = time.time() if now is None else now
     ordered, users_t = validate_new_key(name, scopes, users, expires_at, now)
-    if rate_limit is not None and (not math.isfinite(rate_limit) or rate_limit < 0):
-        raise InvalidInput("the rate limit must be a number of requests per second, 0 for none", field="rate_limit")
-    if max_concurrency is not None and max_concurrency < 0:
-        raise InvalidInput("the concurrency limit must be 0 (none) or more", field="max_concurrency")
+    check_limits(expires_at, rate_limit, max_concurrency, now)
     key_id = secrets.token_hex(6)
     secret = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode().rstrip("=")
     token = f"{TOKEN_PREFIX}{key_id}_{secret}"
-    salt = secrets.token_bytes(16)
     record = KeyRecord(
         key_id=key_id,
         name=name,
         scopes=ordered,
         users=users_t,
-        secret_hash=hash_token(token, salt),
-        salt=salt,
+        secret_hash=hash_token(token),
+        salt=b"",
         created_at=now,
         expires_at=expires_at,
         rate_limit=rate_limit,
         max_concurrency=max_concurrency,
+        parent=parent,
     )
     return token, record
+
+
+def within_parent(
+    parent: Principal,
+    expires_at: float | None,
+    rate_limit: float | None,
+    max_concurrency: int | None,
+    defaults: tuple[float, int],
+) -> tuple[float | None, float | None, int | None]:
+    """A key made by ``parent`` never expires after it nor is less limited than it (``defaults``:
+    the server's rate and concurrency for keys without their own): the expiry and limits to store,
+    the parent's where the request gives none, or :class:`Forbidden` naming the field."""
+    if parent.expires_at is not None:
+        if expires_at is None:
+            expires_at = parent.expires_at
+        elif expires_at > parent.expires_at:
+            raise Forbidden(
+                f"a key cannot outlive the key that makes it (expires {_iso(parent.expires_at)})",
+                reason="limits",
+                field="expires",
+            )
+    rate = _no_looser(rate_limit, parent.rate_limit, defaults[0], "rate_limit")
+    conc = _no_looser(max_concurrency, parent.max_concurrency, defaults[1], "max_concurrency")
+    return expires_at, rate, None if conc is None else int(conc)
+
+
+def _no_looser(child: float | None, parent: float | None, default: float, field: str) -> float | None:
+    bound = default if parent is None else parent
+    if bound == 0:  # the parent has no limit: nor need the child
+        return child
+    if child is None:
+        return parent  # None: the server's default, as the parent's
+    if child == 0 or child > bound:
+        raise Forbidden(
+            f"{field} must be within the key that makes it ({bound:g}; 0 would mean none)", reason="limits", field=field
+        )
+    return child
+
+
+def live_keys_named(keys: Iterable[KeyRecord], ref: str) -> list[KeyRecord]:
+    """The unrevoked keys whose name (or key id) is ``ref``."""
+    return [k for k in keys if k.revoked_at is None and ref in (k.name, k.key_id)]
 
 
 _DURATION = re.compile(r"([1-9][0-9]{0,5})([mhdw])")
@@ -271,6 +372,7 @@ class Principal:
     users: frozenset[str] | None  # None: every user
     rate_limit: float | None = None
     max_concurrency: int | None = None
+    expires_at: float | None = None
 
     def can(self, scope: str) -> bool:
         return scope in self.scopes
@@ -304,6 +406,7 @@ def principal_of(key: KeyRecord) -> Principal:
         users=frozenset(key.users) if key.users is not None else None,
         rate_limit=key.rate_limit,
         max_concurrency=key.max_concurrency,
+        expires_at=key.expires_at,
     )
 
 
@@ -316,11 +419,10 @@ class KeyRing:
     clock: Callable[[], float] = time.time
     _keys: dict[str, KeyRecord] = field(default_factory=dict)
     _loaded_at: float = -math.inf
-    _verified: dict[str, bytes] = field(default_factory=dict)  # key id -> SHA-256 of its token
-    _failed: OrderedDict[bytes, None] = field(default_factory=OrderedDict)
+    _failed: OrderedDict[bytes, None] = field(default_factory=OrderedDict)  # wrong tokens of scrypt keys
     _used: dict[str, float] = field(default_factory=dict)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    _scrypt: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(2))
+    _scrypt: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
 
     async def refresh(self) -> None:
         """Read every key again and write the last-use times gathered since the last refresh."""
@@ -335,9 +437,6 @@ class KeyRing:
         keys = await self.store.keys()
         self._keys = {k.key_id: k for k in keys}
         self._loaded_at = time.monotonic()
-        for key_id in list(self._verified):
-            if key_id not in self._keys:
-                del self._verified[key_id]
 
     async def _fresh(self, force: bool = False) -> None:
         if not force and time.monotonic() - self._loaded_at < self.refresh_s:
@@ -347,14 +446,13 @@ class KeyRing:
                 await self.refresh()
 
     def forget(self, key_id: str) -> None:
-        """Drop a key from memory at once (revoked through this server)."""
+        """Read the keys again at the next request (a key created or revoked through this server)."""
         self._keys.pop(key_id, None)
-        self._verified.pop(key_id, None)
         self._loaded_at = -math.inf
 
     def active_count(self) -> int:
         now = self.clock()
-        return sum(1 for k in self._keys.values() if k.status(now) == "active")
+        return sum(1 for k in self._keys.values() if lineage_status(k, self._keys, now) == "active")
 
     async def authenticate(self, authorization: str | None) -> Principal:
         """The principal of an ``Authorization: Bearer <key>`` header, or :class:`Unauthenticated`."""
@@ -377,31 +475,45 @@ class KeyRing:
                 key = self._keys.get(key_id)
             if key is None:
                 raise Unauthenticated("unknown API key")
-        digest = hashlib.sha256(token.encode()).digest()
-        known = self._verified.get(key_id)
-        if known is not None:
-            if not hmac.compare_digest(known, digest):
+        digest = hash_token(token)
+        if key.salt:
+            key = await self._verify_scrypt(key, token, digest)
+        elif not hmac.compare_digest(digest, key.secret_hash):
+            raise Unauthenticated("unknown API key")
+        # only the holder of the secret learns that the key (or one above it) was revoked or expired
+        now = self.clock()
+        status = lineage_status(key, self._keys, now)
+        if status == "revoked":
+            raise Unauthenticated(f"this API key ({key.name}) was revoked", reason="revoked")
+        if status == "expired":
+            raise Unauthenticated(f"this API key ({key.name}) has expired", reason="expired")
+        self._used[key_id] = now
+        return principal_of(key)
+
+    async def _verify_scrypt(self, key: KeyRecord, token: str, digest: bytes) -> KeyRecord:
+        """A key stored by an older version: scrypt once (one at a time, off the event loop), then
+        its SHA-256 replaces the scrypt hash in the store, so its next request costs microseconds."""
+        if digest in self._failed:
+            raise Unauthenticated("unknown API key")
+        async with self._scrypt:
+            current = self._keys.get(key.key_id, key)
+            if not current.salt:  # re-stored while this request waited
+                if hmac.compare_digest(digest, current.secret_hash):
+                    return current
                 raise Unauthenticated("unknown API key")
-        else:
-            if digest in self._failed:
-                raise Unauthenticated("unknown API key")
-            async with self._scrypt:
-                computed = await asyncio.to_thread(hash_token, token, key.salt)
+            computed = await asyncio.to_thread(legacy_hash, token, key.salt)
             if not hmac.compare_digest(computed, key.secret_hash):
                 self._failed[digest] = None
                 while len(self._failed) > FAILED_MEMORY:
                     self._failed.popitem(last=False)
                 raise Unauthenticated("unknown API key")
-            self._verified[key_id] = digest
-        # only the holder of the secret learns that the key was revoked or has expired
-        now = self.clock()
-        status = key.status(now)
-        if status == "revoked":
-            raise Unauthenticated(f"this API key ({key.name}) was revoked", reason="revoked")
-        if status == "expired":
-            raise Unauthenticated(f"this API key ({key.name}) expired at {_iso(key.expires_at)}", reason="expired")
-        self._used[key_id] = now
-        return principal_of(key)
+            try:
+                await self.store.rehash_key(key.key_id, key.secret_hash, digest)
+            except Exception as exc:  # the key works; re-storing it is tried again after a restart
+                log.warning("re-storing key %s with SHA-256 failed: %s", key.key_id, exc)
+            rehashed = replace(key, secret_hash=digest, salt=b"")
+            self._keys[key.key_id] = rehashed
+            return rehashed
 
     async def flush(self) -> None:
         """Write pending last-use times (at shutdown)."""
@@ -435,6 +547,8 @@ class KeyLimiter:
     def _limits(self, p: Principal) -> tuple[float, int]:
         rate = self.rate if p.rate_limit is None else p.rate_limit
         conc = self.max_concurrency if p.max_concurrency is None else p.max_concurrency
+        if rate != 0:  # a row stored before the bounds (5e-324, inf) is held to them here
+            rate = min(max(rate, MIN_RATE_LIMIT), MAX_RATE_LIMIT) if math.isfinite(rate) else MAX_RATE_LIMIT
         return rate, conc
 
     def acquire(self, p: Principal) -> None:

@@ -185,7 +185,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 def cmd_keys(args: argparse.Namespace) -> int:
     """``hrt keys create | list | revoke`` on the configured record store."""
-    from hrt.auth import new_key, parse_expiry
+    from hrt.auth import lineage_status, live_keys_named, new_key, parse_expiry
     from hrt.service import open_key_store
 
     settings = _settings(args)
@@ -217,9 +217,19 @@ def cmd_keys(args: argparse.Namespace) -> int:
                         file=sys.stderr,
                     )
             elif args.action == "list":
-                print(json.dumps([k.describe(now) for k in await store.keys()], indent=2))
+                keys = await store.keys()
+                by_id = {k.key_id: k for k in keys}
+                print(json.dumps([k.describe(now, lineage_status(k, by_id, now)) for k in keys], indent=2))
             else:
-                done = await store.revoke_key(args.name, now)
+                live = live_keys_named(await store.keys(), args.name)
+                if len(live) != 1:
+                    ids = ", ".join(f"{k.key_id} (made by {k.parent or 'the operator'})" for k in live)
+                    raise HRTError(
+                        f"{len(live)} live keys are named {args.name!r}: give its key id" + (f": {ids}" if ids else "")
+                        if live
+                        else f"no unrevoked key is named {args.name!r}"
+                    )
+                done = await store.revoke_key(live[0].key_id, now)
                 if done is None:
                     raise HRTError(f"no unrevoked key is named {args.name!r}")
                 print(json.dumps(done.describe(now)))
@@ -527,7 +537,7 @@ def build_parser() -> argparse.ArgumentParser:
     k = sub.add_parser("keys", help="create, list or revoke the API keys of `hrt serve` (in the record store)")
     ks = k.add_subparsers(dest="action", required=True)
     kc = ks.add_parser("create", help="create a key and print its secret, once")
-    kc.add_argument("--name", required=True, help="a unique name (shown in audit logs and metrics)")
+    kc.add_argument("--name", required=True, help="a name unique among the operator's live keys (shown in logs)")
     kc.add_argument("--scope", action="append", choices=SCOPES, required=True, help="repeatable")
     who = kc.add_mutually_exclusive_group(required=True)
     who.add_argument("--user", action="append", help="a user the key acts for (repeatable)")
@@ -541,8 +551,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     kc.add_argument("--json", action="store_true", help="print the key and its record as JSON")
     kl = ks.add_parser("list", help="every key with its status (never the secret)")
-    kr = ks.add_parser("revoke", help="revoke the unrevoked key of this name")
-    kr.add_argument("name")
+    kr = ks.add_parser("revoke", help="revoke the unrevoked key of this name (or key id)")
+    kr.add_argument("name", help="a key's name, or its key id when keys of several owners share the name")
     for parser in (kc, kl, kr):
         parser.add_argument("--db")
     k.set_defaults(func=cmd_keys)

@@ -364,11 +364,20 @@ class Settings(
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     max_body_bytes: int = Field(1_048_576, ge=1024)
-    max_ingest_body_bytes: int = Field(32 * 1_048_576, ge=1024)
+    # ingest memory is bounded by (max_ingest_bodies + max_concurrent_ingests) x this, plus the
+    # records parsed (docs/security.md, "A hostile tenant")
+    max_ingest_body_bytes: int = Field(16 * 1_048_576, ge=1024)
+    max_ingest_records: int = Field(10_000, ge=1, le=1_000_000)  # records in one request (413 above)
+    # a body not received in full within this is answered 408: a slow client holds nothing shared
+    body_read_timeout_s: float = Field(10.0, gt=0.0, le=600.0)
+    # ingest bodies being received at once in this process, one key holding at most half of them;
+    # one more is refused with 429 before it is read
+    max_ingest_bodies: int = Field(4, ge=1, le=1024)
     log_level: str = "INFO"
     # writes (ingests, deletes) running at once in this process; one more is refused with 429 and
-    # Retry-After (ingest_retry_after_s) before its body is read. 0: no limit. Each runs its
-    # embedding and its SQLite transaction in worker threads, so reads go on beside them.
+    # Retry-After (ingest_retry_after_s). An ingest takes its slot once its body is received and
+    # holds it while it parses, embeds and commits. 0: no limit. Each runs its embedding and its
+    # SQLite transaction in worker threads, so reads go on beside them.
     max_concurrent_ingests: int = Field(2, ge=0, le=1024)
     ingest_retry_after_s: int = Field(2, ge=1, le=3600)
 
@@ -387,6 +396,24 @@ class Settings(
             raise ValueError("rerank_budget_s must be below request_timeout_s (the whole request's budget)")
         return self
 
+    @model_validator(mode="after")
+    def _no_placeholder_secrets(self) -> Settings:
+        """``.env.example``'s placeholders are public: a deployment copied from it unchanged must
+        not start with them."""
+        secrets = {
+            "postgres_dsn": self.postgres_dsn,
+            "neo4j_password": self.neo4j_password,
+            "weaviate_api_key": self.weaviate_api_key,
+            "reranker_api_key": self.reranker_api_key,
+        }
+        for name, value in secrets.items():
+            text = value.get_secret_value() if isinstance(value, SecretStr) else value or ""
+            if PLACEHOLDER_SECRET in text.lower():
+                raise ValueError(
+                    f"{name} holds a placeholder of .env.example ({PLACEHOLDER_SECRET}...): give it a value of its own"
+                )
+        return self
+
     def retrieval(self) -> RetrievalConfig:
         """The retrieval configuration these settings give (what ``config_hash`` hashes)."""
         return RetrievalConfig.of(self)
@@ -398,6 +425,10 @@ class Settings(
     def fingerprint(self) -> str:
         """The ``config_hash`` of :meth:`retrieval`."""
         return self.retrieval().fingerprint()
+
+
+# what .env.example's placeholders start with
+PLACEHOLDER_SECRET = "change-me"
 
 
 def default_cache_dir() -> Path:

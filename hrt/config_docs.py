@@ -23,7 +23,11 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
     (("graph_store",), "`embedded` or `neo4j`"),
     (("vector_index",), "`embedded` or `weaviate`"),
     (("db_path",), "the embedded SQLite file (also the embedded projections of a postgres deployment)"),
-    (("postgres_dsn",), "libpq DSN, e.g. `host=127.0.0.1 port=5432 user=postgres password=… dbname=postgres`"),
+    (
+        ("postgres_dsn",),
+        "libpq DSN, e.g. `host=127.0.0.1 port=5432 user=hrt password=… dbname=hrt`: a role that owns "
+        "HRT's database, not a superuser (deployment.md)",
+    ),
     (("postgres_pool_size",), "async pool size"),
     (("neo4j_uri", "neo4j_database"), "Bolt URI"),
     (
@@ -249,14 +253,29 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
     ),
     (("request_timeout_s",), "a retrieval never runs longer; past it the answer is a clear 503"),
     (("max_body_bytes",), "request body limit (413 above)"),
-    (("max_ingest_body_bytes",), "body limit of `/v1/ingest`"),
+    (
+        ("max_ingest_body_bytes",),
+        "body limit of `/v1/ingest`; ingest memory is bounded by (bodies received + writes) x this",
+    ),
+    (("max_ingest_records",), "records in one `/v1/ingest` request (413 above)"),
+    (
+        ("body_read_timeout_s",),
+        "a request body not received in full within this is answered 408: a slow client holds no write slot",
+    ),
+    (
+        ("max_ingest_bodies",),
+        (
+            "ingest bodies being received at once in one process, one key holding at most half of them; "
+            "one more is refused with 429 before it is read"
+        ),
+    ),
     (("log_level",), "server log level"),
     (
         ("max_concurrent_ingests",),
         (
             "writes (ingests, deletes) running at once in one process; one more is refused with 429 and "
-            "`Retry-After` before its body is read; each embeds and commits in worker threads, so reads go "
-            "on beside it; 0: no limit"
+            "`Retry-After`; an ingest takes its slot once its body is received; each embeds and commits in "
+            "worker threads, so reads go on beside it; 0: no limit"
         ),
     ),
     (("ingest_retry_after_s",), "the `Retry-After` of that 429, in seconds"),

@@ -494,6 +494,12 @@ class KeyInfo(BaseModel):
     last_used_at: str | None
     rate_limit: float | None
     max_concurrency: int | None
+    parent: str | None = Field(
+        None, description="the key id of the admin key that made it over HTTP; null: the operator (`hrt keys`)"
+    )
+    hash: Literal["sha256", "scrypt"] = Field(
+        "sha256", description="how it is stored: scrypt for a key of an older version not used since"
+    )
 
 
 class NewKey(KeyInfo):
@@ -505,14 +511,20 @@ class KeyRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
-    name: str = Field(pattern=f"^{KEY_NAME.pattern}$", description="unique among live keys")
+    name: str = Field(pattern=f"^{KEY_NAME.pattern}$", description="unique among the live keys this key made")
     scopes: list[KeyScope] = Field(min_length=1, max_length=len(SCOPES))
     users: list[UserId] | None = Field(
         None, min_length=1, max_length=1000, description="the users it acts for; null for every user"
     )
-    expires: str | None = Field(None, max_length=64, description="a duration (30d, 12h, 90m, 2w) or an ISO date")
-    rate_limit: float | None = Field(None, ge=0, le=1_000_000)
-    max_concurrency: int | None = Field(None, ge=0, le=100_000)
+    expires: str | None = Field(
+        None,
+        max_length=64,
+        description="a duration (30d, 12h, 90m, 2w) or an ISO date, at most ten years away and not after the maker's",
+    )
+    rate_limit: float | None = Field(
+        None, ge=0, le=1_000_000, description="requests per second: 0 (none) or 0.01 to 1,000,000; within the maker's"
+    )
+    max_concurrency: int | None = Field(None, ge=0, le=100_000, description="within the maker's; 0: none")
 
 
 class Readiness(BaseModel):

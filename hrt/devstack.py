@@ -11,11 +11,21 @@ variables that ``hrt serve`` reads).
 
 Every server runs with authentication on, as in ``docker-compose.yml``: a loopback port is open to
 every local user and process, so an open store would hand any of them every tenant's data. The
-first ``up`` of a directory generates a PostgreSQL password, a Neo4j password and a Weaviate API
-key; both files hold them and are readable by their owner alone (mode 0600). ``down`` keeps them in
-``stack.json``: PostgreSQL and Neo4j keep the passwords (as hashes) in the data the next ``up``
-reuses. Data made without them (by a dev stack from before authentication) is refused, never
-served open.
+first ``up`` of a directory generates two PostgreSQL passwords (the ``postgres`` superuser's and
+the ``hrt`` role's), a Neo4j password and a Weaviate API key, kept in ``stack.json``, readable by
+its owner alone (mode 0600); ``stack.env`` (also 0600) holds what HRT needs of them. ``down``
+keeps them in ``stack.json``: PostgreSQL and Neo4j keep the passwords (as hashes) in the data the
+next ``up`` reuses. Data made without them (by a dev stack from before authentication) is refused,
+never served open.
+
+HRT connects to PostgreSQL as the ``hrt`` role, which owns the ``hrt`` database (and so its
+``public`` schema, where the migrations put every table) and is no superuser: a flaw in HRT, or
+its leaked DSN, reaches HRT's own tables, not the server (no ``COPY ... PROGRAM``, no server
+files, no other role's data, no new databases or roles). ``up`` makes the role and the database
+when they are missing (and sets the role's password to the one in ``stack.json``);
+``Stack.postgres_admin_dsn`` (the superuser) is for tooling that makes databases, such as the test
+fixtures, which create each test's database owned by ``hrt`` and give HRT the ``hrt`` role's DSN
+for it (``Stack.postgres_dsn_for``).
 
 Over 600 lines because it installs, caches, configures, starts and stops four different servers;
 it is tooling (`hrt dev`, the test fixtures), outside the server's import graph.
@@ -60,7 +70,9 @@ NEO4J_PAGE_CACHE = "256m"
 WEAVIATE_MEMORY = "1GiB"
 _NEO4J_SIZE = re.compile(r"^[1-9][0-9]*[kmg]$")
 _GO_SIZE = re.compile(r"^[1-9][0-9]*(MiB|GiB)$")
-POSTGRES_USER = "postgres"
+POSTGRES_USER = "postgres"  # the superuser initdb makes: the dev stack's tooling, never HRT
+HRT_POSTGRES_ROLE = "hrt"  # the role HRT connects as: owns HRT_POSTGRES_DB, no superuser
+HRT_POSTGRES_DB = "hrt"
 NEO4J_USER = "neo4j"  # the initial admin user, the one `dbms set-initial-password` sets
 WEAVIATE_USER = "hrt"  # the user Weaviate's one API key authenticates as (no authorization module: full access)
 REDACTED = "<secret: see stack.env>"
@@ -294,18 +306,25 @@ class ServiceInfo:
     started_s: float = 0.0
 
 
+def _secret() -> str:
+    # URL-safe base64: nothing a libpq DSN, an env file or a shell would need quoted
+    return secrets.token_urlsafe(32)
+
+
 @dataclass
 class Credentials:
     """A stack's secrets, made by the first ``up`` of its directory and kept as long as its data."""
 
-    postgres_password: str
+    postgres_password: str  # the postgres superuser's: for making roles and databases, not for HRT
     neo4j_password: str
     weaviate_api_key: str
+    # the hrt role's, the one HRT connects with; a stack.json from before the role gets one on
+    # load, and the next ``up`` (which sets the role's password on every start) puts it in place
+    postgres_hrt_password: str = field(default_factory=_secret)
 
     @classmethod
     def generate(cls) -> Credentials:
-        # URL-safe base64: nothing a libpq DSN, an env file or a shell would need quoted
-        return cls(secrets.token_urlsafe(32), secrets.token_urlsafe(32), secrets.token_urlsafe(32))
+        return cls(_secret(), _secret(), _secret(), _secret())
 
 
 @dataclass
@@ -324,7 +343,13 @@ class Stack:
 
     @property
     def postgres_password(self) -> str:
+        """The ``postgres`` superuser's password (in :attr:`postgres_admin_dsn`)."""
         return self._creds.postgres_password
+
+    @property
+    def postgres_hrt_password(self) -> str:
+        """The ``hrt`` role's password (in :attr:`postgres_dsn`)."""
+        return self._creds.postgres_hrt_password
 
     @property
     def neo4j_user(self) -> str:
@@ -347,8 +372,19 @@ class Stack:
 
     @property
     def postgres_dsn(self) -> str:
+        """HRT's DSN: the ``hrt`` role (no superuser) on the ``hrt`` database it owns."""
+        return self.postgres_dsn_for(HRT_POSTGRES_DB)
+
+    def postgres_dsn_for(self, dbname: str) -> str:
+        """The ``hrt`` role's DSN for another database it owns (one made with ``OWNER hrt`` through
+        :attr:`postgres_admin_dsn`, as the test fixtures make one per test)."""
+        return _pg_dsn(self.services["postgres"].ports["port"], HRT_POSTGRES_ROLE, self.postgres_hrt_password, dbname)
+
+    @property
+    def postgres_admin_dsn(self) -> str:
+        """The superuser's DSN (database ``postgres``): for making databases, never for HRT."""
         p = self.services["postgres"].ports["port"]
-        return f"host=127.0.0.1 port={p} user={POSTGRES_USER} password={self.postgres_password} dbname=postgres"
+        return _pg_dsn(p, POSTGRES_USER, self.postgres_password, "postgres")
 
     @property
     def neo4j_uri(self) -> str:
@@ -410,6 +446,10 @@ class Stack:
             services={k: ServiceInfo(**v) for k, v in raw["services"].items()},
             credentials=Credentials(**credentials) if credentials else None,
         )
+
+
+def _pg_dsn(port: int, user: str, password: str, dbname: str) -> str:
+    return f"host=127.0.0.1 port={port} user={user} password={password} dbname={dbname}"
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -561,9 +601,41 @@ def start_postgres(
             raise
 
     wait_until(ready, "PostgreSQL", timeout, proc, logfile)
+    try:
+        ensure_hrt_role(_pg_dsn(port, POSTGRES_USER, credentials.postgres_password, "postgres"), credentials)
+    except Exception:
+        stop_pid(proc.pid, grace=10)
+        raise
     return ServiceInfo(
         "postgres", proc.pid, {"port": port}, str(data), str(logfile), round(time.monotonic() - started, 2)
     )
+
+
+def ensure_hrt_role(admin_dsn: str, credentials: Credentials) -> None:
+    """The role HRT connects as (``hrt``: a login, no superuser, no CREATEDB, no CREATEROLE) with
+    the password in ``credentials``, and its database (``hrt``, owned by it, and so its ``public``
+    schema: PostgreSQL 15 gives that schema to the database's owner). Idempotent; run on every
+    start, so a stack whose data predates the role gets it, and the role's password is always the
+    one in stack.json. docker-compose.yml does the same with scripts/postgres-init/."""
+    import psycopg
+    from psycopg import sql
+
+    role, db = sql.Identifier(HRT_POSTGRES_ROLE), sql.Identifier(HRT_POSTGRES_DB)
+    with psycopg.connect(admin_dsn, autocommit=True, connect_timeout=10) as conn:
+        if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (HRT_POSTGRES_ROLE,)).fetchone() is None:
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(role))
+        # the SCRAM verifier, made here by libpq: the password itself never reaches the server
+        # (nor its log, should the statement be logged)
+        verifier = conn.pgconn.encrypt_password(
+            credentials.postgres_hrt_password.encode(), HRT_POSTGRES_ROLE.encode(), b"scram-sha-256"
+        ).decode()
+        conn.execute(
+            sql.SQL(
+                "ALTER ROLE {} WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD {}"
+            ).format(role, sql.Literal(verifier))
+        )
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (HRT_POSTGRES_DB,)).fetchone() is None:
+            conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(db, role))
 
 
 def _neo4j_set_initial_password(java: Path, lib: Path, home: Path, password: str) -> None:

@@ -4,6 +4,7 @@
     ├── InvalidInput          bad request or ingest data; names the field (HTTP 422)
     │   ├── MalformedBody     the body is not JSON, or not UTF-8 (HTTP 400)
     │   └── PayloadTooLarge   body over the configured limit (HTTP 413)
+    ├── RequestTimeout        the body did not arrive within HRT_BODY_READ_TIMEOUT_S (HTTP 408)
     ├── Unauthenticated       no API key, or one that is unknown, expired or revoked (HTTP 401)
     ├── Forbidden             a valid key outside its scopes or users (HTTP 403)
     ├── RateLimited           a key over its request rate or concurrency (HTTP 429)
@@ -21,6 +22,8 @@ caller sees is its ``public_message``, which names the store and nothing else.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class HRTError(Exception):
     """Root of every error HRT raises on purpose."""
@@ -37,7 +40,22 @@ class HRTError(Exception):
 
 
 class InvalidInput(HRTError):
+    """``errors``: every invalid field found, (field, message), the first one being ``field``'s;
+    answered as the error's ``errors`` list."""
+
     code = "invalid_input"
+
+    def __init__(
+        self, message: str, *, field: str | None = None, errors: Sequence[tuple[str, str]] | None = None
+    ) -> None:
+        super().__init__(message, field=field)
+        self.errors = list(errors or [])
+
+    def to_dict(self) -> dict[str, object]:
+        out = super().to_dict()
+        if self.errors:
+            out["errors"] = [{"field": f, "message": m} for f, m in self.errors]
+        return out
 
 
 class PayloadTooLarge(InvalidInput):
@@ -46,6 +64,10 @@ class PayloadTooLarge(InvalidInput):
 
 class MalformedBody(InvalidInput):
     code = "malformed_body"
+
+
+class RequestTimeout(HRTError):
+    code = "request_timeout"
 
 
 class Unauthenticated(HRTError):

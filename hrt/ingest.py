@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from hrt.embedder import Embedder
-from hrt.errors import InvalidInput, MalformedBody
+from hrt.errors import InvalidInput, MalformedBody, PayloadTooLarge
 from hrt.records import (
     Artifact,
     Concept,
@@ -101,6 +101,132 @@ def decode_json(raw: str | bytes, where: str) -> Any:
         raise MalformedBody(f"{where}: not valid JSON ({exc})", field=where) from exc
     except RecursionError as exc:
         raise MalformedBody(f"{where}: not valid JSON (nested too deeply)", field=where) from exc
+
+
+# a request's invalid records reported at most: parsing stops at the last of them
+MAX_REPORTED_ERRORS = 100
+_DECODER = json.JSONDecoder(parse_constant=_not_json_constant, parse_float=_finite)
+_WS = " \t\n\r"
+
+
+def parse_ingest_body(raw: bytes, ctype: str, max_records: int) -> list[Record]:
+    """The records of an ``/v1/ingest`` body: NDJSON (one record per line) or ``{"records": [...]}``.
+
+    Decoded one record at a time and validated as it comes, so memory holds validated records, never
+    a parsed tree of the whole body; more than ``max_records`` is :class:`PayloadTooLarge` (field
+    ``records``) as soon as the next record starts, and parsing stops at the ``MAX_REPORTED_ERRORS``-th
+    invalid record. Invalid records are one :class:`InvalidInput`: the first names its field, every
+    one (up to the bound) is in its ``errors``."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedBody(f"the body is not UTF-8 (byte {exc.start})", field="body") from exc
+    ndjson = ctype in ("application/x-ndjson", "application/jsonl")
+    values = _ndjson_values(text) if ndjson else _records_array(text)
+    records: list[Record] = []
+    errors: list[tuple[str, str]] = []
+    for n, (where, value) in enumerate(values):
+        if n >= max_records:
+            raise PayloadTooLarge(
+                f"more than {max_records} records in one request (HRT_MAX_INGEST_RECORDS): send them in batches",
+                field="records",
+            )
+        try:
+            records.append(parse_record(value, where))
+        except InvalidInput as exc:
+            errors.append((f"{where}.{exc.field}", exc.message))
+            if len(errors) >= MAX_REPORTED_ERRORS:
+                break
+    if errors:
+        more = " (parsing stopped there)" if len(errors) >= MAX_REPORTED_ERRORS else ""
+        raise InvalidInput(f"{errors[0][1]}; {len(errors)} invalid record(s){more}", field=errors[0][0], errors=errors)
+    return records
+
+
+def _ndjson_values(text: str) -> Iterator[tuple[str, Any]]:
+    start, n = 0, 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        n += 1
+        line = text[start:end]
+        start = end + 1
+        if line.strip():
+            yield f"line {n}", decode_json(line, f"line {n}")
+
+
+def _skip(text: str, i: int) -> int:
+    while i < len(text) and text[i] in _WS:
+        i += 1
+    return i
+
+
+def _decode_at(text: str, i: int) -> tuple[Any, int]:
+    try:
+        return _DECODER.raw_decode(text, i)
+    except json.JSONDecodeError as exc:
+        raise MalformedBody(f"body: not valid JSON ({exc.msg} at character {exc.pos})", field="body") from exc
+    except ValueError as exc:
+        raise MalformedBody(f"body: not valid JSON ({exc})", field="body") from exc
+    except RecursionError as exc:
+        raise MalformedBody("body: not valid JSON (nested too deeply)", field="body") from exc
+
+
+def _expect(text: str, i: int, char: str) -> int:
+    i = _skip(text, i)
+    if i >= len(text) or text[i] != char:
+        raise MalformedBody(f"body: not valid JSON (expected {char!r} at character {i})", field="body")
+    return i + 1
+
+
+_NOT_RECORDS = 'the body must be {"records": [...]}'
+
+
+def _records_array(text: str) -> Iterator[tuple[str, Any]]:
+    """The elements of ``{"records": [...]}`` one at a time (other members are read and ignored)."""
+    i = _skip(text, 0)
+    if i >= len(text) or text[i] != "{":
+        _decode_at(text, i)  # a body that is not JSON at all is a 400
+        raise InvalidInput(_NOT_RECORDS, field="records")
+    i = _skip(text, i + 1)
+    seen = False
+    while not text.startswith("}", i):
+        key, i = _decode_at(text, i)
+        if not isinstance(key, str):
+            raise MalformedBody(f"body: not valid JSON (a member name at character {i})", field="body")
+        i = _skip(text, _expect(text, i, ":"))
+        if key == "records" and not seen:
+            seen = True
+            if not text.startswith("[", i):
+                raise InvalidInput(_NOT_RECORDS, field="records")
+            i = yield from _array_elements(text, i + 1)
+        else:
+            _, i = _decode_at(text, i)
+        i = _skip(text, i)
+        if not text.startswith("}", i):
+            i = _skip(text, _expect(text, i, ","))
+            if text.startswith("}", i):
+                raise MalformedBody(f"body: not valid JSON (a trailing comma at character {i})", field="body")
+    if _skip(text, i + 1) != len(text):
+        raise MalformedBody("body: not valid JSON (extra data after the object)", field="body")
+    if not seen:
+        raise InvalidInput(_NOT_RECORDS, field="records")
+
+
+def _array_elements(text: str, i: int) -> Generator[tuple[str, Any], None, int]:
+    """Yields the array's elements from just after its ``[``; returns the index after its ``]``."""
+    i = _skip(text, i)
+    if text.startswith("]", i):
+        return i + 1
+    n = 0
+    while True:
+        value, i = _decode_at(text, _skip(text, i))
+        yield f"records[{n}]", value
+        n += 1
+        i = _skip(text, i)
+        if text.startswith("]", i):
+            return i + 1
+        i = _expect(text, i, ",")
 
 
 def parse_jsonl(lines: Iterable[str]) -> list[Record]:

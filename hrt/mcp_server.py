@@ -38,6 +38,7 @@ from starlette.routing import Match, Route
 
 from hrt import __version__
 from hrt.api.errors import error_dict, field_name, refusal_reason, status_for
+from hrt.api.guard import audit_line
 from hrt.auth import SCOPES, Principal
 from hrt.contract import RetrieveRequest
 from hrt.errors import HRTError, InvalidInput, Unauthenticated
@@ -373,7 +374,7 @@ def build_server(
             status = status_for(exc)
             refusal = refusal_reason(exc)
             if refusal is not None:
-                reason = exc.message
+                reason = refusal
                 with contextlib.suppress(Exception):
                     service().metrics.auth_refusals.labels(reason=refusal).inc()
             if status >= 500:
@@ -388,7 +389,7 @@ def build_server(
             )
         finally:
             if write:
-                _audit(tool, caller, status, reason, audit, time.perf_counter() - started)
+                _audit(_scope_of(ctx), tool, caller, status, reason, audit, time.perf_counter() - started)
 
     @server.tool(
         title="Retrieve from the user's memory",
@@ -565,7 +566,17 @@ def build_server(
     return server
 
 
+def _scope_of(ctx: Context[Any, Any]) -> dict[str, Any] | None:
+    """The ASGI scope of the HTTP request carrying an MCP call (None over stdio)."""
+    try:
+        scope = getattr(ctx.request_context.request, "scope", None)
+    except (LookupError, ValueError):
+        return None
+    return scope if isinstance(scope, dict) else None
+
+
 def _audit(
+    scope: dict[str, Any] | None,
     tool: str,
     caller: Principal | None,
     status: int,
@@ -573,24 +584,10 @@ def _audit(
     audit: dict[str, Any],
     seconds: float,
 ) -> None:
-    outcome = (
-        "ok" if status < 300 else "refused" if status in (401, 403, 429) else "rejected" if status < 500 else "failed"
-    )
-    line: dict[str, Any] = {
-        "event": "write",
-        "key": caller.name if caller is not None else None,
-        "method": "MCP",
-        "route": f"mcp:{tool}",
-        "status": status,
-        "outcome": outcome,
-        "users": audit.get("users", []),
-        "records": audit.get("records", 0),
-        "upserted": audit.get("upserted", 0),
-        "deleted": audit.get("deleted", 0),
-        "ms": round(seconds * 1000, 1),
-    }
+    line = audit_line(scope, caller, "MCP", f"mcp:{tool}", status, audit)
     if reason is not None:
         line["reason"] = reason
+    line["ms"] = round(seconds * 1000, 1)
     audit_log.info("%s", json.dumps(line, separators=(",", ":")))
 
 
@@ -652,7 +649,58 @@ class MCPEndpoint:
             await send({"type": "http.response.start", "status": 503, "headers": headers})
             await send({"type": "http.response.body", "body": body})
             return
-        await handle(scope, receive, send)
+        await handle(scope, receive, _without_internals(send))
+
+
+# the SDK's transport answers a message it cannot parse or validate with pydantic's text, which
+# quotes the caller's input and names pydantic's version: the envelope stays, the text is HRT's
+_JSONRPC_MESSAGES = {
+    -32700: "Parse error: the body is not JSON",
+    -32600: "Invalid Request: not a JSON-RPC 2.0 message",
+    -32601: "Method not found",
+    -32602: "Invalid params: not a JSON-RPC 2.0 request, notification or response that MCP accepts",
+    -32603: "Internal error",
+}
+
+
+def _without_internals(send: Send) -> Send:
+    """``send`` with the JSON-RPC error of a refused HTTP request (4xx/5xx) rewritten: the code
+    kept, the message one of HRT's, no ``data``."""
+    held: list[Message] = []
+
+    async def wrapped(message: Message) -> None:
+        if message["type"] == "http.response.start" and int(message["status"]) >= 400:
+            held.append(message)
+            return
+        if not held:
+            await send(message)
+            return
+        held.append(message)
+        if message.get("more_body", False):
+            return
+        start, *chunks = held
+        body = b"".join(m.get("body", b"") for m in chunks)
+        held.clear()
+        body = _rewritten(body)
+        headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+        await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    return wrapped
+
+
+def _rewritten(body: bytes) -> bytes:
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return body
+    error = doc.get("error") if isinstance(doc, dict) and "jsonrpc" in doc else None
+    if not isinstance(error, dict) or "code" not in error:
+        return body
+    code = error["code"]
+    message = _JSONRPC_MESSAGES.get(code, "Invalid request") if isinstance(code, int) else "Invalid request"
+    doc["error"] = {"code": code, "message": message}
+    return json.dumps(doc, separators=(",", ":")).encode()
 
 
 async def serve_stdio(

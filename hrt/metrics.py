@@ -50,7 +50,7 @@ class Metrics:
         )
         # the key's name as a label: bounded by the number of keys (a refused key has no name)
         self.key_requests = Counter(
-            "hrt_key_requests", "HTTP requests by API key name and status", ["key", "status"], registry=self.registry
+            "hrt_key_requests", "HTTP requests by API key id and status", ["key", "status"], registry=self.registry
         )
         self.auth_refusals = Counter(
             "hrt_auth_refusals",
@@ -88,3 +88,12 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def without_other_keys(text: bytes, key_id: str) -> bytes:
+    """The Prometheus text without the per-key series of keys other than ``key_id`` (what a key for
+    some users sees: other tenants' keys and their traffic are not its business)."""
+    own = f'key="{key_id}"'.encode()
+    return b"".join(
+        line for line in text.splitlines(keepends=True) if not line.startswith(b"hrt_key_requests_") or own in line
+    )

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import httpx
 import pytest
 
 from hrt import devstack
@@ -39,6 +40,16 @@ async def hashing_service(settings: Settings) -> AsyncIterator[HRTService]:
 async def loaded_service(hashing_service: HRTService) -> HRTService:
     await hashing_service.ingest(parse_jsonl(jsonl(small_graph("u1") + small_graph("u2", prefix="x"))))
     return hashing_service
+
+
+@pytest.fixture
+async def api(loaded_service: HRTService, settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """The app over ``loaded_service``, in process (requests carry no key unless a test adds one)."""
+    from hrt.api import create_app
+
+    app = create_app(settings, service=loaded_service)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://hrt") as c:
+        yield c
 
 
 # ------------------------------------------------------------------------------------------
@@ -76,20 +87,21 @@ def stack_manager() -> Iterator[StackManager]:
 
 
 @pytest.fixture(scope="session")
-def postgres_server_dsn(stack_manager: StackManager) -> str:
-    return stack_manager.need("postgres").postgres_dsn
+def postgres_stack(stack_manager: StackManager) -> devstack.Stack:
+    return stack_manager.need("postgres")
 
 
 @pytest.fixture
-def postgres_dsn(postgres_server_dsn: str) -> Iterator[str]:
-    """A fresh, empty database per test on the shared server."""
+def postgres_dsn(postgres_stack: devstack.Stack) -> Iterator[str]:
+    """A fresh, empty database per test on the shared server, and HRT's DSN for it: made by the
+    superuser, owned by the ``hrt`` role HRT connects as (no superuser), as in a deployment."""
     import psycopg
 
     name = "t_" + uuid.uuid4().hex[:12]
-    with psycopg.connect(postgres_server_dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    yield postgres_server_dsn.replace("dbname=postgres", f"dbname={name}")
-    with psycopg.connect(postgres_server_dsn, autocommit=True) as conn:
+    with psycopg.connect(postgres_stack.postgres_admin_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} OWNER {devstack.HRT_POSTGRES_ROLE}")
+    yield postgres_stack.postgres_dsn_for(name)
+    with psycopg.connect(postgres_stack.postgres_admin_dsn, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 

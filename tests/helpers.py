@@ -166,3 +166,7 @@ def small_graph(user: str = "u1", prefix: str = "") -> list[dict[str, Any]]:
             "weight": 0.2,
         },
     ]
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"}

@@ -8,10 +8,9 @@ checks that the key may act for the users it names, before it reads or writes an
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
@@ -20,17 +19,23 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import Field
 
 from hrt import __version__
+from hrt.api.bodies import BodyLimit, IngestBodies
 from hrt.api.errors import ERROR_RESPONSES, install_error_handlers, refusal_reason
-from hrt.api.guard import Guard
+from hrt.api.guard import ASGIApp, Guard, Message, Receive, Scope, Send
 from hrt.auth import (
     SCOPES,
+    UNAUTHENTICATED_DEV,
     KeyLimiter,
+    KeyRecord,
     KeyRing,
     Principal,
     auth_off_refused,
     is_loopback,
+    lineage_status,
+    live_keys_named,
     new_key,
     parse_expiry,
+    within_parent,
 )
 from hrt.config import Settings
 from hrt.contract import (
@@ -44,18 +49,14 @@ from hrt.contract import (
     UserStats,
     WriteSummary,
 )
-from hrt.errors import Forbidden, HRTError, InvalidInput, MalformedBody, NotFound, StoreUnavailable
-from hrt.ingest import Record, decode_json, ingest_body_schema, parse_record
+from hrt.errors import Conflict, Forbidden, HRTError, InvalidInput, NotFound, StoreUnavailable
+from hrt.ingest import ingest_body_schema, parse_ingest_body
+from hrt.metrics import without_other_keys
 from hrt.records import Kind, valid_id
 from hrt.service import HRTService
 
 log = logging.getLogger(__name__)
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # (method, route) -> the scope it needs; a route not listed needs a valid key of any scope
 ROUTE_SCOPES: dict[tuple[str, str], str] = {
@@ -110,67 +111,6 @@ class RequestCounter:
             self.count(scope, status)
 
 
-class BodyLimit:
-    """Pure ASGI middleware: a body over the limit gets 413 before any parsing, whether or not the
-    client sent Content-Length."""
-
-    def __init__(self, app: ASGIApp, default_limit: int, limits: dict[str, int]) -> None:
-        self.app = app
-        self.default_limit = default_limit
-        self.limits = limits
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        limit = self.limits.get(scope["path"], self.default_limit)
-        for name, value in scope.get("headers", []):
-            if name == b"content-length" and value.isdigit() and int(value) > limit:
-                await _send_413(send, limit)
-                return
-        seen = 0
-        rejected = False
-
-        async def limited() -> Message:
-            nonlocal seen, rejected
-            if rejected:
-                return {"type": "http.disconnect"}
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit:
-                    # Answer 413 now and tell the app the client went away; what the app sends
-                    # afterwards is dropped.
-                    rejected = True
-                    await _send_413(send, limit)
-                    return {"type": "http.disconnect"}
-            return message
-
-        async def guarded_send(message: Message) -> None:
-            if not rejected:
-                await send(message)
-
-        try:
-            await self.app(scope, limited, guarded_send)
-        except Exception:
-            if not rejected:
-                raise
-
-
-async def _send_413(send: Send, limit: int) -> None:
-    body = json.dumps(
-        {"error": {"code": "payload_too_large", "message": f"the body is over {limit} bytes", "field": "body"}}
-    ).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
 EntityKindPath = Literal["memory_unit", "concept", "artifact"]
 UserIdPath = Annotated[str, Field(max_length=128)]
 
@@ -191,6 +131,7 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
     settings = settings or Settings()
     state: dict[str, Any] = {}
     limiter = KeyLimiter(settings.key_rate_limit, settings.key_max_concurrency)
+    ingest_bodies = IngestBodies(settings.max_ingest_bodies, settings.ingest_retry_after_s)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -265,7 +206,7 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
         metrics.requests.labels(route=path, status=str(status)).inc()
         caller = scope.get("state", {}).get("principal")
         if isinstance(caller, Principal):
-            metrics.key_requests.labels(key=caller.name, status=str(status)).inc()
+            metrics.key_requests.labels(key=caller.key_id, status=str(status)).inc()
 
     def count_refusal(exc: HRTError) -> None:
         reason = refusal_reason(exc)
@@ -304,12 +245,16 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
     )
     async def ingest(request: Request, caller: Caller) -> WriteSummary:
         audit = request.state.audit = {"users": [], "records": 0}
-        # the slot before the body: a refused write (429) costs nothing; decoding and validating
-        # thousands of records takes seconds, in a worker thread
-        with svc().ingest_slot():
+        # the body first, bounded in size and time (BodyLimit) and in bodies at once per key
+        # (IngestBodies): a slow client never holds a write slot, which the write then takes at
+        # once or answers 429. Decoding and validating thousands of records takes seconds, in a
+        # worker thread.
+        with ingest_bodies.place(caller.key_id):
             raw = await request.body()
-            ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-            records = await asyncio.to_thread(_parse_ingest_body, raw, ctype)
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        with svc().ingest_slot():
+            records = await asyncio.to_thread(parse_ingest_body, raw, ctype, settings.max_ingest_records)
+            del raw
             users = sorted({r.user_id for r in records})
             audit.update(users=users, records=len(records))
             caller.require_users(users)  # before anything is written
@@ -371,7 +316,9 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
     )
     async def list_keys(caller: Caller) -> list[KeyInfo]:
         now = time.time()
-        return [KeyInfo(**k.describe(now)) for k in await svc().records.keys() if manageable(caller, k.users)]
+        keys = await svc().records.keys()
+        by_id = {k.key_id: k for k in keys}
+        return [KeyInfo(**k.describe(now, lineage_status(k, by_id, now))) for k in keys if manageable(caller, k.users)]
 
     @app.post(
         "/v1/keys",
@@ -390,41 +337,60 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
                 raise Forbidden("a key for some users cannot create one for every user", reason="user", field="users")
         else:
             caller.require_users(body.users)
+        expires_at, rate_limit, max_concurrency = within_parent(
+            caller,
+            parse_expiry(body.expires, now) if body.expires else None,
+            body.rate_limit,
+            body.max_concurrency,
+            (settings.key_rate_limit, settings.key_max_concurrency),
+        )
         token, record = new_key(
             body.name,
             body.scopes,
             body.users,
-            expires_at=parse_expiry(body.expires, now) if body.expires else None,
-            rate_limit=body.rate_limit,
-            max_concurrency=body.max_concurrency,
+            expires_at=expires_at,
+            rate_limit=rate_limit,
+            max_concurrency=max_concurrency,
+            parent=None if caller is UNAUTHENTICATED_DEV else caller.key_id,
             now=now,
         )
+        answer = NewKey(key=token, **record.describe(now))
         await svc().records.create_key(record)
         keyring().forget(record.key_id)  # read again at the next request
-        request.state.audit.update(upserted=1)
-        log.info("key %r created over HTTP by %r", record.name, caller.name)
-        return NewKey(key=token, **record.describe(now))
+        request.state.audit.update(upserted=1, target_key=record.key_id)
+        log.info("key %s (%r) created over HTTP by key %s", record.key_id, record.name, caller.key_id)
+        return answer
 
     @app.delete(
         "/v1/keys/{name}",
         response_model=KeyInfo,
         responses=ERROR_RESPONSES,
-        summary="Revoke the live key of this name, at once in this server (scope: admin)",
+        summary="Revoke the live key of this name (or key id), at once in this server (scope: admin)",
     )
     async def revoke_key(request: Request, name: Annotated[str, Field(max_length=64)], caller: Caller) -> KeyInfo:
         now = time.time()
         request.state.audit = {"users": [], "records": 1}
-        live = [k for k in await svc().records.keys() if k.name == name and k.revoked_at is None]
-        if not live or not manageable(caller, live[0].users):
-            # the same answer whether the key exists or belongs to other users
-            raise NotFound(f"no live key named {name!r} that this key manages", field="name")
-        done = await svc().records.revoke_key(name, now)
+        target = revocable(caller, [k for k in live_keys_named(await svc().records.keys(), name)], name)
+        done = await svc().records.revoke_key(target.key_id, now)
         if done is None:
             raise NotFound(f"no live key named {name!r} that this key manages", field="name")
         keyring().forget(done.key_id)
-        request.state.audit.update(users=list(done.users or ["*"]), deleted=1)
-        log.info("key %r revoked over HTTP by %r", name, caller.name)
+        request.state.audit.update(users=list(done.users or ["*"]), deleted=1, target_key=done.key_id)
+        log.info("key %s (%r) revoked over HTTP by key %s", done.key_id, done.name, caller.key_id)
         return KeyInfo(**done.describe(now))
+
+    def revocable(caller: Principal, live: list[KeyRecord], name: str) -> KeyRecord:
+        """The one key of ``live`` the caller may revoke: its own child first when names clash."""
+        mine = [k for k in live if manageable(caller, k.users)]
+        if len(mine) > 1:
+            mine = [k for k in mine if k.parent == caller.key_id] or mine
+        if not mine:
+            # the same answer whether the key exists or belongs to other users
+            raise NotFound(f"no live key named {name!r} that this key manages", field="name")
+        if len(mine) > 1:
+            ids = ", ".join(k.key_id for k in mine)
+            raise Conflict(f"{len(mine)} live keys are named {name!r} ({ids}): revoke one by its key id", field="name")
+        return mine[0]
 
     @app.get("/healthz", response_model=Health, summary="Liveness (no key needed)")
     async def healthz() -> Health:
@@ -484,8 +450,11 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
         },
         summary="Prometheus metrics (scope: ops)",
     )
-    async def metrics() -> Response:
-        return Response(svc().metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+    async def metrics(caller: Caller) -> Response:
+        text = svc().metrics.render()
+        if caller.users is not None:  # a key for some users sees its own series only, no other key's
+            text = without_other_keys(text, caller.key_id)
+        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -519,6 +488,7 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
         BodyLimit,
         default_limit=settings.max_body_bytes,
         limits={"/v1/ingest": settings.max_ingest_body_bytes},
+        timeout_s=settings.body_read_timeout_s,
     )
     app.add_middleware(
         Guard,
@@ -553,31 +523,3 @@ def _response_schema(schema: dict[str, Any]) -> dict[str, Any]:
 def _check_id(value: str, field: str) -> None:
     if not valid_id(value):
         raise InvalidInput(f"{value!r} is not a valid {field}", field=field)
-
-
-def _parse_ingest_body(raw: bytes, ctype: str) -> list[Record]:
-    """The records of an ingest body: NDJSON (one record per line) or ``{"records": [...]}``."""
-    objects: list[Any]
-    if ctype in ("application/x-ndjson", "application/jsonl"):
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise MalformedBody(f"the body is not UTF-8 (byte {exc.start})", field="body") from exc
-        objects = []
-        for n, line in enumerate(text.splitlines(), start=1):
-            if line.strip():
-                objects.append(decode_json(line, f"line {n}"))
-        where = [f"line {i + 1}" for i in range(len(objects))]
-    else:
-        body = decode_json(raw, "body")
-        if not isinstance(body, dict) or not isinstance(body.get("records"), list):
-            raise InvalidInput('the body must be {"records": [...]}', field="records")
-        objects = body["records"]
-        where = [f"records[{i}]" for i in range(len(objects))]
-    records = []
-    for obj, w in zip(objects, where, strict=True):
-        try:
-            records.append(parse_record(obj, w))
-        except InvalidInput as exc:
-            raise InvalidInput(exc.message, field=f"{w}.{exc.field}") from exc
-    return records

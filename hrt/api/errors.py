@@ -1,8 +1,9 @@
 """HTTP status codes are decided here, in one place; the service layer raises HRT errors only.
 
 Every error, whoever raised it (HRT, request validation, routing, a bug), answers in one format:
-``{"error": {"code", "message", "field"}}``. A store's failure names the store and nothing else:
-hosts, ports and driver text go to the log.
+``{"error": {"code", "message", "field"}}``, with ``errors`` (every invalid field, ``{"field",
+"message"}``, up to a bound) inside ``error`` when a request has more than one. A store's failure
+names the store and nothing else: hosts, ports and driver text go to the log.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from hrt.errors import (
     Conflict,
@@ -26,12 +28,16 @@ from hrt.errors import (
     NotFound,
     PayloadTooLarge,
     RateLimited,
+    RequestTimeout,
     StoreError,
     StoreUnavailable,
     Unauthenticated,
 )
 
 log = logging.getLogger(__name__)
+
+# nginx's status for a request its client closed before the answer: never seen by the client
+CLIENT_CLOSED = 499
 
 STATUS: list[tuple[type[HRTError], int]] = [
     (PayloadTooLarge, 413),
@@ -43,6 +49,7 @@ STATUS: list[tuple[type[HRTError], int]] = [
     (NotFound, 404),
     (Conflict, 409),
     (StoreUnavailable, 503),
+    (RequestTimeout, 408),
     (HRTError, 500),
 ]
 
@@ -54,10 +61,18 @@ def status_for(exc: HRTError) -> int:
     return 500
 
 
+class FieldError(BaseModel):
+    field: str
+    message: str
+
+
 class ErrorDetail(BaseModel):
     code: str
     message: str
     field: str | None = None
+    errors: list[FieldError] | None = Field(
+        None, description="every invalid field of the request (up to 100), the first being `field`'s"
+    )
 
 
 class ErrorBody(BaseModel):
@@ -77,8 +92,9 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     403: _described("the key lacks the route's scope, or may not act for the user"),
     404: _described("unknown user or entity"),
     405: _described("method not allowed"),
+    408: _described("the body did not arrive within HRT_BODY_READ_TIMEOUT_S"),
     409: _described("an id already used by another kind of entity"),
-    413: _described("body over the size limit"),
+    413: _described("body over the size limit, or more records than HRT_MAX_INGEST_RECORDS"),
     415: _described("the body is not sent as application/json"),
     422: _described("invalid input; field names it"),
     429: _described("over the key's request rate or concurrency, or the server's write bound (with Retry-After)"),
@@ -143,9 +159,18 @@ def install_error_handlers(app: FastAPI, count: Callable[[HRTError], None] | Non
         if code >= 500:
             # the full message (driver text, host, port) and its cause, for the operator only
             log.error("%s %s failed: %s", request.method, request.url.path, exc.message, exc_info=exc.__cause__)
+        reason = refusal_reason(exc)
+        if reason is not None:  # the audit line's reason (hrt.api.guard)
+            request.scope.setdefault("state", {})["refusal"] = reason
         if count is not None:
             count(exc)
         return JSONResponse(status_code=code, content={"error": error_dict(exc)}, headers=error_headers(exc))
+
+    @app.exception_handler(ClientDisconnect)
+    async def _client_gone(request: Request, exc: ClientDisconnect) -> JSONResponse:
+        # the client went away before its body arrived in full: nobody reads this answer, the audit
+        # line and the metric count it as 499 (the client closed the request), not as a failure
+        return _json(CLIENT_CLOSED, "client_closed_request", "the client closed the request", "body")
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -161,14 +186,12 @@ def install_error_handlers(app: FastAPI, count: Callable[[HRTError], None] | Non
                 415, "unsupported_media_type", f"send the body as application/json (content-type: {got})", "body"
             )
         field = field_name(tuple(first.get("loc", ())))
-        detail = [{"field": field_name(tuple(e.get("loc", ()))), "message": str(e.get("msg", ""))} for e in errors[:20]]
-        body = {
-            "code": "invalid_input",
-            "message": f"field '{field}': {first.get('msg', 'invalid')}",
-            "field": field,
-            "errors": detail,
-        }
-        return JSONResponse(status_code=422, content={"error": body})
+        invalid = InvalidInput(
+            f"field '{field}': {first.get('msg', 'invalid')}",
+            field=field,
+            errors=[(field_name(tuple(e.get("loc", ()))), str(e.get("msg", ""))) for e in errors[:100]],
+        )
+        return JSONResponse(status_code=422, content={"error": invalid.to_dict()})
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

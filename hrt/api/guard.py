@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.routing import Match, Route
 
 from hrt.api.errors import error_dict, error_headers, status_for
-from hrt.auth import UNAUTHENTICATED_DEV, KeyLimiter, KeyRing, Principal
-from hrt.errors import HRTError
+from hrt.auth import UNAUTHENTICATED_DEV, KeyLimiter, KeyRing, Principal, is_loopback
+from hrt.errors import HRTError, Unauthenticated
 
 log = logging.getLogger(__name__)
 audit_log = logging.getLogger("hrt.audit")
@@ -32,12 +35,14 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 OPEN_PATHS = frozenset({"/healthz"})
+# a caller's X-Request-ID is kept when it looks like one; otherwise the server makes one
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 
-async def send_error(send: Send, status: int, exc: HRTError) -> None:
+async def send_error(send: Send, status: int, exc: HRTError, extra: Mapping[str, str] | None = None) -> None:
     body = json.dumps({"error": error_dict(exc)}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    headers += [(k.lower().encode(), v.encode()) for k, v in error_headers(exc).items()]
+    headers += [(k.lower().encode(), v.encode()) for k, v in {**error_headers(exc), **(extra or {})}.items()]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -47,7 +52,8 @@ class Guard:
     valid key of any scope (the OpenAPI document, an unknown path answering 404). ``audited``:
     the routes whose every outcome is logged to ``hrt.audit``. ``keyring`` None: HRT_AUTH=off,
     every request acts with every scope for every user (``hrt serve`` allows it on loopback only).
-    ``on_refusal`` sees every refusal (the metric)."""
+    ``on_refusal`` sees every refusal (the metric). With auth off, a request that reached the server
+    on an address other than loopback is refused, whatever host the settings name."""
 
     def __init__(
         self,
@@ -84,6 +90,7 @@ class Guard:
         target = self._route(scope)
         audited = target in self.audited
         state = scope.setdefault("state", {})
+        state["request_id"] = request_id(scope)
         started = time.perf_counter()
         status = 500
         principal: Principal | None = None
@@ -104,7 +111,7 @@ class Guard:
             except HRTError as exc:
                 status = status_for(exc)
                 if status < 500:
-                    state["refusal"] = exc.message
+                    state["refusal"] = str(getattr(exc, "reason", None) or exc.code)
                     self.on_refusal(exc)
                 else:  # the key store failed: logged whole, answered with its public message
                     log.error("authenticating a request failed: %s", exc.message, exc_info=exc.__cause__)
@@ -117,10 +124,23 @@ class Guard:
                 self.limiter.release(principal)
         finally:
             if audited:
-                self._audit(scope, target, principal, status, state, time.perf_counter() - started)
+                route = target[1] if target else scope["path"]
+                line = audit_line(scope, principal, scope["method"], route, status, state.get("audit", {}))
+                if "refusal" in state:
+                    line["reason"] = state["refusal"]
+                line["ms"] = round((time.perf_counter() - started) * 1000, 1)
+                audit_log.info("%s", json.dumps(line, separators=(",", ":")))
 
     async def _authenticate(self, scope: Scope) -> Principal:
         if self.keyring is None:
+            server = scope.get("server")
+            if not server or not is_loopback(str(server[0])):
+                # decided on the socket the request came in on, not on a configured host: a server
+                # started some other way (uvicorn --host 0.0.0.0) answers no one off loopback
+                raise Unauthenticated(
+                    "HRT_AUTH=off answers only requests to a loopback address; this server needs API keys",
+                    reason="auth_off",
+                )
             return UNAUTHENTICATED_DEV
         ring = self.keyring()
         header: str | None = None
@@ -130,38 +150,57 @@ class Guard:
                 break
         return await ring.authenticate(header)
 
-    @staticmethod
-    def _audit(
-        scope: Scope,
-        target: tuple[str, str] | None,
-        principal: Principal | None,
-        status: int,
-        state: Mapping[str, Any],
-        seconds: float,
-    ) -> None:
-        outcome = (
-            "ok"
-            if status < 300
-            else "refused"
-            if status in (401, 403, 429)
-            else "rejected"
-            if status < 500
-            else "failed"
-        )
-        write: Mapping[str, Any] = state.get("audit", {})
-        line = {
-            "event": "write",
-            "key": principal.name if principal is not None else None,
-            "method": scope["method"],
-            "route": target[1] if target else scope["path"],
-            "status": status,
-            "outcome": outcome,
-            "users": write.get("users", []),
-            "records": write.get("records", 0),
-            "upserted": write.get("upserted", 0),
-            "deleted": write.get("deleted", 0),
-            "ms": round(seconds * 1000, 1),
-        }
-        if "refusal" in state:
-            line["reason"] = state["refusal"]
-        audit_log.info("%s", json.dumps(line, separators=(",", ":")))
+
+def request_id(scope: Scope) -> str:
+    """The request's id for the audit log: the caller's ``X-Request-ID`` when it is sane, else new."""
+    for name, value in scope.get("headers", []):
+        if name == b"x-request-id":
+            text = bytes(value).decode("latin-1")
+            if _REQUEST_ID.fullmatch(text):
+                return text
+    return uuid.uuid4().hex
+
+
+def audit_line(
+    scope: Scope | None,
+    principal: Principal | None,
+    method: str,
+    route: str,
+    status: int,
+    write: Mapping[str, Any],
+) -> dict[str, Any]:
+    """One ``hrt.audit`` line (REST writes here, MCP tools in hrt.mcp_server): when, which request
+    from which address, which key (its id; names are not unique across owners), what it asked, how
+    it ended and what it wrote."""
+    state: Mapping[str, Any] = scope.get("state", {}) if scope is not None else {}
+    client = scope.get("client") if scope is not None else None
+    outcome = (
+        "ok"
+        if status < 300
+        else "refused"
+        if status in (401, 403, 429)
+        else "aborted"
+        if status == 499
+        else "rejected"
+        if status < 500
+        else "failed"
+    )
+    line: dict[str, Any] = {
+        "event": "write",
+        "ts": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "request_id": state.get("request_id"),
+        "client": client[0] if client else None,
+        "key_id": principal.key_id if principal is not None else None,
+        "key": principal.name if principal is not None else None,
+        "method": method,
+        "route": route,
+        "status": status,
+        "outcome": outcome,
+        "users": write.get("users", []),
+        "records": write.get("records", 0),
+        "upserted": write.get("upserted", 0),
+        "deleted": write.get("deleted", 0),
+    }
+    if "target_key" in write:  # the key a key route created or revoked
+        line["target_key"] = write["target_key"]
+    return line

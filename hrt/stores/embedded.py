@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import sqlite3
 import sys
 import threading
@@ -130,6 +131,17 @@ SCHEMA: list[tuple[int, str]] = [
         ALTER TABLE docs ADD COLUMN passages BLOB;
         """,
     ),
+    (
+        6,
+        # API keys (#30): the admin key that made a key over HTTP (NULL: the operator), and names
+        # unique among the live keys of one parent, not across tenants. New keys store the SHA-256
+        # of the token with an empty salt; a key with a salt keeps its scrypt hash until first used.
+        """
+        ALTER TABLE api_keys ADD COLUMN parent TEXT;
+        DROP INDEX api_keys_live_name;
+        CREATE UNIQUE INDEX api_keys_live_name ON api_keys (coalesce(parent, ''), name) WHERE revoked_at IS NULL;
+        """,
+    ),
 ]
 
 NODE_COLUMNS = "user_id, id, kind, label, ts, salience, category, tags, source_agent_id, valid_from, valid_to"
@@ -185,6 +197,29 @@ class EmbeddedPart:
         """No query plans to prepare; users' caches are loaded by ``preload`` (``HRT_PRELOAD_USERS``)."""
 
 
+def private_files(path: Path) -> None:
+    """The store holds every memory and the key table: its file is made 0600 (SQLite gives its -wal
+    and -shm the file's mode) and ``<db>.ann/`` 0700, before SQLite would make them with the umask's
+    0644. A file that exists already keeps its mode, with a warning when other users may read it."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    ann = path.with_name(path.name + ".ann")
+    for existing in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"), ann):
+        try:
+            mode = existing.stat().st_mode
+        except FileNotFoundError:
+            continue
+        if mode & 0o077:
+            log.warning(
+                "%s is readable by other local users (mode %o): it holds every memory and the API keys; "
+                "`chmod go-rwx` it",
+                existing,
+                mode & 0o777,
+            )
+    if not path.exists():
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    ann.mkdir(mode=0o700, exist_ok=True)
+
+
 class EmbeddedStore:
     """Owns the SQLite connection; its three adapters implement the ports over it."""
 
@@ -206,7 +241,7 @@ class EmbeddedStore:
         self._claim: StoreClaim | None = None  # this process's claim to write the file
         try:
             if not self._in_memory:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                private_files(self.path)
             self.db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")

@@ -20,6 +20,12 @@ if TYPE_CHECKING:
     from hrt.stores.embedded import EmbeddedStore
 
 
+KEY_COLUMNS = (
+    "key_id, name, scopes, users, secret_hash, salt, created_at, expires_at, revoked_at, last_used_at, rate_limit, "
+    "max_concurrency, parent"
+)
+
+
 class EmbeddedRecordStore(EmbeddedPart):
     def __init__(self, store: EmbeddedStore) -> None:
         self._store = store
@@ -121,7 +127,7 @@ class EmbeddedRecordStore(EmbeddedPart):
         try:
             with self._store.transaction() as db:
                 db.execute(
-                    "INSERT INTO api_keys VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT INTO api_keys ({KEY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     tuple(json.dumps(v) if isinstance(v, list) else v for v in key.columns()),
                 )
         except sqlite3.IntegrityError as exc:
@@ -131,10 +137,7 @@ class EmbeddedRecordStore(EmbeddedPart):
 
     async def keys(self) -> list[KeyRecord]:
         with self._store.reading() as db:
-            rows = db.execute(
-                "SELECT key_id, name, scopes, users, secret_hash, salt, created_at, expires_at, revoked_at, "
-                "last_used_at, rate_limit, max_concurrency FROM api_keys ORDER BY created_at, name, key_id"
-            ).fetchall()
+            rows = db.execute(f"SELECT {KEY_COLUMNS} FROM api_keys ORDER BY created_at, name, key_id").fetchall()
         return [
             KeyRecord(
                 key_id=r[0],
@@ -149,17 +152,26 @@ class EmbeddedRecordStore(EmbeddedPart):
                 last_used_at=r[9],
                 rate_limit=r[10],
                 max_concurrency=r[11],
+                parent=r[12],
             )
             for r in rows
         ]
 
-    async def revoke_key(self, name: str, at: float) -> KeyRecord | None:
+    async def revoke_key(self, key_id: str, at: float) -> KeyRecord | None:
         with self._store.transaction() as db:
-            row = db.execute("SELECT key_id FROM api_keys WHERE name = ? AND revoked_at IS NULL", (name,)).fetchone()
-            if row is None:
-                return None
-            db.execute("UPDATE api_keys SET revoked_at = ? WHERE key_id = ?", (at, row[0]))
-        return next(k for k in await self.keys() if k.key_id == row[0])
+            done = db.execute(
+                "UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL", (at, key_id)
+            ).rowcount
+        if not done:
+            return None
+        return next(k for k in await self.keys() if k.key_id == key_id)
+
+    async def rehash_key(self, key_id: str, old_hash: bytes, new_hash: bytes) -> None:
+        with self._store.transaction() as db:
+            db.execute(
+                "UPDATE api_keys SET secret_hash = ?, salt = ? WHERE key_id = ? AND secret_hash = ?",
+                (new_hash, b"", key_id, old_hash),
+            )
 
     async def touch_keys(self, used: Mapping[str, float]) -> None:
         with self._store.transaction() as db:

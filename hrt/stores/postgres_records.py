@@ -95,6 +95,22 @@ class PostgresRecordStore:
                 await self.lease_pool.open(wait=False)
             raise
         await self.lease_pool.open(wait=False)
+        await self._warn_if_superuser()
+
+    async def _warn_if_superuser(self) -> None:
+        """A warning, not a refusal (deployments made that way keep working): HRT needs a role
+        that owns its database, nothing more, and a superuser's DSN hands whoever gets it (a flaw
+        in HRT, a leaked setting) the whole server, its files and programs included
+        (docs/security.md)."""
+        async with self.reading("role check") as conn:
+            cur = await conn.execute("SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user")
+            row = await cur.fetchone()
+        if row is not None and row[1]:
+            log.warning(
+                "HRT_POSTGRES_DSN connects as %s, a PostgreSQL superuser: connect as a role that owns HRT's "
+                "database and nothing more (docs/deployment.md, 'The PostgreSQL role')",
+                row[0],
+            )
 
     async def close(self) -> None:
         await self.lease_pool.close()
@@ -590,8 +606,10 @@ class PostgresRecordStore:
             try:
                 async with self.connection("create_key") as conn, conn.transaction():
                     await conn.execute(
-                        "INSERT INTO hrt_api_keys VALUES (%s, %s, %s, %s, %s, %s, to_timestamp(%s), to_timestamp(%s), "
-                        "to_timestamp(%s), to_timestamp(%s), %s, %s)",
+                        "INSERT INTO hrt_api_keys (key_id, name, scopes, users, secret_hash, salt, created_at, "
+                        "expires_at, revoked_at, last_used_at, rate_limit, max_concurrency, parent) VALUES (%s, %s, "
+                        "%s, %s, %s, %s, to_timestamp(%s), to_timestamp(%s), to_timestamp(%s), to_timestamp(%s), "
+                        "%s, %s, %s)",
                         key.columns(),
                     )
             except StoreError as exc:
@@ -608,16 +626,24 @@ class PostgresRecordStore:
                 rows = await cur.fetchall()
         return [_key(r) for r in rows]
 
-    async def revoke_key(self, name: str, at: float) -> KeyRecord | None:
+    async def revoke_key(self, key_id: str, at: float) -> KeyRecord | None:
         with _keys_table():
             async with self.connection("revoke_key") as conn, conn.transaction():
                 cur = await conn.execute(
-                    f"UPDATE hrt_api_keys SET revoked_at = to_timestamp(%s) WHERE name = %s AND revoked_at IS NULL "
+                    f"UPDATE hrt_api_keys SET revoked_at = to_timestamp(%s) WHERE key_id = %s AND revoked_at IS NULL "
                     f"RETURNING {_KEY_COLUMNS}",
-                    (at, name),
+                    (at, key_id),
                 )
                 row = await cur.fetchone()
         return _key(row) if row is not None else None
+
+    async def rehash_key(self, key_id: str, old_hash: bytes, new_hash: bytes) -> None:
+        with _keys_table():
+            async with self.connection("rehash_key") as conn, conn.transaction():
+                await conn.execute(
+                    "UPDATE hrt_api_keys SET secret_hash = %s, salt = %s WHERE key_id = %s AND secret_hash = %s",
+                    (new_hash, b"", key_id, old_hash),
+                )
 
     async def touch_keys(self, used: Mapping[str, float]) -> None:
         if not used:
@@ -774,7 +800,7 @@ class PostgresOutboxLease:
 # API keys: hrt_api_keys as a KeyRecord (timestamps as epoch seconds)
 _KEY_COLUMNS = (
     "key_id, name, scopes, users, secret_hash, salt, extract(epoch FROM created_at), extract(epoch FROM expires_at), "
-    "extract(epoch FROM revoked_at), extract(epoch FROM last_used_at), rate_limit, max_concurrency"
+    "extract(epoch FROM revoked_at), extract(epoch FROM last_used_at), rate_limit, max_concurrency, parent"
 )
 
 
@@ -795,6 +821,7 @@ def _key(row: Sequence[Any]) -> KeyRecord:
         last_used_at=ts(row[9]),
         rate_limit=row[10],
         max_concurrency=row[11],
+        parent=row[12],
     )
 
 
@@ -803,9 +830,9 @@ def _keys_table() -> Iterator[None]:
     try:
         yield
     except StoreError as exc:
-        if isinstance(exc.__cause__, pg_errors.UndefinedTable):
+        if isinstance(exc.__cause__, pg_errors.UndefinedTable | pg_errors.UndefinedColumn):
             raise StoreError(
-                "PostgreSQL has no API key table yet: run `hrt migrate`",
+                "PostgreSQL's API key table is missing or older than this HRT: run `hrt migrate`",
                 store="PostgreSQL",
                 public="PostgreSQL's schema is not up to date (`hrt migrate`)",
             ) from exc

@@ -3,7 +3,9 @@ file and PostgreSQL (a real server, migration 0002)."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -45,20 +47,33 @@ async def test_a_key_round_trips_without_its_secret(keys: KeyStore) -> None:
     assert (await ring.authenticate(f"Bearer {everyone_token}")).users is None
 
 
-async def test_names_are_unique_among_live_keys_and_revocation_frees_them(keys: KeyStore) -> None:
+async def test_names_are_unique_among_live_keys_of_a_parent_and_revocation_frees_them(keys: KeyStore) -> None:
     _, first = new_key("agent", SCOPES, None, now=NOW)
     await keys.create_key(first)
     _, clash = new_key("agent", ["retrieve"], None, now=NOW)
     with pytest.raises(Conflict) as info:
         await keys.create_key(clash)
     assert info.value.field == "name"
-    revoked = await keys.revoke_key("agent", NOW + 5)
+    # another parent's key of that name is no clash: names say nothing across tenants (#30)
+    _, child = new_key("agent", ["retrieve"], None, parent=first.key_id, now=NOW)
+    await keys.create_key(child)
+    revoked = await keys.revoke_key(first.key_id, NOW + 5)
     assert revoked is not None and revoked.key_id == first.key_id and revoked.revoked_at == NOW + 5
-    assert await keys.revoke_key("agent", NOW + 6) is None
+    assert await keys.revoke_key(first.key_id, NOW + 6) is None
     await keys.create_key(clash)
-    assert sorted((k.key_id, k.revoked_at) for k in await keys.keys()) == sorted(
-        [(first.key_id, NOW + 5), (clash.key_id, None)]
+    assert sorted((k.key_id, k.revoked_at, k.parent) for k in await keys.keys()) == sorted(
+        [(first.key_id, NOW + 5, None), (clash.key_id, None, None), (child.key_id, None, first.key_id)]
     )
+
+
+async def test_a_scrypt_hash_is_replaced_only_while_it_is_still_stored(keys: KeyStore) -> None:
+    token, record = new_key("old", ["retrieve"], None, now=NOW)
+    old = replace(record, secret_hash=b"s" * 32, salt=b"t" * 16)  # as an older HRT stored it
+    await keys.create_key(old)
+    await keys.rehash_key(old.key_id, b"x" * 32, hashlib.sha256(token.encode()).digest())  # not its hash
+    assert (await keys.keys())[0] == old
+    await keys.rehash_key(old.key_id, old.secret_hash, record.secret_hash)
+    assert (await keys.keys())[0] == record
 
 
 async def test_last_use_only_moves_forward(keys: KeyStore) -> None:

@@ -131,3 +131,50 @@ def test_no_input_gives_a_5xx_and_every_answer_fits_the_document(
         case.call_and_validate(base_url=fuzz_server.base_url, headers=fuzz_server.headers, checks=CHECKS, timeout=60)
 
     run()
+
+
+# keys with extreme fields (#30): expiries far and odd, rates down to the smallest float, any
+# concurrency; made by the all-users key and by a user-bound admin that expires, then used
+DURATIONS = st.builds(lambda n, unit: f"{n}{unit}", st.integers(1, 999_999), st.sampled_from("mhdw"))
+DATES = st.builds(
+    lambda when, offset: f"{when.isoformat()}{offset}",
+    st.datetimes(),
+    st.sampled_from(["", "Z", "+14:00", "-01:00", "-23:59"]),
+)
+KEY_BODIES = st.fixed_dictionaries(
+    {"scopes": st.just(["retrieve"])},
+    optional={
+        "expires": st.one_of(DURATIONS, DATES, st.text(max_size=64)),
+        "rate_limit": st.one_of(
+            st.floats(min_value=0, max_value=1_000_000, allow_subnormal=True), st.sampled_from([5e-324, 0.0, 1e6])
+        ),
+        "max_concurrency": st.integers(0, 100_000),
+    },
+)
+
+
+def test_keys_with_extreme_fields_never_break_the_key_table(fuzz_server: ServerProcess) -> None:
+    with fuzz_server.client(timeout=60) as c:
+        r = c.post(
+            "/v1/keys",
+            json={"name": "fuzz-admin", "scopes": ["admin", "retrieve"], "users": ["u-maya"], "expires": "1h"},
+        )
+        assert r.status_code == 201, r.text
+        makers = [fuzz_server.headers, {"authorization": f"Bearer {r.json()['key']}"}]
+        counter = iter(range(10**9))
+
+        @given(body=KEY_BODIES, maker=st.sampled_from(makers))
+        @settings(max_examples=EXAMPLES * 2, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        def run(body: dict[str, Any], maker: dict[str, str]) -> None:
+            name = f"fuzz-{next(counter)}"
+            made = c.post("/v1/keys", json={"name": name, "users": ["u-maya"], **body}, headers=maker)
+            assert made.status_code in (201, 403, 422), made.text
+            if made.status_code == 201:
+                used = c.get("/v1/users/u-maya/stats", headers={"authorization": f"Bearer {made.json()['key']}"})
+                assert used.status_code in (200, 429), used.text
+            listed = c.get("/v1/keys", headers=maker)
+            assert listed.status_code == 200, listed.text
+            if made.status_code == 201:
+                assert c.delete(f"/v1/keys/{made.json()['key_id']}", headers=maker).status_code == 200
+
+        run()

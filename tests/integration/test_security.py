@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -315,3 +316,133 @@ def test_the_server_log_audits_every_write_and_holds_no_secret(deployment: Deplo
     assert any(a["key"] is None and a["status"] == 401 for a in audit)
     assert any(a["outcome"] == "ok" and a["upserted"] == 2 for a in audit)
     assert not any(token in text for token in [*d.keys.values(), d.server.headers["authorization"][7:]] if token)
+
+
+# --------------------------------------------------------------------------------------------
+# a hostile tenant against a real server (#30): slow bodies, dropped bodies, auth off off loopback
+# --------------------------------------------------------------------------------------------
+
+
+def slow_ingest(server: ServerProcess, token: str) -> socket.socket:
+    """An ingest that announces 100,000 bytes, sends 14 and holds its socket open."""
+    host, port = server.base_url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=60)
+    sock.sendall(
+        (
+            f"POST /v1/ingest HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+            '{"records": ['
+        ).encode()
+    )
+    return sock
+
+
+def answer_of(sock: socket.socket) -> tuple[int, dict[str, object]]:
+    """The status and JSON body the server answered on a raw socket (read until it closes)."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    sock.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+def audit_of(server: ServerProcess) -> list[dict[str, object]]:
+    lines = server.log.read_text().splitlines()
+    return [json.loads(line) for line in lines if line.startswith('{"event":"write"')]
+
+
+@pytest.fixture
+def tenants(tmp_path: Path) -> Iterator[tuple[ServerProcess, dict[str, str]]]:
+    """A real server whose body read deadline is 3 s, with ingest keys of two tenants."""
+    server = start_hrt_server(tmp_path / "t.db", tmp_path / "t.log", env={"HRT_BODY_READ_TIMEOUT_S": "3"})
+    made = {}
+    with server.client(timeout=60) as c:
+        for name, user in (("evil", "u-evil"), ("good", "u-good")):
+            r = c.post("/v1/keys", json={"name": name, "scopes": ["ingest", "admin"], "users": [user]})
+            assert r.status_code == 201, r.text
+            made[name] = r.json()["key"]
+    try:
+        yield server, made
+    finally:
+        server.stop()
+
+
+def test_slow_bodies_of_one_tenant_block_no_other_tenants_writes(tenants) -> None:
+    """Finding 1: two ingests holding their sockets after 14 bytes of a 100,000-byte body once took
+    both write slots, and every tenant's writes answered 429 for as long as the sockets stayed open."""
+    server, keys = tenants
+    held = [slow_ingest(server, keys["evil"]) for _ in range(2)]
+    good = {"authorization": f"Bearer {keys['good']}"}
+    with httpx.Client(base_url=server.base_url, headers=good, timeout=60) as c:
+        # the server has the slow requests (they are past the key check) before the others go
+        third = slow_ingest(server, keys["evil"])
+        status, body = answer_of(third)  # one key holds at most half of the ingest body places
+        assert status == 429 and "its share" in str(body["error"]), body
+        write = c.post("/v1/ingest", json={"records": [concept("u-good", "c-1", "One")]})
+        assert write.status_code == 200, write.text
+        assert c.delete("/v1/users/u-good/entities/concept/c-1").status_code == 200
+        assert c.delete("/v1/users/u-good").status_code == 200
+    answers = [answer_of(sock) for sock in held]  # the deadline ends them, and their connections
+    assert [(s, b["error"]["code"], b["error"]["field"]) for s, b in answers] == [(408, "request_timeout", "body")] * 2  # type: ignore[index]
+    assert server.proc.poll() is None
+
+
+def test_a_client_that_drops_its_body_is_audited_as_aborted_not_failed(tenants) -> None:
+    """Finding 8: a body cut off mid-way was logged as a 500 'failed'."""
+    server, keys = tenants
+    sock = slow_ingest(server, keys["evil"])
+    sock.close()
+    deadline = time.monotonic() + 30
+    while not (lines := [a for a in audit_of(server) if a["key"] == "evil"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [(a["status"], a["outcome"]) for a in lines] == [(499, "aborted")]
+    assert "Traceback" not in server.log.read_text()
+
+
+def non_loopback_address() -> str:
+    """This machine's address on its default route (a UDP connect sends nothing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("10.255.255.255", 1))
+        address = str(s.getsockname()[0])
+    assert not address.startswith("127."), "the test needs an address other than loopback"
+    return address
+
+
+def test_auth_off_answers_only_on_loopback_whatever_started_the_server(tmp_path: Path) -> None:
+    """Finding 12: ``uvicorn --factory hrt.api.app:create_app --host 0.0.0.0`` with HRT_AUTH=off
+    served every user's data off loopback, as the check read the configured host, not the socket."""
+    port = free_port()
+    env = {**os.environ, "HRT_DB_PATH": str(tmp_path / "off.db"), "HRT_AUTH": "off"}
+    log = (tmp_path / "uvicorn.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--factory",
+            "hrt.api.app:create_app",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(port),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        local = httpx.get(f"http://127.0.0.1:{port}/v1/users/u1/stats", timeout=30)
+        assert local.status_code == 200, local.text
+        remote = httpx.get(f"http://{non_loopback_address()}:{port}/v1/users/u1/stats", timeout=30)
+        assert remote.status_code == 401 and "loopback" in remote.json()["error"]["message"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

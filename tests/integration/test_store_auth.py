@@ -43,12 +43,22 @@ def test_postgres_refuses_a_client_without_the_password(stack_manager: StackMana
         psycopg.connect(bare, connect_timeout=5)
     with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
         psycopg.connect(bare, password="not-the-password", connect_timeout=5)
-    assert "password=" + stack.postgres_password in stack.postgres_dsn
-    with psycopg.connect(stack.postgres_dsn, connect_timeout=5) as conn:
+    assert "password=" + stack.postgres_password in stack.postgres_admin_dsn
+    with psycopg.connect(stack.postgres_admin_dsn, connect_timeout=5) as conn:
         assert conn.execute("SELECT current_user, current_setting('password_encryption')").fetchone() == (
             "postgres",
             "scram-sha-256",
         )
+        # the hrt role's password is stored as a SCRAM verifier too
+        verifier = conn.execute("SELECT rolpassword FROM pg_authid WHERE rolname = 'hrt'").fetchone()
+        assert verifier is not None and verifier[0].startswith("SCRAM-SHA-256$")
+    # HRT's own DSN: the hrt role, with its own password, refused without it
+    assert "password=" + stack.postgres_hrt_password in stack.postgres_dsn
+    hrt_bare = f"host=127.0.0.1 port={port} user=hrt dbname=hrt"
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        psycopg.connect(hrt_bare, password=stack.postgres_password, connect_timeout=5)  # not the superuser's
+    with psycopg.connect(stack.postgres_dsn, connect_timeout=5) as conn:
+        assert conn.execute("SELECT current_user").fetchone() == ("hrt",)
     # hrt migrate says the credentials are wrong, not that PostgreSQL is down
     from hrt.errors import StoreUnavailable
     from hrt.stores.postgres_migrate import migrate
@@ -115,7 +125,7 @@ async def test_hrt_works_against_the_stack_from_stack_env_alone(
     )
     env = {k: v.strip("'") for k, v in written.items()}
     assert env == stack.env()
-    env["HRT_POSTGRES_DSN"] = postgres_dsn  # this test's own database on the stack's server (same password)
+    env["HRT_POSTGRES_DSN"] = postgres_dsn  # this test's own database on the stack's server (same role)
     for name, value in {
         **env,
         "HRT_RECORD_STORE": "postgres",

@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from hrt.api import create_app
-from hrt.auth import SCOPES, new_key
+from hrt.auth import SCOPES, new_key, token_key_id
 from hrt.config import Settings
-from tests.helpers import concept
+from tests.helpers import bearer, concept
 
 
 @pytest.fixture
@@ -29,17 +29,6 @@ async def keys(loaded_service):
         await loaded_service.records.create_key(record)
         made[name] = token
     return made
-
-
-@pytest.fixture
-async def api(loaded_service, settings):
-    app = create_app(settings, service=loaded_service)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://hrt") as c:
-        yield c
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {token}"}
 
 
 RETRIEVE = {"user_id": "u1", "key_phrases": ["Project Phoenix"], "as_of": "2025-08-01T00:00:00Z"}
@@ -113,13 +102,14 @@ async def test_every_write_is_one_audit_line_with_its_key_and_outcome(api, keys,
     assert all(keys["u1-all"] not in json.dumps(x) for x in lines)
 
 
-async def test_metrics_count_requests_per_key_name_and_refusals_per_reason(api, keys):
+async def test_metrics_count_requests_per_key_id_and_refusals_per_reason(api, keys):
     await api.post("/v1/retrieve", json=RETRIEVE, headers=bearer(keys["u1-read"]))
     await api.post("/v1/retrieve", json=RETRIEVE)
     await api.post("/v1/retrieve", json={**RETRIEVE, "user_id": "u2"}, headers=bearer(keys["u1-read"]))
     text = (await api.get("/metrics", headers=bearer(keys["root"]))).text
-    assert 'hrt_key_requests_total{key="u1-read",status="200"} 1.0' in text
-    assert 'hrt_key_requests_total{key="u1-read",status="403"} 1.0' in text
+    key_id = token_key_id(keys["u1-read"])
+    assert f'hrt_key_requests_total{{key="{key_id}",status="200"}} 1.0' in text
+    assert f'hrt_key_requests_total{{key="{key_id}",status="403"}} 1.0' in text
     assert 'hrt_auth_refusals_total{reason="missing"} 1.0' in text
     assert 'hrt_auth_refusals_total{reason="user"} 1.0' in text
     assert keys["u1-read"] not in text
@@ -137,10 +127,22 @@ async def test_the_openapi_document_declares_bearer_keys_and_every_error(api, ke
 
 async def test_auth_off_serves_without_keys_and_says_so(loaded_service, tmp_path):
     app = create_app(Settings(db_path=tmp_path / "x.db", auth="off"), service=loaded_service)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://hrt") as c:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as c:
         assert (await c.post("/v1/retrieve", json=RETRIEVE)).status_code == 200
         ready = (await c.get("/readyz")).json()
     assert ready["auth"] == "off" and "HRT_AUTH=off" in ready["warnings"][0]
+
+
+@pytest.mark.parametrize("local", ["10.1.2.3", "0.0.0.0", "hrt.example"])
+async def test_auth_off_refuses_a_request_that_came_in_off_loopback(loaded_service, tmp_path, local):
+    """Decided per request on the address the connection reached (ASGI's ``server``), not on the
+    host the settings name: an app built with auth off behind ``uvicorn --host 0.0.0.0`` (#30)."""
+    app = create_app(Settings(db_path=tmp_path / "x.db", auth="off"), service=loaded_service)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=f"http://{local}") as c:
+        r = await c.post("/v1/retrieve", json=RETRIEVE)
+        assert r.status_code == 401 and "loopback" in r.json()["error"]["message"]
+        assert (await c.get("/metrics")).status_code == 401
+        assert (await c.get("/healthz")).status_code == 200
 
 
 async def test_an_admin_key_manages_keys_within_its_own_scopes_and_users(api, keys, loaded_service):

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from hrt import devstack
-from hrt.config import Settings
+from hrt.config import PLACEHOLDER_SECRET, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = (ROOT / "docker-compose.yml").read_text()
@@ -17,7 +17,8 @@ COMPOSE = yaml.safe_load(TEXT)
 # compose's variable references: ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?error}, ${NAME?error}
 REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
 SECRET_NAME = re.compile(r"PASSWORD|API_KEY|ALLOWED_KEYS|SECRET|TOKEN|_AUTH$")
-SECRETS = {"POSTGRES_PASSWORD", "NEO4J_PASSWORD", "WEAVIATE_API_KEY", "RERANKER_API_KEY"}
+SECRETS = {"POSTGRES_PASSWORD", "POSTGRES_HRT_PASSWORD", "NEO4J_PASSWORD", "WEAVIATE_API_KEY", "RERANKER_API_KEY"}
+INIT_SCRIPT = ROOT / "scripts" / "postgres-init" / "10-hrt-role.sh"
 
 
 def reranker_key(service: dict[str, object]) -> str:
@@ -183,11 +184,13 @@ def test_healthchecks_work_with_authentication_on() -> None:
 
 
 def test_with_env_example_every_client_gets_the_secret_its_server_was_given() -> None:
-    example = env_example()
+    # values of its own in place of the placeholders, which HRT refuses (tests/unit/test_store_files.py)
+    example = {k: v.replace(PLACEHOLDER_SECRET, "own") for k, v in env_example().items()}
     resolved = yaml.safe_load(interpolate(TEXT, example))["services"]
     hrt = resolved["hrt"]["environment"]
-    assert f"password={example['POSTGRES_PASSWORD']} " in hrt["HRT_POSTGRES_DSN"]
+    assert f"password={example['POSTGRES_HRT_PASSWORD']} " in hrt["HRT_POSTGRES_DSN"]
     assert resolved["postgres"]["environment"]["POSTGRES_PASSWORD"] == example["POSTGRES_PASSWORD"]
+    assert resolved["postgres"]["environment"]["HRT_DB_PASSWORD"] == example["POSTGRES_HRT_PASSWORD"]
     assert resolved["neo4j"]["environment"]["NEO4J_AUTH"] == f"{hrt['HRT_NEO4J_USER']}/{hrt['HRT_NEO4J_PASSWORD']}"
     assert resolved["weaviate"]["environment"]["AUTHENTICATION_APIKEY_ALLOWED_KEYS"] == hrt["HRT_WEAVIATE_API_KEY"]
     assert reranker_key(resolved["reranker"]) == hrt["HRT_RERANKER_API_KEY"]
@@ -217,3 +220,35 @@ def test_the_hrt_image_runs_as_a_non_root_user_that_owns_what_it_writes() -> Non
     hrt = COMPOSE["services"]["hrt"]
     assert "hrt-data:/data" in hrt["volumes"] and hrt["environment"]["HRT_DB_PATH"].startswith("/data/")
     assert "HRT_CACHE_DIR" not in hrt["environment"]  # the image's writable one applies
+
+
+def dsn_fields(dsn: str) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in dsn.split())
+
+
+def test_hrt_connects_to_postgres_as_the_role_the_init_script_makes_not_the_superuser() -> None:
+    """HRT's DSN names the role and database that scripts/postgres-init/ makes (the role owns the
+    database), never the superuser, and HRT's environment holds no superuser password; the script
+    reaches the postgres image's /docker-entrypoint-initdb.d, executable (run, not sourced).
+    tests/integration/test_postgres_role.py runs the script against a real PostgreSQL."""
+    example = {k: v.replace(PLACEHOLDER_SECRET, "own") for k, v in env_example().items()}
+    resolved = yaml.safe_load(interpolate(TEXT, example))["services"]
+    postgres, hrt = resolved["postgres"]["environment"], resolved["hrt"]["environment"]
+    dsn = dsn_fields(hrt["HRT_POSTGRES_DSN"])
+    superuser = postgres["POSTGRES_USER"]
+    assert dsn["user"] != superuser and dsn["user"] != "postgres"
+    assert (dsn["user"], dsn["dbname"], dsn["password"]) == (
+        postgres["HRT_DB_USER"],
+        postgres["HRT_DB_NAME"],
+        postgres["HRT_DB_PASSWORD"],
+    )
+    assert example["POSTGRES_PASSWORD"] != example["POSTGRES_HRT_PASSWORD"]
+    assert not any(example["POSTGRES_PASSWORD"] in str(v) for v in hrt.values())
+    assert "POSTGRES_PASSWORD" not in COMPOSE["services"]["hrt"]["environment"]["HRT_POSTGRES_DSN"]
+    mounts = COMPOSE["services"]["postgres"]["volumes"]
+    assert "./scripts/postgres-init:/docker-entrypoint-initdb.d:ro" in mounts
+    assert INIT_SCRIPT.is_file() and INIT_SCRIPT.stat().st_mode & 0o111
+    script = INIT_SCRIPT.read_text()
+    for name in ("HRT_DB_USER", "HRT_DB_NAME", "HRT_DB_PASSWORD"):
+        assert "${" + name in script
+    assert "NOSUPERUSER" in script and "OWNER %I" in script

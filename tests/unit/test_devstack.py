@@ -31,7 +31,7 @@ def mode(path: Path) -> int:
 def test_generated_credentials_are_long_random_and_distinct() -> None:
     first, second = devstack.Credentials.generate(), devstack.Credentials.generate()
     values = [*vars(first).values(), *vars(second).values()]
-    assert len(set(values)) == 6
+    assert len(set(values)) == 8
     assert all(len(v) >= 40 and v.replace("-", "").replace("_", "").isalnum() for v in values)
 
 
@@ -48,7 +48,10 @@ def test_stack_env_and_stack_json_are_written_for_their_owner_alone(tmp_path: Pa
     assert env["HRT_NEO4J_USER"] == "'neo4j'"
     assert env["HRT_NEO4J_PASSWORD"] == f"'{creds.neo4j_password}'"
     assert env["HRT_WEAVIATE_API_KEY"] == f"'{creds.weaviate_api_key}'"
-    assert f"password={creds.postgres_password} " in env["HRT_POSTGRES_DSN"]
+    # HRT gets the hrt role's password; the superuser's stays in stack.json
+    assert f"user=hrt password={creds.postgres_hrt_password} " in env["HRT_POSTGRES_DSN"]
+    assert creds.postgres_password not in (tmp_path / "stack.env").read_text()
+    assert creds.postgres_password in (tmp_path / "stack.json").read_text()
     assert "OLD" not in env
     assert not list(tmp_path.glob(".*.tmp"))  # the temporary file was renamed, not left behind
     loaded = devstack.Stack.load(tmp_path)
@@ -62,10 +65,31 @@ def test_accessors_give_each_client_its_credentials(tmp_path: Path) -> None:
     assert stack.neo4j_auth == ("neo4j", creds.neo4j_password)
     assert stack.weaviate_api_key == creds.weaviate_api_key
     assert stack.postgres_dsn == (
+        f"host=127.0.0.1 port=5433 user=hrt password={creds.postgres_hrt_password} dbname=hrt"
+    )
+    assert stack.postgres_dsn_for("t_1") == stack.postgres_dsn.replace("dbname=hrt", "dbname=t_1")
+    assert stack.env()["HRT_POSTGRES_DSN"] == stack.postgres_dsn
+    assert stack.postgres_admin_dsn == (
         f"host=127.0.0.1 port=5433 user=postgres password={creds.postgres_password} dbname=postgres"
     )
     with pytest.raises(devstack.DevStackError, match="no credentials"):
         _ = devstack.Stack(dir="/x", services=stack.services).neo4j_auth
+
+
+def test_a_stack_json_from_before_the_hrt_role_gets_a_password_for_it(tmp_path: Path) -> None:
+    """Its other credentials are kept (the data holds them); the next ``up`` gives the role the
+    new password (tests/integration/test_postgres_role.py, on a real server)."""
+    stack = stack_in(tmp_path)
+    stack.save()
+    raw = json.loads((tmp_path / "stack.json").read_text())
+    del raw["credentials"]["postgres_hrt_password"]
+    (tmp_path / "stack.json").write_text(json.dumps(raw))
+    loaded = devstack.Stack.load(tmp_path)
+    assert loaded is not None and loaded.credentials is not None and stack.credentials is not None
+    assert loaded.credentials.postgres_password == stack.credentials.postgres_password
+    assert loaded.credentials.neo4j_password == stack.credentials.neo4j_password
+    new = loaded.credentials.postgres_hrt_password
+    assert len(new) >= 40 and new != stack.credentials.postgres_hrt_password
 
 
 def test_redacted_env_and_status_show_no_secret(tmp_path: Path) -> None:
