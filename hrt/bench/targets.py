@@ -34,14 +34,15 @@ def services_target(stack: Any, label: str, create: bool = True) -> Target:
     (made afresh with ``create``), the shared Neo4j (each size is its own user)."""
     import psycopg
 
+    from hrt import devstack
     from hrt.stores.postgres_migrate import migrate
 
     name = f"hrt_bench_{label}"
-    dsn = stack.postgres_dsn.replace("dbname=postgres", f"dbname={name}")
+    dsn = stack.postgres_dsn_for(name)  # HRT connects as the hrt role (no superuser), which owns it
     if create:
-        with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
+        with psycopg.connect(stack.postgres_admin_dsn, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-            conn.execute(f"CREATE DATABASE {name}")
+            conn.execute(f"CREATE DATABASE {name} OWNER {devstack.HRT_POSTGRES_ROLE}")
         migrate(dsn)
     collection = f"HRTBench{label.upper()}"
     settings = {
