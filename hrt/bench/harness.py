@@ -180,7 +180,11 @@ def bench_one(
             run["stores_settle"] = {"waited_s": waited, "settled": settled}
             state = "quiet" if settled else "still busy (measuring anyway)"
             print(f"[bench] {deployment} {label}: stores {state} after {waited} s", file=sys.stderr, flush=True)
-        server = Server({**target.env, **plan.server_env}, work / f"server-{deployment}-{label}.log", server_embedder)
+        # a first start on a fresh 1M store builds its HNSW graph before it is ready (~16 min, one thread)
+        ready_s = 600.0 if n < 500_000 else 3_600.0
+        server = Server(
+            {**target.env, **plan.server_env}, work / f"server-{deployment}-{label}.log", server_embedder, ready_s
+        )
         total = 1 + plan.warmup + plan.requests * (1 + len(concurrency_levels(plan.concurrency)))
         phrases = key_phrases(cfg, total)
         figures, extra = measure(server, cfg, plan, phrases, target.service_pids)
