@@ -33,9 +33,10 @@ if TYPE_CHECKING:
     from hrt.stores.embedded import EmbeddedStore
 
 # A user's graph is built afresh in the background once this many nodes were written since its
-# base, or this fraction of the base (reads of written nodes take a slower path).
-COMPACT_MIN_NODES = 2_000
-COMPACT_FRACTION = 0.05
+# base (reads of written nodes take a slower path), or, for a small user, once as many as the base
+# holds (at least COMPACT_SMALL): a small user's build is cheap.
+COMPACT_NODES = 2_000
+COMPACT_SMALL = 64
 
 _NODE_SELECT = "SELECT id, kind, label, ts, salience, category, tags, source_agent_id, valid_from, valid_to FROM nodes"
 
@@ -53,7 +54,7 @@ def _nan1(value: object) -> float:
 
 
 def _due(g: GraphView) -> bool:
-    return g.changes > max(COMPACT_MIN_NODES, COMPACT_FRACTION * g.base.size)
+    return g.changes >= COMPACT_NODES or g.changes >= max(COMPACT_SMALL, g.base.size)
 
 
 def _nan(values: list[object]) -> np.ndarray:

@@ -37,13 +37,14 @@ EXACT_BELOW = 2_000
 
 
 # A user's snapshot is built afresh in the background once this many rows were written since its
-# base, or this fraction of the base: reads over the changes cost a little more than over a base.
-COMPACT_MIN_ROWS = 2_000
-COMPACT_FRACTION = 0.05
+# base (each search reads the rows written since exactly: ~1 ms a phrase for 2,000 of them), or,
+# for a small user, once as many as the base holds (at least COMPACT_SMALL): its build is cheap.
+COMPACT_ROWS = 2_000
+COMPACT_SMALL = 64
 
 
 def compaction_due(um: _UserMatrix) -> bool:
-    return um.delta_rows > max(COMPACT_MIN_ROWS, COMPACT_FRACTION * um.base_n)
+    return um.delta_rows >= COMPACT_ROWS or um.delta_rows >= max(COMPACT_SMALL, um.base_n)
 
 
 # Scaled id ranks: a row of the loaded rows has (its rank among their ids) * ID_STEP, a row added

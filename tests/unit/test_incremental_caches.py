@@ -95,12 +95,12 @@ def seed_graph() -> list[dict[str, Any]]:
 
 @contextlib.contextmanager
 def compaction_after(rows: int) -> Iterator[None]:
-    saved = embedded_vectors.COMPACT_MIN_ROWS, embedded_graph.COMPACT_MIN_NODES
-    embedded_vectors.COMPACT_MIN_ROWS = embedded_graph.COMPACT_MIN_NODES = rows
+    saved = embedded_vectors.COMPACT_ROWS, embedded_graph.COMPACT_NODES
+    embedded_vectors.COMPACT_ROWS = embedded_graph.COMPACT_NODES = rows
     try:
         yield
     finally:
-        embedded_vectors.COMPACT_MIN_ROWS, embedded_graph.COMPACT_MIN_NODES = saved
+        embedded_vectors.COMPACT_ROWS, embedded_graph.COMPACT_NODES = saved
 
 
 async def answer(svc: HRTService, phrases: list[str], tags: bool) -> str:
