@@ -79,6 +79,15 @@ class IndexConfig(_Stage):
     # folder with mean or CLS pooling. "torch": sentence-transformers (any model name; device below).
     # The two agree to cosine >= 0.9999 but not bit for bit, so the backend is in the config_hash.
     embedding_backend: Literal["onnx", "torch"] = "onnx"
+    # The onnx backend's model quantised to int8 (ONNX Runtime dynamic quantisation, per-channel
+    # weights, made once into the cache beside the fp32 export). "int8": always; "auto": where the
+    # CPU has 8-bit dot product instructions (AVX512-VNNI, AVX-VNNI, ARM dotprod), fp32 elsewhere
+    # (int8 is slower there); "off": fp32. int8 runs one text at a time (its activation scales are
+    # per batch, so batching would make a text's vector depend on its neighbours). Its vectors are
+    # another model's (cosine ~0.99 to fp32; LoCoMo recall and speed in docs/bench.md): a store
+    # keeps the vectors it was written with, so change this only with a fresh HRT_DB_PATH or a
+    # re-ingest.
+    embedding_quantize: Literal["auto", "int8", "off"] = "off"
     # Threads per math library (torch, BLAS). One request's math runs at a time, and two libraries
     # each spinning a pool on 2 cores fight each other: 1 thread cut intake p95 at 100k entities from
     # ~550 ms to ~20 ms (docs/bench.md). 0 leaves the libraries' defaults.
@@ -207,6 +216,7 @@ HASHED_UNLESS_DEFAULT: dict[str, object] = {
     "passage_weight": 0.0,
     "passage_pool": 50,
     "artifact_evidence": "own",
+    "embedding_quantize": "off",
 }
 
 

@@ -10,7 +10,19 @@ the folder's pooling (mean or CLS) and an L2 norm, in float32.
 Vectors agree with the torch backend's to cosine >= 0.9999 (about 1e-7 in practice), not bit for
 bit. Padding does not change a text's vector: the padded positions are masked out of attention
 (exact zeros after softmax) and out of the pooling, so a text's vector is the same alone or in any
-batch (``tests/unit/test_onnx_embedder.py`` checks both).
+batch (``tests/unit/test_onnx_embedder.py`` checks both). Texts go to the model sorted by length in
+batches of at most ``batch_size`` texts and :data:`BATCH_TOKENS` padded tokens, so a batch of long
+texts stays small (faster on CPU, measured in docs/bench.md) and one of short texts large.
+
+``quantize="int8"`` runs instead the same graph with its MatMul weights quantised to int8 per
+channel (ONNX Runtime's dynamic quantisation, made once from the fp32 export into
+``model.int8.onnx`` beside it, in a child process). Dynamic quantisation scales the activations
+per tensor, that is per batch, so a text's int8 vector would depend on the other texts of its batch
+and on their padding: the int8 model therefore runs one text at a time, which keeps a text's vector
+the same in any call. The int8 vectors are another model's (cosine about 0.99 to fp32), named
+``... onnx int8`` and hashed into ``config_hash``. ``"auto"`` picks int8 only on a CPU with 8-bit dot
+product instructions (AVX512-VNNI or AVX-VNNI on x86, the dot-product extension on ARM), where
+int8 matrix products are fast; without them it is slower than fp32.
 """
 
 from __future__ import annotations
@@ -26,7 +38,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +61,20 @@ INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUT_NAME = "last_hidden_state"
 SUPPORTED_POOLING = ("mean", "cls")
 EXPORT_TIMEOUT_S = 900.0
+# Bump when the quantisation recipe changes (QUANT_RECIPE): the int8 file is rebuilt.
+QUANT_FORMAT = 1
+INT8_FILE = "model.int8.onnx"
+INT8_META_FILE = "meta.int8.json"
+# ONNX Runtime's quantize_dynamic arguments: every MatMul (the weights of the attention projections
+# and feed-forward layers; the attention's activation products run in int8 too), signed weights per
+# output channel (per tensor: cosine to fp32 down to 0.88 on LoCoMo turns, per channel 0.98,
+# measured), the full 8-bit range (VNNI needs no reduce_range)
+QUANT_RECIPE = {"op_types_to_quantize": ["MatMul"], "per_channel": True, "reduce_range": False, "weight_type": "QInt8"}
+QUANTIZE_MODES = ("auto", "int8", "off")
+# at most this many padded tokens (texts x longest) per fp32 batch: 150-word texts (~205 tokens)
+# ran 10.6-13.1 texts/s in batches of 1-4 against 6.8-7.6 in batches of 64 (docs/bench.md); short
+# texts still batch by the dozen. Batch size never changes an fp32 vector.
+BATCH_TOKENS = 1024
 
 # the legacy ``pooling_mode_*`` booleans of 1_Pooling/config.json and the mode each means
 _LEGACY_POOLING_KEYS = {
@@ -225,11 +251,7 @@ def export_onnx(transformer_dir: Path, dest: Path) -> None:
         kwargs["dynamo"] = False
     wrapper = LastHiddenState(model).eval()
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=".model-", suffix=".onnx.tmp", dir=dest.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    tmp.chmod(0o644)  # mkstemp's 0600 would keep other users of a shared cache out
-    try:
+    with _replacing(dest) as tmp:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the tracer's and the legacy exporter's deprecation notes
             torch.onnx.export(
@@ -253,9 +275,6 @@ def export_onnx(transformer_dir: Path, dest: Path) -> None:
             err = max(err, float(np.abs(np.where(keep, got - expected, 0.0)).max()))
         if err > 1e-3:
             raise StoreError(f"the ONNX export of {transformer_dir} disagrees with torch (max abs diff {err:.2g})")
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
     meta = {
         "format": EXPORT_FORMAT,
         "opset": OPSET,
@@ -266,6 +285,21 @@ def export_onnx(transformer_dir: Path, dest: Path) -> None:
         "max_abs_diff_vs_torch": err,
     }
     _write_atomic(dest.parent / META_FILE, json.dumps(meta, indent=2, sort_keys=True).encode())
+
+
+@contextlib.contextmanager
+def _replacing(dest: Path) -> Iterator[Path]:
+    """A temp file beside ``dest`` to write; it replaces ``dest`` when the block ends without an
+    exception, and is removed in any case."""
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.stem}-", suffix=".onnx.tmp", dir=dest.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    tmp.chmod(0o644)  # mkstemp's 0600 would keep other users of a shared cache out
+    try:
+        yield tmp
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -281,28 +315,17 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 def _export_in_child(transformer_dir: Path, dest: Path) -> float:
     """Run :func:`export_onnx` in a fresh interpreter; returns the seconds it took."""
-    t0 = time.perf_counter()
     log.info("exporting %s to ONNX at %s (once per model)", transformer_dir, dest)
-    # the child imports this very package, wherever it was imported from here
-    package_root = str(Path(__file__).resolve().parents[1])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "hrt.onnx_embedder", str(transformer_dir), str(dest)],
-            capture_output=True,
-            text=True,
-            timeout=EXPORT_TIMEOUT_S,
-            check=False,
-            env=env,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise StoreError(f"the ONNX export of {transformer_dir} failed: {exc}") from exc
-    if done.returncode != 0:
-        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
-        raise StoreError(f"the ONNX export of {transformer_dir} failed (exit {done.returncode}):\n{tail}")
-    seconds = time.perf_counter() - t0
+    seconds = _run_child([str(transformer_dir), str(dest)], f"the ONNX export of {transformer_dir}")
     log.info("ONNX export done in %.1f s", seconds)
+    return seconds
+
+
+def _quantize_in_child(source: Path, dest: Path) -> float:
+    """Run :func:`quantize_onnx` in a fresh interpreter; returns the seconds it took."""
+    log.info("quantising %s to int8 at %s (once per model)", source, dest)
+    seconds = _run_child(["--quantize", str(source), str(dest)], f"the int8 quantisation of {source}")
+    log.info("int8 quantisation done in %.1f s", seconds)
     return seconds
 
 
@@ -329,6 +352,91 @@ def _file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# ------------------------------------------------------------------------------------------
+# int8 (quantised from the fp32 export, in a child process)
+# ------------------------------------------------------------------------------------------
+
+# /proc/cpuinfo flags of 8-bit dot product instructions: x86 AVX512-VNNI and AVX-VNNI, ARM's dot
+# product extension (``asimddp``), which ONNX Runtime's int8 kernels use
+INT8_DOT_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "asimddp"})
+
+
+def cpu_flags(cpuinfo: str | None = None) -> set[str]:
+    """The CPU's feature flags from ``/proc/cpuinfo`` (``cpuinfo`` its text, for tests); empty
+    where there is none (not Linux)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return set()
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() in ("flags", "features"):
+            flags.update(value.split())
+    return flags
+
+
+def has_int8_dot(cpuinfo: str | None = None) -> bool:
+    """Whether the CPU has 8-bit dot product instructions (then int8 is faster than fp32)."""
+    return bool(cpu_flags(cpuinfo) & INT8_DOT_FLAGS)
+
+
+def use_int8(mode: str, cpuinfo: str | None = None) -> bool:
+    """``HRT_EMBEDDING_QUANTIZE``: "int8" always, "off" never, "auto" where :func:`has_int8_dot`."""
+    if mode not in QUANTIZE_MODES:
+        raise StoreError(f"embedding quantisation must be one of {', '.join(QUANTIZE_MODES)}, not {mode!r}")
+    return mode == "int8" or (mode == "auto" and has_int8_dot(cpuinfo))
+
+
+def quantize_onnx(source: Path, dest: Path) -> None:
+    """Quantise the fp32 export ``source`` to ``dest`` (atomically) with :data:`QUANT_RECIPE`."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    recipe = dict(QUANT_RECIPE)
+    weight_type = QuantType.QInt8 if recipe.pop("weight_type") == "QInt8" else QuantType.QUInt8
+    root = logging.getLogger()
+    level = root.level
+    with _replacing(dest) as tmp:
+        root.setLevel(logging.ERROR)  # not its advice to pre-process the model first
+        try:
+            quantize_dynamic(source, tmp, weight_type=weight_type, **recipe)
+        finally:
+            root.setLevel(level)
+        _session(tmp, threads=1)  # it loads, or nothing replaces dest
+    meta = {
+        "format": QUANT_FORMAT,
+        "recipe": QUANT_RECIPE,
+        "source_bytes": source.stat().st_size,
+        "onnx_bytes": dest.stat().st_size,
+    }
+    _write_atomic(dest.parent / INT8_META_FILE, json.dumps(meta, indent=2, sort_keys=True).encode())
+
+
+def _run_child(args: Sequence[str], what: str) -> float:
+    """``python -m hrt.onnx_embedder ARGS`` in a fresh interpreter; returns the seconds it took."""
+    t0 = time.perf_counter()
+    # the child imports this very package, wherever it was imported from here
+    package_root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "hrt.onnx_embedder", *args],
+            capture_output=True,
+            text=True,
+            timeout=EXPORT_TIMEOUT_S,
+            check=False,
+            env=env,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise StoreError(f"{what} failed: {exc}") from exc
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+        raise StoreError(f"{what} failed (exit {done.returncode}):\n{tail}")
+    return time.perf_counter() - t0
 
 
 # ------------------------------------------------------------------------------------------
@@ -366,6 +474,7 @@ class OnnxEmbedder:
         cache_dir: Path | None = None,
         threads: int = 1,
         batch_size: int = 64,
+        quantize: str = "off",
     ) -> None:
         from tokenizers import Tokenizer
 
@@ -373,13 +482,16 @@ class OnnxEmbedder:
 
         path = Path(bundled_model_path() if model == "bundled" else model).expanduser()
         self.layout = read_layout(path)
-        self.name = "all-MiniLM-L6-v2 (bundled, onnx)" if model == "bundled" else f"{model} (onnx)"
+        self.int8 = use_int8(quantize)
+        variant = "onnx int8" if self.int8 else "onnx"
+        self.name = f"all-MiniLM-L6-v2 (bundled, {variant})" if model == "bundled" else f"{model} ({variant})"
         self.dim = self.layout.dim
         self._batch_size = batch_size
         self._threads = threads
         self.export_seconds: float | None = None  # set when this construction had to export
+        self.quantize_seconds: float | None = None  # set when this construction had to quantise
         entry = (cache_dir or default_cache_dir()) / cache_key(self.layout)
-        self.onnx_path = entry / ONNX_FILE
+        self.onnx_path = entry / (INT8_FILE if self.int8 else ONNX_FILE)
         self._session = self._load_or_export(entry)
         self._inputs = [i.name for i in self._session.get_inputs()]
         try:
@@ -396,33 +508,70 @@ class OnnxEmbedder:
         self._tokenizer = tokenizer
 
     def _load_or_export(self, entry: Path) -> Any:
-        session = self._try_load(entry)
+        """The fp32 session (exported once), or the int8 one (quantised once from the fp32 file)."""
+        load = self._try_load_int8 if self.int8 else self._try_load
+        session = load(entry)
         if session is not None:
             return session
         entry.mkdir(parents=True, exist_ok=True)
         with _file_lock(entry / ".lock"):
-            session = self._try_load(entry)  # another process may have exported meanwhile
+            session = load(entry)  # another process may have exported meanwhile
             if session is None:
                 _remove_stale_temp_files(entry)
-                self.export_seconds = _export_in_child(self.layout.transformer_dir, entry / ONNX_FILE)
-                session = self._try_load(entry)
+                fp32 = self._try_load(entry)
+                if fp32 is None:
+                    self.export_seconds = _export_in_child(self.layout.transformer_dir, entry / ONNX_FILE)
+                    fp32 = self._try_load(entry)
+                if fp32 is None:
+                    raise StoreError(f"the ONNX export at {entry / ONNX_FILE} does not load")
+                if not self.int8:
+                    return fp32
+                del fp32
+                self.quantize_seconds = _quantize_in_child(entry / ONNX_FILE, entry / INT8_FILE)
+                session = load(entry)
         if session is None:
-            raise StoreError(f"the ONNX export at {entry / ONNX_FILE} does not load")
+            raise StoreError(f"the ONNX model at {entry / (INT8_FILE if self.int8 else ONNX_FILE)} does not load")
         return session
 
     def _try_load(self, entry: Path) -> Any | None:
         """The cached session, or None when the file is missing, partial or corrupt (then re-export)."""
-        onnx_file, meta_file = entry / ONNX_FILE, entry / META_FILE
-        if not onnx_file.is_file() or not meta_file.is_file():
+        onnx_file = entry / ONNX_FILE
+
+        def current(meta: dict[str, Any]) -> bool:
+            return bool(meta.get("format") == EXPORT_FORMAT and meta.get("onnx_bytes") == onnx_file.stat().st_size)
+
+        return self._load_checked(onnx_file, entry / META_FILE, current, "exporting it again")
+
+    def _try_load_int8(self, entry: Path) -> Any | None:
+        """The cached int8 session, or None when it is missing, partial, corrupt, of another recipe
+        or of another fp32 export (then quantise again)."""
+        int8_file, source = entry / INT8_FILE, entry / ONNX_FILE
+
+        def current(meta: dict[str, Any]) -> bool:
+            return bool(
+                source.is_file()
+                and meta.get("format") == QUANT_FORMAT
+                and meta.get("recipe") == QUANT_RECIPE
+                and meta.get("onnx_bytes") == int8_file.stat().st_size
+                and meta.get("source_bytes") == source.stat().st_size
+            )
+
+        return self._load_checked(int8_file, entry / INT8_META_FILE, current, "quantising it again")
+
+    def _load_checked(
+        self, model_file: Path, meta_file: Path, current: Callable[[dict[str, Any]], bool], remedy: str
+    ) -> Any | None:
+        """A session of ``model_file`` when it and ``meta_file`` exist and ``current(meta)``;
+        otherwise None (logged with ``remedy``, what the caller does next)."""
+        if not model_file.is_file() or not meta_file.is_file():
             return None
         try:
-            meta = json.loads(meta_file.read_text(encoding="utf-8"))
-            if meta.get("format") != EXPORT_FORMAT or meta.get("onnx_bytes") != onnx_file.stat().st_size:
-                log.warning("the cached ONNX model %s is incomplete; exporting it again", onnx_file)
+            if not current(json.loads(meta_file.read_text(encoding="utf-8"))):
+                log.warning("the cached model %s is incomplete or stale; %s", model_file, remedy)
                 return None
-            return _session(onnx_file, self._threads)
+            return _session(model_file, self._threads)
         except Exception as exc:  # a corrupt file: onnxruntime raises several kinds
-            log.warning("the cached ONNX model %s does not load (%s); exporting it again", onnx_file, exc)
+            log.warning("the cached model %s does not load (%s); %s", model_file, exc, remedy)
             return None
 
     def _encode(self, texts: Sequence[str]) -> list[list[int]]:
@@ -452,20 +601,35 @@ class OnnxEmbedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         encoded = self._encode(texts)
-        # longest first, as sentence-transformers batches, so a batch pads little
-        order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
         out = np.empty((len(encoded), self.dim), dtype=np.float32)
-        for start in range(0, len(order), self._batch_size):
-            rows = order[start : start + self._batch_size]
+        for rows in self._batches(encoded):
             out[rows] = self._run([encoded[i] for i in rows])
         return out
 
+    def _batches(self, encoded: Sequence[Sequence[int]]) -> Iterator[list[int]]:
+        """Row numbers of each batch: longest first, as sentence-transformers batches, so a batch
+        pads little; at most ``batch_size`` texts and :data:`BATCH_TOKENS` padded tokens (the
+        longest text's length times the rows), at least one text. int8: one text per batch, since
+        its activations are quantised per batch."""
+        order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
+        limit = 1 if self.int8 else self._batch_size
+        start = 0
+        while start < len(order):
+            width = max(1, len(encoded[order[start]]))  # the longest of this batch: it comes first
+            size = max(1, min(limit, BATCH_TOKENS // width))
+            yield order[start : start + size]
+            start += size
+
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m hrt.onnx_embedder TRANSFORMER_DIR DEST``: the export, in its own process."""
+    """``python -m hrt.onnx_embedder TRANSFORMER_DIR DEST``: the export, in its own process;
+    ``python -m hrt.onnx_embedder --quantize MODEL_ONNX DEST``: the int8 quantisation."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) == 3 and args[0] == "--quantize":
+        quantize_onnx(Path(args[1]), Path(args[2]))
+        return 0
     if len(args) != 2:
-        print("usage: python -m hrt.onnx_embedder TRANSFORMER_DIR DEST", file=sys.stderr)
+        print("usage: python -m hrt.onnx_embedder [--quantize] SOURCE DEST", file=sys.stderr)
         return 2
     export_onnx(Path(args[0]), Path(args[1]))
     return 0

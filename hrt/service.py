@@ -95,6 +95,7 @@ def load_embedder(settings: Settings) -> Embedder:
             cache_dir=settings.cache_root() / "onnx",
             threads=settings.embedding_threads,
             batch_size=settings.embedding_batch_size,
+            quantize=settings.embedding_quantize,
         )
     else:
         limit_compute_threads(settings.compute_threads)

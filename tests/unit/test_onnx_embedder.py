@@ -13,9 +13,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import hrt.onnx_embedder
 from hrt.config import Settings
 from hrt.errors import StoreError
-from hrt.onnx_embedder import META_FILE, ONNX_FILE, OnnxEmbedder, read_layout
+from hrt.onnx_embedder import (
+    INT8_FILE,
+    INT8_META_FILE,
+    META_FILE,
+    ONNX_FILE,
+    OnnxEmbedder,
+    cpu_flags,
+    has_int8_dot,
+    read_layout,
+    use_int8,
+)
 
 slow = pytest.mark.slow
 
@@ -123,7 +134,6 @@ def test_backend_setting_defaults_to_onnx_and_is_in_the_fingerprint():
 def test_the_service_builds_the_embedder_in_the_settings_cache_dir(tmp_path, monkeypatch):
     """``HRT_CACHE_DIR`` reaches the ONNX embedder through the settings (never through the dev
     stack); unset, it is ``~/.cache/hrt``, outside ``config_hash`` either way."""
-    import hrt.onnx_embedder
     from hrt.config import default_cache_dir
     from hrt.service import load_embedder
 
@@ -143,6 +153,95 @@ def test_the_service_builds_the_embedder_in_the_settings_cache_dir(tmp_path, mon
     assert built == [tmp_path / "c" / "onnx", default_cache_dir() / "onnx"]
     assert default_cache_dir() == Path.home() / ".cache" / "hrt"
     assert Settings(cache_dir=tmp_path).fingerprint() == Settings().fingerprint()
+
+
+# ------------------------------------------------------------------------------------------
+# int8: the choice (no model needed)
+# ------------------------------------------------------------------------------------------
+
+X86_VNNI = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_vnni\nprocessor\t: 1\nflags\t\t: fpu avx512_vnni\n"
+X86_AVX2 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n"
+ARM_DOT = "processor\t: 0\nFeatures\t: fp asimd evtstrm aes crc32 atomics asimddp\n"
+
+
+def test_int8_dot_product_detection_reads_the_cpu_flags():
+    assert {"avx2", "avx512_vnni"} <= cpu_flags(X86_VNNI)
+    assert has_int8_dot(X86_VNNI) and has_int8_dot(ARM_DOT)
+    assert has_int8_dot("flags : avx2 avx_vnni\n")  # Alder Lake and later: AVX-VNNI without AVX-512
+    assert not has_int8_dot(X86_AVX2) and not has_int8_dot("")
+
+
+@pytest.mark.parametrize(
+    ("mode", "cpuinfo", "expected"),
+    [
+        ("auto", X86_VNNI, True),
+        ("auto", ARM_DOT, True),
+        ("auto", X86_AVX2, False),  # no VNNI: int8 would be slower than fp32, so auto keeps fp32
+        ("int8", X86_AVX2, True),  # forced
+        ("off", X86_VNNI, False),
+    ],
+)
+def test_the_quantize_setting_chooses(mode, cpuinfo, expected):
+    assert use_int8(mode, cpuinfo) is expected
+
+
+def test_auto_without_vnni_loads_the_fp32_model(monkeypatch, tmp_path):
+    """The embedder asks :func:`use_int8` with this machine's flags: without VNNI, fp32."""
+    monkeypatch.setattr(hrt.onnx_embedder, "cpu_flags", lambda cpuinfo=None: cpu_flags(X86_AVX2))
+    loaded: list[bool] = []
+    monkeypatch.setattr(OnnxEmbedder, "_load_or_export", lambda self, entry: loaded.append(self.int8))
+    with pytest.raises(AttributeError):  # the fake session has no inputs: the choice was made before
+        OnnxEmbedder(quantize="auto", cache_dir=tmp_path)
+    monkeypatch.setattr(hrt.onnx_embedder, "cpu_flags", lambda cpuinfo=None: cpu_flags(X86_VNNI))
+    with pytest.raises(AttributeError):
+        OnnxEmbedder(quantize="auto", cache_dir=tmp_path)
+    assert loaded == [False, True]
+    with pytest.raises(StoreError, match="auto, int8, off"):
+        use_int8("int4")
+
+
+def test_quantize_setting_defaults_to_off_and_is_hashed_when_on(tmp_path, monkeypatch):
+    from hrt.service import load_embedder
+
+    assert Settings().embedding_quantize == "off"
+    # off stays out of the hash (config_hash unchanged); int8 vectors are another model's
+    assert Settings(embedding_quantize="off").fingerprint() == Settings().fingerprint()
+    assert Settings(embedding_quantize="int8").fingerprint() != Settings().fingerprint()
+    assert Settings(embedding_quantize="auto").fingerprint() != Settings().fingerprint()
+    got: list[object] = []
+
+    class Recorder:
+        name, dim = "recorder", 3
+
+        def __init__(self, model: str, quantize: str = "off", **_: object) -> None:
+            got.append(quantize)
+
+    monkeypatch.setattr(hrt.onnx_embedder, "OnnxEmbedder", Recorder)
+    monkeypatch.setenv("HRT_EMBEDDING_QUANTIZE", "int8")
+    load_embedder(Settings(compute_threads=0, cache_dir=tmp_path))
+    assert got == ["int8"]
+
+
+def _batcher(int8: bool, batch_size: int = 64) -> OnnxEmbedder:
+    embedder = OnnxEmbedder.__new__(OnnxEmbedder)
+    embedder.int8, embedder._batch_size = int8, batch_size
+    return embedder
+
+
+def test_batches_hold_a_token_budget_and_int8_runs_one_text_at_a_time(monkeypatch):
+    monkeypatch.setattr(hrt.onnx_embedder, "BATCH_TOKENS", 1024)
+    encoded = [[1] * n for n in (10, 300, 205, 205, 20, 205, 205, 205, 205, 205, 0)]
+    batches = list(_batcher(False)._batches(encoded))
+    # longest first; 300 tokens: 3 a batch, 205: 4 a batch, 20 and shorter: all the rest
+    assert [[len(encoded[i]) for i in b] for b in batches] == [
+        [300, 205, 205],
+        [205, 205, 205, 205],
+        [205, 20, 10, 0],
+    ]
+    assert sorted(i for b in batches for i in b) == list(range(len(encoded)))
+    assert [len(b) for b in _batcher(False, batch_size=2)._batches([[1] * 5] * 5)] == [2, 2, 1]
+    assert [len(b) for b in _batcher(False)._batches([[1] * 5000])] == [1]  # longer than the budget
+    assert [len(b) for b in _batcher(True)._batches(encoded)] == [1] * len(encoded)
 
 
 # ------------------------------------------------------------------------------------------
@@ -292,3 +391,67 @@ def test_the_onnx_backend_never_imports_torch(onnx_embedder, hrt_cache_dir, tmp_
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out == {"name": "all-MiniLM-L6-v2 (bundled, onnx)", "dim": 384, "imported": []}
     assert onnx_embedder.onnx_path.stat().st_mtime_ns == mtime  # it reused this module's export
+
+
+@slow
+def test_token_budget_batches_leave_fp32_vectors_bit_identical(onnx_embedder, monkeypatch):
+    texts = [*TEXTS, *(f"{t} {LONG[:400]}" for t in TEXTS)]
+    expected = onnx_embedder.embed(texts)
+    monkeypatch.setattr(hrt.onnx_embedder, "BATCH_TOKENS", 10**9)  # batch_size (64) alone: the old batches
+    np.testing.assert_array_equal(onnx_embedder.embed(texts), expected)
+
+
+@pytest.fixture(scope="module")
+def int8_embedder(onnx_embedder: OnnxEmbedder, cache_dir: Path) -> OnnxEmbedder:
+    embedder = OnnxEmbedder(cache_dir=cache_dir, quantize="int8", threads=2)
+    assert embedder.quantize_seconds is not None and embedder.export_seconds is None  # from the fp32 export
+    return embedder
+
+
+@slow
+def test_int8_is_cached_and_loads_offline(int8_embedder, cache_dir, monkeypatch):
+    path = int8_embedder.onnx_path
+    assert path.name == INT8_FILE and path.parent.parent == cache_dir
+    assert int8_embedder.name == "all-MiniLM-L6-v2 (bundled, onnx int8)"
+    meta = json.loads((path.parent / INT8_META_FILE).read_text())
+    assert meta["onnx_bytes"] == path.stat().st_size and meta["recipe"]["per_channel"] is True
+    expected = int8_embedder.embed(TEXTS[:5])
+
+    def no_child(*_: object, **__: object) -> float:
+        raise AssertionError("no export or quantisation once cached")
+
+    # a cached int8 model needs neither torch nor onnxruntime.quantization, only the files
+    monkeypatch.setattr(hrt.onnx_embedder, "_run_child", no_child)
+    again = OnnxEmbedder(cache_dir=cache_dir, quantize="int8")
+    assert again.quantize_seconds is None
+    np.testing.assert_array_equal(again.embed(TEXTS[:5]), expected)
+    monkeypatch.undo()
+
+    # damaged (cut short): quantised again from the fp32 file, to the same vectors
+    with path.open("r+b") as fh:
+        fh.truncate(path.stat().st_size // 2)
+    repaired = OnnxEmbedder(cache_dir=cache_dir, quantize="int8")
+    assert repaired.quantize_seconds is not None and repaired.export_seconds is None
+    np.testing.assert_array_equal(repaired.embed(TEXTS[:5]), expected)
+    assert not list(path.parent.glob("*.tmp"))
+
+
+@slow
+def test_int8_vectors_are_deterministic_in_any_batch(int8_embedder, onnx_embedder):
+    """Dynamic quantisation scales activations per batch: run one text at a time, so a text's
+    vector is the same whatever else the call holds (bit for bit)."""
+    batch = int8_embedder.embed(TEXTS)
+    np.testing.assert_array_equal(batch, int8_embedder.embed(TEXTS))
+    np.testing.assert_array_equal(np.stack([int8_embedder.embed([t])[0] for t in TEXTS]), batch)
+    np.testing.assert_array_equal(int8_embedder.embed(TEXTS[::-1])[::-1], batch)
+    np.testing.assert_array_equal(int8_embedder.embed([LONG, *TEXTS, "x " * 200])[1:-1], batch)
+    for threads in (1, 0):
+        np.testing.assert_array_equal(
+            OnnxEmbedder(quantize="int8", threads=threads, cache_dir=int8_embedder.onnx_path.parent.parent).embed(
+                TEXTS
+            ),
+            batch,
+        )
+    np.testing.assert_allclose(np.linalg.norm(batch, axis=1), 1.0, atol=1e-5)
+    cosines = (batch * onnx_embedder.embed(TEXTS)).sum(axis=1)
+    assert cosines.min() >= 0.95, dict(zip(TEXTS, cosines.tolist(), strict=True))  # measured: 0.98 and up
