@@ -139,7 +139,8 @@ class UserCache(Generic[T, C]):
             log.exception("updating the cache of user %r failed; dropped, the next read loads it", user_id)
             self.invalidate(user_id)
             return
-        keep_out_of_gc()
+        # no gc.freeze here (loads and compactions do it): what an update makes is small, and a
+        # freeze per write would also pin every cycle of the requests in flight, for good
         if self._due is not None and self._due(nxt):
             self._start_compaction(user_id)
 
