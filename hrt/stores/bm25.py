@@ -210,29 +210,26 @@ class BM25View:
     def changed(self, removed: Sequence[int], added: Sequence[tuple[int, str]], n: int) -> BM25View:
         """This view with the documents at rows ``removed`` gone and ``added`` (row, text) in, over
         ``n`` rows; a rewritten document is removed and added at its row."""
+        grown = n - len(self.lengths)
+        lengths = np.concatenate([self.lengths, np.zeros(grown, dtype=np.int64)]) if grown else self.lengths.copy()
+        gone = set(removed)
+        rows = np.fromiter(gone, dtype=np.int64, count=len(gone))
         base_live = self.base_live
-        lengths = (
-            self.lengths
-            if n == len(self.lengths)
-            else np.concatenate([self.lengths, np.zeros(n - len(self.lengths), dtype=np.int64)])
-        )
-        lengths = lengths.copy()
+        if (rows < self.base.n).any():
+            base_live = np.ones(self.base.n, dtype=bool) if base_live is None else base_live.copy()
+            base_live[rows[rows < self.base.n]] = False
+        live = self.live - len(gone)
+        total = self.total - int(lengths[rows].sum())
+        lengths[rows] = 0
         extra = dict(self.extra)
-        live, total = self.live, self.total
-        old_terms: dict[int, list[str]] = {}
-        for row in removed:
-            if row < self.base.n and (base_live is None or base_live[row]):
-                base_live = np.ones(self.base.n, dtype=bool) if base_live is None else base_live.copy()
-                base_live[row] = False
-            live -= 1
-            total -= int(lengths[row])
-            lengths[row] = 0
-            old_terms.setdefault(row, [])
-        for term, rows in self.extra.items():  # the removed rows' postings among the changes
-            if any(r in old_terms for r in rows):
-                extra[term] = {r: f for r, f in rows.items() if r not in old_terms}
-                if not extra[term]:
-                    del extra[term]
+        if gone:  # the removed rows' postings among the changes
+            for term, postings in self.extra.items():
+                if not gone.isdisjoint(postings):
+                    kept = {r: f for r, f in postings.items() if r not in gone}
+                    if kept:
+                        extra[term] = kept
+                    else:
+                        del extra[term]
         for row, text in added:
             counts = term_counts(text)
             length = sum(counts.values())

@@ -168,11 +168,10 @@ ENTITY_MODELS: dict[Kind, type[MemoryUnit] | type[Concept] | type[Artifact]] = {
 
 @dataclass
 class Changes:
-    """What one write changed of one user: entities written or deleted (``nodes``; ``gone`` the
-    deleted, whose edges went with them) and relations written or deleted (source, target, type)."""
+    """What one write changed of one user: entities written or deleted (``nodes``; a deleted
+    one's edges went with it) and relations written or deleted (source, target, type)."""
 
     nodes: set[str] = field(default_factory=set)
-    gone: set[str] = field(default_factory=set)
     edges: set[tuple[str, str, str]] = field(default_factory=set)
 
 
@@ -435,7 +434,6 @@ class EmbeddedStore:
                             changes.edges.add((d.source, d.target, d.type.value))
                         elif d.kind in ("memory_unit", "concept", "artifact") and (ident := d.entity_id()):
                             changes.nodes.add(ident)
-                            changes.gone.add(ident)
                 # still under the write lock, so caches take writes in commit order, each whole
                 self.update(touched)
         except sqlite3.Error as exc:

@@ -24,7 +24,7 @@ import numpy as np
 from hrt.records import EdgeType, Kind
 from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphEdge, GraphNode
 from hrt.stores.base import valid_at as current
-from hrt.stores.embedded import EDGE_COLUMNS, NODE_COLUMNS, Changes, EmbeddedPart, edge_row, node_row
+from hrt.stores.embedded import EDGE_COLUMNS, NODE_COLUMNS, Changes, EmbeddedPart, chunks, edge_row, node_row
 from hrt.stores.graph_changes import EDGE_CODE, EDGE_TYPES, MENTIONS, SUPERSEDES, EdgeRow, GraphView
 from hrt.stores.graph_walk import WalkView, candidates, visible, walk
 from hrt.stores.user_cache import UserCache
@@ -283,25 +283,25 @@ class EmbeddedGraphStore(EmbeddedPart):
     def _changed(self, user_id: str, g: GraphView, change: Changes) -> GraphView:
         """``g`` with the nodes and edges ``change`` names as the file holds them now."""
         nodes: dict[str, GraphNode | None] = dict.fromkeys(change.nodes)
-        edges: dict[tuple[str, str, int], EdgeRow | None] = {}
+        edges: dict[tuple[str, str, int], EdgeRow | None] = {
+            (s, t, EDGE_CODE[EdgeType(ty)]): None for s, t, ty in change.edges
+        }  # None until read: deleted
         with self._store.reading() as db:
-            wanted = sorted(change.nodes)
-            for i in range(0, len(wanted), 500):
-                part = wanted[i : i + 500]
+            for part in chunks(sorted(change.nodes), 500):
                 for r in db.execute(
                     _NODE_SELECT + f" WHERE user_id = ? AND id IN ({', '.join('?' * len(part))})", (user_id, *part)
                 ):
                     nodes[str(r[0])] = _node(r, KIND_BY_VALUE)
-            for source, target, type_ in sorted(change.edges):
-                row = db.execute(
-                    "SELECT weight, valid_from, valid_to FROM edges WHERE user_id = ? AND source = ? AND target = ? "
-                    "AND type = ?",
-                    (user_id, source, target, type_),
-                ).fetchone()
-                code = EDGE_CODE[EdgeType(type_)]
-                edges[(source, target, code)] = (
-                    None if row is None else EdgeRow(source, target, code, float(row[0]), _nan1(row[1]), _nan1(row[2]))
-                )
+            # one read per 500 sources, not one per edge: a batch may write thousands of relations
+            for part in chunks(sorted({s for s, _, _ in change.edges}), 500):
+                for source, target, type_, weight, v_from, v_to in db.execute(
+                    "SELECT source, target, type, weight, valid_from, valid_to FROM edges WHERE user_id = ? "
+                    f"AND source IN ({', '.join('?' * len(part))})",
+                    (user_id, *part),
+                ):
+                    key = (source, target, EDGE_CODE[EdgeType(type_)])
+                    if key in edges:
+                        edges[key] = EdgeRow(source, target, key[2], float(weight), _nan1(v_from), _nan1(v_to))
         return g.changed(nodes, edges)
 
     def preload(self, user_id: str) -> None:

@@ -82,7 +82,7 @@ class DocRow:
 class _UserMatrix:
     """One user's searchable rows, in rowid order: the rows loaded at the last build (the base:
     their matrix, BM25 index and HNSW graph), then the rows added by writes since (``extra``);
-    a base row rewritten since reads its new vector from ``overrides``, a deleted one is not
+    a base row rewritten since reads its new vector from ``override_vectors``, a deleted one is not
     ``live``. A write makes the next snapshot from this one in time proportional to what it wrote
     (:meth:`changed`), and the background compaction builds a new base (docs/reliability.md)."""
 
@@ -105,7 +105,8 @@ class _UserMatrix:
         "live",
         "matrix",
         "newest",
-        "overrides",
+        "override_rows",
+        "override_vectors",
         "rowids",
         "ts",
         "valid_from",
@@ -134,7 +135,9 @@ class _UserMatrix:
         self.matrix = matrix  # the base rows' vectors
         self.base_n = n
         self.extra = np.zeros((0, matrix.shape[1] if matrix.ndim == 2 else 0), dtype=np.float32)
-        self.overrides: dict[int, np.ndarray] = {}  # base row -> its vector rewritten since
+        # base rows rewritten since (sorted) and their new vectors, made once per write
+        self.override_rows = np.zeros(0, dtype=np.int64)
+        self.override_vectors = self.extra
         self.added: dict[str, int] = {}  # id -> row, for the rows past the base
         self.live: np.ndarray | None = None  # None: every row
         self.changed_attrs: dict[int, tuple[tuple[str, ...], str | None]] = {}  # rows written since
@@ -159,7 +162,7 @@ class _UserMatrix:
     @property
     def delta_rows(self) -> int:
         """Rows written since the base (added or rewritten): what the next compaction folds in."""
-        return len(self.ids) - self.base_n + len(self.overrides)
+        return len(self.ids) - self.base_n + len(self.override_rows)
 
     def sorted_base_ids(self) -> tuple[list[str], np.ndarray]:
         """The base rows' ids in order and their rows (by binary search: a dict of a million ids
@@ -190,17 +193,17 @@ class _UserMatrix:
 
     def gather(self, rows: np.ndarray) -> np.ndarray:
         """The vectors of ``rows``, in that order."""
-        if not self.overrides and len(self.ids) == self.base_n:
+        if not self.override_rows.size and len(self.ids) == self.base_n:
             same: np.ndarray = self.matrix[rows]
             return same
         out = np.empty((len(rows), self.matrix.shape[1]), dtype=np.float32)
         in_base = rows < self.base_n
         out[in_base] = self.matrix[rows[in_base]]
         out[~in_base] = self.extra[rows[~in_base] - self.base_n]
-        for j, row in enumerate(rows.tolist()):
-            vec = self.overrides.get(row)
-            if vec is not None:
-                out[j] = vec
+        if self.override_rows.size:
+            at = np.minimum(np.searchsorted(self.override_rows, rows), self.override_rows.size - 1)
+            hit = self.override_rows[at] == rows
+            out[hit] = self.override_vectors[at[hit]]
         return out
 
     def products(self, queries: np.ndarray) -> np.ndarray:
@@ -208,9 +211,8 @@ class _UserMatrix:
         sims: np.ndarray = queries @ self.matrix.T
         if len(self.ids) > self.base_n:
             sims = np.concatenate([sims, queries @ self.extra.T], axis=1)
-        if self.overrides:
-            rows = np.fromiter(self.overrides.keys(), dtype=np.int64, count=len(self.overrides))
-            sims[:, rows] = queries @ np.stack(list(self.overrides.values())).T
+        if self.override_rows.size:
+            sims[:, self.override_rows] = queries @ self.override_vectors.T
         return sims
 
     def ranked(self, scores: np.ndarray, rows: np.ndarray, k: int, query: np.ndarray | None = None) -> list[int]:
@@ -235,7 +237,7 @@ class _UserMatrix:
         position = {int(r): i for i, r in enumerate(self.rowids[self.base_n :].tolist(), start=self.base_n)}
         past = list(self.ids.past) if isinstance(self.ids, _Ids) else []  # ids of the rows past the base
         live = np.ones(len(self.ids), dtype=bool) if self.live is None else self.live.copy()
-        overrides = dict(self.overrides)
+        overrides = dict(zip(self.override_rows.tolist(), self.override_vectors, strict=True))
         changed_attrs = dict(self.changed_attrs)
         added = dict(self.added)
         removed: list[int] = []
@@ -279,7 +281,10 @@ class _UserMatrix:
             live = np.concatenate([live, np.ones(len(appended), dtype=bool)])
         base_list = self.ids.base if isinstance(self.ids, _Ids) else self.ids
         nxt.ids = _Ids(base_list, past) if past else self.ids
-        nxt.overrides = overrides
+        if overrides or self.override_rows.size:
+            kept = sorted(overrides)
+            nxt.override_rows = np.array(kept, dtype=np.int64)
+            nxt.override_vectors = np.stack([overrides[r] for r in kept]).astype(np.float32) if kept else self.extra[:0]
         nxt.changed_attrs = changed_attrs
         nxt.added = added
         nxt.live = None if live.all() else live
@@ -825,8 +830,7 @@ class EmbeddedVectorIndex(EmbeddedPart):
 
             candidates = um.ann.candidates(queries, k, self._ann.ef_search, filt)
             want = min(k, n_allowed)
-            written = np.array(sorted(um.overrides), dtype=np.int64)
-            since = np.concatenate([written, np.arange(um.base_n, len(um.ids), dtype=np.int64)])
+            since = np.concatenate([um.override_rows, np.arange(um.base_n, len(um.ids), dtype=np.int64)])
             if allowed is not None:
                 since = since[allowed[since]]
             for p in range(len(queries)):

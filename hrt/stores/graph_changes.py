@@ -23,6 +23,7 @@ compaction (:meth:`hrt.stores.user_cache.UserCache.update`) builds a new base.
 from __future__ import annotations
 
 import bisect
+import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -193,21 +194,7 @@ class GraphView:
     ) -> GraphView:
         """This view with ``nodes`` as they are now (None: deleted, with their edges) and
         ``edges`` (source, target, type code) as they are now (None: deleted)."""
-        nxt = object.__new__(GraphView)
-        for name in (
-            "base",
-            "over",
-            "dead",
-            "new_index",
-            "new_keys",
-            "dirty",
-            "max_ts",
-            "bounded_edges",
-            "edge_codes",
-            "next_handle",
-            "changes",
-        ):
-            setattr(nxt, name, getattr(self, name))
+        nxt = copy.copy(self)  # the maps it changes are copied below; _bind() rebinds the reads
         nxt.over, nxt.new_index, nxt.dirty = dict(self.over), dict(self.new_index), dict(self.dirty)
         dead = set(self.dead)
         dirty: set[int] = set()

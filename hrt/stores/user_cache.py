@@ -20,6 +20,7 @@ import atexit
 import gc
 import logging
 import threading
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Generic, TypeVar
@@ -178,8 +179,6 @@ class UserCache(Generic[T, C]):
 
     def wait_compacted(self, timeout: float = 60.0) -> bool:
         """Until no compaction runs (tests, benchmarks); False on the timeout."""
-        import time
-
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
