@@ -24,6 +24,7 @@ from hrt.config import Settings
 from hrt.contract import AugmentedMemoryContext, RetrieveRequest
 from hrt.embedder import CachedEmbedder, Embedder, SentenceTransformerEmbedder
 from hrt.errors import InvalidInput, RateLimited, StoreError, StoreUnavailable
+from hrt.extraction.messages import ConversationRequest, ConversationResult
 from hrt.ingest import Record, build_batch
 from hrt.metrics import Metrics
 from hrt.pipeline import HybridRetrievalTool, utc_now
@@ -447,6 +448,12 @@ class HRTService:
                 self.metrics.ingested.labels(kind=r.kind).inc()
             await self._project_now()
         return result
+
+    async def add_messages(self, request: ConversationRequest) -> ConversationResult:
+        """Messages of one session in: each a memory unit, linked to the previous turn and to the
+        concepts the extractor finds (:mod:`hrt.extraction.conversation`), in one transaction with
+        the user's extraction statistics. A resend is a no-op; an edited message replaces its unit."""
+        raise NotImplementedError  # being written on branch conv
 
     async def _project_now(self) -> None:
         """Read-your-writes when the targets are up, within ``read_your_writes_timeout_s`` (a target

@@ -43,7 +43,7 @@ The package, one module per concern (each re-exported here, so ``hrt.eval.locomo
 it always did):
 
 - :mod:`~hrt.eval.locomo.dataset`: LoCoMo's JSON format (sessions, turns, dates, evidence ids);
-- :mod:`~hrt.eval.locomo.extractor`: the phrase extractor;
+- :mod:`hrt.extraction.rules` (in the product): the phrase extractor;
 - :mod:`~hrt.eval.locomo.importer`: a conversation as one user's records;
 - :mod:`~hrt.eval.locomo.questions`: the questions and their key phrases;
 - :mod:`~hrt.eval.locomo.metrics`: recall, nDCG, MRR and their aggregation per category;
@@ -71,19 +71,6 @@ from hrt.eval.locomo.dataset import (
     parse_sessions,
 )
 from hrt.eval.locomo.evaluation import EvalResult, evaluate
-from hrt.eval.locomo.extractor import (
-    CHAT_STOPWORDS,
-    CONNECTORS,
-    QUESTION_WORDS,
-    SEGMENT_SPLIT,
-    SENTENCE_SPLIT,
-    TOKEN,
-    Extraction,
-    ProperNouns,
-    extract,
-    stem,
-    topic_key,
-)
 from hrt.eval.locomo.importer import (
     ImportedConversation,
     ImportOptions,
@@ -125,6 +112,19 @@ from hrt.eval.locomo.systems import (
     baseline_systems,
     hrt_system,
     request_for,
+)
+from hrt.extraction.rules import (
+    CHAT_STOPWORDS,
+    CONNECTORS,
+    QUESTION_WORDS,
+    SEGMENT_SPLIT,
+    SENTENCE_SPLIT,
+    TOKEN,
+    Extraction,
+    ProperNouns,
+    extract,
+    stem,
+    topic_key,
 )
 
 __all__ = [

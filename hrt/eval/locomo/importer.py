@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from hrt.eval.locomo.dataset import FALLBACK_START, Turn, evidence_ids, parse_sessions
-from hrt.eval.locomo.extractor import ProperNouns, extract, topic_key
+from hrt.extraction.rules import ProperNouns, extract, topic_key
 from hrt.ingest import Record
 from hrt.records import Artifact, Concept, EdgeType, MemoryUnit, Relation, valid_id
 

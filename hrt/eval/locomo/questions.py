@@ -11,8 +11,8 @@ from typing import Any
 
 from hrt.contract import MAX_KEY_PHRASES, MAX_PHRASE_CHARS
 from hrt.eval.locomo.dataset import evidence_ids
-from hrt.eval.locomo.extractor import Extraction, extract
 from hrt.eval.locomo.importer import ImportedConversation
+from hrt.extraction.rules import Extraction, extract
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,8 @@
+"""From conversations to memory: messages in, memory units, concepts and relations out.
+
+- :mod:`hrt.extraction.messages`: the request and response of ``POST /v1/conversations``.
+- :mod:`hrt.extraction.rules`: the deterministic rule extractor (entities and topics of a text).
+- :mod:`hrt.extraction.conversation`: turn by turn, the records a message adds and the per-user
+  statistics the rules need (term and co-occurrence counts, proper nouns), kept incrementally.
+- :mod:`hrt.extraction.llm`: the optional LLM extractor behind an OpenAI-compatible chat endpoint.
+"""
