@@ -109,6 +109,11 @@ class Conflict(HRTError):
     code = "conflict"
 
 
+class StateChanged(Conflict):
+    """A write's expected extraction statistics changed under it (another writer of the same user
+    committed first): nothing was written, and the write may be planned again."""
+
+
 class StoreError(HRTError):
     """``store`` names the store for callers ("PostgreSQL", "Neo4j", ...); ``message`` is the log's.
     ``public`` replaces the caller's message when the default would say too little."""

@@ -15,6 +15,7 @@ import contextvars
 import logging
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
@@ -23,7 +24,8 @@ from hrt.auth import KeyStore
 from hrt.config import Settings
 from hrt.contract import AugmentedMemoryContext, RetrieveRequest
 from hrt.embedder import CachedEmbedder, Embedder, SentenceTransformerEmbedder
-from hrt.errors import InvalidInput, RateLimited, StoreError, StoreUnavailable
+from hrt.errors import InvalidInput, RateLimited, StateChanged, StoreError, StoreUnavailable
+from hrt.extraction.conversation import LLMCall, plan_messages
 from hrt.extraction.messages import ConversationRequest, ConversationResult
 from hrt.ingest import Record, build_batch
 from hrt.metrics import Metrics
@@ -106,6 +108,10 @@ def load_embedder(settings: Settings) -> Embedder:
     return CachedEmbedder(inner, settings.embedding_cache_size)
 
 
+# a conversation write planned again at most this often when other writers of its user commit first
+CONVERSATION_RETRIES = 5
+
+
 class Writer(Protocol):
     async def apply(self, batch: WriteBatch) -> WriteResult: ...
 
@@ -157,6 +163,10 @@ class HRTService:
         self._projector_stop = asyncio.Event()
         self._ingests = 0  # writes in progress (ingest_slot)
         self._ingest_lock = threading.Lock()
+        # one conversation write per user at a time in this process (others wait; replicas are
+        # kept apart by the statistics' version row, WriteBatch.state_expect)
+        self._conversation_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self.llm_extractor: LLMCall | None = None
 
         self.embedded: EmbeddedStore | None = None
         if "embedded" in (settings.record_store, settings.graph_store, settings.vector_index):
@@ -453,7 +463,37 @@ class HRTService:
         """Messages of one session in: each a memory unit, linked to the previous turn and to the
         concepts the extractor finds (:mod:`hrt.extraction.conversation`), in one transaction with
         the user's extraction statistics. A resend is a no-op; an edited message replaces its unit."""
-        raise NotImplementedError  # being written on branch conv
+        lock = self._conversation_locks.setdefault(request.user_id, asyncio.Lock())
+        with self.ingest_slot():
+            async with lock:
+                for attempt in range(CONVERSATION_RETRIES):
+                    plan = await plan_messages(self.records, request, utc_now(), llm=self.llm_extractor)
+                    if not plan.records and not plan.state:
+                        break
+                    batch = await asyncio.to_thread(build_batch, plan.records, self.embedder)
+                    batch.state, batch.state_expect = plan.state, plan.expect
+                    try:
+                        await self.writer.apply(batch)
+                    except StateChanged:
+                        if attempt == CONVERSATION_RETRIES - 1:
+                            raise
+                        log.info("conversation write of %s planned again: another writer came first", request.user_id)
+                        continue
+                    self.metrics.ingested.labels(kind="message").inc(
+                        sum(1 for r in plan.results if r.status != "unchanged")
+                    )
+                    await self._project_now()
+                    break
+        return ConversationResult(
+            user_id=request.user_id,
+            session_id=request.session_id,
+            messages=plan.results,
+            concepts_linked=plan.concepts_linked,
+            concepts_unlinked=plan.concepts_unlinked,
+            relations=plan.relations,
+            extractor="rules+llm" if plan.llm_used else "rules",
+            llm_fallbacks=plan.llm_fallbacks,
+        )
 
     async def _project_now(self) -> None:
         """Read-your-writes when the targets are up, within ``read_your_writes_timeout_s`` (a target

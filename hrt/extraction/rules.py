@@ -11,6 +11,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from hrt.text import STOPWORDS
 
@@ -80,6 +81,10 @@ def topic_key(phrase: str) -> str:
     return " ".join(stem(w) for w in phrase.split())
 
 
+class NameOracle(Protocol):
+    def is_name(self, bare: str) -> bool: ...
+
+
 @dataclass(slots=True)
 class ProperNouns:
     """Which capitalised words a text collection treats as names: those it capitalises in the
@@ -115,7 +120,7 @@ def _capitalised(token: str) -> bool:
     return token[0].isupper() and len(bare) > 1 and not _stop(bare) and not bare.startswith("i'")
 
 
-def _entity_runs(tokens: Sequence[str], names: ProperNouns | None) -> tuple[list[str], set[int]]:
+def _entity_runs(tokens: Sequence[str], names: NameOracle | None) -> tuple[list[str], set[int]]:
     """Runs of capitalised tokens (connectors allowed between two of them); the positions covered."""
     runs: list[str] = []
     covered: set[int] = set()
@@ -145,7 +150,7 @@ def _entity_runs(tokens: Sequence[str], names: ProperNouns | None) -> tuple[list
     return runs, covered
 
 
-def extract(text: str, names: ProperNouns | None = None, max_words: int = 3) -> Extraction:
+def extract(text: str, names: NameOracle | None = None, max_words: int = 3) -> Extraction:
     """Entities and topics of one text, deterministically.
 
     - Entities: maximal runs of capitalised tokens, with ``of``/``the``/``and``/... allowed between

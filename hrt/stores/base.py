@@ -186,6 +186,12 @@ class WriteBatch:
     vectors: dict[tuple[str, str], Vector] = field(default_factory=dict)  # (user_id, id) -> vector
     # (user_id, id) -> its passages' vectors, (k, dim), for the entities that have passages
     passages: dict[tuple[str, str], Vector] = field(default_factory=dict)
+    # per-user extraction statistics (hrt.extraction.conversation), written in the same transaction:
+    # (user_id, namespace, key) -> JSON text, None to delete the row
+    state: dict[tuple[str, str, str], str | None] = field(default_factory=dict)
+    # rows that must still hold these values (None: be absent) when the batch commits, else the
+    # write fails with StateChanged and nothing is written (another writer got there first)
+    state_expect: dict[tuple[str, str, str], str | None] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.entities) + len(self.relations) + len(self.preferences) + len(self.deletions)
@@ -425,6 +431,14 @@ class RecordStore(StoreLifecycle, KeyStore, Protocol):
         ...
 
     async def get_many(self, user_id: str, kind: Kind, ids: Sequence[str]) -> dict[str, Entity]: ...
+
+    async def state_get(self, user_id: str, ns: str, keys: Sequence[str]) -> dict[str, str]:
+        """Rows of a user's extraction statistics (:attr:`WriteBatch.state`) by key, as committed."""
+        ...
+
+    async def state_scan(self, user_id: str, ns: str, prefix: str) -> dict[str, str]:
+        """Every row of a namespace whose key starts with ``prefix``."""
+        ...
 
     async def preferences(self, user_id: str) -> list[Preference]: ...
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hrt.errors import Conflict, InvalidInput, StoreError, StoreUnavailable
+from hrt.errors import Conflict, InvalidInput, StateChanged, StoreError, StoreUnavailable
 from hrt.projection import graph_edge, graph_node, passage_bytes, vector_doc
 from hrt.records import (
     EDGE_ENDPOINTS,
@@ -140,6 +140,16 @@ SCHEMA: list[tuple[int, str]] = [
         ALTER TABLE api_keys ADD COLUMN parent TEXT;
         DROP INDEX api_keys_live_name;
         CREATE UNIQUE INDEX api_keys_live_name ON api_keys (coalesce(parent, ''), name) WHERE revoked_at IS NULL;
+        """,
+    ),
+    (
+        7,
+        # conversation memory (#32): a user's extraction statistics, written with the records
+        """
+        CREATE TABLE extraction_state (
+            user_id TEXT NOT NULL, ns TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
+            PRIMARY KEY (user_id, ns, key)
+        ) WITHOUT ROWID;
         """,
     ),
 ]
@@ -399,6 +409,7 @@ class EmbeddedStore:
         try:
             with self.lock:
                 with self.transaction() as db:
+                    check_state(db, batch)
                     self._check_kinds(db, batch)
                     for entity in batch.entities:
                         vector = batch.vectors.get((entity.user_id, entity.id))
@@ -434,6 +445,7 @@ class EmbeddedStore:
                             changes.edges.add((d.source, d.target, d.type.value))
                         elif d.kind in ("memory_unit", "concept", "artifact") and (ident := d.entity_id()):
                             changes.nodes.add(ident)
+                    write_state(db, batch)
                 # still under the write lock, so caches take writes in commit order, each whole
                 self.update(touched)
         except sqlite3.Error as exc:
@@ -547,11 +559,34 @@ class EmbeddedStore:
             n = db.execute("SELECT count(*) FROM entities WHERE user_id = ?", (user_id,)).fetchone()[0]
             rowids = [r[0] for r in db.execute("SELECT rowid FROM docs WHERE user_id = ?", (user_id,))]
             db.executemany("DELETE FROM fts WHERE rowid = ?", [(r,) for r in rowids])
-            for table in ("entities", "preferences", "nodes", "edges", "docs"):
+            for table in ("entities", "preferences", "nodes", "edges", "docs", "extraction_state"):
                 db.execute(f"DELETE FROM {table} WHERE user_id = ?", (user_id,))
         self.graph.invalidate(user_id)
         self.vectors.invalidate(user_id)
         return int(n)
+
+
+def check_state(db: sqlite3.Connection, batch: WriteBatch) -> None:
+    """:attr:`WriteBatch.state_expect` holds in the transaction, or :class:`StateChanged`."""
+    for (user_id, ns, key), expected in sorted(batch.state_expect.items()):
+        row = db.execute(
+            "SELECT value FROM extraction_state WHERE user_id = ? AND ns = ? AND key = ?", (user_id, ns, key)
+        ).fetchone()
+        if (row[0] if row is not None else None) != expected:
+            raise StateChanged(f"the extraction statistics of user {user_id!r} changed meanwhile", field="user_id")
+
+
+def write_state(db: sqlite3.Connection, batch: WriteBatch) -> None:
+    rows = sorted(batch.state.items())
+    db.executemany(
+        "DELETE FROM extraction_state WHERE user_id = ? AND ns = ? AND key = ?",
+        [k for k, v in rows if v is None],
+    )
+    db.executemany(
+        "INSERT INTO extraction_state VALUES (?, ?, ?, ?) ON CONFLICT (user_id, ns, key) "
+        "DO UPDATE SET value = excluded.value",
+        [(*k, v) for k, v in rows if v is not None],
+    )
 
 
 def write_doc(db: sqlite3.Connection, user_id: str, doc: VectorDoc) -> None:

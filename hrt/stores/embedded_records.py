@@ -58,6 +58,29 @@ class EmbeddedRecordStore(EmbeddedPart):
                     out[ident] = model.model_validate_json(data)
         return out
 
+    async def state_get(self, user_id: str, ns: str, keys: Sequence[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        with self._store.snapshot() as db:
+            for chunk in chunks(sorted(set(keys)), 500):
+                marks = ",".join("?" * len(chunk))
+                out.update(
+                    db.execute(
+                        f"SELECT key, value FROM extraction_state WHERE user_id = ? AND ns = ? AND key IN ({marks})",
+                        (user_id, ns, *chunk),
+                    ).fetchall()
+                )
+        return out
+
+    async def state_scan(self, user_id: str, ns: str, prefix: str) -> dict[str, str]:
+        with self._store.snapshot() as db:
+            # SQLite compares TEXT byte-wise (BINARY): the prefix's rows are one key range
+            rows = db.execute(
+                "SELECT key, value FROM extraction_state WHERE user_id = ? AND ns = ? AND key >= ? AND key < ? "
+                "ORDER BY key",
+                (user_id, ns, prefix, prefix + "\U0010ffff"),
+            ).fetchall()
+        return dict(rows)
+
     async def preferences(self, user_id: str) -> list[Preference]:
         with self._store.reading() as db:
             rows = db.execute(

@@ -25,7 +25,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from hrt.auth import KeyRecord
-from hrt.errors import Conflict, InvalidInput, StoreError, StoreUnavailable
+from hrt.errors import Conflict, InvalidInput, StateChanged, StoreError, StoreUnavailable
 from hrt.projection import RELATION_COLUMNS, passage_bytes, passage_rows, relation_from_row, seconds
 from hrt.records import EDGE_ENDPOINTS, Deletion, Entity, Kind, Preference, Relation, entity_ts, valid_from
 from hrt.stores.base import WARM_UP_USER, EntityRow, WriteBatch, WriteResult
@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 
 RETRIES = 5
 T = TypeVar("T")
+
+# the advisory lock class of one user's conversation writes (the second key: hashtext of the user id)
+STATE_LOCK = 0x4852_5431  # "HRT1"
 
 
 @contextmanager
@@ -163,6 +166,26 @@ class PostgresRecordStore:
     # reads (RecordStore port)
     # ---------------------------------------------------------------------------------------
 
+    async def state_get(self, user_id: str, ns: str, keys: Sequence[str]) -> dict[str, str]:
+        if not keys:
+            return {}
+        async with self.reading("state_get") as conn:
+            cur = await conn.execute(
+                "SELECT key, value FROM hrt_extraction_state WHERE user_id = %s AND ns = %s AND key = ANY(%s)",
+                (user_id, ns, sorted(set(keys))),
+            )
+            return dict(await cur.fetchall())
+
+    async def state_scan(self, user_id: str, ns: str, prefix: str) -> dict[str, str]:
+        async with self.reading("state_scan") as conn:
+            # key is COLLATE "C": byte order, so a prefix is one index range
+            cur = await conn.execute(
+                "SELECT key, value FROM hrt_extraction_state WHERE user_id = %s AND ns = %s "
+                "AND key >= %s AND key < %s ORDER BY key",
+                (user_id, ns, prefix, prefix + "\U0010ffff"),
+            )
+            return dict(await cur.fetchall())
+
     async def get_many(self, user_id: str, kind: Kind, ids: Sequence[str]) -> dict[str, Entity]:
         kind = Kind(kind)
         model = ENTITY_MODELS[kind]
@@ -271,6 +294,7 @@ class PostgresRecordStore:
         batch size (a statement per record cost ~3 round trips each: 120k for 10k entities)."""
         # a statement may not touch a row twice, and the last write of a key in a batch wins, as it
         # would across batches (kinds are checked over every write: an id given as two kinds fails)
+        await _check_state(conn, batch)
         await self._check_kinds(conn, batch.entities)
         entities = _last_per_key(batch.entities, lambda e: (e.user_id, e.id))
         versions = await self._upsert_entities(conn, entities, batch)
@@ -290,6 +314,7 @@ class PostgresRecordStore:
         deleted = 0
         for d in batch.deletions:
             deleted += await self._delete(conn, d)
+        await _write_state(conn, batch)
         return WriteResult(upserted=upserted, deleted=deleted, versions=versions)
 
     async def _upsert_entities(
@@ -484,6 +509,7 @@ class PostgresRecordStore:
             n = cur.rowcount
             await conn.execute("DELETE FROM hrt_relations WHERE user_id = %s", (user_id,))
             await conn.execute("DELETE FROM hrt_preferences WHERE user_id = %s", (user_id,))
+            await conn.execute("DELETE FROM hrt_extraction_state WHERE user_id = %s", (user_id,))
             await self._event(conn, user_id, "delete_user", {}, 0)
         return int(n)
 
@@ -837,3 +863,42 @@ def _keys_table() -> Iterator[None]:
                 public="PostgreSQL's schema is not up to date (`hrt migrate`)",
             ) from exc
         raise
+
+
+async def _check_state(conn: psycopg.AsyncConnection[Any], batch: WriteBatch) -> None:
+    """:attr:`WriteBatch.state_expect` holds, rows locked until the commit, or StateChanged."""
+    if not batch.state_expect:
+        return
+    expect = sorted(batch.state_expect.items())
+    users = sorted({u for (u, _, _), _ in expect})
+    # one user's writers serialise on a lock of their own for the transaction: an absent row can't be locked
+    for user in users:
+        await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (STATE_LOCK, user))
+    cur = await conn.execute(
+        "SELECT s.u, s.n, s.k, e.value FROM unnest(%s::text[], %s::text[], %s::text[]) AS s(u, n, k) "
+        "LEFT JOIN hrt_extraction_state e ON e.user_id = s.u AND e.ns = s.n AND e.key = s.k",
+        _columns([k for k, _ in expect], lambda k: k, 3),
+    )
+    found = {(u, n, k): v for u, n, k, v in await cur.fetchall()}
+    for key, expected in expect:
+        if found.get(key) != expected:
+            raise StateChanged(f"the extraction statistics of user {key[0]!r} changed meanwhile", field="user_id")
+
+
+async def _write_state(conn: psycopg.AsyncConnection[Any], batch: WriteBatch) -> None:
+    rows = sorted(batch.state.items())
+    gone = [k for k, v in rows if v is None]
+    kept = [(*k, v) for k, v in rows if v is not None]
+    if gone:
+        await conn.execute(
+            "DELETE FROM hrt_extraction_state e USING unnest(%s::text[], %s::text[], %s::text[]) AS s(u, n, k) "
+            "WHERE e.user_id = s.u AND e.ns = s.n AND e.key = s.k",
+            _columns(gone, lambda k: k, 3),
+        )
+    if kept:
+        await conn.execute(
+            "INSERT INTO hrt_extraction_state (user_id, ns, key, value) "
+            "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) "
+            "ON CONFLICT (user_id, ns, key) DO UPDATE SET value = excluded.value",
+            _columns(kept, lambda r: r, 4),
+        )

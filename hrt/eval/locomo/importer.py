@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from hrt.eval.locomo.dataset import FALLBACK_START, Turn, evidence_ids, parse_sessions
+from hrt.extraction.ids import entity_id, slug
 from hrt.extraction.rules import ProperNouns, extract, topic_key
 from hrt.ingest import Record
 from hrt.records import Artifact, Concept, EdgeType, MemoryUnit, Relation, valid_id
@@ -48,19 +49,6 @@ class ImportedConversation:
     speakers: tuple[str, ...]
     as_of: datetime
     counts: dict[str, int]
-
-
-def slug(text: str, max_len: int = 60) -> str:
-    s = re.sub(r"[^A-Za-z0-9_.:@-]+", "-", text.strip().lower()).strip("-._:@")
-    return s[:max_len].rstrip("-._:@") or "x"
-
-
-def entity_id(prefix: str, key: str) -> str:
-    """A valid, stable id for a concept key (hashed when the key does not fit the id pattern)."""
-    candidate = f"{prefix}:{slug(key)}"
-    if slug(key) == key.replace(" ", "-") and valid_id(candidate):
-        return candidate
-    return f"{prefix}:{slug(key, 40)}-{hashlib.sha1(key.encode()).hexdigest()[:8]}"
 
 
 def user_id_for(sample_id: str) -> str:

@@ -1,0 +1,659 @@
+"""Turn by turn: what a conversation's messages add to a user's memory (:func:`plan_messages`).
+
+Each message becomes a memory unit (``FOLLOWS`` the previous one of its session) and the rule
+extractor (:mod:`hrt.extraction.rules`) finds its entities and topics. Which of those become
+concepts depends on statistics over all the user's messages: a topic is linked while it appears in
+at least ``min_topic_df`` messages and at most ``max_topic_df_ratio`` of them, an entity while in
+at most twice that share; co-occurrence counts give ``RELATED_TO``; capitalisation counts say
+which sentence-initial words are names. The batch importer of the evaluation computes these over a
+whole conversation at once; here they are kept per user, incrementally, as rows written in the same
+transaction as the records (:attr:`hrt.stores.base.WriteBatch.state`), so the same sequence of
+calls gives the same graph. The rules, and where they depart from the batch import, are in
+docs/api.md, "Conversations".
+
+Statistics rows (namespace: key -> JSON):
+
+- ``meta``: ``meta`` -> messages counted and a version every write bumps (the optimistic lock);
+- ``session``: session id -> next position, last timestamp, the last messages' hashes;
+- ``msg``: memory unit id -> the message's hash, position, timestamp and extracted keys;
+- ``term``: concept key -> messages that mention it (df), surface forms, concept id, linked or not,
+  the salience and name last written, the partners it chose for ``RELATED_TO``;
+- ``post``: key + SEP + muid -> 1 (the messages of a key); ``dfx``: df + SEP + key (keys by df);
+- ``pair``: key + SEP + key -> co-occurrence count (both orders); ``name``: word -> capitalised and
+  lower-case counts; ``cid``: concept id -> key; ``speaker``: lower-case name -> name;
+- ``llm``: message hash -> the LLM extractor's validated answer (or its failure), when it is on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from hrt.extraction.ids import entity_id, message_id, slug
+from hrt.extraction.messages import ConversationRequest, Message, MessageResult
+from hrt.extraction.rules import SENTENCE_SPLIT, TOKEN, _bare, extract, topic_key
+from hrt.ingest import Record
+from hrt.records import Artifact, Concept, Deletion, EdgeType, MemoryUnit, Relation, iso, utc
+
+SEP = "\x1f"
+TAIL = 64  # hashes of a session's last messages kept to recognise a retried append
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractionOptions:
+    """The rules' constants (those of the batch import, hrt/eval/locomo/importer.py)."""
+
+    follows_weight: float = 0.5
+    speaker_mentions_weight: float = 0.1  # a message MENTIONS its own speaker
+    max_topic_df_ratio: float = 0.05  # topics in more messages than this share are too common
+    min_topic_df: int = 2  # topics in fewer messages connect nothing
+    related_per_concept: int = 10
+    min_cooccurrence: int = 2
+    max_pair_keys: int = 24  # co-occurrences counted among a message's first keys only
+    salience_step: float = 0.05  # a linked concept is rewritten when its salience moved this much
+    fact_weight: float = 1.0  # an LLM fact DERIVED_FROM its message
+
+    def max_df(self, turns: int) -> int:
+        return max(self.min_topic_df, math.floor(self.max_topic_df_ratio * turns))
+
+
+class StateStore(Protocol):
+    async def state_get(self, user_id: str, ns: str, keys: Sequence[str]) -> dict[str, str]: ...
+
+    async def state_scan(self, user_id: str, ns: str, prefix: str) -> dict[str, str]: ...
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class State:
+    """The user's statistics as read from the store, with this call's writes on top."""
+
+    def __init__(self, store: StateStore, user_id: str) -> None:
+        self.store = store
+        self.user_id = user_id
+        self.read: dict[tuple[str, str], str | None] = {}
+        self.writes: dict[tuple[str, str], Any] = {}
+        self._scans: dict[tuple[str, str], dict[str, str]] = {}
+
+    async def get_many(self, ns: str, keys: Sequence[str]) -> dict[str, Any]:
+        missing = sorted({k for k in keys if (ns, k) not in self.writes and (ns, k) not in self.read})
+        if missing:
+            found = await self.store.state_get(self.user_id, ns, missing)
+            for k in missing:
+                self.read[(ns, k)] = found.get(k)
+        out: dict[str, Any] = {}
+        for k in keys:
+            if (ns, k) in self.writes:
+                value = self.writes[(ns, k)]
+            else:
+                raw = self.read[(ns, k)]
+                value = json.loads(raw) if raw is not None else None
+            if value is not None:
+                out[k] = value
+        return out
+
+    async def get(self, ns: str, key: str) -> Any:
+        return (await self.get_many(ns, [key])).get(key)
+
+    async def scan(self, ns: str, prefix: str) -> dict[str, Any]:
+        if (ns, prefix) not in self._scans:
+            self._scans[(ns, prefix)] = await self.store.state_scan(self.user_id, ns, prefix)
+        out = {k: json.loads(v) for k, v in self._scans[(ns, prefix)].items()}
+        for (n, k), v in self.writes.items():
+            if n == ns and k.startswith(prefix):
+                if v is None:
+                    out.pop(k, None)
+                else:
+                    out[k] = v
+        return dict(sorted(out.items()))
+
+    def put(self, ns: str, key: str, value: Any) -> None:
+        self.writes[(ns, key)] = value
+
+    def rows(self) -> dict[tuple[str, str, str], str | None]:
+        return {(self.user_id, ns, k): (_dump(v) if v is not None else None) for (ns, k), v in self.writes.items()}
+
+
+@dataclass(slots=True)
+class LLMOutcome:
+    """What the optional LLM extractor added for one message (already validated)."""
+
+    entities: list[tuple[str, str]] = field(default_factory=list)  # (name, type)
+    relations: list[tuple[str, str, str]] = field(default_factory=list)  # (source, target, type)
+    facts: list[str] = field(default_factory=list)
+
+
+# speaker, text, previous texts -> the LLM's answer, None when it failed (rules only)
+LLMCall = Callable[[str, str, Sequence[str]], Awaitable[LLMOutcome | None]]
+
+
+@dataclass(slots=True)
+class Plan:
+    """What one call writes: records, deletions and statistics rows, and what it reports."""
+
+    records: list[Record]
+    state: dict[tuple[str, str, str], str | None]
+    expect: dict[tuple[str, str, str], str | None]
+    results: list[MessageResult]
+    concepts_linked: int = 0
+    concepts_unlinked: int = 0
+    relations: int = 0
+    llm_used: bool = False
+    llm_fallbacks: int = 0
+
+
+def message_hash(message: Message) -> str:
+    body = [
+        message.role,
+        message.speaker,
+        message.content,
+        iso(message.timestamp) if message.timestamp else None,
+        message.metadata,
+    ]
+    return hashlib.sha256(_dump(body).encode()).hexdigest()[:32]
+
+
+def unit_content(speaker: str, content: str) -> str:
+    """What a message's memory unit holds: who said what (the format that retrieves best on
+    LoCoMo, docs/eval-locomo.md)."""
+    return f'{speaker} said, "{content}"'
+
+
+def _name_counts(text: str) -> dict[str, list[int]]:
+    """Per word: [capitalised mid-sentence, lower case] occurrences (hrt.extraction.rules.ProperNouns)."""
+    counts: dict[str, list[int]] = {}
+    for sentence in SENTENCE_SPLIT.split(text):
+        for i, token in enumerate(TOKEN.findall(sentence)):
+            bare = _bare(token)
+            if not bare:
+                continue
+            c = counts.setdefault(bare, [0, 0])
+            if token[0].isupper():
+                if i > 0:
+                    c[0] += 1
+            else:
+                c[1] += 1
+    return counts
+
+
+class _Names:
+    def __init__(self, rows: Mapping[str, list[int]]) -> None:
+        self.rows = rows
+
+    def is_name(self, bare: str) -> bool:
+        cap, lower = self.rows.get(bare, [0, 0])
+        return cap > 0 and cap >= lower
+
+
+class Planner:
+    """One call's plan, from the statistics as committed (:func:`plan_messages`)."""
+
+    def __init__(
+        self,
+        store: StateStore,
+        request: ConversationRequest,
+        now: datetime,
+        options: ExtractionOptions,
+        llm: LLMCall | None,
+    ) -> None:
+        self.req = request
+        self.user = request.user_id
+        self.now = utc(now)
+        self.opts = options
+        self.llm = llm
+        self.st = State(store, self.user)
+        self.records: list[Record] = []
+        self.relations: dict[tuple[str, str, str], Relation] = {}
+        self.unrelate: set[tuple[str, str, str]] = set()
+        self.concepts: dict[str, Concept] = {}
+        self.deleted_concepts: set[str] = set()
+        self.touched: set[str] = set()
+        self.new_posts: dict[str, list[str]] = {}  # key -> muids mentioning it, added by this call
+        self.speaker_of: dict[str, str] = {}  # muid -> speaker key
+        self.results: list[MessageResult] = []
+        self.llm_used = False
+        self.llm_fallbacks = 0
+        self.llm_relations: list[tuple[str, str, str]] = []  # (key, key, type)
+
+    # --- messages -----------------------------------------------------------------------------
+
+    async def run(self) -> Plan:
+        st = self.st
+        meta = await st.get("meta", "meta") or {"turns": 0, "version": 0}
+        turns_before = int(meta["turns"])
+        session = await st.get("session", self.req.session_id) or {"next": 0, "last_ts": None, "tail": []}
+        hashes = [message_hash(m) for m in self.req.messages]
+        positions = self._positions(session, hashes)
+        turns = turns_before
+        history: list[str] = []
+        for message, h, position in zip(self.req.messages, hashes, positions, strict=True):
+            added = await self._message(message, h, position, session, history)
+            turns += added
+        if turns == turns_before and not self.touched and all(r.status == "unchanged" for r in self.results):
+            return Plan([], {}, {}, self.results)
+        st.put("session", self.req.session_id, session)
+        await self._thresholds(turns_before, turns)
+        await self._link(turns)
+        await self._related()
+        self._llm_relations()
+        meta = {"turns": turns, "version": int(meta["version"]) + 1}
+        st.put("meta", "meta", meta)
+        raw_meta = st.read.get(("meta", "meta"))
+        for key in self.unrelate - set(self.relations):
+            source, target, kind = key
+            self.records.append(
+                Deletion(
+                    op="delete", kind="relation", user_id=self.user, type=EdgeType(kind), source=source, target=target
+                )
+            )
+        for cid in sorted(self.deleted_concepts):
+            self.records.append(Deletion(op="delete", kind="concept", user_id=self.user, id=cid))
+        records = [*self.records, *(self.concepts[c] for c in sorted(self.concepts))]
+        records.extend(self.relations[k] for k in sorted(self.relations))
+        return Plan(
+            records=records,
+            state=st.rows(),
+            expect={(self.user, "meta", "meta"): raw_meta},
+            results=self.results,
+            concepts_linked=len(self.concepts),
+            concepts_unlinked=len(self.deleted_concepts),
+            relations=len(self.relations),
+            llm_used=self.llm_used,
+            llm_fallbacks=self.llm_fallbacks,
+        )
+
+    def _positions(self, session: dict[str, Any], hashes: Sequence[str]) -> list[int | None]:
+        """Each message's position: its ``index``, else ``start`` + its offset, else after the
+        session's last one. A call that gives no position and begins with the session's last
+        messages (same hashes, in order) is a retry of those: they keep their positions."""
+        req = self.req
+        if req.start is not None or any(m.index is not None for m in req.messages):
+            out: list[int | None] = []
+            following = int(session["next"])
+            for i, m in enumerate(req.messages):
+                if m.index is not None:
+                    p = m.index
+                elif req.start is not None:
+                    p = req.start + i
+                else:
+                    p = following
+                out.append(p)
+                following = max(following, p + 1)
+            return out
+        tail = [tuple(t) for t in session["tail"]]
+        repeat = 0
+        for j in range(min(len(tail), len(hashes)), 0, -1):
+            if [h for h, _ in tail[-j:]] == list(hashes[:j]):
+                repeat = j
+                break
+        out = [int(p) for _, p in tail[len(tail) - repeat :]]
+        following = int(session["next"])
+        for _ in hashes[repeat:]:
+            out.append(following)
+            following += 1
+        return out
+
+    async def _message(
+        self, message: Message, h: str, position: int | None, session: dict[str, Any], history: list[str]
+    ) -> int:
+        """Plan one message; returns 1 when it is a new message (counted), else 0."""
+        assert position is not None
+        st = self.st
+        muid = message_id(self.req.session_id, position)
+        existing = await st.get("msg", muid)
+        if existing is not None and existing["h"] == h:
+            self.results.append(MessageResult(index=position, muid=muid, status="unchanged"))
+            history.append(message.content)
+            return 0
+        if existing is not None:
+            await self._retract(muid, existing)
+        speaker = message.speaker
+        if message.timestamp is not None:
+            ts = message.timestamp
+        elif existing is not None:
+            ts = datetime.fromisoformat(existing["ts"])
+        else:
+            last = datetime.fromisoformat(session["last_ts"]) if session["last_ts"] else None
+            ts = self.now if last is None or self.now > last else last + timedelta(milliseconds=1)
+        metadata: dict[str, Any] = {
+            **message.metadata,
+            "session_id": self.req.session_id,
+            "index": position,
+            "role": message.role,
+            "speaker": speaker,
+        }
+        if self.req.agent_id is not None:
+            metadata["agent_id"] = self.req.agent_id
+        self.records.append(
+            MemoryUnit(
+                user_id=self.user,
+                muid=muid,
+                content=unit_content(speaker, message.content)[:100_000],
+                creation_ts=ts,
+                source_type="dialogue_turn",
+                importance_score=5.0,
+                source_agent_id=speaker[:128],
+                metadata=metadata,
+            )
+        )
+        for other, src, dst in ((position - 1, muid, None), (position + 1, None, muid)):
+            if other < 0:
+                continue
+            neighbour = message_id(self.req.session_id, other)
+            if await st.get("msg", neighbour) is not None:
+                source, target = (src or neighbour), (dst or neighbour)
+                self._relate(EdgeType.FOLLOWS, source, target, self.opts.follows_weight)
+        keys = await self._extract(muid, speaker, message.content, h, history)
+        st.put("msg", muid, {"h": h, "pos": position, "ts": iso(ts), "keys": keys, "speaker": speaker})
+        last_ts = datetime.fromisoformat(session["last_ts"]) if session["last_ts"] else None
+        if last_ts is None or ts > last_ts:
+            session["last_ts"] = iso(ts)
+        session["next"] = max(int(session["next"]), position + 1)
+        session["tail"] = [*session["tail"], [h, position]][-TAIL:]
+        self.results.append(
+            MessageResult(index=position, muid=muid, status="replaced" if existing is not None else "added")
+        )
+        history.append(message.content)
+        return 0 if existing is not None else 1
+
+    async def _extract(self, muid: str, speaker: str, text: str, h: str, history: Sequence[str]) -> list[str]:
+        """Learn the text's capitalisation, extract, map names to speakers; count the keys."""
+        st = self.st
+        counts = _name_counts(text)
+        rows = await st.get_many("name", sorted(counts))
+        for word, (cap, lower) in counts.items():
+            old = rows.get(word, [0, 0])
+            rows[word] = [old[0] + cap, old[1] + lower]
+            st.put("name", word, rows[word])
+        found = extract(text, _Names(rows))
+        speaker_key = await self._speaker(speaker)
+        self.speaker_of[muid] = speaker_key
+        speakers = await st.scan("speaker", "")
+        keys: list[str] = []
+        surfaces: dict[str, str] = {}
+        for e in found.entities:
+            lowered = e.lower()
+            first = lowered.split()[0]
+            if lowered in speakers or (first in speakers and len(lowered.split()) == 1):
+                keys.append("person:" + speakers.get(lowered, speakers.get(first, e)))
+                continue
+            keys.append("entity:" + lowered)
+            surfaces.setdefault("entity:" + lowered, e)
+        for t in found.topics:
+            key = "topic:" + topic_key(t)
+            keys.append(key)
+            surfaces.setdefault(key, t)
+        if self.llm is not None:
+            for name, _kind in (outcome := await self._llm(speaker, text, h, history) or LLMOutcome()).entities:
+                key = "entity:" + name.lower()
+                keys.append(key)
+                surfaces.setdefault(key, name)
+            self._llm_facts(muid, speaker, outcome)
+            self.llm_relations.extend(
+                ("entity:" + a.lower(), "entity:" + b.lower(), t) for a, b, t in outcome.relations
+            )
+        keys = list(dict.fromkeys(keys))
+        await self._count(muid, keys, surfaces, +1)
+        return keys
+
+    async def _speaker(self, speaker: str) -> str:
+        lowered = speaker.lower()
+        if await self.st.get("speaker", lowered) is None:
+            self.st.put("speaker", lowered, speaker)
+        return "person:" + str(await self.st.get("speaker", lowered))
+
+    async def _retract(self, muid: str, existing: Mapping[str, Any]) -> None:
+        """An edited message: its old keys no longer count, its old mentions go."""
+        keys = list(existing["keys"])
+        terms = await self.st.get_many("term", keys)
+        for key in keys:
+            cid = terms.get(key, {}).get("cid")
+            if cid:
+                self.unrelate.add((muid, cid, EdgeType.MENTIONS.value))
+        await self._count(muid, keys, {}, -1)
+
+    async def _count(self, muid: str, keys: Sequence[str], surfaces: Mapping[str, str], sign: int) -> None:
+        """df, postings, the df index and co-occurrences of one message's keys, plus or minus."""
+        st = self.st
+        terms = await st.get_many("term", keys)
+        for key in keys:
+            term = terms.get(key) or {"df": 0, "surf": {}, "cid": None, "linked": False, "rel": []}
+            old_df = int(term["df"])
+            term["df"] = old_df + sign
+            if key in surfaces and sign > 0:
+                surf = term["surf"]
+                surf[surfaces[key]] = surf.get(surfaces[key], 0) + 1
+            st.put("term", key, term)
+            st.put("post", key + SEP + muid, 1 if sign > 0 else None)
+            if old_df > 0:
+                st.put("dfx", f"{old_df:09d}{SEP}{key}", None)
+            if term["df"] > 0:
+                st.put("dfx", f"{term['df']:09d}{SEP}{key}", 1)
+            self.touched.add(key)
+            if sign > 0:
+                self.new_posts.setdefault(key, []).append(muid)
+        plain = [k for k in keys if not k.startswith("person:")][: self.opts.max_pair_keys]
+        pair_keys = [a + SEP + b for a in plain for b in plain if a != b]
+        pairs = await st.get_many("pair", pair_keys)
+        for pk in pair_keys:
+            n = int(pairs.get(pk, 0)) + sign
+            st.put("pair", pk, n if n > 0 else None)
+
+    # --- concepts -----------------------------------------------------------------------------
+
+    def _kept(self, key: str, df: int, max_df: int) -> bool:
+        if key.startswith("person:"):
+            return True
+        if key.startswith("entity:"):
+            return 0 < df <= max_df * 2
+        return self.opts.min_topic_df <= df <= max_df
+
+    async def _thresholds(self, before: int, after: int) -> None:
+        """The share that is too common grew with the messages: keys at the new allowance are
+        linked again (their df did not change, so nothing else touches them)."""
+        old_max, new_max = self.opts.max_df(before), self.opts.max_df(after)
+        if new_max <= old_max:
+            return
+        for df in [*range(old_max + 1, new_max + 1), *range(2 * old_max + 1, 2 * new_max + 1)]:
+            for row in await self.st.scan("dfx", f"{df:09d}{SEP}"):
+                self.touched.add(row.split(SEP, 1)[1])
+
+    async def _concept_id(self, key: str) -> str:
+        kind, _, raw = key.partition(":")
+        cid = entity_id(kind, raw.lower() if kind == "person" else raw)
+        owner = await self.st.get("cid", cid)
+        if owner is not None and owner != key:
+            cid = f"{cid}-{hashlib.sha1(key.encode()).hexdigest()[:6]}"
+        self.st.put("cid", cid, key)
+        return cid
+
+    async def _link(self, turns: int) -> None:
+        """Every touched key linked or unlinked as the statistics now say; its mentions written."""
+        st = self.st
+        max_df = self.opts.max_df(turns)
+        keys = sorted(self.touched)
+        terms = await st.get_many("term", keys)
+        log_n = math.log(turns + 1)
+        for key in keys:
+            term = terms.get(key)
+            if term is None:
+                continue
+            df = int(term["df"])
+            kept = self._kept(key, df, max_df)
+            was = bool(term["linked"])
+            if not kept:
+                if was and term["cid"]:
+                    self.deleted_concepts.add(term["cid"])
+                    term["linked"] = False
+                    term["rel"] = []
+                    st.put("term", key, term)
+                if df <= 0:
+                    st.put("term", key, None)
+                continue
+            if not term["cid"]:
+                term["cid"] = await self._concept_id(key)
+            cid = term["cid"]
+            kind = key.partition(":")[0]
+            if kind == "person":
+                name = key.partition(":")[2]
+                salience = 1.0
+            else:
+                name = sorted(term["surf"].items(), key=lambda kv: (-kv[1], kv[0]))[0][0] if term["surf"] else key
+                salience = round(min(1.0, 0.3 + 0.7 * (1.0 - df / (2 * max_df + 1))), 4)
+            stale = (
+                not was
+                or term.get("name") != name
+                or abs(float(term.get("sal", -1.0)) - salience) >= self.opts.salience_step
+            )
+            if stale:
+                self.concepts[cid] = Concept(
+                    user_id=self.user,
+                    id=cid,
+                    name=name[:500],
+                    type={"person": "person", "entity": "entity"}.get(kind, "topic"),
+                    description="A participant of the user's conversations." if kind == "person" else "",
+                    salience=salience,
+                    properties={"turns": df, "source": term.get("src", "rules")},
+                )
+                term["name"], term["sal"] = name, salience
+            term["linked"] = True
+            st.put("term", key, term)
+            # mentions: every message of the key when it was not linked, else this call's
+            muids = [k.split(SEP, 1)[1] for k in await st.scan("post", key + SEP)] if not was else []
+            muids = sorted({*muids, *self.new_posts.get(key, [])})
+            if kind == "topic":
+                weight = round(max(0.2, math.log((turns + 1) / df) / log_n), 4) if log_n > 0 else 1.0
+            else:
+                weight = 1.0
+            for muid in muids:
+                self._relate(EdgeType.MENTIONS, muid, cid, weight)
+        for muid, speaker_key in sorted(self.speaker_of.items()):
+            term = await st.get("term", speaker_key)
+            if term is None or not term.get("cid"):
+                term = term or {"df": 0, "surf": {}, "cid": None, "linked": False, "rel": []}
+                term["cid"] = await self._concept_id(speaker_key)
+            if not term["linked"]:
+                name = speaker_key.partition(":")[2]
+                self.concepts[term["cid"]] = Concept(
+                    user_id=self.user,
+                    id=term["cid"],
+                    name=name[:500],
+                    type="person",
+                    description="A participant of the user's conversations.",
+                    salience=1.0,
+                    properties={"turns": int(term["df"]), "source": "rules"},
+                )
+                term["linked"], term["name"], term["sal"] = True, name, 1.0
+            st.put("term", speaker_key, term)
+            edge = (muid, term["cid"], EdgeType.MENTIONS.value)
+            if edge not in self.relations:
+                self._relate(EdgeType.MENTIONS, muid, term["cid"], self.opts.speaker_mentions_weight)
+
+    async def _related(self) -> None:
+        """RELATED_TO from co-occurrence: each touched linked concept keeps its
+        ``related_per_concept`` strongest partners (count / sqrt(df * df), counts of at least
+        ``min_cooccurrence``); an edge goes when neither end chooses it any more."""
+        st = self.st
+        keys = sorted(k for k in self.touched if not k.startswith("person:"))
+        terms = await st.get_many("term", keys)
+        for key in keys:
+            term = terms.get(key)
+            if term is None or not term["linked"]:
+                continue
+            counts = {
+                k.split(SEP, 1)[1]: int(c)
+                for k, c in (await st.scan("pair", key + SEP)).items()
+                if int(c) >= self.opts.min_cooccurrence
+            }
+            partners = await st.get_many("term", sorted(counts))
+            scored: list[tuple[float, str, str, str]] = []
+            for other, c in counts.items():
+                p = partners.get(other)
+                if p is None or not p["linked"] or not p["cid"] or p["cid"] == term["cid"]:
+                    continue
+                weight = c / math.sqrt(int(term["df"]) * int(p["df"]))
+                a, b = sorted((term["cid"], p["cid"]))
+                scored.append((weight, a, b, other))
+            chosen = sorted(scored, key=lambda x: (-x[0], x[1], x[2]))[: self.opts.related_per_concept]
+            for weight, a, b, _ in chosen:
+                self._relate(EdgeType.RELATED_TO, a, b, round(min(1.0, weight), 4), "co_occurs")
+            chosen_keys = sorted(other for *_, other in chosen)
+            for other in sorted(set(term.get("rel", [])) - set(chosen_keys)):
+                p = await st.get("term", other)
+                if p is None or not p.get("cid") or key in p.get("rel", []):
+                    continue
+                a, b = sorted((term["cid"], p["cid"]))
+                self.unrelate.add((a, b, EdgeType.RELATED_TO.value))
+            term["rel"] = chosen_keys
+            st.put("term", key, term)
+
+    # --- the optional LLM extractor -------------------------------------------------------------
+
+    async def _llm(self, speaker: str, text: str, h: str, history: Sequence[str]) -> LLMOutcome | None:
+        """The LLM's answer for a message: stored with the statistics, so a replay (or an edit
+        back) does not ask again; a failure counts and leaves the rules alone."""
+        assert self.llm is not None
+        cached = await self.st.get("llm", h)
+        if cached is None:
+            outcome = await self.llm(speaker, text, list(history[-4:]))
+            if outcome is None:
+                self.llm_fallbacks += 1
+                return None
+            cached = {"entities": outcome.entities, "relations": outcome.relations, "facts": outcome.facts}
+            self.st.put("llm", h, cached)
+        self.llm_used = True
+        return LLMOutcome(
+            entities=[(str(n), str(t)) for n, t in cached["entities"]],
+            relations=[(str(a), str(b), str(t)) for a, b, t in cached["relations"]],
+            facts=[str(f) for f in cached["facts"]],
+        )
+
+    def _llm_facts(self, muid: str, speaker: str, outcome: LLMOutcome) -> None:
+        for j, fact in enumerate(outcome.facts, start=1):
+            aid = f"fact:{muid.partition(':')[2]}:{j}"[:128]
+            self.records.append(
+                Artifact(
+                    user_id=self.user,
+                    id=aid,
+                    artifact_type="fact",
+                    title=f"Fact from {speaker}"[:500],
+                    content=fact[:100_000],
+                    created_at=self.now,
+                    confidence=0.5,
+                )
+            )
+            self._relate(EdgeType.DERIVED_FROM, aid, muid, self.opts.fact_weight)
+
+    def _llm_relations(self) -> None:
+        for a, b, kind in self.llm_relations:
+            ta = self.st.writes.get(("term", a)) or {}
+            tb = self.st.writes.get(("term", b)) or {}
+            if ta.get("linked") and tb.get("linked") and ta["cid"] != tb["cid"]:
+                self._relate(EdgeType.RELATED_TO, ta["cid"], tb["cid"], 1.0, slug(kind, 64))
+
+    def _relate(
+        self, kind: EdgeType, source: str, target: str, weight: float, relation_type: str | None = None
+    ) -> None:
+        self.relations[(source, target, kind.value)] = Relation(
+            user_id=self.user, type=kind, source=source, target=target, weight=weight, relation_type=relation_type
+        )
+
+
+async def plan_messages(
+    store: StateStore,
+    request: ConversationRequest,
+    now: datetime,
+    options: ExtractionOptions | None = None,
+    llm: LLMCall | None = None,
+) -> Plan:
+    """The records and statistics rows one call writes, from the statistics as committed; the
+    write must expect ``Plan.expect`` (the user's version row) so two writers cannot both plan
+    from the same state."""
+    return await Planner(store, request, now, options or ExtractionOptions(), llm).run()
