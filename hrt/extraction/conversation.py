@@ -14,7 +14,8 @@ docs/api.md, "Conversations".
 Statistics rows (namespace: key -> JSON):
 
 - ``meta``: ``meta`` -> messages counted and a version every write bumps (the optimistic lock);
-- ``session``: session id -> next position, last timestamp, the last messages' hashes;
+- ``session``: session id -> next position, last timestamp; ``mh``: session + SEP + message hash
+  -> its position (a resend without positions is recognised by it);
 - ``msg``: memory unit id -> the message's hash, position, timestamp and extracted keys;
 - ``term``: concept key -> messages that mention it (df), surface forms, concept id, linked or not,
   the salience and name last written, the partners it chose for ``RELATED_TO``;
@@ -41,7 +42,6 @@ from hrt.ingest import Record
 from hrt.records import Artifact, Concept, Deletion, EdgeType, MemoryUnit, Relation, iso, utc
 
 SEP = "\x1f"
-TAIL = 64  # hashes of a session's last messages kept to recognise a retried append
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,9 +228,9 @@ class Planner:
         st = self.st
         meta = await st.get("meta", "meta") or {"turns": 0, "version": 0}
         turns_before = int(meta["turns"])
-        session = await st.get("session", self.req.session_id) or {"next": 0, "last_ts": None, "tail": []}
+        session = await st.get("session", self.req.session_id) or {"next": 0, "last_ts": None}
         hashes = [message_hash(m) for m in self.req.messages]
-        positions = self._positions(session, hashes)
+        positions = await self._positions(session, hashes)
         turns = turns_before
         history: list[str] = []
         for message, h, position in zip(self.req.messages, hashes, positions, strict=True):
@@ -269,42 +269,35 @@ class Planner:
             llm_fallbacks=self.llm_fallbacks,
         )
 
-    def _positions(self, session: dict[str, Any], hashes: Sequence[str]) -> list[int | None]:
+    async def _positions(self, session: dict[str, Any], hashes: Sequence[str]) -> list[int]:
         """Each message's position: its ``index``, else ``start`` + its offset, else after the
-        session's last one. A call that gives no position and begins with the session's last
-        messages (same hashes, in order) is a retry of those: they keep their positions."""
+        session's last one. Without positions, a message identical to one the session holds
+        (speaker, role, content, timestamp and metadata: :func:`message_hash`) is a resend of it
+        and keeps its position; timestamps or ``index`` tell a true repeat apart."""
         req = self.req
+        following = int(session["next"])
+        out: list[int] = []
         if req.start is not None or any(m.index is not None for m in req.messages):
-            out: list[int | None] = []
-            following = int(session["next"])
             for i, m in enumerate(req.messages):
-                if m.index is not None:
-                    p = m.index
-                elif req.start is not None:
-                    p = req.start + i
-                else:
-                    p = following
+                p = m.index if m.index is not None else (req.start + i if req.start is not None else following)
                 out.append(p)
                 following = max(following, p + 1)
             return out
-        tail = [tuple(t) for t in session["tail"]]
-        repeat = 0
-        for j in range(min(len(tail), len(hashes)), 0, -1):
-            if [h for h, _ in tail[-j:]] == list(hashes[:j]):
-                repeat = j
-                break
-        out = [int(p) for _, p in tail[len(tail) - repeat :]]
-        following = int(session["next"])
-        for _ in hashes[repeat:]:
-            out.append(following)
-            following += 1
+        sid = self.req.session_id
+        known = await self.st.get_many("mh", [sid + SEP + h for h in hashes])
+        for h in hashes:
+            if sid + SEP + h in known:
+                out.append(int(known[sid + SEP + h]))
+            else:
+                known[sid + SEP + h] = following
+                out.append(following)
+                following += 1
         return out
 
     async def _message(
-        self, message: Message, h: str, position: int | None, session: dict[str, Any], history: list[str]
+        self, message: Message, h: str, position: int, session: dict[str, Any], history: list[str]
     ) -> int:
         """Plan one message; returns 1 when it is a new message (counted), else 0."""
-        assert position is not None
         st = self.st
         muid = message_id(self.req.session_id, position)
         existing = await st.get("msg", muid)
@@ -356,7 +349,9 @@ class Planner:
         if last_ts is None or ts > last_ts:
             session["last_ts"] = iso(ts)
         session["next"] = max(int(session["next"]), position + 1)
-        session["tail"] = [*session["tail"], [h, position]][-TAIL:]
+        if existing is not None:
+            st.put("mh", self.req.session_id + SEP + existing["h"], None)
+        st.put("mh", self.req.session_id + SEP + h, position)
         self.results.append(
             MessageResult(index=position, muid=muid, status="replaced" if existing is not None else "added")
         )

@@ -74,9 +74,7 @@ from hrt.eval.locomo.evaluation import EvalResult, evaluate
 from hrt.eval.locomo.importer import (
     ImportedConversation,
     ImportOptions,
-    entity_id,
     import_conversation,
-    slug,
     turn_content,
     user_id_for,
 )
@@ -113,6 +111,7 @@ from hrt.eval.locomo.systems import (
     hrt_system,
     request_for,
 )
+from hrt.extraction.ids import entity_id, slug
 from hrt.extraction.rules import (
     CHAT_STOPWORDS,
     CONNECTORS,

@@ -63,6 +63,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a Settings override for every HRT system, repeatable (default: none, the product's defaults)",
     )
     parser.add_argument(
+        "--ingest",
+        choices=("batch", "turns"),
+        default="batch",
+        help="batch: each conversation's records as the batch import builds them (statistics over the whole "
+        "conversation); turns: its turns sent to the conversation route session by session, a few per call, as "
+        "an agent would (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--turns-per-call", type=int, default=4, help="messages per conversation call with --ingest turns (%(default)s)"
+    )
+    parser.add_argument(
         "--compare",
         nargs=2,
         metavar=("BEFORE", "AFTER"),
@@ -117,6 +128,8 @@ def run(args: argparse.Namespace, embedder: Embedder | None = None) -> int:
                 systems=args.systems,
                 limit_questions=args.limit_questions,
                 progress=log.info,
+                ingest=args.ingest,
+                turns_per_call=args.turns_per_call,
             )
         )
     result.meta["data"] = {"file": args.data.name, "sha256": hashlib.sha256(args.data.read_bytes()).hexdigest()}

@@ -4,11 +4,12 @@ question of every system, aggregate the metrics.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hrt.config import RETRIEVAL_PRESETS, Settings
 from hrt.embedder import CachedEmbedder, Embedder
@@ -25,6 +26,15 @@ from hrt.eval.locomo.systems import (
     baseline_systems,
     hrt_system,
 )
+from hrt.extraction.messages import ConversationRequest, Message
+from hrt.ingest import Record
+from hrt.records import Artifact, EdgeType, MemoryUnit, Relation
+
+if TYPE_CHECKING:
+    from hrt.service import HRTService
+
+# messages per conversation call in ``--ingest turns``: an agent writes back a turn or two at a time
+TURNS_PER_CALL = 4
 
 
 @dataclass(slots=True)
@@ -44,9 +54,16 @@ async def evaluate(
     systems: Sequence[str] = SYSTEMS,
     limit_questions: int | None = None,
     progress: Callable[[str], None] | None = None,
+    ingest: str = "batch",
+    turns_per_call: int = TURNS_PER_CALL,
 ) -> EvalResult:
     """Import every sample into a fresh embedded store at ``db_path``, ask every question of every
-    system (all on that one store and ``embedder``), and aggregate the metrics."""
+    system (all on that one store and ``embedder``), and aggregate the metrics.
+
+    ``ingest``: ``batch`` writes each conversation's records as the batch import builds them
+    (statistics over the whole conversation); ``turns`` sends its turns to the conversation route
+    (:meth:`HRTService.add_messages`), session by session in calls of ``turns_per_call`` messages
+    as an agent would, then the dataset's session summaries and observations as records."""
     from hrt.service import HRTService
 
     cfg = config or EvalConfig()
@@ -63,9 +80,20 @@ async def evaluate(
     await service.start()
     try:
         t_import = time.perf_counter()
-        for conv in imported:
-            say(f"import {conv.sample_id}: {conv.counts}")
-            await service.ingest(conv.records)
+        call_ms: list[tuple[int, float]] = []  # (messages, ms) per conversation call
+        if ingest == "turns":
+            questions = []
+            for sample, conv in zip(samples, imported, strict=True):
+                say(f"turns {conv.sample_id}: {conv.counts['memory_units']} turns")
+                await ingest_turns(service, conv, turns_per_call, call_ms)
+                qs, _ = build_questions(sample, conv)
+                questions.extend(qs)
+            if limit_questions is not None:
+                questions = questions[:limit_questions]
+        else:
+            for conv in imported:
+                say(f"import {conv.sample_id}: {conv.counts}")
+                await service.ingest(conv.records)
         import_seconds = time.perf_counter() - t_import
         service.embedder.embed(phrases)  # one batch; every request below hits the cache
         derived = {c.user_id: c.derived_from for c in imported}
@@ -108,6 +136,8 @@ async def evaluate(
             "hrt_systems": {n: _system_json(n, cfg, settings) for n in runners if n in HRT_SYSTEMS},
             "config_hash": settings.fingerprint(),
             "import_options": _options_json(import_options or ImportOptions()),
+            "ingest": ingest,
+            **({"turns_per_call": turns_per_call, "ingest_cost": ingest_cost(call_ms)} if ingest == "turns" else {}),
             "seconds": {
                 "import": round(import_seconds, 2),
                 "total": round(time.perf_counter() - t0, 2),
@@ -133,6 +163,74 @@ def import_samples(
         questions.extend(qs)
         skipped += n_skipped
     return imported, questions, skipped
+
+
+async def ingest_turns(
+    service: HRTService, conv: ImportedConversation, per_call: int, call_ms: list[tuple[int, float]]
+) -> None:
+    """One conversation through the conversation route, session by session, ``per_call`` messages
+    a call; then its artifacts (summaries, observations) as records, their DERIVED_FROM edges
+    pointing at the route's memory units. ``conv`` takes the route's ids (``turn_ids``)."""
+    units = [r for r in conv.records if isinstance(r, MemoryUnit)]
+    by_session: dict[int, list[MemoryUnit]] = {}
+    for unit in units:
+        by_session.setdefault(int(unit.metadata["session"]), []).append(unit)
+    new_id: dict[str, str] = {}
+    for number in sorted(by_session):
+        session = by_session[number]
+        for i in range(0, len(session), per_call):
+            part = session[i : i + per_call]
+            request = ConversationRequest(
+                user_id=conv.user_id,
+                session_id=f"session-{number}",
+                messages=[
+                    Message(
+                        name=str(u.metadata["speaker"]),
+                        content=conv.texts[u.muid],
+                        timestamp=u.creation_ts,
+                        metadata={"dia_id": u.metadata["dia_id"]},
+                    )
+                    for u in part
+                ],
+            )
+            start = time.perf_counter()
+            result = await service.add_messages(request)
+            call_ms.append((len(part), 1000 * (time.perf_counter() - start)))
+            for unit, done in zip(part, result.messages, strict=True):
+                new_id[unit.muid] = done.muid
+    conv.turn_ids = {d: new_id[m] for d, m in conv.turn_ids.items() if m in new_id}
+    conv.derived_from = {a: frozenset(new_id.get(m, m) for m in ms) for a, ms in conv.derived_from.items()}
+    artifacts: list[Record] = [r for r in conv.records if isinstance(r, Artifact)]
+    for r in conv.records:
+        if isinstance(r, Relation) and r.type is EdgeType.DERIVED_FROM:
+            artifacts.append(r.model_copy(update={"target": new_id.get(r.target, r.target)}))
+    if artifacts:
+        await service.ingest(artifacts)
+
+
+def ingest_cost(call_ms: Sequence[tuple[int, float]]) -> dict[str, float]:
+    """Per turn (a call's time over its messages) p50 and p95, over every call and over the last
+    tenth of them (the conversation's end, where the statistics are largest), and per call."""
+    if not call_ms:
+        return {}
+    per_turn = [ms / n for n, ms in call_ms]
+    tail = per_turn[-max(1, len(per_turn) // 10) :]
+    calls = [ms for _, ms in call_ms]
+    return {
+        "calls": len(call_ms),
+        "turn_ms_p50": round(percentile(per_turn, 50), 2),
+        "turn_ms_p95": round(percentile(per_turn, 95), 2),
+        "turn_ms_p50_end": round(percentile(tail, 50), 2),
+        "turn_ms_p95_end": round(percentile(tail, 95), 2),
+        "call_ms_p50": round(percentile(calls, 50), 2),
+        "call_ms_p95": round(percentile(calls, 95), 2),
+    }
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))
+    return ordered[rank]
 
 
 def question_record(q: Question) -> dict[str, Any]:

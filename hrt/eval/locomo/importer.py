@@ -49,6 +49,7 @@ class ImportedConversation:
     speakers: tuple[str, ...]
     as_of: datetime
     counts: dict[str, int]
+    texts: dict[str, str]  # muid -> the turn's text and caption (what extraction reads)
 
 
 def user_id_for(sample_id: str) -> str:
@@ -240,6 +241,7 @@ def import_conversation(sample: Mapping[str, Any], options: ImportOptions | None
         speakers=speakers,
         as_of=end_ts + timedelta(days=1),
         counts=counts,
+        texts=dict(turn_texts),
     )
 
 
