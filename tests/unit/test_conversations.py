@@ -20,8 +20,8 @@ from hrt.extraction.conversation import ExtractionOptions, plan_messages
 from hrt.extraction.ids import message_id
 from hrt.extraction.messages import ConversationRequest
 from hrt.ingest import build_batch
-from hrt.records import Concept, EdgeType, MemoryUnit, Relation
 from hrt.pipeline import utc_now
+from hrt.records import Concept, EdgeType, MemoryUnit, Relation
 from hrt.service import HRTService
 from tests.helpers import HashingEmbedder
 
