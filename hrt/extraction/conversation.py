@@ -79,19 +79,20 @@ class State:
         self.store = store
         self.user_id = user_id
         self.read: dict[tuple[str, str], str | None] = {}
-        self.writes: dict[tuple[str, str], Any] = {}
+        self.writes: dict[str, dict[str, Any]] = {}  # ns -> key -> value (None: deleted)
         self._scans: dict[tuple[str, str], dict[str, str]] = {}
 
     async def get_many(self, ns: str, keys: Sequence[str]) -> dict[str, Any]:
-        missing = sorted({k for k in keys if (ns, k) not in self.writes and (ns, k) not in self.read})
+        written = self.writes.get(ns, {})
+        missing = sorted({k for k in keys if k not in written and (ns, k) not in self.read})
         if missing:
             found = await self.store.state_get(self.user_id, ns, missing)
             for k in missing:
                 self.read[(ns, k)] = found.get(k)
         out: dict[str, Any] = {}
         for k in keys:
-            if (ns, k) in self.writes:
-                value = self.writes[(ns, k)]
+            if k in written:
+                value = written[k]
             else:
                 raw = self.read[(ns, k)]
                 value = json.loads(raw) if raw is not None else None
@@ -106,8 +107,8 @@ class State:
         if (ns, prefix) not in self._scans:
             self._scans[(ns, prefix)] = await self.store.state_scan(self.user_id, ns, prefix)
         out = {k: json.loads(v) for k, v in self._scans[(ns, prefix)].items()}
-        for (n, k), v in self.writes.items():
-            if n == ns and k.startswith(prefix):
+        for k, v in self.writes.get(ns, {}).items():
+            if k.startswith(prefix):
                 if v is None:
                     out.pop(k, None)
                 else:
@@ -115,10 +116,17 @@ class State:
         return dict(sorted(out.items()))
 
     def put(self, ns: str, key: str, value: Any) -> None:
-        self.writes[(ns, key)] = value
+        self.writes.setdefault(ns, {})[key] = value
+
+    def written(self, ns: str, key: str) -> Any:
+        return self.writes.get(ns, {}).get(key)
 
     def rows(self) -> dict[tuple[str, str, str], str | None]:
-        return {(self.user_id, ns, k): (_dump(v) if v is not None else None) for (ns, k), v in self.writes.items()}
+        return {
+            (self.user_id, ns, k): (_dump(v) if v is not None else None)
+            for ns, values in self.writes.items()
+            for k, v in values.items()
+        }
 
 
 @dataclass(slots=True)
@@ -628,8 +636,8 @@ class Planner:
 
     def _llm_relations(self) -> None:
         for a, b, kind in self.llm_relations:
-            ta = self.st.writes.get(("term", a)) or {}
-            tb = self.st.writes.get(("term", b)) or {}
+            ta = self.st.written("term", a) or {}
+            tb = self.st.written("term", b) or {}
             if ta.get("linked") and tb.get("linked") and ta["cid"] != tb["cid"]:
                 self._relate(EdgeType.RELATED_TO, ta["cid"], tb["cid"], 1.0, slug(kind, 64))
 
