@@ -397,6 +397,27 @@ async def test_noisy_or_path_evidence_sums_each_seeds_path(node: str, direct: fl
     assert best["t1"].path_score == pytest.approx(0.54)  # the default keeps the best path
 
 
+def test_the_command_feeds_the_turns_through_the_conversation_route(tmp_path: Path) -> None:
+    """``--ingest turns`` (the smoke form of the dev run in docs/eval-locomo.md): each session's turns
+    go to HRTService.add_messages a few at a time, the artifacts after them; the questions' evidence
+    ids are the route's memory units, and the ingest cost per turn is reported."""
+    data = tmp_path / "tiny-locomo.json"
+    data.write_text(json.dumps([fixture_sample()]))
+    out = tmp_path / "out"
+    argv = ["--data", str(data), "--out", str(out), "--db", str(tmp_path / "e.db"), "--systems", "bm25", "hrt"]
+    args = L.build_parser().parse_args([*argv, "--ingest", "turns", "--turns-per-call", "2"])
+    assert L.run(args, embedder=HashingEmbedder()) == 0
+    body = json.loads((out / "locomo-results.json").read_text())
+    meta = body["meta"]
+    assert meta["ingest"] == "turns" and meta["turns_per_call"] == 2 and meta["questions"] == 5
+    cost = meta["ingest_cost"]
+    assert cost["calls"] >= 4 and 0 < cost["turn_ms_p50"] <= cost["turn_ms_p95"]
+    lines = [json.loads(line) for line in (out / "locomo-questions.jsonl").read_text().splitlines()]
+    assert all(e.startswith("msg:session-") for line in lines for e in line["evidence"])
+    # the route's units are found: BM25 over seven turns returns every evidence turn in 25
+    assert body["systems"]["bm25"][L.OVERALL]["recall@25"] == 100.0
+
+
 def test_the_command_runs_with_path_sum_as_a_request_override(tmp_path: Path) -> None:
     import hrt.pipeline as pipeline
 
