@@ -45,7 +45,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import string
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -57,7 +56,8 @@ from typing import Any, Literal
 import httpx
 
 from hrt.errors import HRTError, StoreError, StoreUnavailable
-from hrt.prompts import load_template
+from hrt.openai_compat import api_root
+from hrt.prompts import chat_prompt_sections, load_template
 from hrt.rerankers.breaker import BreakerState, CircuitBreaker
 from hrt.rerankers.metrics import RerankMetrics
 
@@ -113,21 +113,7 @@ _USER_FIELDS = {"instruction", "query", "document"}
 
 def parse_prompt(text: str) -> RerankPrompt:
     """Read a ``## system`` / ``## user`` prompt file (see ``prompts/qwen3_reranker.md``)."""
-    sections: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in text.splitlines():
-        heading = line.strip().lower()
-        if heading in ("## system", "## user"):
-            current = sections.setdefault(heading[3:], [])
-        elif current is not None:
-            current.append(line)
-    try:
-        system, user = ("\n".join(sections[k]).strip("\n") for k in ("system", "user"))
-    except KeyError as exc:
-        raise ValueError(f"reranker prompt lacks a '## {exc.args[0]}' section") from exc
-    fields = {name for _, name, _, _ in string.Formatter().parse(user) if name is not None}
-    if fields != _USER_FIELDS or not system:
-        raise ValueError(f"reranker prompt: user template fields {sorted(fields)}, expected {sorted(_USER_FIELDS)}")
+    system, user = chat_prompt_sections(text, _USER_FIELDS, "reranker")
     return RerankPrompt(system=system, user_template=user)
 
 
@@ -283,13 +269,6 @@ class _ScoreCache:
         return len(self._data)
 
 
-def _api_root(base_url: str) -> str:
-    root = base_url.strip().rstrip("/")
-    if not root.startswith(("http://", "https://")):
-        raise ValueError(f"reranker base_url must be an http(s) URL, got {base_url!r}")
-    return root[: -len("/v1")] if root.endswith("/v1") else root
-
-
 # ---- the adapter -----------------------------------------------------------------------------------
 
 
@@ -322,7 +301,7 @@ class Qwen3Reranker:
             raise ValueError("reranker: timeout_s > 0, max_concurrency >= 1, top_logprobs >= 1, max_doc_chars >= 1")
         if not instruction.strip():
             raise ValueError("reranker instruction must not be blank")
-        self._root = _api_root(base_url)
+        self._root = api_root(base_url, "reranker")
         self.name = f"qwen3-reranker@{self._root}"
         self.model = model
         self.instruction = instruction
