@@ -15,7 +15,7 @@ The model's answer is data, never trusted: it is parsed as JSON and validated by
 - ``timeout``: no answer within ``timeout_s``;
 - ``error``: the server could not be reached, refused the call (an HTTP error: a wrong key, model or
   URL) or answered with something that is not a chat completion;
-- ``open``: the circuit breaker (:mod:`hrt.rerankers.breaker`) is open after consecutive timeouts or
+- ``open``: the circuit breaker (:mod:`hrt.breaker`) is open after consecutive timeouts or
   errors, so no request was sent. An invalid answer does not count against the server: it answered.
 
 Every outcome is counted in ``hrt_extractor_calls_total{outcome}``; the calls that reached the server
@@ -36,7 +36,6 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from types import TracebackType
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, runtime_checkable
 
 import httpx
@@ -44,9 +43,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
 from hrt.errors import HRTError
-from hrt.openai_compat import api_root
+from hrt.openai_compat import ServerClient, api_root
 from hrt.prompts import chat_prompt_sections, load_template
-from hrt.rerankers.breaker import BreakerState, CircuitBreaker
 
 if TYPE_CHECKING:
     from hrt.config import Settings
@@ -295,7 +293,7 @@ def _content_of(body: object) -> object:
     return message.get("content")
 
 
-class ChatLLMExtractor:
+class ChatLLMExtractor(ServerClient):
     """:class:`LLMExtractor` over an OpenAI-compatible chat endpoint. See the module docstring."""
 
     def __init__(
@@ -322,11 +320,18 @@ class ChatLLMExtractor:
             raise ValueError("extractor: timeout_s > 0, max_concurrency >= 1, max_tokens >= 1, max_message_chars >= 1")
         if max_context < 0 or max_context_chars < 1:
             raise ValueError("extractor: max_context >= 0, max_context_chars >= 1")
+        super().__init__(
+            api_key=api_key,
+            timeout_s=timeout_s,
+            max_concurrency=max_concurrency,
+            breaker_failures=breaker_failures,
+            breaker_reset_s=breaker_reset_s,
+            client=client,
+            clock=clock,
+        )
         self._root = api_root(base_url, "extractor")
         self.name = f"llm:{model}@{self._root}"
         self.model = model
-        self.timeout_s = timeout_s
-        self.max_concurrency = max_concurrency
         self.response_format = response_format
         self.max_tokens = max_tokens
         self.max_message_chars = max_message_chars
@@ -338,32 +343,11 @@ class ChatLLMExtractor:
             "extractor",
         )
         self._url = f"{self._root}/v1/chat/completions"
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = client
-        self._owns_client = client is None
         self._metrics = metrics
-        self._breaker = CircuitBreaker(breaker_failures, breaker_reset_s, clock)
-        self._semaphore = asyncio.Semaphore(max_concurrency)
-
-    # -- lifecycle
 
     async def close(self) -> None:
-        """Close the HTTP client this extractor created (an injected client is the caller's to close)."""
-        if self._client is not None and self._owns_client:
-            await self._client.aclose()
-            self._client = None
-
-    async def __aenter__(self) -> ChatLLMExtractor:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
-
-    @property
-    def circuit_state(self) -> BreakerState:
-        return self._breaker.state
+        """Close the HTTP client this extractor created (:meth:`ServerClient.aclose`)."""
+        await self.aclose()
 
     # -- requests
 
@@ -390,13 +374,6 @@ class ChatLLMExtractor:
         if fmt is not None:
             body["response_format"] = fmt
         return body
-
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            # trust_env=False: HRT library code takes no configuration from the environment (proxies included)
-            limits = httpx.Limits(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency)
-            self._client = httpx.AsyncClient(timeout=self.timeout_s, limits=limits, trust_env=False)
-        return self._client
 
     async def _ask(self, body: dict[str, Any]) -> LLMExtraction:
         with _map_httpx_errors(self._url):
