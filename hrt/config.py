@@ -359,6 +359,17 @@ class Settings(
     reranker_max_concurrency: int = Field(2, ge=1, le=64)
     rerank_budget_s: float = Field(10.0, gt=0.0, le=600.0)  # the stage's time budget
 
+    # --- LLM extraction (conversations; hrt/extraction/llm.py) ----------------------------------
+    # Unset base URL: no LLM, the rules alone extract what messages say. Set it to an
+    # OpenAI-compatible chat server (llama.cpp's llama-server or llama_cpp.server, vLLM, ...).
+    extractor_base_url: str | None = None
+    extractor_model: str = "memory-extractor"
+    extractor_api_key: SecretStr | None = None  # sent as a bearer token
+    extractor_timeout_s: float = Field(20.0, gt=0.0, le=600.0)  # per message
+    extractor_max_concurrency: int = Field(2, ge=1, le=64)
+    # how the answer is held to the JSON schema (hrt.extraction.llm.ResponseFormat)
+    extractor_response_format: Literal["json_object+schema", "json_schema", "json_object", "off"] = "json_object+schema"
+
     # --- server --------------------------------------------------------------------------------
     # API keys (hrt/auth.py). "off" serves every route without a key, as one principal with every
     # scope and user; `hrt serve` accepts it only on a loopback address, for development.
@@ -415,6 +426,7 @@ class Settings(
             "neo4j_password": self.neo4j_password,
             "weaviate_api_key": self.weaviate_api_key,
             "reranker_api_key": self.reranker_api_key,
+            "extractor_api_key": self.extractor_api_key,
         }
         for name, value in secrets.items():
             text = value.get_secret_value() if isinstance(value, SecretStr) else value or ""

@@ -226,6 +226,31 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
         "time budget of the rerank stage (then: scorer order, `timeout`); below `HRT_REQUEST_TIMEOUT_S`",
     ),
     (("rerank_blend",), "share of the reranker score in the final score"),
+    (
+        ("extractor_base_url",),
+        (
+            "conversations: an OpenAI-compatible chat server (llama.cpp's `llama-server` or `llama_cpp.server`, "
+            "vLLM, …) whose model extracts entities, relations and facts from each message beside the rules; "
+            "unset means the rules alone ([conversations-llm.md](conversations-llm.md))"
+        ),
+    ),
+    (("extractor_model",), "the `model` field sent to the extraction server"),
+    (
+        ("extractor_api_key",),
+        "the extraction server's key, sent as a bearer token; a refused key fails each call (`error`): rules only",
+    ),
+    (
+        ("extractor_timeout_s",),
+        "per message; past it that message falls back to the rules (`timeout`)",
+    ),
+    (("extractor_max_concurrency",), "extraction requests in flight (the server's slots)"),
+    (
+        ("extractor_response_format",),
+        (
+            "how the answer is held to the JSON schema: `json_object+schema` (llama.cpp's servers turn the schema "
+            "into a grammar), `json_schema` (OpenAI, vLLM, `llama-server`), `json_object` (any JSON) or `off`"
+        ),
+    ),
     (("shortlist_factor",), "hydrate limit × factor per kind"),
     (("dedup_jaccard",), "near-duplicate threshold"),
     (("snippet_chars",), "snippet length"),

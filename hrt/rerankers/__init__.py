@@ -1,6 +1,6 @@
 """Reranker adapters behind :class:`hrt.reranker.Reranker`; the no-op one lives in :mod:`hrt.reranker`."""
 
-from hrt.rerankers.breaker import CircuitBreaker
+from hrt.breaker import CircuitBreaker
 from hrt.rerankers.metrics import RerankMetrics
 from hrt.rerankers.qwen3 import DEFAULT_INSTRUCTION, Qwen3Reranker, RerankPrompt, load_prompt
 

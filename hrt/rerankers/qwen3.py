@@ -28,7 +28,7 @@ document fails, the whole call fails (the remaining requests are cancelled) with
 order for every item. A partial result is never returned: blending reranker scores into some items
 and not others would mix two scales in one ranking. Successful scores are cached (LRU on
 ``(query, document)``), so a retry after a partial failure only re-asks the failed documents.
-A circuit breaker (:mod:`hrt.rerankers.breaker`) stops calling a server that keeps failing.
+A circuit breaker (:mod:`hrt.breaker`) stops calling a server that keeps failing.
 
 Determinism: temperature 0 and 6-decimal rounding are not enough on their own. A llama.cpp server
 reuses the KV cache of the prompt prefix shared with its previous request, and a prefix evaluated in
@@ -45,20 +45,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import string
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Literal
 
 import httpx
 
 from hrt.errors import HRTError, StoreError, StoreUnavailable
-from hrt.prompts import load_template
-from hrt.rerankers.breaker import BreakerState, CircuitBreaker
+from hrt.openai_compat import ServerClient, api_root
+from hrt.prompts import chat_prompt_sections, load_template
 from hrt.rerankers.metrics import RerankMetrics
 
 log = logging.getLogger(__name__)
@@ -113,21 +111,7 @@ _USER_FIELDS = {"instruction", "query", "document"}
 
 def parse_prompt(text: str) -> RerankPrompt:
     """Read a ``## system`` / ``## user`` prompt file (see ``prompts/qwen3_reranker.md``)."""
-    sections: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in text.splitlines():
-        heading = line.strip().lower()
-        if heading in ("## system", "## user"):
-            current = sections.setdefault(heading[3:], [])
-        elif current is not None:
-            current.append(line)
-    try:
-        system, user = ("\n".join(sections[k]).strip("\n") for k in ("system", "user"))
-    except KeyError as exc:
-        raise ValueError(f"reranker prompt lacks a '## {exc.args[0]}' section") from exc
-    fields = {name for _, name, _, _ in string.Formatter().parse(user) if name is not None}
-    if fields != _USER_FIELDS or not system:
-        raise ValueError(f"reranker prompt: user template fields {sorted(fields)}, expected {sorted(_USER_FIELDS)}")
+    system, user = chat_prompt_sections(text, _USER_FIELDS, "reranker")
     return RerankPrompt(system=system, user_template=user)
 
 
@@ -283,17 +267,10 @@ class _ScoreCache:
         return len(self._data)
 
 
-def _api_root(base_url: str) -> str:
-    root = base_url.strip().rstrip("/")
-    if not root.startswith(("http://", "https://")):
-        raise ValueError(f"reranker base_url must be an http(s) URL, got {base_url!r}")
-    return root[: -len("/v1")] if root.endswith("/v1") else root
-
-
 # ---- the adapter -----------------------------------------------------------------------------------
 
 
-class Qwen3Reranker:
+class Qwen3Reranker(ServerClient):
     """Scores documents with a Qwen3-Reranker served by llama.cpp. See the module docstring."""
 
     def __init__(
@@ -322,45 +299,26 @@ class Qwen3Reranker:
             raise ValueError("reranker: timeout_s > 0, max_concurrency >= 1, top_logprobs >= 1, max_doc_chars >= 1")
         if not instruction.strip():
             raise ValueError("reranker instruction must not be blank")
-        self._root = _api_root(base_url)
+        super().__init__(
+            api_key=api_key,
+            timeout_s=timeout_s,
+            max_concurrency=max_concurrency,
+            breaker_failures=breaker_failures,
+            breaker_reset_s=breaker_reset_s,
+            client=client,
+            clock=clock,
+        )
+        self._root = api_root(base_url, "reranker")
         self.name = f"qwen3-reranker@{self._root}"
         self.model = model
         self.instruction = instruction
         self.mode: RerankMode = "chat" if mode == "chat" else "completion"
-        self.timeout_s = timeout_s
-        self.max_concurrency = max_concurrency
         self.top_logprobs = top_logprobs
         self.max_doc_chars = max_doc_chars
         self.prompt = prompt or load_prompt()
-        self._client = client
-        self._owns_client = client is None
-        # llama.cpp's --api-key (both servers): a bearer token on every call
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._metrics = metrics
-        self._breaker = CircuitBreaker(breaker_failures, breaker_reset_s, clock)
         self._cache = _ScoreCache(cache_size)
-        self._semaphore = asyncio.Semaphore(max_concurrency)
         self._url = f"{self._root}/v1/chat/completions" if self.mode == "chat" else f"{self._root}/v1/completions"
-
-    # -- lifecycle
-
-    async def aclose(self) -> None:
-        """Close the HTTP client this reranker created (an injected client is the caller's to close)."""
-        if self._client is not None and self._owns_client:
-            await self._client.aclose()
-            self._client = None
-
-    async def __aenter__(self) -> Qwen3Reranker:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-    @property
-    def circuit_state(self) -> BreakerState:
-        return self._breaker.state
 
     # -- requests
 
@@ -382,13 +340,6 @@ class Qwen3Reranker:
             "temperature": 0.0,
             "logprobs": self.top_logprobs,
         }
-
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            # trust_env=False: HRT library code takes no configuration from the environment (proxies included)
-            limits = httpx.Limits(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency)
-            self._client = httpx.AsyncClient(timeout=self.timeout_s, limits=limits, trust_env=False)
-        return self._client
 
     def _server_error(self, error_type: str) -> None:
         if self._metrics is not None:

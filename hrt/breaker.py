@@ -1,4 +1,4 @@
-"""A small circuit breaker for a remote scorer.
+"""A small circuit breaker for a remote server (the reranker, the LLM extractor).
 
     closed ──(``failures`` consecutive failed calls)──► open
     open ──(``reset_s`` elapsed; the next call is the probe)──► half-open
