@@ -25,7 +25,7 @@ from hrt.config import Settings
 from hrt.contract import AugmentedMemoryContext, RetrieveRequest
 from hrt.embedder import CachedEmbedder, Embedder, SentenceTransformerEmbedder
 from hrt.errors import InvalidInput, RateLimited, StateChanged, StoreError, StoreUnavailable
-from hrt.extraction.conversation import LLMCall, Plan, plan_messages
+from hrt.extraction.conversation import LLMCall, LLMOutcome, Plan, plan_messages
 from hrt.extraction.messages import ConversationRequest, ConversationResult
 from hrt.ingest import Record, build_batch
 from hrt.metrics import Metrics
@@ -167,7 +167,7 @@ class HRTService:
         # one conversation write per user at a time in this process (others wait; replicas are
         # kept apart by the statistics' version row, WriteBatch.state_expect)
         self._conversation_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
-        self.llm_extractor: LLMCall | None = None
+        self.llm_extractor: LLMCall | None = self._own_llm_extractor()
 
         self.embedded: EmbeddedStore | None = None
         if "embedded" in (settings.record_store, settings.graph_store, settings.vector_index):
@@ -229,6 +229,30 @@ class HRTService:
             deployment=self.deployment,
             clock=clock,
         )
+
+    def _own_llm_extractor(self) -> LLMCall | None:
+        """The optional LLM extractor (``HRT_EXTRACTOR_BASE_URL``) as the conversation planner
+        calls it: its validated answer, or None when it failed (the rules alone; counted)."""
+        from hrt.extraction.llm import ExtractionFailed, load_llm_extractor
+
+        extractor = load_llm_extractor(self.settings, self.metrics)
+        if extractor is None:
+            return None
+        self._closers.insert(0, extractor.close)
+
+        async def call(speaker: str, text: str, context: Sequence[str]) -> LLMOutcome | None:
+            try:
+                found = await extractor.extract(speaker, text, context)
+            except ExtractionFailed as exc:
+                log.info("LLM extraction fell back to the rules: %s", exc.reason)
+                return None
+            return LLMOutcome(
+                entities=[(e.name, e.type) for e in found.entities],
+                relations=[(r.source, r.target, r.type) for r in found.relations],
+                facts=list(found.facts),
+            )
+
+        return call
 
     def _own_reranker(self) -> Reranker:
         reranker = load_reranker(self.settings, self.metrics)

@@ -229,6 +229,8 @@ class Planner:
         self.llm_used = False
         self.llm_fallbacks = 0
         self.llm_relations: list[tuple[str, str, str]] = []  # (key, key, type)
+        self.llm_keys: set[str] = set()  # keys the LLM found (their concepts' source says so)
+        self.rule_keys: set[str] = set()
 
     # --- messages -----------------------------------------------------------------------------
 
@@ -311,7 +313,7 @@ class Planner:
         existing = await st.get("msg", muid)
         if existing is not None and existing["h"] == h:
             self.results.append(MessageResult(index=position, muid=muid, status="unchanged"))
-            history.append(message.content)
+            history.append(f"{message.speaker}: {message.content}")
             return 0
         if existing is not None:
             await self._retract(muid, existing)
@@ -363,7 +365,7 @@ class Planner:
         self.results.append(
             MessageResult(index=position, muid=muid, status="replaced" if existing is not None else "added")
         )
-        history.append(message.content)
+        history.append(f"{message.speaker}: {message.content}")
         return 0 if existing is not None else 1
 
     async def _extract(self, muid: str, speaker: str, text: str, h: str, history: Sequence[str]) -> list[str]:
@@ -381,27 +383,30 @@ class Planner:
         speakers = await st.scan("speaker", "")
         keys: list[str] = []
         surfaces: dict[str, str] = {}
-        for e in found.entities:
+
+        def entity_key(e: str) -> str:
+            """A speaker's name (alone, or a run that starts with it) is the speaker's concept."""
             lowered = e.lower()
             first = lowered.split()[0]
             if lowered in speakers or (first in speakers and len(lowered.split()) == 1):
-                keys.append("person:" + speakers.get(lowered, speakers.get(first, e)))
-                continue
-            keys.append("entity:" + lowered)
+                return "person:" + str(speakers.get(lowered, speakers.get(first, e)))
             surfaces.setdefault("entity:" + lowered, e)
+            return "entity:" + lowered
+
+        keys.extend(entity_key(e) for e in found.entities)
+        self.rule_keys.update(keys)
         for t in found.topics:
             key = "topic:" + topic_key(t)
             keys.append(key)
             surfaces.setdefault(key, t)
         if self.llm is not None:
-            for name, _kind in (outcome := await self._llm(speaker, text, h, history) or LLMOutcome()).entities:
-                key = "entity:" + name.lower()
-                keys.append(key)
-                surfaces.setdefault(key, name)
+            outcome = await self._llm(speaker, text, h, history) or LLMOutcome()
+            found_by_llm = [entity_key(name) for name, _ in outcome.entities]
+            for key in found_by_llm:
+                self.llm_keys.add(key)
+            keys.extend(found_by_llm)
             self._llm_facts(muid, speaker, outcome)
-            self.llm_relations.extend(
-                ("entity:" + a.lower(), "entity:" + b.lower(), t) for a, b, t in outcome.relations
-            )
+            self.llm_relations.extend((entity_key(a), entity_key(b), t) for a, b, t in outcome.relations)
         keys = list(dict.fromkeys(keys))
         await self._count(muid, keys, surfaces, +1)
         return keys
@@ -502,6 +507,9 @@ class Planner:
                 continue
             if not term["cid"]:
                 term["cid"] = await self._concept_id(key)
+            source = term.get("src", "rules")
+            if key in self.llm_keys and source == "rules":
+                term["src"] = "rules+llm" if key in self.rule_keys or int(term["df"]) > 1 else "llm"
             cid = term["cid"]
             kind = key.partition(":")[0]
             if kind == "person":
@@ -512,6 +520,7 @@ class Planner:
                 salience = round(min(1.0, 0.3 + 0.7 * (1.0 - df / (2 * max_df + 1))), 4)
             stale = (
                 not was
+                or term.get("src", "rules") != source
                 or term.get("name") != name
                 or abs(float(term.get("sal", -1.0)) - salience) >= self.opts.salience_step
             )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -130,3 +131,67 @@ async def test_a_server_that_is_not_there_fails_as_error_and_opens_the_breaker()
                 await x.extract(SPEAKER, MESSAGE)
             reasons.append(info.value.reason)
     assert reasons == ["error", "error", "open"]
+
+
+# --- wired into the conversation route (HRTService.add_messages) ----------------------------------
+
+
+def extractor_calls(svc: Any) -> float:
+    return sum(
+        sample.value
+        for metric in svc.metrics.registry.collect()
+        if metric.name == "hrt_extractor_calls"
+        for sample in metric.samples
+        if sample.name == "hrt_extractor_calls_total"
+    )
+
+
+async def test_the_route_merges_the_llm_answer_stores_it_and_falls_back_to_the_rules(
+    llama: LlamaServer, tmp_path: Path
+) -> None:
+    """With HRT_EXTRACTOR_BASE_URL set, each new message is asked of the LLM once: its answer (when
+    valid) is stored with the statistics and merged with the rules' concepts, so the same message
+    again (another session) asks nothing; a timeout falls back to the rules and is counted."""
+    from hrt.config import Settings
+    from hrt.extraction.messages import ConversationRequest
+    from hrt.service import HRTService
+    from tests.helpers import HashingEmbedder
+
+    settings = Settings(
+        db_path=tmp_path / "llm.db",
+        extractor_base_url=llama.base_url,
+        extractor_api_key=llama.api_key,
+        extractor_timeout_s=TIMEOUT_S,
+    )
+    svc = await HRTService(settings, embedder=HashingEmbedder()).start()
+    message = {"name": SPEAKER, "content": MESSAGE, "timestamp": "2026-05-01T10:00:00Z"}
+    try:
+        first = await svc.add_messages(
+            ConversationRequest.model_validate({"user_id": "u1", "session_id": "a", "messages": [message]})
+        )
+        assert extractor_calls(svc) == 1
+        # a valid answer is merged ("rules+llm"); an invalid one is the rules alone, counted
+        assert (first.extractor, first.llm_fallbacks) in {("rules+llm", 0), ("rules", 1)}
+        units = await svc.records.get_many("u1", "memory_unit", [first.messages[0].muid])
+        assert units, "the message is written whatever the LLM answered"
+        if first.extractor == "rules+llm":
+            again = await svc.add_messages(
+                ConversationRequest.model_validate({"user_id": "u1", "session_id": "b", "messages": [message]})
+            )
+            assert again.extractor == "rules+llm" and extractor_calls(svc) == 1  # the stored answer
+        concepts = await svc.records.get_many("u1", "concept", ["entity:berlin", "person:alice"])
+        assert "entity:berlin" in concepts and "person:alice" in concepts  # the rules' at least
+    finally:
+        await svc.close()
+    hurried = await HRTService(
+        settings.model_copy(update={"db_path": tmp_path / "t.db", "extractor_timeout_s": 0.001}),
+        embedder=HashingEmbedder(),
+    ).start()
+    try:
+        done = await hurried.add_messages(
+            ConversationRequest.model_validate({"user_id": "u1", "session_id": "a", "messages": [message]})
+        )
+        assert (done.extractor, done.llm_fallbacks) == ("rules", 1)
+        assert "entity:berlin" in await hurried.records.get_many("u1", "concept", ["entity:berlin"])
+    finally:
+        await hurried.close()
