@@ -571,10 +571,11 @@ def build_server(
                 body["agent_id"] = agent_id
             try:
                 request = conversation_request(body)
-            except InvalidInput as exc:
-                if text is None or not (exc.field or "").startswith("messages[0]"):
-                    raise
-                raise InvalidInput(exc.message.replace("messages[0].content", "text"), field="text") from None
+            except InvalidInput as exc:  # the first error, as every tool reports (text: the text's)
+                field, message = exc.field or "messages", exc.message
+                if text is not None and field.startswith("messages[0]"):
+                    field, message = "text", message.replace(f"'{field}'", "'text'")
+                raise type(exc)(message, field=field) from None
             audit.update(users=[request.user_id], records=len(request.messages), messages=len(request.messages))
             caller.require_users([request.user_id])  # before anything is written
             with service().ingest_slot():

@@ -83,10 +83,12 @@ def parse_transcript(
         raise InvalidInput(f"{name}: the file is empty", field="file")
     try:
         data = decode_json(text, name)
-    except MalformedBody:
-        # not one JSON value: JSON Lines of messages, each line decoded on its own
-        items = list(_json_lines(text, name))
-        return [_chat_session(chat_session, items, name)]
+    except MalformedBody as exc:
+        first = text.strip().splitlines()[0]
+        if not (first.startswith("{") and _decodes(first)):
+            raise MalformedBody(exc.message, field="file") from exc
+        # not one JSON value, but its first line is: JSON Lines of messages, each line on its own
+        return [_chat_session(chat_session, list(_json_lines(text, name)), name)]
     if _is_locomo(data):
         if session_id is not None:
             raise InvalidInput(f"{name}: a LoCoMo file names its own sessions (session-N)", field="session_id")
@@ -104,10 +106,21 @@ def parse_transcript(
     )
 
 
+def _decodes(line: str) -> bool:
+    try:
+        decode_json(line, "line")
+    except MalformedBody:
+        return False
+    return True
+
+
 def _json_lines(text: str, name: str) -> Iterator[tuple[str, Any]]:
     for n, line in enumerate(text.splitlines(), start=1):
         if line.strip():
-            yield f"line {n}", decode_json(line, f"{name}: line {n}")
+            try:
+                yield f"line {n}", decode_json(line, f"line {n}")
+            except MalformedBody as exc:
+                raise MalformedBody(f"{name}: {exc.message}", field=f"line {n}") from exc
 
 
 def _is_locomo(data: Any) -> bool:
