@@ -19,7 +19,8 @@ second-pass prompt, then the turn written back.
 4. After answering: the user's message and the agent's answer go back to HRT as the session's next
    two messages (``HRTClient.add_messages``, ``POST /v1/conversations``), so the next turn's
    retrieval finds them. A real agent writes its LLM's answer; here ``--answer`` gives it, and
-   without it the loop stops after step 3 (a retrieve-only key is then enough).
+   without it the loop stops after step 3 (a retrieve-only key is then enough). A user's first
+   turn finds no memory (the retrieval answers 404): the second pass gets the message alone.
 
 The key is ``--key`` or, when that is not given, the ``HRT_API_KEY`` environment variable; it needs
 the ``retrieve`` scope for the user, and ``ingest`` too with ``--answer``.
@@ -33,6 +34,7 @@ import re
 import sys
 
 from hrt.client import HRTClient
+from hrt.errors import NotFound
 from hrt.prompts import render_second_pass
 
 # words that never start or continue a key phrase: function words, question words and the verbs
@@ -122,8 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.as_of:
         request["as_of"] = args.as_of
     with HRTClient(args.url, api_key=key) as hrt:
-        context = hrt.retrieve(request)  # 2. HRT, before the second pass
-        print(render_second_pass(args.message, context))  # 3. the second pass's prompt
+        try:
+            context = hrt.retrieve(request)  # 2. HRT, before the second pass
+        except NotFound:  # a user's first turn: HRT holds nothing of theirs yet
+            print(f"# nothing remembered of {args.user} yet: the second pass gets the message alone", file=sys.stderr)
+            print(args.message)
+        else:
+            print(render_second_pass(args.message, context))  # 3. the second pass's prompt
         if args.answer:  # 4. after answering: the turn, into memory
             turn = [{"role": "user", "content": args.message}, {"role": "assistant", "content": args.answer}]
             written = hrt.add_messages(args.user, args.session, turn, agent_id=args.agent)
