@@ -1,19 +1,29 @@
-"""A DialogueAgent turn with HRT, runnable without an LLM: first pass, retrieval, second-pass prompt.
+"""A DialogueAgent's memory loop with HRT, runnable without an LLM: first pass, retrieval,
+second-pass prompt, then the turn written back.
 
     python examples/dialogue_agent.py --url http://127.0.0.1:8080 --key "$KEY" --user u-maya \\
+        "How is Project Phoenix doing, and does the team have bandwidth for the pricing decision?"
+    # the whole loop: the turn written back after the answer (a key with retrieve and ingest)
+    python examples/dialogue_agent.py --url http://127.0.0.1:8080 --key "$KEY" --user u-maya \\
+        --answer "Phoenix is on track for GA on November 4; the team is at capacity until then." \\
         "How is Project Phoenix doing, and does the team have bandwidth for the pricing decision?"
 
 1. First pass. A real agent asks its LLM which key phrases it wants to know more about; here a
    deterministic stand-in takes the message's capitalised names ("Project Phoenix") and its runs of
    content words ("team", "bandwidth", "pricing decision").
 2. HRT through :class:`hrt.client.HRTClient`: one ``POST /v1/retrieve`` with those phrases, asking
-   for the context rendered within a token budget.
+   for the context rendered within a token budget, before the second pass.
 3. Second pass: the prompt of ``prompts/dialogue_agent_second_pass.md``, filled by
    :func:`hrt.prompts.render_second_pass` with the message and the rendered context. This script
    prints it (the key phrases go to stderr); a real agent sends it to its LLM.
+4. After answering: the user's message and the agent's answer go back to HRT as the session's next
+   two messages (``HRTClient.add_messages``, ``POST /v1/conversations``), so the next turn's
+   retrieval finds them. A real agent writes its LLM's answer; here ``--answer`` gives it, and
+   without it the loop stops after step 3 (a retrieve-only key is then enough). A user's first
+   turn finds no memory (the retrieval answers 404): the second pass gets the message alone.
 
 The key is ``--key`` or, when that is not given, the ``HRT_API_KEY`` environment variable; it needs
-the ``retrieve`` scope for the user.
+the ``retrieve`` scope for the user, and ``ingest`` too with ``--answer``.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import re
 import sys
 
 from hrt.client import HRTClient
+from hrt.errors import NotFound
 from hrt.prompts import render_second_pass
 
 # words that never start or continue a key phrase: function words, question words and the verbs
@@ -92,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--key", help="an API key with the retrieve scope (default: $HRT_API_KEY)")
     parser.add_argument("--as-of", help="ISO time to retrieve as of (pin it for a reproducible prompt)")
     parser.add_argument("--max-tokens", type=int, default=1500, help="the memory context's budget (cl100k_base)")
+    parser.add_argument("--answer", help="the agent's answer (its LLM's, in a real agent): write the turn back")
+    parser.add_argument("--session", default="dialogue-agent", help="the conversation the turn belongs to")
+    parser.add_argument("--agent", default="dialogue-agent", help="the agent id the turn is recorded with")
     args = parser.parse_args(argv)
     key = args.key or os.environ.get("HRT_API_KEY")
     if not key:
@@ -110,8 +124,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.as_of:
         request["as_of"] = args.as_of
     with HRTClient(args.url, api_key=key) as hrt:
-        context = hrt.retrieve(request)  # 2. HRT
-    print(render_second_pass(args.message, context))  # 3. the second pass's prompt
+        try:
+            context = hrt.retrieve(request)  # 2. HRT, before the second pass
+        except NotFound:  # a user's first turn: HRT holds nothing of theirs yet
+            print(f"# nothing remembered of {args.user} yet: the second pass gets the message alone", file=sys.stderr)
+            print(args.message)
+        else:
+            print(render_second_pass(args.message, context))  # 3. the second pass's prompt
+        if args.answer:  # 4. after answering: the turn, into memory
+            turn = [{"role": "user", "content": args.message}, {"role": "assistant", "content": args.answer}]
+            written = hrt.add_messages(args.user, args.session, turn, agent_id=args.agent)
+            for m in written.messages:
+                print(f"# message {m.index}: {m.status} as {m.muid}", file=sys.stderr)
     return 0
 
 

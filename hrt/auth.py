@@ -15,7 +15,7 @@ so a name says nothing about other tenants' keys; logs and metrics carry the key
 Scopes (``SCOPE_ROUTES`` in ``hrt.api.app`` lists the routes of each):
 
     retrieve   POST /v1/retrieve, GET /v1/users/{u}/stats
-    ingest     POST /v1/ingest, DELETE /v1/users/{u}/entities/{kind}/{id}
+    ingest     POST /v1/ingest, POST /v1/conversations, DELETE /v1/users/{u}/entities/{kind}/{id}
     admin      DELETE /v1/users/{u}, the /v1/keys routes
     ops        GET /readyz, GET /metrics
 

@@ -238,7 +238,55 @@ def cmd_keys(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
+async def ingest_conversation(
+    service: HRTService, path: Path, user: str | None, session: str | None, agent: str | None, batch: int
+) -> list[dict[str, Any]]:
+    """A transcript file (:mod:`hrt.extraction.transcripts`) through ``add_messages``, ``batch``
+    messages per call (each one transaction); read whole first, so a bad file sends nothing."""
+    from tqdm import tqdm
+
+    from hrt.extraction.messages import ConversationRequest
+    from hrt.extraction.transcripts import read_transcript
+
+    sessions = read_transcript(path, session)
+    users = {s.user_id for s in sessions}
+    if user is not None and len(users - {None}) > 1:
+        raise HRTError(f"{path.name} holds {len(users)} users' conversations: leave out --user to keep them apart")
+    if user is None and None in users:
+        raise HRTError(f"{path.name} does not say whose conversation it is: give --user")
+    # every request is made before the first is sent: an invalid user or session id sends nothing
+    calls = [
+        (s, ConversationRequest(user_id=user or s.user_id, session_id=s.session_id, agent_id=agent, messages=part))
+        for s in sessions
+        for part in (s.messages[i : i + batch] for i in range(0, len(s.messages), batch))
+    ]
+    summaries: dict[tuple[str, str], dict[str, Any]] = {}
+    total = sum(len(s.messages) for s in sessions)
+    with tqdm(total=total, desc=f"ingest {path.name}", unit="msg", file=sys.stderr, disable=None) as bar:
+        for s, request in calls:
+            result = await service.add_messages(request)
+            line = summaries.setdefault(
+                (request.user_id, s.session_id),
+                {"user_id": request.user_id, "session_id": s.session_id, "messages": 0, "skipped": s.skipped}
+                | dict.fromkeys(("added", "unchanged", "replaced", "concepts_linked", "relations"), 0),
+            )
+            line["messages"] += len(result.messages)
+            for m in result.messages:
+                line[m.status] += 1
+            line["concepts_linked"] += result.concepts_linked
+            line["relations"] += result.relations
+            bar.update(len(request.messages))
+    return list(summaries.values())
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
+    if (args.file is None) == (args.conversation is None):
+        raise HRTError("give a JSONL file of records, or --conversation FILE")
+    if args.conversation is not None:
+        return _ingest_conversation(args)
+    if args.user or args.session or args.agent:
+        raise HRTError("--user, --session and --agent apply to --conversation only")
+
     async def run() -> tuple[int, int]:
         service = await _service(_settings(args))
         try:
@@ -248,6 +296,25 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     up, deleted = asyncio.run(run())
     print(json.dumps({"upserted": up, "deleted": deleted}))
+    return 0
+
+
+def _ingest_conversation(args: argparse.Namespace) -> int:
+    batch = args.batch_size or 20
+    if batch < 1:
+        raise HRTError("--batch must be at least 1")
+
+    async def run() -> list[dict[str, Any]]:
+        service = await _service(_settings(args))
+        try:
+            return await ingest_conversation(
+                service, Path(args.conversation), args.user, args.session, args.agent, batch
+            )
+        finally:
+            await service.close()
+
+    for line in asyncio.run(run()):  # one line per session
+        print(json.dumps(line))
     return 0
 
 
@@ -557,10 +624,28 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_argument("--db")
     k.set_defaults(func=cmd_keys)
 
-    i = sub.add_parser("ingest", help="ingest a JSONL file (format: docs/api.md, 'Ingest format')")
-    i.add_argument("file")
+    i = sub.add_parser(
+        "ingest",
+        help="ingest a JSONL file of records (docs/api.md, 'Ingest format'), or a conversation's messages "
+        "(--conversation)",
+    )
+    i.add_argument("file", nargs="?", help="a JSONL file of records")
+    i.add_argument(
+        "--conversation",
+        metavar="FILE",
+        help="a transcript (OpenAI-style messages as JSON or JSON Lines, or LoCoMo) sent as messages, "
+        "as POST /v1/conversations does; one JSON summary line per session",
+    )
+    i.add_argument("--user", help="with --conversation: whose conversation (a LoCoMo sample has its own)")
+    i.add_argument("--session", help="with --conversation: the session of a chat transcript (default: its stem)")
+    i.add_argument("--agent", help="with --conversation: the agent id the messages are recorded with")
     i.add_argument("--db")
-    i.add_argument("--batch-size", type=int, help="records per transaction (default: the whole file)")
+    i.add_argument(
+        "--batch-size",
+        "--batch",
+        type=int,
+        help="records per transaction (default: the whole file); with --conversation, messages per call (default 20)",
+    )
     i.set_defaults(func=cmd_ingest)
 
     q = sub.add_parser("query", help="run one retrieval and print it")

@@ -22,7 +22,10 @@ second attempt could do harm:
   nothing reached the routes, so every request is retried, key creation included.
 - 503 and a connection lost after the request was sent (read or write error or timeout): the
   request may have been applied, so only idempotent requests are retried: the reads (retrieve,
-  stats, keys list, health, metrics), ingest and the two deletes. Ingest is idempotent by id (the
+  stats, keys list, health, metrics), ingest, the two deletes, and messages that each carry their
+  ``index`` (or follow a ``start``): sent again they change nothing, while messages without a
+  place would be added after the session's last one a second time, so they are retried only when
+  nothing was sent. Ingest is idempotent by id (the
   same batch written twice leaves the same records: the last write wins) and a delete deletes
   nothing the second time, so these are retried too; the cost is that a retried write's counts
   describe the last attempt (a delete retried after it was applied reports 0), and that a batch
@@ -78,6 +81,7 @@ from hrt.errors import (
     StoreUnavailable,
     Unauthenticated,
 )
+from hrt.extraction.messages import ConversationResult, Message
 
 T = TypeVar("T")
 
@@ -257,6 +261,25 @@ def _ingest_jsonl_call(data: bytes | str) -> _Call[WriteSummary]:
     )
 
 
+def _conversation_call(
+    user_id: str,
+    session_id: str,
+    messages: Iterable[Mapping[str, Any] | Message],
+    agent_id: str | None,
+    start: int | None,
+) -> _Call[ConversationResult]:
+    sent = [_record_json(m) for m in messages]
+    body: dict[str, Any] = {"user_id": user_id, "session_id": session_id, "messages": sent}
+    if agent_id is not None:
+        body["agent_id"] = agent_id
+    if start is not None:
+        body["start"] = start
+    # placed messages (an index each, or a start) sent twice change nothing; unplaced ones would go
+    # after the session's last message a second time
+    placed = start is not None or all(isinstance(m, dict) and m.get("index") is not None for m in sent)
+    return _Call("POST", "/v1/conversations", _model(ConversationResult), idempotent=placed, write=True, json_body=body)
+
+
 def _delete_entity_call(user_id: str, kind: EntityKind, entity_id: str) -> _Call[WriteSummary]:
     path = f"/v1/users/{_segment(user_id)}/entities/{_segment(kind)}/{_segment(entity_id)}"
     return _Call("DELETE", path, _model(WriteSummary), idempotent=True, write=True)
@@ -427,6 +450,20 @@ class HRTClient(_Base):
         """``POST /v1/ingest`` of JSON Lines (a file's contents), one transaction."""
         return self._do(_ingest_jsonl_call(data))
 
+    def add_messages(
+        self,
+        user_id: str,
+        session_id: str,
+        messages: Iterable[Mapping[str, Any] | Message],
+        *,
+        agent_id: str | None = None,
+        start: int | None = None,
+    ) -> ConversationResult:
+        """``POST /v1/conversations``: messages of one session (dicts ``{role, content, ...}`` or
+        :class:`~hrt.extraction.messages.Message`), one transaction; each message's memory unit in
+        the result."""
+        return self._do(_conversation_call(user_id, session_id, messages, agent_id, start))
+
     def delete_entity(self, user_id: str, kind: EntityKind, entity_id: str) -> WriteSummary:
         return self._do(_delete_entity_call(user_id, kind, entity_id))
 
@@ -537,6 +574,20 @@ class AsyncHRTClient(_Base):
         """``POST /v1/ingest`` of JSON Lines (a file's contents), one transaction."""
         return await self._do(_ingest_jsonl_call(data))
 
+    async def add_messages(
+        self,
+        user_id: str,
+        session_id: str,
+        messages: Iterable[Mapping[str, Any] | Message],
+        *,
+        agent_id: str | None = None,
+        start: int | None = None,
+    ) -> ConversationResult:
+        """``POST /v1/conversations``: messages of one session (dicts ``{role, content, ...}`` or
+        :class:`~hrt.extraction.messages.Message`), one transaction; each message's memory unit in
+        the result."""
+        return await self._do(_conversation_call(user_id, session_id, messages, agent_id, start))
+
     async def delete_entity(self, user_id: str, kind: EntityKind, entity_id: str) -> WriteSummary:
         return await self._do(_delete_entity_call(user_id, kind, entity_id))
 
@@ -579,6 +630,7 @@ class AsyncHRTClient(_Base):
 __all__ = [
     "NO_RETRY",
     "AsyncHRTClient",
+    "ConversationResult",
     "HRTClient",
     "Health",
     "KeyInfo",

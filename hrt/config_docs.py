@@ -289,7 +289,8 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
     (("max_body_bytes",), "request body limit (413 above)"),
     (
         ("max_ingest_body_bytes",),
-        "body limit of `/v1/ingest`; ingest memory is bounded by (bodies received + writes) x this",
+        "body limit of `/v1/ingest` and `/v1/conversations`; ingest memory is bounded by (bodies received + "
+        "writes) x this",
     ),
     (("max_ingest_records",), "records in one `/v1/ingest` request (413 above)"),
     (

@@ -50,6 +50,8 @@ from hrt.contract import (
     WriteSummary,
 )
 from hrt.errors import Conflict, Forbidden, HRTError, InvalidInput, NotFound, StoreUnavailable
+from hrt.extraction.messages import ConversationRequest, ConversationResult
+from hrt.extraction.wire import parse_conversation_body
 from hrt.ingest import ingest_body_schema, parse_ingest_body
 from hrt.metrics import without_other_keys
 from hrt.records import Kind, valid_id
@@ -63,6 +65,7 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("POST", "/v1/retrieve"): "retrieve",
     ("GET", "/v1/users/{user_id}/stats"): "retrieve",
     ("POST", "/v1/ingest"): "ingest",
+    ("POST", "/v1/conversations"): "ingest",
     ("DELETE", "/v1/users/{user_id}/entities/{kind}/{entity_id}"): "ingest",
     ("DELETE", "/v1/users/{user_id}"): "admin",
     ("GET", "/readyz"): "ops",
@@ -75,6 +78,7 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
 AUDITED = frozenset(
     {
         ("POST", "/v1/ingest"),
+        ("POST", "/v1/conversations"),
         ("DELETE", "/v1/users/{user_id}/entities/{kind}/{entity_id}"),
         ("DELETE", "/v1/users/{user_id}"),
         ("POST", "/v1/keys"),
@@ -261,6 +265,28 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
             result = await svc().ingest(records)
         audit.update(upserted=result.upserted, deleted=result.deleted)
         return WriteSummary(upserted=result.upserted, deleted=result.deleted)
+
+    @app.post(
+        "/v1/conversations",
+        response_model=ConversationResult,
+        responses=ERROR_RESPONSES,
+        summary="Messages of one session of one user in, as memory units linked to what they mention, "
+        "in one transaction (scope: ingest)",
+    )
+    async def conversations(request: Request, caller: Caller) -> ConversationResult:
+        audit = request.state.audit = {"users": [], "records": 0, "messages": 0}
+        # as an ingest: the body bounded (BodyLimit, HRT_MAX_INGEST_BODY_BYTES) and received in an
+        # ingest body place, validated and written in a write slot, the user checked before writing
+        with ingest_bodies.place(caller.key_id):
+            raw = await request.body()
+        with svc().ingest_slot():
+            body = await asyncio.to_thread(parse_conversation_body, raw)
+            del raw
+            audit.update(users=[body.user_id], records=len(body.messages), messages=len(body.messages))
+            caller.require_users([body.user_id])  # before anything is written
+            result = await svc().add_messages(body)
+        audit.update(upserted=sum(m.status != "unchanged" for m in result.messages))
+        return result
 
     @app.delete(
         "/v1/users/{user_id}/entities/{kind}/{entity_id}",
@@ -476,6 +502,16 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
                     "application/x-ndjson": {"schema": {"type": "string", "description": "one JSON record per line"}},
                 },
             }
+            # its Message is not the retrieve request's (hrt.contract.Message): prefixed apart
+            prefixed = "#/components/schemas/Conversation{model}"
+            conversation = ConversationRequest.model_json_schema(ref_template=prefixed)
+            for name, definition in conversation.pop("$defs", {}).items():
+                components[f"Conversation{name}"] = definition
+            components["ConversationRequest"] = conversation
+            schema["paths"]["/v1/conversations"]["post"]["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ConversationRequest"}}},
+            }
             schema["security"] = [{"bearer": []}]
             schema["paths"]["/healthz"]["get"]["security"] = []
             app.openapi_schema = schema
@@ -487,7 +523,7 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
     app.add_middleware(
         BodyLimit,
         default_limit=settings.max_body_bytes,
-        limits={"/v1/ingest": settings.max_ingest_body_bytes},
+        limits={"/v1/ingest": settings.max_ingest_body_bytes, "/v1/conversations": settings.max_ingest_body_bytes},
         timeout_s=settings.body_read_timeout_s,
     )
     app.add_middleware(

@@ -203,4 +203,6 @@ def audit_line(
     }
     if "target_key" in write:  # the key a key route created or revoked
         line["target_key"] = write["target_key"]
+    if "messages" in write:  # a conversation's messages (records: the same count, what was asked)
+        line["messages"] = write["messages"]
     return line

@@ -5,4 +5,8 @@
 - :mod:`hrt.extraction.conversation`: turn by turn, the records a message adds and the per-user
   statistics the rules need (term and co-occurrence counts, proper nouns), kept incrementally.
 - :mod:`hrt.extraction.llm`: the optional LLM extractor behind an OpenAI-compatible chat endpoint.
+- :mod:`hrt.extraction.wire`: the request from JSON (the route's body, the MCP tool's arguments),
+  validated strictly, every bad field named as written (``messages[2].content``).
+- :mod:`hrt.extraction.transcripts`: transcript files (OpenAI-style chats, LoCoMo) as sessions of
+  messages, for ``hrt ingest --conversation``.
 """

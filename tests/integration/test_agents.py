@@ -272,3 +272,71 @@ def test_the_dialogue_agent_example_prints_the_second_pass_prompt(server):
     assert run.stdout == expected + "\n"
     assert f"<final_input_text>\n{message}\n</final_input_text>" in run.stdout
     assert "maya-c-phoenix" in run.stdout and "{memory_context}" not in run.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# the memory loop: these need HRTService.add_messages (issue #32's core)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_clients_add_messages_and_the_memory_loop(server):
+    turn = [
+        {"role": "user", "content": "Our kayak club meets at Lake Orta every second Sunday.", "index": 0},
+        {"role": "assistant", "content": "Noted: the kayak club meets at Lake Orta.", "index": 1},
+    ]
+    with HRTClient(server.base_url, key_of(server)) as hrt:
+        written = hrt.add_messages("u-loop", "s-club", turn, agent_id="agent-loop")
+        assert [m.status for m in written.messages] == ["added", "added"]
+        again = hrt.add_messages("u-loop", "s-club", turn, agent_id="agent-loop")
+        assert [m.status for m in again.messages] == ["unchanged", "unchanged"]
+        found = hrt.retrieve(user_id="u-loop", key_phrases=["kayak club Lake Orta"])
+        assert {m.muid for m in found.retrieved_memory_units} & {m.muid for m in written.messages}
+        with pytest.raises(InvalidInput) as bad:
+            hrt.add_messages("u-loop", "s-club", [{"content": ""}])
+        assert bad.value.field == "messages[0].content"
+        hrt.delete_user("u-loop")
+
+
+async def test_the_async_client_adds_messages(server):
+    async with AsyncHRTClient(server.base_url, key_of(server)) as hrt:
+        written = await hrt.add_messages("u-loop-async", "s-1", [{"content": "I run the Lisbon half in March."}])
+        assert written.messages[0].status == "added" and written.messages[0].index == 0
+        await hrt.delete_user("u-loop-async")
+
+
+async def test_mcp_remember_takes_a_message_over_streamable_http(server):
+    async with (
+        httpx2.AsyncClient(headers=server.headers, timeout=60) as http,
+        Client(streamable_http_client(f"{server.base_url}/mcp", http_client=http)) as client,
+    ):
+        said = await call(client, "remember", {"user_id": "u-mcp-loop", "text": "My bike is a green Brompton."})
+        assert not said.is_error, said
+        assert said.structured_content["session_id"] == "mcp"
+        assert said.structured_content["messages"][0]["status"] == "added"
+        stats = await call(client, "memory_stats", {"user_id": "u-mcp-loop"})
+        assert stats.structured_content["memory_unit"] >= 1
+        await call(client, "forget", {"what": "user", "user_id": "u-mcp-loop"})
+
+
+def test_the_dialogue_agent_example_writes_the_turn_back_with_an_answer(server):
+    def turn(message: str, answer: str) -> subprocess.CompletedProcess[str]:
+        example = str(ROOT / "examples" / "dialogue_agent.py")
+        args = ["--url", server.base_url, "--key", key_of(server), "--user", "u-loop-example", "--answer", answer]
+        run = subprocess.run(
+            [sys.executable, example, *args, message], capture_output=True, text=True, timeout=120, cwd=ROOT
+        )
+        assert run.returncode == 0, run.stderr
+        return run
+
+    # the user's first turn: nothing to retrieve yet, the turn is written
+    first = turn("I am planning a trip to Kyoto in April.", "Kyoto in April is cherry blossom season.")
+    assert "nothing remembered of u-loop-example yet" in first.stderr
+    assert "# message 0: added as " in first.stderr and "# message 1: added as " in first.stderr
+    muids = {line.rsplit(" ", 1)[-1] for line in first.stderr.splitlines() if line.startswith("# message ")}
+    # the next turn's retrieval finds it, before the second pass
+    second = turn("Where was I planning to travel in April?", "To Kyoto.")
+    assert "<final_input_text>" in second.stdout and any(muid in second.stdout for muid in muids)
+    assert "# message 2: added as " in second.stderr  # after the session's last message
+    with HRTClient(server.base_url, key_of(server)) as hrt:
+        assert hrt.stats("u-loop-example").memory_unit >= 4
+        hrt.delete_user("u-loop-example")

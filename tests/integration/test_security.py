@@ -116,14 +116,23 @@ ROUTES = {
     ),
     "stats": ("retrieve", lambda u: ("GET", f"/v1/users/{u}/stats", {})),
     "ingest": ("ingest", lambda u: ("POST", "/v1/ingest", {"json": {"records": [concept(u, "c-new", "New")]}})),
+    # needs HRTService.add_messages (issue #32's core) for its one 200 case
+    "conversations": (
+        "ingest",
+        lambda u: (
+            "POST",
+            "/v1/conversations",
+            {"json": {"user_id": u, "session_id": "matrix", "messages": [{"content": "The matrix says hello."}]}},
+        ),
+    ),
     "delete_entity": ("ingest", lambda u: ("DELETE", f"/v1/users/{u}/entities/concept/c-matrix", {})),
     "delete_user": ("admin", lambda u: ("DELETE", f"/v1/users/{u}", {})),
     "readyz": ("ops", lambda u: ("GET", "/readyz", {})),
     "metrics": ("ops", lambda u: ("GET", "/metrics", {})),
     "list_keys": ("admin", lambda u: ("GET", "/v1/keys", {})),
 }
-USER_SCOPED = {"retrieve", "stats", "ingest", "delete_entity", "delete_user"}
-WRITES = {"ingest", "delete_entity", "delete_user"}
+USER_SCOPED = {"retrieve", "stats", "ingest", "conversations", "delete_entity", "delete_user"}
+WRITES = {"ingest", "conversations", "delete_entity", "delete_user"}
 KEYS = ["none", "revoked", "expired", "retrieve", "ingest", "admin", "ops"]
 WHO = ["own", "other", "unknown"]
 

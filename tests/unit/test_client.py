@@ -358,9 +358,76 @@ def test_the_client_shares_the_servers_models_without_importing_the_server():
     from hrt import client
     from hrt.api import app as server
 
-    for name in ("WriteSummary", "UserStats", "Health", "Readiness", "KeyInfo", "NewKey"):
+    for name in ("WriteSummary", "UserStats", "Health", "Readiness", "KeyInfo", "NewKey", "ConversationResult"):
         assert getattr(client, name) is getattr(server, name), name
     server_side = ("fastapi", "hrt.api", "hrt.service")
     code = f"import sys, hrt.client; print(sorted(m for m in sys.modules if m.startswith({server_side!r})))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]", loaded
+
+
+def conversation_result(statuses: list[str], start: int = 0) -> dict[str, object]:
+    return {
+        "user_id": "u1",
+        "session_id": "s1",
+        "messages": [{"index": start + i, "muid": f"m{start + i}", "status": s} for i, s in enumerate(statuses)],
+        "concepts_linked": 2,
+        "concepts_unlinked": 0,
+        "relations": 3,
+    }
+
+
+def test_add_messages_sends_one_session_and_returns_the_conversation_result():
+    from hrt.extraction.messages import Message
+
+    script = Script(httpx.Response(200, json=conversation_result(["added", "added"])))
+    c, _ = client(script)
+    turn = [
+        {"role": "user", "content": "I moved to Porto in May."},
+        Message(role="assistant", content="Noted: Porto.", timestamp=datetime(2025, 6, 1, tzinfo=UTC)),
+    ]
+    result = c.add_messages("u1", "s1", turn, agent_id="agent-7")
+    sent = script.requests[0]
+    assert sent.method == "POST" and sent.url == "http://hrt.test/v1/conversations"
+    assert json.loads(sent.content) == {
+        "user_id": "u1",
+        "session_id": "s1",
+        "agent_id": "agent-7",
+        "messages": [
+            {"role": "user", "content": "I moved to Porto in May."},
+            {"role": "assistant", "content": "Noted: Porto.", "timestamp": "2025-06-01T00:00:00Z", "metadata": {}},
+        ],
+    }
+    assert [m.muid for m in result.messages] == ["m0", "m1"] and result.relations == 3
+    c.add_messages("u1", "s1", [{"content": "again"}], start=4)
+    assert json.loads(script.requests[1].content)["start"] == 4
+
+
+def test_add_messages_is_sent_again_after_a_503_only_when_every_message_has_its_place():
+    placed = [{"content": "a", "index": 0}, {"content": "b", "index": 1}]
+    for messages, start, attempts in (
+        (placed, None, 2),  # each message's index: a resend changes nothing
+        ([{"content": "a"}], 0, 2),  # a start places them too
+        ([{"content": "a"}, {"content": "b", "index": 1}], None, 1),  # "a" would be added again
+    ):
+        script = Script(
+            error(503, "store_unavailable", "down"), httpx.Response(200, json=conversation_result(["added"]))
+        )
+        c, _ = client(script)
+        if attempts == 2:
+            assert c.add_messages("u1", "s1", messages, start=start).messages[0].status == "added"
+        else:
+            with pytest.raises(StoreUnavailable):
+                c.add_messages("u1", "s1", messages, start=start)
+        assert len(script.requests) == attempts, messages
+
+
+async def test_the_async_client_adds_messages_and_maps_errors():
+    script = Script(httpx.Response(200, json=conversation_result(["unchanged"])))
+    async with AsyncHRTClient("http://hrt.test", KEY, transport=httpx.MockTransport(script)) as c:
+        result = await c.add_messages("u1", "s1", [{"content": "hello", "index": 0}])
+        assert result.messages[0].status == "unchanged"
+        script.answers = [error(422, "invalid_input", "field 'messages[0].content': too long", "messages[0].content")]
+        with pytest.raises(InvalidInput) as bad:
+            await c.add_messages("u1", "s1", [{"content": "x" * 100_001}])
+        assert bad.value.field == "messages[0].content"

@@ -235,3 +235,48 @@ async def test_jsonrpc_errors_keep_the_envelope_without_echoing_input_or_interna
     assert doc["error"]["code"] in (-32700, -32600, -32602)
     assert "SECRET-INPUT" not in r.text and "pydantic" not in r.text.lower()
     assert int(r.headers["content-length"]) == len(r.content)
+
+
+async def test_remember_takes_exactly_one_of_text_messages_or_records_checked_like_the_rest_route(
+    app, keys, loaded_service
+):
+    before = await loaded_service.records.counts("u1")
+    async with mcp_over_http(app, keys["u1-write"]) as client:
+        both = error_of(await client.call_tool("remember", {"text": "hi", "records": []}))
+        neither = error_of(await client.call_tool("remember", {"session_id": "s1"}))
+        empty = error_of(await client.call_tool("remember", {"text": ""}))
+        not_text = error_of(await client.call_tool("remember", {"text": ["a list"]}))
+        bad = error_of(
+            await client.call_tool("remember", {"messages": [{"content": "fine"}, {"role": "robot", "content": "x"}]})
+        )
+        outside = error_of(await client.call_tool("remember", {"text": "hello", "user_id": "u2"}))
+    assert both["field"] == "records" and "exactly one" in both["message"] and neither["field"] == "records"
+    assert empty["field"] == not_text["field"] == "text" and empty["code"] == "invalid_input"
+    assert bad["field"] == "messages[1].role"  # as POST /v1/conversations names it
+    assert outside == {"code": "forbidden", "message": "this API key may not act for user 'u2'", "field": "user_id"}
+    async with mcp_over_http(app, keys["u1-read"]) as client:
+        scope = error_of(await client.call_tool("remember", {"text": "hello"}))
+    assert scope["code"] == "forbidden" and "'ingest' scope" in scope["message"]
+    assert await loaded_service.records.counts("u1") == before  # nothing written
+
+
+async def test_remember_text_and_messages_answer_the_conversation_result(app, keys, caplog):
+    """Needs HRTService.add_messages (issue #32's core)."""
+    with caplog.at_level(logging.INFO, logger="hrt.audit"):
+        async with mcp_over_http(app, keys["u1-write"]) as client:
+            said = await client.call_tool("remember", {"text": "I am learning the cello.", "session_id": "s-mcp"})
+            turns = [
+                {"role": "user", "content": "My cello teacher is Ilse.", "index": 5},
+                {"role": "assistant", "content": "Noted: Ilse teaches you the cello.", "index": 6},
+            ]
+            both = await client.call_tool("remember", {"messages": turns, "session_id": "s-mcp", "agent_id": "a-1"})
+            again = await client.call_tool("remember", {"messages": turns, "session_id": "s-mcp", "agent_id": "a-1"})
+    assert not said.is_error, said
+    first = said.structured_content
+    assert first["user_id"] == "u1" and first["session_id"] == "s-mcp"
+    assert [m["status"] for m in first["messages"]] == ["added"] and first["messages"][0]["muid"]
+    assert [m["index"] for m in both.structured_content["messages"]] == [5, 6]
+    assert [m["status"] for m in again.structured_content["messages"]] == ["unchanged", "unchanged"]
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "hrt.audit"]
+    audited = [line for line in lines if line["route"] == "mcp:remember"]
+    assert [line["messages"] for line in audited] == [1, 2, 2] and audited[0]["users"] == ["u1"]
