@@ -18,6 +18,7 @@ import asyncio
 import json
 import os
 import platform
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -72,7 +73,9 @@ def main() -> int:
             from hrt import devstack
             from hrt.bench.targets import services_target
 
-            stack = devstack.up(Path(tmp) / "stack", devstack.SERVICES)
+            # its own folder, which devstack opens to PostgreSQL's user (tmp is private to this one)
+            stack_dir = Path(tempfile.mkdtemp(prefix="hrt-conv-stack-"))
+            stack = devstack.up(stack_dir, devstack.SERVICES)
             try:
                 target = services_target(stack, "conv")
                 settings = Settings(db_path=Path(tmp) / "unused.db", **target.settings)
@@ -80,6 +83,7 @@ def main() -> int:
             finally:
                 for info in stack.services.values():
                     devstack.stop_pid(info.pid)
+                shutil.rmtree(stack_dir, ignore_errors=True)
     result = {
         "command": f"python scripts/conversation_cost.py --deployment {args.deployment} --per-call {args.per_call}",
         "deployment": args.deployment,

@@ -32,7 +32,7 @@ import json
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Protocol
 
 from hrt.extraction.ids import entity_id, message_id, slug
@@ -324,7 +324,10 @@ class Planner:
             ts = datetime.fromisoformat(existing["ts"])
         else:
             last = datetime.fromisoformat(session["last_ts"]) if session["last_ts"] else None
-            ts = self.now if last is None or self.now > last else last + timedelta(milliseconds=1)
+            # whole seconds, as a retrieval's as_of is: a message is visible to a retrieval in the
+            # same second; never before the session's last message (positions keep the order)
+            now = self.now.replace(microsecond=0)
+            ts = now if last is None or now >= last else last
         metadata: dict[str, Any] = {
             **message.metadata,
             "session_id": self.req.session_id,

@@ -193,7 +193,9 @@ def test_messages_become_memory_units_a_retrieval_returns_by_their_muids(server)
     replaced = ConversationResult.model_validate_json(changed.content).messages[2].muid
     now = retrieve(server, ["marina in Angra on Terceira"])
     unit = next(m for m in now.retrieved_memory_units if m.muid == replaced)
-    assert "Angra" in unit.content and "Horta" not in unit.content
+    assert "Angra" in unit.content_snippet and "Horta" not in unit.content_snippet
+    # and it comes with the concepts the extractor linked it to
+    assert {c.id for c in unit.connected_concept_ids_and_names} >= {"entity:angra", "entity:terceira"}
 
 
 def test_messages_without_an_index_go_after_the_sessions_last_one(server):
