@@ -178,6 +178,9 @@ def test_messages_become_memory_units_a_retrieval_returns_by_their_muids(server)
     returned = [m.muid for m in found.retrieved_memory_units]
     assert returned and set(returned) <= set(muids)  # the server holds nothing else
     assert muids[0] in returned and muids[2] in returned
+    # with the concepts the extractor linked, and what the graph walk reached, with its path
+    assert found.retrieved_concepts and any(m.connected_concept_ids_and_names for m in found.retrieved_memory_units)
+    assert any(p.hops for p in found.retrieval_metadata.provenance.values())
 
     # the same messages again: nothing changes
     again = ConversationResult.model_validate_json(post(server, body()).content)
