@@ -570,7 +570,7 @@ def test_migration_0004_backfills_the_intervals_of_rows_written_before_it(postgr
         conn.execute(relation, ("m1", "c1", "MENTIONS"))
         with pytest.raises(psycopg.errors.CheckViolation):
             conn.execute(relation, ("m2", "m1", "SUPERSEDES"))
-    assert migrate(postgres_dsn) == [4, 5, 6]
+    assert migrate(postgres_dsn) == [m.version for m in bundled_migrations() if m.version >= 4]
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         rows = {i: (vf, vt) for i, vf, vt in conn.execute("SELECT id, valid_from, valid_to FROM hrt_entities")}
         assert rows == {
