@@ -562,3 +562,39 @@ class Readiness(BaseModel):
     graph_expansion: str
     auth: Literal["on", "off"]
     warnings: list[str] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------
+# Merging concepts (hrt/merge.py, #33)
+# --------------------------------------------------------------------------------------------
+
+MAX_MERGE_IDS = 32
+
+
+class MergeRequest(BaseModel):
+    """The body of the merge route: the concepts to merge into the one the path names."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    ids: list[EntityId] = Field(..., min_length=1, max_length=MAX_MERGE_IDS)
+
+    @field_validator("ids")
+    @classmethod
+    def _distinct(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("names an id twice")
+        return value
+
+
+class MergeResult(BaseModel):
+    """What a merge did: the concepts merged now (``merged``), the ids that name no concept of the
+    user (already merged, deleted, or never one: ``absent``), the relations moved onto the target
+    and those dropped as self-loops or weaker duplicates, and the target's aliases after it."""
+
+    user_id: str
+    target: str
+    merged: list[str]
+    absent: list[str]
+    relations_moved: int
+    relations_dropped: int
+    aliases: list[str]

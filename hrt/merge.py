@@ -19,43 +19,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
+from hrt.contract import MergeRequest, MergeResult
 from hrt.errors import InvalidInput, NotFound
 from hrt.ingest import Record
-from hrt.records import MAX_ALIAS_CHARS, MAX_ALIASES, Concept, Deletion, EntityId, Kind, Relation, alias_key
+from hrt.records import MAX_ALIAS_CHARS, MAX_ALIASES, Concept, Deletion, Kind, Relation, alias_key
 from hrt.stores.base import RecordStore
 
-MAX_MERGE_IDS = 32
-
-
-class MergeRequest(BaseModel):
-    """The body of the merge route: the concepts to merge into the one the path names."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    ids: list[EntityId] = Field(..., min_length=1, max_length=MAX_MERGE_IDS)
-
-    @field_validator("ids")
-    @classmethod
-    def _distinct(cls, value: list[str]) -> list[str]:
-        if len(set(value)) != len(value):
-            raise ValueError("names an id twice")
-        return value
-
-
-class MergeResult(BaseModel):
-    """What a merge did: the concepts merged now (``merged``), the ids that name no concept of the
-    user (already merged, deleted, or never one: ``absent``), the relations moved onto the target
-    and those dropped as self-loops or weaker duplicates, and the target's aliases after it."""
-
-    user_id: str
-    target: str
-    merged: list[str]
-    absent: list[str]
-    relations_moved: int
-    relations_dropped: int
-    aliases: list[str]
+__all__ = ["MergePlan", "MergeRequest", "MergeResult", "merge_records", "plan_merge", "prepare_merge"]
 
 
 @dataclass(slots=True)

@@ -43,6 +43,8 @@ from hrt.contract import (
     Health,
     KeyInfo,
     KeyRequest,
+    MergeRequest,
+    MergeResult,
     NewKey,
     Readiness,
     RetrieveRequest,
@@ -53,7 +55,6 @@ from hrt.errors import Conflict, Forbidden, HRTError, InvalidInput, NotFound, St
 from hrt.extraction.messages import ConversationRequest, ConversationResult
 from hrt.extraction.wire import parse_conversation_body
 from hrt.ingest import ingest_body_schema, parse_ingest_body
-from hrt.merge import MergeRequest, MergeResult
 from hrt.metrics import without_other_keys
 from hrt.records import Kind, valid_id
 from hrt.service import HRTService

@@ -17,7 +17,17 @@ from hrt.eval.locomo.dataset import FALLBACK_START, Turn, evidence_ids, parse_se
 from hrt.extraction.ids import entity_id, slug
 from hrt.extraction.rules import ProperNouns, extract, topic_key
 from hrt.ingest import Record
-from hrt.records import MAX_ALIAS_CHARS, MAX_ALIASES, Artifact, Concept, EdgeType, MemoryUnit, Relation, alias_key, valid_id
+from hrt.records import (
+    MAX_ALIAS_CHARS,
+    MAX_ALIASES,
+    Artifact,
+    Concept,
+    EdgeType,
+    MemoryUnit,
+    Relation,
+    alias_key,
+    valid_id,
+)
 
 
 @dataclass(frozen=True, slots=True)
