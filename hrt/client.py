@@ -46,7 +46,7 @@ import email.utils
 import math
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC
 from types import TracebackType
@@ -63,6 +63,7 @@ from hrt.contract import (
     AugmentedMemoryContext,
     Health,
     KeyInfo,
+    MergeResult,
     NewKey,
     Readiness,
     RetrieveRequest,
@@ -285,6 +286,12 @@ def _delete_entity_call(user_id: str, kind: EntityKind, entity_id: str) -> _Call
     return _Call("DELETE", path, _model(WriteSummary), idempotent=True, write=True)
 
 
+def _merge_concepts_call(user_id: str, target: str, ids: Sequence[str]) -> _Call[MergeResult]:
+    # a merge sent twice changes nothing the second time (the merged concepts are gone)
+    path = f"/v1/users/{_segment(user_id)}/concepts/{_segment(target)}/merge"
+    return _Call("POST", path, _model(MergeResult), idempotent=True, write=True, json_body={"ids": list(ids)})
+
+
 def _delete_user_call(user_id: str) -> _Call[WriteSummary]:
     return _Call("DELETE", f"/v1/users/{_segment(user_id)}", _model(WriteSummary), idempotent=True, write=True)
 
@@ -470,6 +477,10 @@ class HRTClient(_Base):
     def delete_user(self, user_id: str) -> WriteSummary:
         return self._do(_delete_user_call(user_id))
 
+    def merge_concepts(self, user_id: str, target: str, ids: Sequence[str]) -> MergeResult:
+        """``POST /v1/users/{user_id}/concepts/{target}/merge``: ``ids`` merged into ``target``."""
+        return self._do(_merge_concepts_call(user_id, target, ids))
+
     def stats(self, user_id: str) -> UserStats:
         return self._do(_stats_call(user_id))
 
@@ -593,6 +604,10 @@ class AsyncHRTClient(_Base):
 
     async def delete_user(self, user_id: str) -> WriteSummary:
         return await self._do(_delete_user_call(user_id))
+
+    async def merge_concepts(self, user_id: str, target: str, ids: Sequence[str]) -> MergeResult:
+        """``POST /v1/users/{user_id}/concepts/{target}/merge``: ``ids`` merged into ``target``."""
+        return await self._do(_merge_concepts_call(user_id, target, ids))
 
     async def stats(self, user_id: str) -> UserStats:
         return await self._do(_stats_call(user_id))

@@ -18,7 +18,7 @@ from pydantic.json_schema import SkipJsonSchema
 from hrt.auth import KEY_NAME, SCOPES
 from hrt.auth import Scope as KeyScope
 from hrt.config import Weights
-from hrt.records import IsoDateTime, UserId, utc
+from hrt.records import EntityId, IsoDateTime, UserId, utc
 
 CONTRACT_VERSION = "9.4"
 
@@ -28,6 +28,7 @@ MAX_QUERY_CHARS = 2000
 MAX_MESSAGES = 50
 MAX_MESSAGE_CHARS = 20_000
 MAX_LIMIT = 50
+MAX_SEED_IDS = 32
 
 
 # --------------------------------------------------------------------------------------------
@@ -138,11 +139,13 @@ class RetrieveRequest(_Strict):
     """What the DialogueAgent (or an orchestrator) asks for.
 
     Key phrases come from ``key_phrases``; else ``query``; else the last three ``messages``.
+    ``seed_ids`` name entities to walk from beside them, or instead of them (docs/api.md,
+    "Starting from known entities").
     """
 
     # one of the three is needed (checked below); omitted, not null, in the JSON Schema
     model_config = ConfigDict(
-        json_schema_extra={"anyOf": [{"required": [name]} for name in ("key_phrases", "query", "messages")]}
+        json_schema_extra={"anyOf": [{"required": [name]} for name in ("key_phrases", "query", "messages", "seed_ids")]}
     )
 
     user_id: UserId
@@ -152,6 +155,8 @@ class RetrieveRequest(_Strict):
     )
     query: Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=r"\S")] | SkipJsonSchema[None] = None
     messages: Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES)] | SkipJsonSchema[None] = None
+    # entities the caller already knows: seeds of the walk at full strength (#33)
+    seed_ids: Annotated[list[EntityId], Field(min_length=1, max_length=MAX_SEED_IDS)] | SkipJsonSchema[None] = None
     limits: Limits = Field(default_factory=Limits)
     max_depth: int | None = Field(None, ge=0, le=3)
     weights: Weights | None = None
@@ -186,6 +191,13 @@ class RetrieveRequest(_Strict):
                 raise ValueError(f"phrase {i} is empty")
         return value
 
+    @field_validator("seed_ids")
+    @classmethod
+    def _seed_ids(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError("names an id twice")
+        return value
+
     @field_validator("as_of", "valid_at")
     @classmethod
     def _as_of(cls, value: datetime | None) -> datetime | None:
@@ -195,8 +207,8 @@ class RetrieveRequest(_Strict):
     def _has_input(self) -> RetrieveRequest:
         has_query = self.query is not None and normalise_phrase(self.query) != ""
         has_messages = bool(self.messages) and any(normalise_phrase(m.content) for m in self.messages or [])
-        if not self.key_phrases and not has_query and not has_messages:
-            raise ValueError("give key_phrases, a non-empty query, or messages")
+        if not self.key_phrases and not has_query and not has_messages and not self.seed_ids:
+            raise ValueError("give key_phrases, a non-empty query, messages, or seed_ids")
         if self.weights is not None and self.weights_preset is not None:
             raise ValueError("give weights or weights_preset, not both")
         return self
@@ -290,6 +302,16 @@ class PhraseGrounding(_Out):
     best_similarity: float
     seed_ids: list[str]
     matched: bool
+
+
+class SeedGrounding(_Out):
+    """The request's ``seed_ids``, beside the phrases' grounding: those walked from (``found``:
+    entities of the user known as of the request) and those that name none (``unknown``), each in
+    the request's order. Present only when the request named seed_ids."""
+
+    seed_ids: list[str]
+    found: list[str]
+    unknown: list[str]
 
 
 class TimeWindowOut(_Out):
@@ -398,7 +420,7 @@ class RetrievalMetadata(_Out):
     user_id: str
     as_of: str
     key_phrases_processed: list[str]
-    key_phrase_source: Literal["key_phrases", "query", "messages"]
+    key_phrase_source: Literal["key_phrases", "query", "messages", "seed_ids"]
     phrase_grounding: list[PhraseGrounding]
     stages: dict[str, StageStatus]
     degraded: bool
@@ -418,6 +440,8 @@ class RetrievalMetadata(_Out):
     rendered: RenderedContext | None = None
     # present only when the request named a preset or config overrides
     config: AppliedConfig | None = None
+    # present only when the request named seed_ids
+    seed_grounding: SeedGrounding | None = None
 
 
 class AugmentedMemoryContext(_Out):
@@ -435,6 +459,8 @@ class AugmentedMemoryContext(_Out):
         data = self.model_dump(mode="json")
         if data["retrieval_metadata"]["config"] is None:  # absent unless asked for (RetrievalMetadata)
             del data["retrieval_metadata"]["config"]
+        if data["retrieval_metadata"]["seed_grounding"] is None:  # absent unless asked for
+            del data["retrieval_metadata"]["seed_grounding"]
         return canonical_dumps(data, indent=indent)
 
 
@@ -536,3 +562,39 @@ class Readiness(BaseModel):
     graph_expansion: str
     auth: Literal["on", "off"]
     warnings: list[str] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------
+# Merging concepts (hrt/merge.py, #33)
+# --------------------------------------------------------------------------------------------
+
+MAX_MERGE_IDS = 32
+
+
+class MergeRequest(BaseModel):
+    """The body of the merge route: the concepts to merge into the one the path names."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    ids: list[EntityId] = Field(..., min_length=1, max_length=MAX_MERGE_IDS)
+
+    @field_validator("ids")
+    @classmethod
+    def _distinct(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("names an id twice")
+        return value
+
+
+class MergeResult(BaseModel):
+    """What a merge did: the concepts merged now (``merged``), the ids that name no concept of the
+    user (already merged, deleted, or never one: ``absent``), the relations moved onto the target
+    and those dropped as self-loops or weaker duplicates, and the target's aliases after it."""
+
+    user_id: str
+    target: str
+    merged: list[str]
+    absent: list[str]
+    relations_moved: int
+    relations_dropped: int
+    aliases: list[str]

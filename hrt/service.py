@@ -38,6 +38,7 @@ from hrt.stores.embedded import EmbeddedStore
 from hrt.stores.embedded_records import EmbeddedRecordStore
 
 if TYPE_CHECKING:
+    from hrt.merge import MergeResult
     from hrt.projector import Projector
 
 log = logging.getLogger(__name__)
@@ -549,6 +550,23 @@ class HRTService:
             raise InvalidInput(f"{ident!r} is not a valid id", field="id")
         deletion = Deletion(op="delete", kind=Kind(kind).value, user_id=user_id, id=ident)
         return (await self.ingest([deletion])).deleted
+
+    async def merge_concepts(self, user_id: str, target: str, ids: Sequence[str]) -> MergeResult:
+        """Merge concepts into ``target`` in one write (:mod:`hrt.merge`); again, a no-op."""
+        from hrt.merge import merge_records, prepare_merge
+
+        for ident, name in ((user_id, "user_id"), (target, "id")):
+            if not valid_id(ident):
+                raise InvalidInput(f"{ident!r} is not a valid {name}", field=name)
+        with self.ingest_slot():
+            plan, result = await prepare_merge(self.records, user_id, target, ids)
+            records = merge_records(plan)
+            if records:
+                batch = await asyncio.to_thread(build_batch, records, self.embedder)
+                await self.writer.apply(batch)
+                self.metrics.ingested.labels(kind="merge").inc()
+                await self._project_now()
+        return result
 
     async def delete_user(self, user_id: str) -> int:
         with self.ingest_slot():

@@ -43,6 +43,8 @@ from hrt.contract import (
     Health,
     KeyInfo,
     KeyRequest,
+    MergeRequest,
+    MergeResult,
     NewKey,
     Readiness,
     RetrieveRequest,
@@ -67,6 +69,7 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("POST", "/v1/ingest"): "ingest",
     ("POST", "/v1/conversations"): "ingest",
     ("DELETE", "/v1/users/{user_id}/entities/{kind}/{entity_id}"): "ingest",
+    ("POST", "/v1/users/{user_id}/concepts/{concept_id}/merge"): "ingest",
     ("DELETE", "/v1/users/{user_id}"): "admin",
     ("GET", "/readyz"): "ops",
     ("GET", "/metrics"): "ops",
@@ -80,6 +83,7 @@ AUDITED = frozenset(
         ("POST", "/v1/ingest"),
         ("POST", "/v1/conversations"),
         ("DELETE", "/v1/users/{user_id}/entities/{kind}/{entity_id}"),
+        ("POST", "/v1/users/{user_id}/concepts/{concept_id}/merge"),
         ("DELETE", "/v1/users/{user_id}"),
         ("POST", "/v1/keys"),
         ("DELETE", "/v1/keys/{name}"),
@@ -304,6 +308,24 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
         n = await svc().delete_entity(user_id, Kind(kind), entity_id)
         request.state.audit.update(deleted=n)
         return WriteSummary(upserted=0, deleted=n)
+
+    @app.post(
+        "/v1/users/{user_id}/concepts/{concept_id}/merge",
+        response_model=MergeResult,
+        responses=ERROR_RESPONSES,
+        summary="Merge concepts into one: their relations, names and aliases move onto it, they are deleted, "
+        "in every store (scope: ingest)",
+    )
+    async def merge_concepts(
+        request: Request, user_id: UserIdPath, concept_id: UserIdPath, body: MergeRequest, caller: Caller
+    ) -> MergeResult:
+        request.state.audit = {"users": [user_id], "records": len(body.ids), "target_concept": concept_id}
+        _check_id(user_id, "user_id")
+        caller.require_users([user_id])
+        _check_id(concept_id, "concept_id")
+        result = await svc().merge_concepts(user_id, concept_id, body.ids)
+        request.state.audit.update(deleted=len(result.merged), upserted=result.relations_moved)
+        return result
 
     @app.delete(
         "/v1/users/{user_id}",

@@ -205,4 +205,6 @@ def audit_line(
         line["target_key"] = write["target_key"]
     if "messages" in write:  # a conversation's messages (records: the same count, what was asked)
         line["messages"] = write["messages"]
+    if "target_concept" in write:  # the concept a merge merged into (records: the ids it named)
+        line["target_concept"] = write["target_concept"]
     return line

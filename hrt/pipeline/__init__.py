@@ -30,6 +30,7 @@ from hrt.pipeline.intake import Intake, run_intake
 from hrt.pipeline.render import render_context
 from hrt.pipeline.rerank import run_rerank
 from hrt.pipeline.scoring import Evidence, PreferenceBook, Scored, best_semantic, score_candidates
+from hrt.pipeline.seeds import add_named_seeds, settle_named_seeds
 from hrt.pipeline.selection import filter_candidates, select, shortlist
 from hrt.pipeline.validity import current_neighbours, run_validity
 from hrt.records import EdgeType, Kind, Preference, entity_body
@@ -89,6 +90,8 @@ class HybridRetrievalTool:
         the own cosines the reached-evidence rule needs, then (``passage_weight`` above 0) the
         memory units' passage evidence (hrt/pipeline/expansion.py). The passage pool is chosen
         among the candidates of the walk, before what was not valid is set aside."""
+        if not intake.phrases:  # named seeds alone: no cosine to read (hrt/pipeline/seeds.py)
+            return {}, {}
         passages = cfg.scoring.passage_weight > 0.0
         own, unit_own = await own_similarities(
             intake, candidates, hits, vectors, self.vectors, cfg.expansion.reached_evidence, units=passages
@@ -191,10 +194,12 @@ class HybridRetrievalTool:
             except BaseException:
                 await _settle(searching)
                 raise
+            add_named_seeds(grounding, intake.seed_ids)
         stages["grounding"] = "ok"
 
         with self._stage("expansion", timings):
             candidates = await run_expansion(intake, grounding, self.graph, cfg.expansion)
+            named = settle_named_seeds(grounding, intake.seed_ids, candidates)
             # what the request's filters exclude is never scored: the relevance gate measures
             # against the best candidate the request can get
             candidates = filter_candidates(candidates, intake.filters)
@@ -304,6 +309,7 @@ class HybridRetrievalTool:
                 evidence=evidence,
                 validity=validity,
             )
+            response.retrieval_metadata.seed_grounding = named
             if request.render is not None:
                 response.retrieval_metadata.rendered = render_context(response, entities, request.render)
 

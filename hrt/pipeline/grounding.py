@@ -155,6 +155,8 @@ def search_filter(filters: Filters, valid_at: float | None = None) -> SearchFilt
 
 
 async def run_grounding(intake: Intake, vectors: PhraseVectors, index: VectorIndex, cfg: GroundingConfig) -> Grounding:
+    if not intake.phrases:  # named seeds alone (hrt/pipeline/seeds.py): nothing to search for
+        return Grounding(phrases=[])
     per_phrase = await index.search(
         intake.user_id,
         list(intake.phrases),

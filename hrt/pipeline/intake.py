@@ -23,7 +23,7 @@ MESSAGE_CHARS = 200
 class Intake:
     user_id: str
     phrases: tuple[str, ...]
-    phrase_source: str  # key_phrases | query | messages
+    phrase_source: str  # key_phrases | query | messages | seed_ids (none: the named seeds alone)
     limits: Limits
     depth: int
     weights: Weights  # normalised to sum 1
@@ -34,6 +34,7 @@ class Intake:
     query: str | None = None  # the request's query, normalised: what a reranker judges against
     valid_at: datetime | None = None  # event time asked about (None: as_of)
     include_invalidated: bool = False
+    seed_ids: tuple[str, ...] = ()  # entities the request named to walk from (hrt/pipeline/seeds.py)
 
     @property
     def event_time(self) -> datetime:
@@ -65,10 +66,12 @@ def run_intake(request: RetrieveRequest, cfg: RetrievalConfig, now: datetime) ->
         phrases, source = dedupe_phrases(request.key_phrases), "key_phrases"
     elif request.query and normalise_phrase(request.query):
         phrases, source = dedupe_phrases([request.query]), "query"
-    else:
+    elif request.messages:
         recent = [m.content[:MESSAGE_CHARS] for m in (request.messages or [])][-MESSAGES_USED:]
         phrases, source = dedupe_phrases(recent), "messages"
-    if not phrases:
+    else:
+        phrases, source = (), "seed_ids"
+    if not phrases and not request.seed_ids:
         raise InvalidInput("no usable key phrase after normalisation", field="key_phrases")
     if request.weights is not None:
         weights = request.weights
@@ -91,4 +94,5 @@ def run_intake(request: RetrieveRequest, cfg: RetrievalConfig, now: datetime) ->
         query=normalise_phrase(request.query) or None if request.query else None,
         valid_at=request.valid_at or as_of,
         include_invalidated=request.include_invalidated,
+        seed_ids=tuple(request.seed_ids or ()),
     )

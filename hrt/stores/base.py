@@ -463,3 +463,8 @@ class RecordStore(StoreLifecycle, KeyStore, Protocol):
     async def all_relations(self, user_id: str) -> list[Relation]:
         """Every relation of one user, in (source, target, type) order."""
         ...
+
+    async def relations_of(self, user_id: str, ids: Sequence[str]) -> list[Relation]:
+        """Every relation of one user with ``ids`` at either end, in (source, target, type)
+        order, in one read (what merging concepts moves, :mod:`hrt.merge`)."""
+        ...

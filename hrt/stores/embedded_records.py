@@ -142,6 +142,20 @@ class EmbeddedRecordStore(EmbeddedPart):
             ).fetchall()
         return [relation_from_row(user_id, row) for row in rows]
 
+    async def relations_of(self, user_id: str, ids: Sequence[str]) -> list[Relation]:
+        """Both directions, by the primary key (source) and ``edges_target`` (target)."""
+        if not ids:
+            return []
+        marks = ", ".join("?" * len(ids))
+        with self._store.reading() as db:
+            rows = db.execute(
+                f"SELECT {RELATION_COLUMNS} FROM edges WHERE user_id = ? AND source IN ({marks}) "
+                f"UNION SELECT {RELATION_COLUMNS} FROM edges WHERE user_id = ? AND target IN ({marks}) "
+                "ORDER BY source, target, type",
+                (user_id, *ids, user_id, *ids),
+            ).fetchall()
+        return [relation_from_row(user_id, row) for row in rows]
+
     # ---------------------------------------------------------------------------------------
     # API keys (KeyStore)
     # ---------------------------------------------------------------------------------------

@@ -257,6 +257,19 @@ class PostgresRecordStore:
             rows = await cur.fetchall()
         return [relation_from_row(user_id, row) for row in rows]
 
+    async def relations_of(self, user_id: str, ids: Sequence[str]) -> list[Relation]:
+        if not ids:
+            return []
+        async with self.connection("relations_of") as conn:
+            cur = await conn.execute(
+                f"SELECT {RELATION_COLUMNS} FROM hrt_relations WHERE user_id = %s AND source = ANY(%s) "
+                f"UNION SELECT {RELATION_COLUMNS} FROM hrt_relations WHERE user_id = %s AND target = ANY(%s) "
+                "ORDER BY source, target, type",
+                (user_id, list(ids), user_id, list(ids)),
+            )
+            rows = await cur.fetchall()
+        return [relation_from_row(user_id, row) for row in rows]
+
     async def relation_rows(
         self, user_id: str, keys: Sequence[tuple[str, str, str]]
     ) -> dict[tuple[str, str, str], Relation]:

@@ -127,12 +127,14 @@ ROUTES = {
     ),
     "delete_entity": ("ingest", lambda u: ("DELETE", f"/v1/users/{u}/entities/concept/c-matrix", {})),
     "delete_user": ("admin", lambda u: ("DELETE", f"/v1/users/{u}", {})),
+    # #33: merges the writer's c-keep into c-matrix (both seeded before each case)
+    "merge": ("ingest", lambda u: ("POST", f"/v1/users/{u}/concepts/c-matrix/merge", {"json": {"ids": ["c-keep"]}})),
     "readyz": ("ops", lambda u: ("GET", "/readyz", {})),
     "metrics": ("ops", lambda u: ("GET", "/metrics", {})),
     "list_keys": ("admin", lambda u: ("GET", "/v1/keys", {})),
 }
-USER_SCOPED = {"retrieve", "stats", "ingest", "conversations", "delete_entity", "delete_user"}
-WRITES = {"ingest", "conversations", "delete_entity", "delete_user"}
+USER_SCOPED = {"retrieve", "stats", "ingest", "conversations", "delete_entity", "delete_user", "merge"}
+WRITES = {"ingest", "conversations", "delete_entity", "delete_user", "merge"}
 KEYS = ["none", "revoked", "expired", "retrieve", "ingest", "admin", "ops"]
 WHO = ["own", "other", "unknown"]
 

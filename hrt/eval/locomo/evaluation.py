@@ -20,6 +20,7 @@ from hrt.eval.locomo.systems import (
     HRT_SYSTEMS,
     SYSTEMS,
     EvalConfig,
+    PhraseTally,
     System,
     Traced,
     _jsonable,
@@ -100,6 +101,7 @@ async def evaluate(
         baselines = baseline_systems(service, derived, cfg.top_k)
         traced = Traced()
         runners: dict[str, System] = {}
+        tallies: dict[str, PhraseTally] = {}
         for name in systems:
             if name in baselines:
                 runners[name] = baselines[name]
@@ -108,7 +110,8 @@ async def evaluate(
                 if name in ("hrt", "hrt-unweighted") and cfg.depth is not None:
                     depth = cfg.depth
                 weights = cfg.weights if semantic_weights else None
-                runners[name] = hrt_system(service.tool, derived, cfg, depth, weights, traced, preset)
+                tallies[name] = PhraseTally()
+                runners[name] = hrt_system(service.tool, derived, cfg, depth, weights, traced, preset, tallies[name])
             else:
                 raise ValueError(f"unknown system {name!r}; one of {', '.join(SYSTEMS)}")
         rows: dict[str, list[tuple[int, dict[str, float]]]] = {n: [] for n in runners}
@@ -137,6 +140,8 @@ async def evaluate(
             "config_hash": settings.fingerprint(),
             "import_options": _options_json(import_options or ImportOptions()),
             "ingest": ingest,
+            # per HRT system: key phrases asked, those no entity grounded, and their share
+            "unmatched_phrases": {n: t.as_json() for n, t in tallies.items()},
             **({"turns_per_call": turns_per_call, "ingest_cost": ingest_cost(call_ms)} if ingest == "turns" else {}),
             "seconds": {
                 "import": round(import_seconds, 2),

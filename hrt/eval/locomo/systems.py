@@ -185,6 +185,23 @@ class Traced:
         self.last = frozenset(x.id for x in scored if x.kind is Kind.MEMORY_UNIT)
 
 
+class PhraseTally:
+    """Key phrases asked and left unmatched (no seed above the floor) over a system's requests:
+    the meta's ``unmatched_phrases``, what aliases are for (docs/eval-locomo.md)."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+        self.unmatched = 0
+
+    def add(self, asked: int, unmatched: int) -> None:
+        self.asked += asked
+        self.unmatched += unmatched
+
+    def as_json(self) -> dict[str, float]:
+        rate = self.unmatched / self.asked if self.asked else 0.0
+        return {"asked": self.asked, "unmatched": self.unmatched, "rate": round(rate, 4)}
+
+
 def hrt_system(
     tool: Any,
     derived: Mapping[str, Mapping[str, frozenset[str]]],
@@ -193,6 +210,7 @@ def hrt_system(
     weights: Weights | None,
     traced: Traced | None = None,
     preset: RetrievalPresetName | None = None,
+    tally: PhraseTally | None = None,
 ) -> System:
     """HRT's own retrieval: memory units for recall, memory units and artifacts merged by score for
     the artifact-credited recall; with ``traced``, the memory units it scored (candidate recall)."""
@@ -204,6 +222,8 @@ def hrt_system(
             ctx = await tool.retrieve(request_for(q, config, depth, weights, preset))
         finally:
             tool.trace = None
+        if tally is not None:
+            tally.add(len(ctx.retrieval_metadata.key_phrases_processed), len(ctx.unmatched_key_phrases))
         mus = [m.muid for m in ctx.retrieved_memory_units]
         items = [(-m.final_retrieval_score, m.muid) for m in ctx.retrieved_memory_units]
         items += [(-a.final_retrieval_score, a.id) for a in ctx.retrieved_artifacts]
