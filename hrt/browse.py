@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from hrt.auth import Principal
 from hrt.errors import InvalidInput, NotFound
 from hrt.projection import instant, interval
-from hrt.records import IsoDateTime, Kind, entity_label, iso, utc, valid_id
+from hrt.records import Concept, IsoDateTime, Kind, entity_label, iso, utc, valid_id
 from hrt.stores.base import BrowseFilter, EntityDetail, EntityLink, RecordStore, StoredEntity
 
 DEFAULT_LIMIT = 50
@@ -150,7 +150,7 @@ def entity_view(user_id: str, detail: EntityDetail) -> EntityView:
         validity=ValidityView(valid_from=_when(start), valid_to=_when(end)),
         supersedes=[_ref(link) for link in detail.supersession if link.outgoing],
         superseded_by=[_ref(link) for link in successors],
-        mentioned_by=detail.mentioned_by if entity.kind == Kind.CONCEPT else None,
+        mentioned_by=detail.mentioned_by if isinstance(entity, Concept) else None,
         relation_count=detail.relation_count,
         relations=[
             RelationView(

@@ -26,8 +26,9 @@ _LINK_COLUMNS = (
 _LINKS = (
     f"SELECT {_LINK_COLUMNS.format(out=1)} FROM edges r JOIN nodes n ON n.user_id = r.user_id AND n.id = r.target "
     "WHERE r.user_id = ? AND r.source = ? {only} UNION ALL "
-    f"SELECT {_LINK_COLUMNS.format(out=0)} FROM edges r JOIN nodes n ON n.user_id = r.user_id AND n.id = r.source "
-    "WHERE r.user_id = ? AND r.target = ? {only}"
+    # INDEXED BY: SQLite otherwise walks the user's whole primary key for a union's side it sorts
+    f"SELECT {_LINK_COLUMNS.format(out=0)} FROM edges r INDEXED BY edges_target "
+    "JOIN nodes n ON n.user_id = r.user_id AND n.id = r.source WHERE r.user_id = ? AND r.target = ? {only}"
 )
 
 _SUPERSEDES = "AND r.type = 'SUPERSEDES'"
@@ -89,12 +90,26 @@ def link(user_id: str, row: Any) -> EntityLink:
     )
 
 
+# a prefix matching fewer entities than this is read from entities_title and sorted by id; one
+# matching more is found soon enough walking the ids (one entity in 50 or more matches)
+PREFIX_RANGE_ROWS = 2000
+
+
 def browse(db: sqlite3.Connection, user_id: str, where: BrowseFilter) -> list[StoredEntity]:
     clauses = ["e.user_id = ?"]
     params: list[Any] = [user_id]
-    if where.kind is not None:
+    kind = where.kind
+    if (where.tags or where.agents) and kind in (None, Kind.MEMORY_UNIT):
+        kind = Kind.MEMORY_UNIT  # only memory units carry tags and an agent: walk their ids alone
+    elif (where.tags or where.agents) and kind is not None:
+        return []
+    # SQLite has no statistics to choose an index by: it is told (both are usable by construction)
+    index = "INDEXED BY entities_kind" if kind is not None else ""
+    if where.prefix and _few_with_prefix(db, user_id, kind, where.prefix):
+        index = "INDEXED BY entities_title"
+    if kind is not None:
         clauses.append("e.kind = ?")
-        params.append(where.kind.value)
+        params.append(kind.value)
     if where.after is not None:
         clauses.append("e.id > ?")
         params.append(where.after)
@@ -123,7 +138,7 @@ def browse(db: sqlite3.Connection, user_id: str, where: BrowseFilter) -> list[St
         clauses.append(NOT_ENDED)
         params += [where.ended_by] * 2
     rows = db.execute(
-        "SELECT e.kind, e.data, e.version, e.written_at, e.written_by FROM entities e "
+        f"SELECT e.kind, e.data, e.version, e.written_at, e.written_by FROM entities e {index} "
         "JOIN nodes n ON n.user_id = e.user_id AND n.id = e.id "
         f"WHERE {' AND '.join(clauses)} ORDER BY e.id LIMIT ?",
         (*params, where.limit),
@@ -132,3 +147,15 @@ def browse(db: sqlite3.Connection, user_id: str, where: BrowseFilter) -> list[St
         StoredEntity(ENTITY_MODELS[KIND_OF[kind]].model_validate_json(data), int(version), at, by)
         for kind, data, version, at, by in rows
     ]
+
+
+def _few_with_prefix(db: sqlite3.Connection, user_id: str, kind: Kind | None, prefix: str) -> bool:
+    """Whether fewer than :data:`PREFIX_RANGE_ROWS` of the user's entities (of ``kind``) have a
+    title starting with ``prefix``: counted in the index, up to that many."""
+    extra, params = ("AND kind = ?", [kind.value]) if kind is not None else ("", [])
+    (n,) = db.execute(
+        "SELECT count(*) FROM (SELECT 1 FROM entities INDEXED BY entities_title WHERE user_id = ? "
+        f"AND title_key >= ? AND title_key < ? {extra} LIMIT ?)",
+        (user_id, prefix, prefix + "\U0010ffff", *params, PREFIX_RANGE_ROWS),
+    ).fetchone()
+    return int(n) < PREFIX_RANGE_ROWS

@@ -85,9 +85,14 @@ async def entity_detail(
 async def browse(conn: psycopg.AsyncConnection[Any], user_id: str, where: BrowseFilter) -> list[StoredEntity]:
     clauses = ["e.user_id = %(u)s"]
     params: dict[str, Any] = {"u": user_id, "n": where.limit}
-    if where.kind is not None:
+    kind = where.kind
+    if (where.tags or where.agents) and kind in (None, Kind.MEMORY_UNIT):
+        kind = Kind.MEMORY_UNIT  # only memory units carry tags and an agent: walk their ids alone
+    elif (where.tags or where.agents) and kind is not None:
+        return []
+    if kind is not None:
         clauses.append("e.kind = %(k)s")
-        params["k"] = where.kind.value
+        params["k"] = kind.value
     if where.after is not None:
         clauses.append('e.id COLLATE "C" > %(a)s')
         params["a"] = where.after
