@@ -137,6 +137,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             copy = Path(tmp) / "browse.db"
             shutil.copyfile(args.db, copy)
+            copy.chmod(0o600)
             t0 = time.perf_counter()
             store = EmbeddedStore(copy, dim=None)
             result["migrated_on_open"] = store.applied_on_open

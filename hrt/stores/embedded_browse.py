@@ -18,20 +18,20 @@ from hrt.records import KIND_OF, Kind
 from hrt.stores.base import BrowseFilter, EntityDetail, EntityLink, StoredEntity
 from hrt.stores.embedded import ENTITY_MODELS
 
-_LINK_COLUMNS = (
-    "r.source, r.target, r.type, r.weight, r.relation_type, r.valid_from, r.valid_to, {out} AS outgoing, "
-    "n.id AS other, n.kind, n.label, coalesce(n.valid_from, n.ts)"
-)
-# an entity's relations, both directions, each with its other end's node
+_EDGE_COLUMNS = "source, target, type, weight, relation_type, valid_from, valid_to"
+# an entity's relations, both directions, ordered and cut to the limit on the edges alone, then
+# joined to the other end's node (a hub's thousands of relations are not joined to be dropped).
+# INDEXED BY: SQLite otherwise walks the user's whole primary key for a union's side it sorts.
 _LINKS = (
-    f"SELECT {_LINK_COLUMNS.format(out=1)} FROM edges r JOIN nodes n ON n.user_id = r.user_id AND n.id = r.target "
-    "WHERE r.user_id = ? AND r.source = ? {only} UNION ALL "
-    # INDEXED BY: SQLite otherwise walks the user's whole primary key for a union's side it sorts
-    f"SELECT {_LINK_COLUMNS.format(out=0)} FROM edges r INDEXED BY edges_target "
-    "JOIN nodes n ON n.user_id = r.user_id AND n.id = r.source WHERE r.user_id = ? AND r.target = ? {only}"
+    "SELECT l.*, n.kind, n.label, coalesce(n.valid_from, n.ts) FROM ("
+    f"SELECT {_EDGE_COLUMNS}, 1 AS outgoing, target AS other FROM edges WHERE user_id = ? AND source = ? {{only}} "
+    f"UNION ALL SELECT {_EDGE_COLUMNS}, 0, source FROM edges INDEXED BY edges_target "
+    "WHERE user_id = ? AND target = ? {only} ORDER BY {order} LIMIT ?) l "
+    "CROSS JOIN nodes n ON n.user_id = ? AND n.id = l.other ORDER BY {order}"
 )
-
-_SUPERSEDES = "AND r.type = 'SUPERSEDES'"
+_BY_TYPE = "type, outgoing DESC, weight DESC, other"
+_BY_OTHER = "other, outgoing DESC"
+_SUPERSEDES = "AND type = 'SUPERSEDES'"
 
 # the interval has not ended at the parameter: its own end, else no successor started by then
 # (docs/api.md, "Facts that change"; hrt.pipeline.validity.interval_of)
@@ -52,13 +52,10 @@ def entity_detail(db: sqlite3.Connection, user_id: str, kind: Kind, ident: str, 
         return None
     stored = StoredEntity(ENTITY_MODELS[kind].model_validate_json(row[0]), int(row[1]), row[2], row[3])
     both = (user_id, ident, user_id, ident)
-    rows = db.execute(
-        f"SELECT * FROM ({_LINKS.format(only='')}) ORDER BY type, outgoing DESC, weight DESC, other LIMIT ?",
-        (*both, limit),
-    ).fetchall()
-    supersession = db.execute(
-        f"SELECT * FROM ({_LINKS.format(only=_SUPERSEDES)}) ORDER BY other, outgoing DESC", both
-    ).fetchall()
+    rows = db.execute(_LINKS.format(only="", order=_BY_TYPE), (*both, limit, user_id)).fetchall()
+    supersession = []
+    if kind is not Kind.CONCEPT:  # SUPERSEDES joins memory units and artifacts
+        supersession = db.execute(_LINKS.format(only=_SUPERSEDES, order=_BY_OTHER), (*both, 2**31, user_id)).fetchall()
     (count,) = db.execute(
         "SELECT (SELECT count(*) FROM edges WHERE user_id = ? AND source = ?) + "
         "(SELECT count(*) FROM edges WHERE user_id = ? AND target = ?)",

@@ -23,18 +23,20 @@ _LABEL = (
     "CASE WHEN n.kind = 'concept' THEN n.data->>'name' "
     "ELSE coalesce(nullif(n.data->>'title', ''), left(n.data->>'content', 80)) END"
 )
-_LINK_COLUMNS = (
-    "r.source, r.target, r.type, r.weight, r.relation_type, r.valid_from, r.valid_to, {out} AS outgoing, "
-    f'n.id COLLATE "C" AS other, n.kind, {_LABEL}, coalesce(n.valid_from, n.ts)'
-)
+_EDGE_COLUMNS = "source, target, type, weight, relation_type, valid_from, valid_to"
+# an entity's relations, both directions, ordered and cut to the limit on the relations alone, then
+# joined to the other end (as the embedded store's)
 _LINKS = (
-    f"SELECT {_LINK_COLUMNS.format(out=1)} FROM hrt_relations r JOIN hrt_entities n "
-    "ON n.user_id = r.user_id AND n.id = r.target WHERE r.user_id = %(u)s AND r.source = %(i)s {only} UNION ALL "
-    f"SELECT {_LINK_COLUMNS.format(out=0)} FROM hrt_relations r JOIN hrt_entities n "
-    "ON n.user_id = r.user_id AND n.id = r.source WHERE r.user_id = %(u)s AND r.target = %(i)s {only}"
+    f"SELECT l.*, n.kind, {_LABEL}, coalesce(n.valid_from, n.ts) FROM ("
+    f'SELECT {_EDGE_COLUMNS}, 1 AS outgoing, target COLLATE "C" AS other FROM hrt_relations '
+    "WHERE user_id = %(u)s AND source = %(i)s {only} "
+    f"UNION ALL SELECT {_EDGE_COLUMNS}, 0, source FROM hrt_relations WHERE user_id = %(u)s AND target = %(i)s "
+    "{only} ORDER BY {order} LIMIT %(n)s) l JOIN hrt_entities n ON n.user_id = %(u)s AND n.id = l.other "
+    "ORDER BY {order}"
 )
-
-_SUPERSEDES = "AND r.type = 'SUPERSEDES'"
+_BY_TYPE = "type, outgoing DESC, weight DESC, other"
+_BY_OTHER = "other, outgoing DESC"
+_SUPERSEDES = "AND type = 'SUPERSEDES'"
 
 # as the embedded store's NOT_ENDED: its own end, else no successor started by then
 _NOT_ENDED = (
@@ -58,13 +60,12 @@ async def entity_detail(
         return None
     stored = StoredEntity(ENTITY_MODELS[kind].model_validate(row[0]), int(row[1]), row[2], row[3])
     keys = {"u": user_id, "i": ident, "n": limit}
-    cur = await conn.execute(
-        f"SELECT * FROM ({_LINKS.format(only='')}) l ORDER BY type, outgoing DESC, weight DESC, other LIMIT %(n)s",
-        keys,
-    )
+    cur = await conn.execute(_LINKS.format(only="", order=_BY_TYPE), keys)
     rows = await cur.fetchall()
-    cur = await conn.execute(f"SELECT * FROM ({_LINKS.format(only=_SUPERSEDES)}) l ORDER BY other, outgoing DESC", keys)
-    supersession = await cur.fetchall()
+    supersession: list[Any] = []
+    if kind is not Kind.CONCEPT:  # SUPERSEDES joins memory units and artifacts
+        cur = await conn.execute(_LINKS.format(only=_SUPERSEDES, order=_BY_OTHER), {**keys, "n": None})
+        supersession = await cur.fetchall()
     cur = await conn.execute(
         "SELECT (SELECT count(*) FROM hrt_relations WHERE user_id = %(u)s AND source = %(i)s) + "
         "(SELECT count(*) FROM hrt_relations WHERE user_id = %(u)s AND target = %(i)s), "
