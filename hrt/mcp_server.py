@@ -1,4 +1,4 @@
-"""HRT as an MCP server (the official ``mcp`` SDK's :class:`MCPServer`): four tools over one HRT service.
+"""HRT as an MCP server (the official ``mcp`` SDK's :class:`MCPServer`): five tools over one HRT service.
 
 - ``retrieve_memory`` (scope ``retrieve``): a retrieval; answers the rendered context text and the
   AugmentedMemoryContext V9.4 as the same canonical JSON ``POST /v1/retrieve`` returns.
@@ -6,6 +6,8 @@
   ``POST /v1/conversations`` takes them, or records in the ingest format; one transaction.
 - ``forget`` (scope ``ingest`` for one entity, ``admin`` for everything of a user).
 - ``memory_stats`` (scope ``retrieve``): counts per kind.
+- ``recall_entity`` (scope ``retrieve``): one entity with its relations, validity, supersession and
+  writer, as ``GET /v1/users/{user_id}/entities/{kind}/{id}`` answers it (:mod:`hrt.browse`).
 
 Who acts: every tool call is made by a :class:`~hrt.auth.Principal` and checked exactly as the
 REST routes check theirs: the scope first, then the request's fields, then the users. Over HTTP
