@@ -46,12 +46,12 @@ import email.utils
 import math
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC
 from types import TracebackType
 from typing import Any, Generic, Literal, Self, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import httpx
 from pydantic import BaseModel, TypeAdapter
@@ -59,6 +59,7 @@ from pydantic_core import to_jsonable_python
 
 from hrt import __version__
 from hrt.auth import Scope as KeyScope
+from hrt.browse import EntityPage, EntitySummary, EntityView
 from hrt.contract import (
     AugmentedMemoryContext,
     Health,
@@ -336,6 +337,40 @@ def _revoke_key_call(name: str) -> _Call[KeyInfo]:
     return _Call("DELETE", f"/v1/keys/{_segment(name)}", _model(KeyInfo), idempotent=False)
 
 
+def _get_entity_call(user_id: str, kind: EntityKind, entity_id: str, relation_limit: int | None) -> _Call[EntityView]:
+    path = f"/v1/users/{_segment(user_id)}/entities/{_segment(kind)}/{_segment(entity_id)}"
+    if relation_limit is not None:
+        path += "?" + urlencode({"relation_limit": relation_limit})
+    return _Call("GET", path, _model(EntityView), idempotent=True)
+
+
+def _list_entities_call(user_id: str, filters: Mapping[str, Any], cursor: str | None) -> _Call[EntityPage]:
+    """One page of ``GET /v1/users/{user_id}/entities``; the filters as its query parameters (a
+    sequence repeats one: ``tags=a&tags=b``; datetimes as ISO 8601)."""
+    query: list[tuple[str, str]] = []
+    for name, value in sorted({**filters, "cursor": cursor}.items()):
+        values = list(value) if isinstance(value, list | tuple) else [value]
+        for v in values:
+            if v is None:
+                continue
+            text = "true" if v is True else "false" if v is False else v.isoformat() if hasattr(v, "isoformat") else v
+            query.append((name, str(text)))
+    path = f"/v1/users/{_segment(user_id)}/entities"
+    return _Call("GET", f"{path}?{urlencode(query)}" if query else path, _model(EntityPage), idempotent=True)
+
+
+LIST_FILTERS = frozenset(
+    {"kind", "tags", "agent", "created_after", "created_before", "valid_at", "prefix", "include_invalidated", "limit"}
+)
+
+
+def _list_filters(kind: EntityKind | None, filters: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(filters) - LIST_FILTERS)
+    if unknown:
+        raise TypeError(f"list_entities got unknown filters {unknown}; known: {sorted(LIST_FILTERS)}")
+    return {**filters, "kind": kind}
+
+
 class _Base:
     def __init__(self, base_url: str, api_key: str | None, retry: RetryPolicy | None) -> None:
         self.base_url = base_url.rstrip("/")
@@ -513,6 +548,27 @@ class HRTClient(_Base):
     def revoke_key(self, name: str) -> KeyInfo:
         return self._do(_revoke_key_call(name))
 
+    def get_entity(
+        self, user_id: str, kind: EntityKind, entity_id: str, *, relation_limit: int | None = None
+    ) -> EntityView:
+        """``GET /v1/users/{user_id}/entities/{kind}/{id}``: the record as ingested, its relations
+        (at most ``relation_limit``, default 100), validity, supersession and writer; NotFound when absent."""
+        return self._do(_get_entity_call(user_id, kind, entity_id, relation_limit))
+
+    def list_entities(self, user_id: str, kind: EntityKind | None = None, **filters: Any) -> Iterator[EntitySummary]:
+        """Every entity of the user that the filters let through, in id order, fetched a page at a
+        time (``GET /v1/users/{user_id}/entities``): ``tags``, ``agent`` (lists), ``created_after``,
+        ``created_before``, ``valid_at`` (ISO 8601 or datetimes), ``prefix``, ``include_invalidated``,
+        ``limit`` (the page size, 1 to 500)."""
+        sent = _list_filters(kind, filters)
+        cursor: str | None = None
+        while True:
+            page = self._do(_list_entities_call(user_id, sent, cursor))
+            yield from page.entities
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
 
 class AsyncHRTClient(_Base):
     """The same client for asyncio: every method is a coroutine."""
@@ -641,11 +697,35 @@ class AsyncHRTClient(_Base):
     async def revoke_key(self, name: str) -> KeyInfo:
         return await self._do(_revoke_key_call(name))
 
+    async def get_entity(
+        self, user_id: str, kind: EntityKind, entity_id: str, *, relation_limit: int | None = None
+    ) -> EntityView:
+        """``GET /v1/users/{user_id}/entities/{kind}/{id}``: the record as ingested, its relations
+        (at most ``relation_limit``, default 100), validity, supersession and writer; NotFound when absent."""
+        return await self._do(_get_entity_call(user_id, kind, entity_id, relation_limit))
+
+    async def list_entities(
+        self, user_id: str, kind: EntityKind | None = None, **filters: Any
+    ) -> AsyncIterator[EntitySummary]:
+        """As :meth:`HRTClient.list_entities`: ``async for entity in client.list_entities(...)``."""
+        sent = _list_filters(kind, filters)
+        cursor: str | None = None
+        while True:
+            page = await self._do(_list_entities_call(user_id, sent, cursor))
+            for entity in page.entities:
+                yield entity
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
 
 __all__ = [
     "NO_RETRY",
     "AsyncHRTClient",
     "ConversationResult",
+    "EntityPage",
+    "EntitySummary",
+    "EntityView",
     "HRTClient",
     "Health",
     "KeyInfo",

@@ -1,4 +1,4 @@
-"""HRT as an MCP server (the official ``mcp`` SDK's :class:`MCPServer`): four tools over one HRT service.
+"""HRT as an MCP server (the official ``mcp`` SDK's :class:`MCPServer`): five tools over one HRT service.
 
 - ``retrieve_memory`` (scope ``retrieve``): a retrieval; answers the rendered context text and the
   AugmentedMemoryContext V9.4 as the same canonical JSON ``POST /v1/retrieve`` returns.
@@ -6,6 +6,8 @@
   ``POST /v1/conversations`` takes them, or records in the ingest format; one transaction.
 - ``forget`` (scope ``ingest`` for one entity, ``admin`` for everything of a user).
 - ``memory_stats`` (scope ``retrieve``): counts per kind.
+- ``recall_entity`` (scope ``retrieve``): one entity with its relations, validity, supersession and
+  writer, as ``GET /v1/users/{user_id}/entities/{kind}/{id}`` answers it (:mod:`hrt.browse`).
 
 Who acts: every tool call is made by a :class:`~hrt.auth.Principal` and checked exactly as the
 REST routes check theirs: the scope first, then the request's fields, then the users. Over HTTP
@@ -41,6 +43,7 @@ from hrt import __version__
 from hrt.api.errors import error_dict, field_name, refusal_reason, status_for
 from hrt.api.guard import audit_line
 from hrt.auth import SCOPES, Principal
+from hrt.browse import DEFAULT_RELATION_LIMIT, read_entity, written_by
 from hrt.contract import RetrieveRequest
 from hrt.errors import HRTError, InvalidInput, Unauthenticated
 from hrt.extraction.messages import ConversationRequest
@@ -310,6 +313,22 @@ ForgetUserArg: TypeAlias = Annotated[
     ),
 ]
 
+RecallKindArg: TypeAlias = Annotated[
+    Any,
+    WithJsonSchema({"type": "string", "enum": ["memory_unit", "concept", "artifact"]}),
+    Field(description="The entity's kind, as retrieve_memory returned it."),
+]
+RecallIdArg: TypeAlias = Annotated[
+    Any,
+    WithJsonSchema(ID_SCHEMA),
+    Field(description="The entity's id, as retrieve_memory returned it (a memory unit's muid, a concept's id)."),
+]
+RelationLimitArg: TypeAlias = Annotated[
+    Any,
+    WithJsonSchema({"type": "integer", "minimum": 1, "maximum": 1000}),
+    Field(description="At most this many relations (default 100); relation_count says how many it has."),
+]
+
 
 # --------------------------------------------------------------------------------------------
 # Results
@@ -553,7 +572,7 @@ def build_server(
             users = sorted({r.user_id for r in parsed})
             audit.update(users=users, records=len(parsed))
             caller.require_users(users)  # before anything is written
-            result = await service().ingest(parsed)
+            result = await service().ingest(parsed, written_by=written_by(caller))
             audit.update(upserted=result.upserted, deleted=result.deleted)
             return _json_result({"upserted": result.upserted, "deleted": result.deleted})
 
@@ -573,7 +592,7 @@ def build_server(
             audit.update(users=[request.user_id], records=len(request.messages), messages=len(request.messages))
             caller.require_users([request.user_id])  # before anything is written
             with service().ingest_slot():
-                result = await service().add_messages(request)
+                result = await service().add_messages(request, written_by=written_by(caller))
             audit.update(upserted=sum(m.status != "unchanged" for m in result.messages))
             return _json_result(result.model_dump(mode="json"))
 
@@ -639,6 +658,38 @@ def build_server(
             return _json_result(dict(counts))
 
         return await run("memory_stats", ctx, action, write=False)
+
+    @server.tool(
+        title="Open one entity of the user's memory with its relations",
+        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
+    )
+    async def recall_entity(
+        ctx: Context[Any, Any],
+        kind: RecallKindArg = None,
+        entity_id: RecallIdArg = None,
+        user_id: UserArg = None,
+        relation_limit: RelationLimitArg = None,
+    ) -> CallToolResult:
+        """Open one memory unit, concept or artifact by its kind and id (as retrieve_memory returned them):
+        the record as stored (full content), when it was true (validity), what it replaces and what replaces
+        it, its relations in both directions with the other end's kind, id and title, and for a concept how
+        many memory units mention it. Use it to follow up an item of a retrieval: read a whole memory, see
+        who and what a concept is connected to, or check whether a fact was superseded."""
+
+        async def action(caller: Principal, audit: dict[str, Any]) -> CallToolResult:
+            caller.require_scope("retrieve")
+            user = _user(caller, user_id)
+            if kind not in ("memory_unit", "concept", "artifact"):
+                raise InvalidInput("kind must be memory_unit, concept or artifact", field="kind")
+            ident = _check_id(entity_id, "entity_id")
+            limit = DEFAULT_RELATION_LIMIT if relation_limit is None else relation_limit
+            if not isinstance(limit, int) or isinstance(limit, bool):
+                raise InvalidInput("relation_limit must be an integer", field="relation_limit")
+            caller.require_users([user])
+            view = await read_entity(service().records, user, Kind(kind), ident, limit)
+            return _json_result(view.model_dump(mode="json"))
+
+        return await run("recall_entity", ctx, action, write=False)
 
     return server
 

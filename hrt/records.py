@@ -376,3 +376,9 @@ def entity_ts(entity: Entity) -> datetime | None:
     if isinstance(entity, Artifact):
         return entity.created_at
     return None
+
+
+def title_key(entity: Entity) -> str:
+    """What browsing matches a ``prefix`` against: a concept's name, otherwise the title, lower-cased
+    in Python (both stores keep it so: SQLite's and PostgreSQL's ``lower`` differ beyond ASCII)."""
+    return (entity.name if isinstance(entity, Concept) else entity.title).lower()

@@ -148,6 +148,7 @@ class HRTService:
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.settings = settings
+        self.clock = clock  # the time of writes (WriteBatch.written_at) and of reads "now"
         self.embedder = embedder or load_embedder(settings)
         self.metrics = Metrics()
         self._closers: list[Callable[[], object]] = []
@@ -475,17 +476,29 @@ class HRTService:
             with self._ingest_lock:
                 self._ingests -= 1
 
-    async def ingest(self, records: Sequence[Record], progress: Callable[[int], None] | None = None) -> WriteResult:
+    async def ingest(
+        self,
+        records: Sequence[Record],
+        progress: Callable[[int], None] | None = None,
+        written_by: str | None = None,
+    ) -> WriteResult:
+        """Write records in one transaction; ``written_by``: the API key's id writing them (None:
+        the operator), kept with each entity with the clock's time (``RecordStore.entity_detail``)."""
         with self.ingest_slot():
             # embedding is CPU-bound for seconds per thousand records: never on the event loop
             batch = await asyncio.to_thread(build_batch, records, self.embedder, progress=progress)
+            self._mark_writer(batch, written_by)
             result = await self.writer.apply(batch)
             for r in records:
                 self.metrics.ingested.labels(kind=r.kind).inc()
             await self._project_now()
         return result
 
-    async def add_messages(self, request: ConversationRequest) -> ConversationResult:
+    def _mark_writer(self, batch: WriteBatch, written_by: str | None) -> None:
+        batch.written_by = written_by
+        batch.written_at = self.clock().timestamp()
+
+    async def add_messages(self, request: ConversationRequest, written_by: str | None = None) -> ConversationResult:
         """Messages of one session in: each a memory unit, linked to the previous turn and to the
         concepts the extractor finds (:mod:`hrt.extraction.conversation`), in one transaction with
         the user's extraction statistics. A resend is a no-op; an edited message replaces its unit."""
@@ -498,6 +511,7 @@ class HRTService:
                         break
                     batch = await asyncio.to_thread(build_batch, plan.records, self.embedder)
                     batch.state, batch.state_expect = plan.state, plan.expect
+                    self._mark_writer(batch, written_by)
                     try:
                         await self.writer.apply(batch)
                     except StateChanged:

@@ -34,8 +34,16 @@ async def timed(base_url: str, api_key: str, mode: str, concurrency: int, query:
         durations.append(time.perf_counter() - response.request.extensions["t0"])
 
     async with httpx.AsyncClient(event_hooks={"request": [on_request], "response": [on_response]}) as client:
-        r = Qwen3Reranker(base_url=base_url, api_key=api_key, client=client, mode=mode, max_concurrency=concurrency,
-                          top_logprobs=TOP_N, timeout_s=120, cache_size=0)
+        r = Qwen3Reranker(
+            base_url=base_url,
+            api_key=api_key,
+            client=client,
+            mode=mode,
+            max_concurrency=concurrency,
+            top_logprobs=TOP_N,
+            timeout_s=120,
+            cache_size=0,
+        )
         started = time.perf_counter()
         await r.score(query, DOCS)
         wall = time.perf_counter() - started
@@ -49,8 +57,10 @@ async def measure(base_url: str, api_key: str, label: str) -> None:
         await warm.aclose()
         for concurrency in (1, 2):
             median_ms, per_doc = await timed(base_url, api_key, mode, concurrency, f"{QUERY} ({mode} {concurrency})")
-            print(f"{label:>10} {mode:>10} concurrency {concurrency}: median request {median_ms:6.0f} ms, "
-                  f"wall {per_doc:6.0f} ms per document")
+            print(
+                f"{label:>10} {mode:>10} concurrency {concurrency}: median request {median_ms:6.0f} ms, "
+                f"wall {per_doc:6.0f} ms per document"
+            )
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, Request, Response
+from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.openapi.utils import get_openapi
 from pydantic import Field
 
@@ -36,6 +36,20 @@ from hrt.auth import (
     new_key,
     parse_expiry,
     within_parent,
+)
+from hrt.browse import (
+    DEFAULT_LIMIT,
+    DEFAULT_RELATION_LIMIT,
+    MAX_CURSOR_CHARS,
+    MAX_FILTER_VALUES,
+    MAX_LIMIT,
+    MAX_RELATION_LIMIT,
+    BrowseRequest,
+    EntityPage,
+    EntityView,
+    browse_entities,
+    read_entity,
+    written_by,
 )
 from hrt.config import Settings
 from hrt.contract import (
@@ -66,6 +80,8 @@ log = logging.getLogger(__name__)
 ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("POST", "/v1/retrieve"): "retrieve",
     ("GET", "/v1/users/{user_id}/stats"): "retrieve",
+    ("GET", "/v1/users/{user_id}/entities/{kind}/{entity_id}"): "retrieve",
+    ("GET", "/v1/users/{user_id}/entities"): "retrieve",
     ("POST", "/v1/ingest"): "ingest",
     ("POST", "/v1/conversations"): "ingest",
     ("DELETE", "/v1/users/{user_id}/entities/{kind}/{entity_id}"): "ingest",
@@ -266,7 +282,7 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
             users = sorted({r.user_id for r in records})
             audit.update(users=users, records=len(records))
             caller.require_users(users)  # before anything is written
-            result = await svc().ingest(records)
+            result = await svc().ingest(records, written_by=written_by(caller))
         audit.update(upserted=result.upserted, deleted=result.deleted)
         return WriteSummary(upserted=result.upserted, deleted=result.deleted)
 
@@ -288,7 +304,7 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
             del raw
             audit.update(users=[body.user_id], records=len(body.messages), messages=len(body.messages))
             caller.require_users([body.user_id])  # before anything is written
-            result = await svc().add_messages(body)
+            result = await svc().add_messages(body, written_by=written_by(caller))
         audit.update(upserted=sum(m.status != "unchanged" for m in result.messages))
         return result
 
@@ -351,6 +367,61 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
         _check_id(user_id, "user_id")
         caller.require_users([user_id])
         return UserStats(**await svc().records.counts(user_id))
+
+    # --- reading and browsing entities (#33; hrt/browse.py) ------------------------------------
+
+    @app.get(
+        "/v1/users/{user_id}/entities/{kind}/{entity_id}",
+        response_model=EntityView,
+        responses=ERROR_RESPONSES,
+        summary="One entity as ingested, with its relations, validity, supersession and writer (scope: retrieve)",
+    )
+    async def get_entity(
+        user_id: UserIdPath,
+        kind: EntityKindPath,
+        entity_id: UserIdPath,
+        caller: Caller,
+        relation_limit: Annotated[int, Query(ge=1, le=MAX_RELATION_LIMIT)] = DEFAULT_RELATION_LIMIT,
+    ) -> EntityView:
+        _check_id(user_id, "user_id")
+        caller.require_users([user_id])
+        return await read_entity(svc().records, user_id, Kind(kind), entity_id, relation_limit)
+
+    @app.get(
+        "/v1/users/{user_id}/entities",
+        response_model=EntityPage,
+        responses=ERROR_RESPONSES,
+        summary="A page of one user's entities in id order, filtered, with the next page's cursor (scope: retrieve)",
+    )
+    async def list_entities(
+        user_id: UserIdPath,
+        caller: Caller,
+        kind: EntityKindPath | None = None,
+        tags: Annotated[list[str] | None, Query(max_length=MAX_FILTER_VALUES)] = None,
+        agent: Annotated[list[str] | None, Query(max_length=MAX_FILTER_VALUES)] = None,
+        created_after: Annotated[str | None, Query(max_length=64)] = None,
+        created_before: Annotated[str | None, Query(max_length=64)] = None,
+        valid_at: Annotated[str | None, Query(max_length=64)] = None,
+        prefix: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
+        include_invalidated: bool = False,
+        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
+        cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
+    ) -> EntityPage:
+        _check_id(user_id, "user_id")
+        caller.require_users([user_id])
+        request = BrowseRequest(
+            kind=Kind(kind) if kind is not None else None,
+            tags=tuple(tags or ()),
+            agents=tuple(agent or ()),
+            created_after=created_after,
+            created_before=created_before,
+            valid_at=valid_at,
+            prefix=prefix,
+            include_invalidated=include_invalidated,
+            limit=limit,
+            cursor=cursor,
+        )
+        return await browse_entities(svc().records, user_id, request, svc().clock())
 
     def manageable(caller: Principal, users: tuple[str, ...] | None) -> bool:
         """An admin key manages the keys whose users are all its own (every key, for all users)."""

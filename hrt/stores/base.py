@@ -192,6 +192,10 @@ class WriteBatch:
     # rows that must still hold these values (None: be absent) when the batch commits, else the
     # write fails with StateChanged and nothing is written (another writer got there first)
     state_expect: dict[tuple[str, str, str], str | None] = field(default_factory=dict)
+    # who wrote the batch's entities and when (RecordStore.entity_detail shows them): the API key's
+    # id (None: the operator, the CLI) and the service clock's epoch seconds (None: not recorded)
+    written_by: str | None = None
+    written_at: float | None = None
 
     def __len__(self) -> int:
         return len(self.entities) + len(self.relations) + len(self.preferences) + len(self.deletions)
@@ -202,6 +206,70 @@ class WriteResult:
     upserted: int
     deleted: int
     versions: dict[tuple[str, str], int] = field(default_factory=dict)  # (user_id, id) -> entity version
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEntity:
+    """An entity as its record store keeps it, with when and by which API key it was last written
+    (None for either: written before HRT recorded it, or, for the key, by the operator)."""
+
+    entity: Entity
+    version: int
+    written_at: float | None = None
+    written_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EntityLink:
+    """One relation seen from one of its ends: which way it points (``outgoing``: from this
+    entity) and the other end's id, kind, label (:func:`hrt.records.entity_label`) and start (its
+    valid_from, else its creation time: when a successor ends what it supersedes)."""
+
+    relation: Relation
+    outgoing: bool
+    other_id: str
+    other_kind: Kind
+    other_label: str
+    other_start: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EntityDetail:
+    """One entity and what HRT knows of it (``RecordStore.entity_detail``)."""
+
+    stored: StoredEntity
+    # its relations, both directions, in (type, outgoing first, weight descending, other id) order,
+    # at most the limit asked; ``relation_count`` counts them all
+    relations: list[EntityLink]
+    relation_count: int
+    # every SUPERSEDES link, both directions (what it replaces, what replaces it), by other id
+    supersession: list[EntityLink]
+    # memory units mentioning it (MENTIONS in): a concept's; 0 for the other kinds
+    mentioned_by: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrowseFilter:
+    """A page of one user's entities in id order (byte order: ids are ASCII), those with an id
+    after ``after``, at most ``limit``. Each filter given narrows: ``kind``; ``tags`` (memory units
+    carrying any of them) and ``agents`` (memory units whose source_agent_id is one of them);
+    creation time (memory units' creation_ts, artifacts' created_at: concepts have none) in
+    ``[created_after, created_before)``; ``prefix`` (already lower-cased) of the title or a
+    concept's name, lower-cased (:func:`hrt.records.title_key`). Validity, as retrieval reads it
+    (an entity's own interval, its end else its earliest successor's start): with ``valid_at``
+    the entities whose interval holds then; with ``ended_by`` those whose interval has not ended by
+    then (begun or not); neither: every entity."""
+
+    kind: Kind | None = None
+    tags: tuple[str, ...] = ()
+    agents: tuple[str, ...] = ()
+    created_after: float | None = None
+    created_before: float | None = None
+    prefix: str | None = None
+    valid_at: float | None = None
+    ended_by: float | None = None
+    after: str | None = None
+    limit: int = 50
 
 
 @runtime_checkable
@@ -445,6 +513,17 @@ class RecordStore(StoreLifecycle, KeyStore, Protocol):
     async def user_exists(self, user_id: str) -> bool: ...
 
     async def counts(self, user_id: str) -> dict[str, int]: ...
+
+    async def entity_detail(self, user_id: str, kind: Kind, ident: str, relation_limit: int) -> EntityDetail | None:
+        """One entity of the user, of that kind, with its relations (at most ``relation_limit``),
+        its supersession links and, for a concept, how many memory units mention it; None when the
+        user has no such entity (another user's id reads exactly as an absent one)."""
+        ...
+
+    async def browse(self, user_id: str, where: BrowseFilter) -> list[StoredEntity]:
+        """The user's entities that ``where`` lets through, in id order, at most ``where.limit``,
+        in one read."""
+        ...
 
     # --- maintenance (``hrt doctor``) ---------------------------------------------------------
 

@@ -40,6 +40,7 @@ from hrt.records import (
     Entity,
     Kind,
     MemoryUnit,
+    title_key,
 )
 from hrt.stores.ann import AnnConfig
 from hrt.stores.base import GraphEdge, GraphNode, VectorDoc, WriteBatch, WriteResult
@@ -150,6 +151,22 @@ SCHEMA: list[tuple[int, str]] = [
             user_id TEXT NOT NULL, ns TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
             PRIMARY KEY (user_id, ns, key)
         ) WITHOUT ROWID;
+        """,
+    ),
+    (
+        8,
+        # reading and browsing entities (#33): when and by which API key each was last written
+        # (NULL for rows written before: unknown), and its lower-cased title or name
+        # (hrt.records.title_key; backfilled with SQLite's lower, which folds ASCII only: a re-ingest
+        # refreshes it) for prefix filters, indexed. Pages in id order come from the primary key, or
+        # from entities_kind (user_id, kind) whose rows are in id order within a kind.
+        """
+        ALTER TABLE entities ADD COLUMN written_at REAL;
+        ALTER TABLE entities ADD COLUMN written_by TEXT;
+        ALTER TABLE entities ADD COLUMN title_key TEXT;
+        UPDATE entities SET title_key = lower(coalesce(json_extract(data, '$.name'), json_extract(data, '$.title'),
+            ''));
+        CREATE INDEX entities_title ON entities (user_id, title_key);
         """,
     ),
 ]
@@ -415,7 +432,13 @@ class EmbeddedStore:
                         vector = batch.vectors.get((entity.user_id, entity.id))
                         if vector is None:
                             raise StoreError(f"no vector was computed for {entity.user_id}/{entity.id}")
-                        self._upsert_entity(db, entity, vector, batch.passages.get((entity.user_id, entity.id)))
+                        self._upsert_entity(
+                            db,
+                            entity,
+                            vector,
+                            batch.passages.get((entity.user_id, entity.id)),
+                            (batch.written_at, batch.written_by),
+                        )
                         of(entity.user_id).nodes.add(entity.id)
                         upserted += 1
                     self._check_edges(db, batch)
@@ -494,15 +517,22 @@ class EmbeddedStore:
                     )
 
     def _upsert_entity(
-        self, db: sqlite3.Connection, entity: Entity, vector: np.ndarray, passages: np.ndarray | None
+        self,
+        db: sqlite3.Connection,
+        entity: Entity,
+        vector: np.ndarray,
+        passages: np.ndarray | None,
+        written: tuple[float | None, str | None] = (None, None),
     ) -> None:
         data = entity.model_dump_json()
         kind = Kind(entity.kind)
         node = graph_node(entity)
         db.execute(
-            "INSERT INTO entities VALUES (?, ?, ?, ?, 1) ON CONFLICT (user_id, id) "
-            "DO UPDATE SET data = excluded.data, version = version + 1",
-            (entity.user_id, entity.id, kind.value, data),
+            "INSERT INTO entities (user_id, id, kind, data, version, written_at, written_by, title_key) "
+            "VALUES (?, ?, ?, ?, 1, ?, ?, ?) ON CONFLICT (user_id, id) DO UPDATE SET data = excluded.data, "
+            "version = version + 1, written_at = excluded.written_at, written_by = excluded.written_by, "
+            "title_key = excluded.title_key",
+            (entity.user_id, entity.id, kind.value, data, written[0], written[1], title_key(entity)),
         )
         db.execute(
             f"INSERT OR REPLACE INTO nodes ({NODE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

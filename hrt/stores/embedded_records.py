@@ -13,7 +13,8 @@ from hrt.auth import KeyRecord
 from hrt.errors import Conflict
 from hrt.projection import RELATION_COLUMNS, passage_rows, relation_from_row
 from hrt.records import Entity, Kind, Preference, Relation
-from hrt.stores.base import WARM_UP_USER, EntityRow
+from hrt.stores import embedded_browse
+from hrt.stores.base import WARM_UP_USER, BrowseFilter, EntityDetail, EntityRow, StoredEntity
 from hrt.stores.embedded import ENTITY_MODELS, EmbeddedPart, chunks
 
 if TYPE_CHECKING:
@@ -106,6 +107,14 @@ class EmbeddedRecordStore(EmbeddedPart):
         out["relation"] = int(edges)
         out["preference"] = int(prefs)
         return out
+
+    async def entity_detail(self, user_id: str, kind: Kind, ident: str, relation_limit: int) -> EntityDetail | None:
+        with self._store.snapshot() as db:
+            return embedded_browse.entity_detail(db, user_id, Kind(kind), ident, relation_limit)
+
+    async def browse(self, user_id: str, where: BrowseFilter) -> list[StoredEntity]:
+        with self._store.reading() as db:
+            return embedded_browse.browse(db, user_id, where)
 
     async def ids(self, user_id: str) -> dict[str, str]:
         with self._store.reading() as db:

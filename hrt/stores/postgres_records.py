@@ -27,8 +27,19 @@ from psycopg_pool import AsyncConnectionPool
 from hrt.auth import KeyRecord
 from hrt.errors import Conflict, InvalidInput, StateChanged, StoreError, StoreUnavailable
 from hrt.projection import RELATION_COLUMNS, passage_bytes, passage_rows, relation_from_row, seconds
-from hrt.records import EDGE_ENDPOINTS, Deletion, Entity, Kind, Preference, Relation, entity_ts, valid_from
-from hrt.stores.base import WARM_UP_USER, EntityRow, WriteBatch, WriteResult
+from hrt.records import (
+    EDGE_ENDPOINTS,
+    Deletion,
+    Entity,
+    Kind,
+    Preference,
+    Relation,
+    entity_ts,
+    title_key,
+    valid_from,
+)
+from hrt.stores import postgres_browse
+from hrt.stores.base import WARM_UP_USER, BrowseFilter, EntityDetail, EntityRow, StoredEntity, WriteBatch, WriteResult
 from hrt.stores.embedded import ENTITY_MODELS
 
 log = logging.getLogger(__name__)
@@ -232,6 +243,16 @@ class PostgresRecordStore:
         out["preference"] = int(pref[0]) if pref else 0
         return out
 
+    async def entity_detail(self, user_id: str, kind: Kind, ident: str, relation_limit: int) -> EntityDetail | None:
+        async with self.connection("entity_detail") as conn, conn.transaction():
+            # one snapshot for the record, its links and their count
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            return await postgres_browse.entity_detail(conn, user_id, Kind(kind), ident, relation_limit)
+
+    async def browse(self, user_id: str, where: BrowseFilter) -> list[StoredEntity]:
+        async with self.reading("browse") as conn:
+            return await postgres_browse.browse(conn, user_id, where)
+
     async def ids(self, user_id: str) -> dict[str, str]:
         """id -> kind of every entity of a user (for drift checks)."""
         async with self.connection("ids") as conn:
@@ -353,19 +374,23 @@ class PostgresRecordStore:
                     seconds(entity_ts(e)),
                     seconds(valid_from(e)),  # as the projections see it: the record's, else its ts
                     seconds(e.valid_to),
+                    title_key(e),
                 )
             )
-        # rows go in key order (ORDER BY ordinality), so concurrent batches lock in the same order
+        # rows go in key order (ORDER BY ordinality), so concurrent batches lock in the same order;
+        # the writer (key and time) is the batch's, the same for every row
         cur = await conn.execute(
-            "INSERT INTO hrt_entities (user_id, id, kind, data, vector, passages, ts, valid_from, valid_to) "
-            "SELECT u, i, k, d, v, p, t, vf, vt FROM unnest(%s::text[], %s::text[], %s::text[], %s::jsonb[], "
-            "%s::bytea[], %s::bytea[], %s::float8[], %s::float8[], %s::float8[]) "
-            "WITH ORDINALITY AS r(u, i, k, d, v, p, t, vf, vt, n) "
+            "INSERT INTO hrt_entities (user_id, id, kind, data, vector, passages, ts, valid_from, valid_to, "
+            "title_key, written_at, written_by) "
+            "SELECT u, i, k, d, v, p, t, vf, vt, tk, %s::float8, %s::text FROM unnest(%s::text[], %s::text[], "
+            "%s::text[], %s::jsonb[], %s::bytea[], %s::bytea[], %s::float8[], %s::float8[], %s::float8[], %s::text[]) "
+            "WITH ORDINALITY AS r(u, i, k, d, v, p, t, vf, vt, tk, n) "
             "ORDER BY n ON CONFLICT (user_id, id) DO UPDATE SET data = excluded.data, vector = excluded.vector, "
             "passages = excluded.passages, "
             "ts = excluded.ts, valid_from = excluded.valid_from, valid_to = excluded.valid_to, "
+            "title_key = excluded.title_key, written_at = excluded.written_at, written_by = excluded.written_by, "
             "version = hrt_entities.version + 1, updated_at = now() RETURNING user_id, id, version",
-            _columns(rows, lambda row: row, 9),
+            (batch.written_at, batch.written_by, *_columns(rows, lambda row: row, 10)),
         )
         versions = {(u, i): int(v) for u, i, v in await cur.fetchall()}
         await self._events(

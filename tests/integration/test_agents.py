@@ -169,7 +169,7 @@ async def test_mcp_over_streamable_http_on_hrt_serve(server):
             Client(streamable_http_client(f"{server.base_url}/mcp", http_client=http)) as client,
         ):
             names = {t.name for t in (await client.list_tools()).tools}
-            assert names == {"retrieve_memory", "remember", "forget", "memory_stats"}
+            assert names == {"retrieve_memory", "remember", "forget", "memory_stats", "recall_entity"}
             result = await call(client, "retrieve_memory", {**BODY, "render": {"max_tokens": 600}})
             assert not result.is_error
             assert result.content[1].text.encode() == expected  # the REST route's canonical JSON

@@ -101,7 +101,7 @@ def test_ingest_query_and_a_bad_line(tmp_path):
     m = run_hrt("migrate", "--db", db)
     embedded = json.loads(m.stdout)["embedded"]
     # 2: API keys, 3: filters, 4: validity intervals, 5: passage vectors, 6: key lineage, 7: extraction state
-    assert embedded["schema_versions"] == [1, 2, 3, 4, 5, 6, 7] and embedded["applied_now"] == []
+    assert embedded["schema_versions"] == [1, 2, 3, 4, 5, 6, 7, 8] and embedded["applied_now"] == []
     # a fact that changes: the new one supersedes m1, which the query sets aside, or shows marked
     newer = tmp_path / "newer.jsonl"
     successor = {

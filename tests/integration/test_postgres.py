@@ -579,6 +579,9 @@ def test_migration_0004_backfills_the_intervals_of_rows_written_before_it(postgr
             "m2": (_epoch("2025-03-15T00:00:00Z"), _epoch(JUNE_30)),
         }
         assert conn.execute("SELECT valid_from, valid_to FROM hrt_relations").fetchall() == [(None, None)]
+        # 0008: a browsing title backfilled (a concept's name, lower-cased), the writer unknown
+        titles = conn.execute("SELECT id, title_key, written_at, written_by FROM hrt_entities ORDER BY id").fetchall()
+        assert titles == [("c1", "atlas", None, None), ("m1", "", None, None), ("m2", "", None, None)]
         conn.execute(relation, ("m2", "m1", "SUPERSEDES"))
         with pytest.raises(psycopg.errors.CheckViolation):
             conn.execute(relation, ("m2", "m1", "REPLACES"))

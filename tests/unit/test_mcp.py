@@ -91,7 +91,7 @@ async def test_the_tools_are_described_for_a_model_to_choose(loaded_service):
     server = build_server(lambda: loaded_service, lambda _ctx: operator_principal())
     async with Client(server) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-    assert set(tools) == {"retrieve_memory", "remember", "forget", "memory_stats"}
+    assert set(tools) == {"retrieve_memory", "remember", "forget", "memory_stats", "recall_entity"}
     for tool in tools.values():
         assert tool.description and len(tool.description) > 150, tool.name
         assert "$ref" not in json.dumps(tool.input_schema), tool.name  # the contract's schemas, inlined

@@ -158,7 +158,7 @@ def test_a_file_from_before_passages_gains_the_column_and_reads_its_own_vectors(
     db.close()
     store = EmbeddedStore(path, 4)
     try:
-        assert store.applied_on_open == [5, 6, 7] and store.schema_versions() == [1, 2, 3, 4, 5, 6, 7]
+        assert store.applied_on_open == [5, 6, 7, 8] and store.schema_versions() == [1, 2, 3, 4, 5, 6, 7, 8]
         q = unit([1.0, 0.0, 0.0, 0.0])[None, :]
         got = asyncio.run(store.vectors.passage_similarities("u1", ["m1"], q))
         assert got["m1"][0] == pytest.approx(float(v[0])) and got["m1"][1] == got["m1"][0]
