@@ -205,4 +205,7 @@ def audit_line(
         line["target_key"] = write["target_key"]
     if "messages" in write:  # a conversation's messages (records: the same count, what was asked)
         line["messages"] = write["messages"]
+    if method == "GET":  # the one audited read, an export: records are the lines sent, and did the last go out
+        line["event"] = "export"
+        line["complete"] = bool(write.get("complete", False))
     return line
