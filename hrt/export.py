@@ -213,23 +213,8 @@ async def export_lines(
 @contextlib.asynccontextmanager
 async def open_record_store(settings: Settings) -> AsyncIterator[RecordStore]:
     """The record store alone (no embedder, graph or vectors): what ``hrt export`` reads."""
-    if settings.record_store == "postgres":
-        from hrt.errors import StoreError
-        from hrt.stores.postgres_records import PostgresRecordStore
+    from hrt.service import open_key_store
 
-        if not settings.postgres_dsn:
-            raise StoreError("HRT_RECORD_STORE=postgres needs HRT_POSTGRES_DSN")
-        pg = PostgresRecordStore(settings.postgres_dsn, max_size=1)
-        await pg.open()
-        try:
-            yield pg
-        finally:
-            await pg.close()
-    else:
-        from hrt.stores.embedded import EmbeddedStore
-
-        store = EmbeddedStore(settings.db_path, dim=None)
-        try:
-            yield store.records
-        finally:
-            store.close()
+    async with open_key_store(settings) as store:  # the keys live in the record store
+        assert isinstance(store, RecordStore)
+        yield store

@@ -29,19 +29,20 @@ from hrt.records import Kind
 from hrt.service import HRTService
 from hrt.stores.postgres_migrate import migrate
 from tests.integration.conftest import start_hrt_server
+from tests.integration.test_congruence import CASES as CONGRUENCE_CASES
 from tests.unit.test_conversations import calls
 
 pytestmark = pytest.mark.integration
 
 AS_OF = "2025-12-31T00:00:00Z"
+# (user, phrases, request fields, ids that must be returned, ids that must not): the sample graph's
+# supersessions (as tests/integration/test_congruence.py's VALIDITY_CASES) must come through
 CASES = [
-    ("u-maya", ["Project Phoenix timeline", "team bandwidth"], {}),
-    ("u-maya", ["Phoenix pricing decision"], {}),
-    ("u-maya", ["Phoenix pricing decision"], {"valid_at": "2025-04-01T00:00:00Z"}),
-    ("u-tom", ["who owns Dagster"], {}),
-    ("u-tom", ["Postgres migration", "on-call incident"], {}),
-    ("u-sara", ["half marathon training"], {}),
+    ("u-maya", ["Phoenix pricing decision"], {}, {"maya-a-003"}, {"maya-mu-017", "maya-a-002"}),
+    ("u-maya", ["Phoenix pricing decision"], {"valid_at": "2025-04-01T00:00:00Z"}, {"maya-mu-017"}, {"maya-a-003"}),
+    ("u-tom", ["who owns Dagster"], {"valid_at": "2026-02-01T00:00:00Z"}, {"tom-mu-048"}, {"tom-mu-051"}),
 ]
+LIMITS = {"memory_units": 8, "concepts": 5, "artifacts": 4}
 
 
 async def export_bytes(svc: HRTService, user: str) -> bytes:
@@ -114,14 +115,14 @@ async def test_an_embedded_export_rebuilds_the_user_in_services_and_in_another_f
         assert await copy.records.state_scan(talker, "term", "") == {}
         assert await services.records.state_scan(talker, "term", "") == {}
 
+        # the congruence test's requests, within its tolerance: same top unit, at most one of the five
+        # swapped, shared scores within 0.08
         worst = 0.0
-        for user, phrases, extra in [*CASES, (talker, ["pottery class at Clayworks"], {})]:
-            body = {"user_id": user, "key_phrases": phrases, "as_of": AS_OF, **extra}
-            request = RetrieveRequest.model_validate(body)
+        for user, phrases in [*CONGRUENCE_CASES, (talker, ["pottery class at Clayworks"])]:
+            request = RetrieveRequest(user_id=user, key_phrases=phrases, as_of=AS_OF)
             a, b, s = (await source.retrieve(request), await copy.retrieve(request), await services.retrieve(request))
             assert a.canonical_json() == b.canonical_json(), phrases  # the same deployment: byte-identical
             assert not s.retrieval_metadata.degraded
-            # services: the congruence tolerance (the lexical engines differ)
             ids_a = [m.muid for m in a.retrieved_memory_units]
             ids_s = [m.muid for m in s.retrieved_memory_units]
             assert ids_a[:1] == ids_s[:1] and len(set(ids_a) & set(ids_s)) >= len(ids_a) - 1, (phrases, ids_a, ids_s)
@@ -129,8 +130,15 @@ async def test_an_embedded_export_rebuilds_the_user_in_services_and_in_another_f
             for m in a.retrieved_memory_units:
                 if m.muid in scores:
                     worst = max(worst, abs(m.final_retrieval_score - scores[m.muid]))
-            # the facts set aside as superseded are the same: SUPERSEDES came through
-            assert a.retrieval_metadata.validity.suppressed == s.retrieval_metadata.validity.suppressed, phrases
+        # the same facts returned and set aside as superseded: SUPERSEDES came through
+        for user, phrases, extra, present, absent in CASES:
+            body = {"user_id": user, "key_phrases": phrases, "as_of": AS_OF, "limits": LIMITS, **extra}
+            request = RetrieveRequest.model_validate(body)
+            a, b, s = (await source.retrieve(request), await copy.retrieve(request), await services.retrieve(request))
+            assert a.canonical_json() == b.canonical_json(), phrases
+            for doc in (a, s):
+                returned = {m.muid for m in doc.retrieved_memory_units} | {x.id for x in doc.retrieved_artifacts}
+                assert present <= returned and not absent & returned, (phrases, extra, returned)
         print(f"export round trip: largest score gap embedded vs services {worst:.4f}")
         assert worst <= 0.08
     finally:
@@ -198,7 +206,7 @@ def test_hrt_export_then_hrt_ingest_with_a_progress_bar(tmp_path: Path):
         return subprocess.run([sys.executable, "-m", "hrt.cli", *argv], capture_output=True, timeout=600, check=True)
 
     quiet = hrt("ingest", "--db", str(tmp_path / "a.db"), str(sample_data_path()))
-    assert json.loads(quiet.stdout) == {"upserted": 1047, "deleted": 0} and b"ingest sample_graph" not in quiet.stderr
+    assert json.loads(quiet.stdout) == {"upserted": 1051, "deleted": 0} and b"ingest sample_graph" not in quiet.stderr
     out = tmp_path / "sara.ndjson"
     hrt("export", "--db", str(tmp_path / "a.db"), "--user", "u-sara", "--out", str(out))
     shown = hrt("ingest", "--db", str(tmp_path / "b.db"), str(out), "--progress")
