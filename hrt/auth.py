@@ -18,6 +18,7 @@ Scopes (``SCOPE_ROUTES`` in ``hrt.api.app`` lists the routes of each):
     ingest     POST /v1/ingest, POST /v1/conversations, DELETE /v1/users/{u}/entities/{kind}/{id}
     admin      DELETE /v1/users/{u}, the /v1/keys routes
     ops        GET /readyz, GET /metrics
+    export     GET /v1/users/{u}/export (everything of a user, in bulk: a right of access, per user)
 
 A key acts for the users it lists, or for every user (``--all-users``). ``/healthz`` needs no key.
 
@@ -48,8 +49,8 @@ from hrt.errors import Forbidden, InvalidInput, RateLimited, Unauthenticated
 
 log = logging.getLogger(__name__)
 
-Scope = Literal["retrieve", "ingest", "admin", "ops"]
-SCOPES: tuple[Scope, ...] = ("retrieve", "ingest", "admin", "ops")
+Scope = Literal["retrieve", "ingest", "admin", "ops", "export"]
+SCOPES: tuple[Scope, ...] = ("retrieve", "ingest", "admin", "ops", "export")
 TOKEN_PREFIX = "hrt_"
 _TOKEN = re.compile(r"hrt_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
 KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,63}")

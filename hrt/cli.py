@@ -1,7 +1,7 @@
-"""The ``hrt`` command: demo, serve, mcp, keys, ingest, query, migrate, project, doctor, eval, bench,
-dev, export-schema.
+"""The ``hrt`` command: demo, serve, mcp, keys, ingest, export, query, migrate, project, doctor, eval,
+bench, dev, export-schema.
 
-A little over 600 lines because it holds the parser and a short handler for each of thirteen
+A little over 600 lines because it holds the parser and a short handler for each of fourteen
 commands; the work is in the modules they call (eval, bench and dev are imported lazily).
 """
 
@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from hrt.config import Settings, load_settings
 from hrt.contract import AugmentedMemoryContext, RetrieveRequest, canonical_dumps
@@ -58,15 +58,19 @@ async def _service(settings: Settings) -> HRTService:
     return await HRTService(settings).start()
 
 
-async def ingest_file(service: HRTService, path: Path, batch_size: int | None) -> tuple[int, int]:
-    """Validate the whole file first, then write it (one transaction per ``batch_size`` lines)."""
+async def ingest_file(
+    service: HRTService, path: Path, batch_size: int | None, progress: bool = False
+) -> tuple[int, int]:
+    """Validate the whole file first, then write it (one transaction per ``batch_size`` lines); the
+    bar on stderr shows on a terminal, or always with ``progress``."""
     from tqdm import tqdm
 
     with path.open(encoding="utf-8") as fh:
         records = parse_jsonl(fh)
     upserted = deleted = 0
     size = batch_size or max(1, len(records))
-    with tqdm(total=len(records), desc=f"ingest {path.name}", unit="rec", file=sys.stderr, disable=None) as bar:
+    shown = False if progress else None  # None: tqdm shows it on a terminal only
+    with tqdm(total=len(records), desc=f"ingest {path.name}", unit="rec", file=sys.stderr, disable=shown) as bar:
         for i in range(0, len(records), size):
             part = records[i : i + size]
             result = await service.ingest(part)
@@ -239,7 +243,13 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 
 async def ingest_conversation(
-    service: HRTService, path: Path, user: str | None, session: str | None, agent: str | None, batch: int
+    service: HRTService,
+    path: Path,
+    user: str | None,
+    session: str | None,
+    agent: str | None,
+    batch: int,
+    progress: bool = False,
 ) -> list[dict[str, Any]]:
     """A transcript file (:mod:`hrt.extraction.transcripts`) through ``add_messages``, ``batch``
     messages per call (each one transaction); read whole first, so a bad file sends nothing."""
@@ -262,7 +272,9 @@ async def ingest_conversation(
     ]
     summaries: dict[tuple[str, str], dict[str, Any]] = {}
     total = sum(len(s.messages) for s in sessions)
-    with tqdm(total=total, desc=f"ingest {path.name}", unit="msg", file=sys.stderr, disable=None) as bar:
+    with tqdm(
+        total=total, desc=f"ingest {path.name}", unit="msg", file=sys.stderr, disable=False if progress else None
+    ) as bar:
         for s, request in calls:
             result = await service.add_messages(request)
             line = summaries.setdefault(
@@ -290,7 +302,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     async def run() -> tuple[int, int]:
         service = await _service(_settings(args))
         try:
-            return await ingest_file(service, Path(args.file), args.batch_size)
+            return await ingest_file(service, Path(args.file), args.batch_size, progress=args.progress)
         finally:
             await service.close()
 
@@ -308,13 +320,55 @@ def _ingest_conversation(args: argparse.Namespace) -> int:
         service = await _service(_settings(args))
         try:
             return await ingest_conversation(
-                service, Path(args.conversation), args.user, args.session, args.agent, batch
+                service, Path(args.conversation), args.user, args.session, args.agent, batch, progress=args.progress
             )
         finally:
             await service.close()
 
     for line in asyncio.run(run()):  # one line per session
         print(json.dumps(line))
+    return 0
+
+
+async def export_user(settings: Settings, user: str, out: BinaryIO, progress: bool = False) -> int:
+    """``hrt export``: one user's records as NDJSON in the ingest format (hrt/export.py) to
+    ``out``, from the configured record store, in process; returns the lines written. The bar on
+    stderr shows on a terminal, or always with ``progress``."""
+    from tqdm import tqdm
+
+    from hrt.export import check_exportable, export_lines, open_record_store
+
+    async with open_record_store(settings) as records:
+        await check_exportable(records, user)
+        total = sum((await records.counts(user)).values())  # implied SUPERSEDES lines are fewer
+        counted: dict[str, Any] = {}
+        shown = False if progress else None
+        with tqdm(total=total, desc=f"export {user}", unit="rec", file=sys.stderr, disable=shown) as bar:
+            async with records.export_reader(user) as reader:
+                async for chunk in export_lines(reader, counted):
+                    out.write(chunk)
+                    bar.update(counted["records"] - bar.n)
+            bar.total = bar.n
+            bar.refresh()
+    out.flush()
+    return int(counted["records"])
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    if args.out in (None, "-"):
+        n = asyncio.run(export_user(settings, args.user, sys.stdout.buffer, args.progress))
+    else:
+        target = Path(args.out)
+        partial = target.with_name(target.name + ".partial")  # never a truncated file under the name
+        try:
+            with partial.open("wb") as fh:
+                n = asyncio.run(export_user(settings, args.user, fh, args.progress))
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        partial.replace(target)
+    print(f"# exported {n} records of {args.user}", file=sys.stderr)
     return 0
 
 
@@ -646,7 +700,18 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="records per transaction (default: the whole file); with --conversation, messages per call (default 20)",
     )
+    i.add_argument("--progress", action="store_true", help="show the progress bar on stderr also when not a terminal")
     i.set_defaults(func=cmd_ingest)
+
+    x = sub.add_parser(
+        "export",
+        help="write one user's records as NDJSON in the ingest format (docs/api.md, 'Export and import')",
+    )
+    x.add_argument("--user", required=True)
+    x.add_argument("--out", help="the file to write (default: stdout)")
+    x.add_argument("--progress", action="store_true", help="show the progress bar on stderr also when not a terminal")
+    x.add_argument("--db")
+    x.set_defaults(func=cmd_export)
 
     q = sub.add_parser("query", help="run one retrieval and print it")
     q.add_argument("--user", required=True)

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import math
 import random
 import time
@@ -50,7 +51,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from dataclasses import dataclass, field
 from datetime import UTC
 from types import TracebackType
-from typing import Any, Generic, Literal, Self, TypeVar
+from typing import IO, Any, Generic, Literal, Self, TypeVar
 from urllib.parse import quote, urlencode
 
 import httpx
@@ -371,6 +372,33 @@ def _list_filters(kind: EntityKind | None, filters: Mapping[str, Any]) -> dict[s
     return {**filters, "kind": kind}
 
 
+def _export_call(user_id: str) -> _Call[None]:
+    path = f"/v1/users/{_segment(user_id)}/export"
+    return _Call("GET", path, lambda r: None, idempotent=True, headers={"accept": "application/x-ndjson"})
+
+
+def _export_cut(base_url: str, exc: Exception | None) -> HRTError:
+    """The export's stream ended before its last line (the server cut it, or the connection broke)."""
+    detail = f" ({type(exc).__name__}: {exc})" if exc is not None else ""
+    error = HRTError(f"the export from {base_url} ended before its last line{detail}: export again")
+    error.code = "export_incomplete"
+    return error
+
+
+class _ExportLines:
+    """Whole lines from the export's byte chunks; a stream that ends inside a line was cut."""
+
+    def __init__(self) -> None:
+        self._rest = b""
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        *lines, self._rest = (self._rest + chunk).split(b"\n")
+        return [line for line in lines if line]
+
+    def finished(self) -> bool:
+        return not self._rest
+
+
 class _Base:
     def __init__(self, base_url: str, api_key: str | None, retry: RetryPolicy | None) -> None:
         self.base_url = base_url.rstrip("/")
@@ -422,6 +450,12 @@ class _Base:
         if outcome.status_code in call.accept:
             return call.parse(outcome)
         raise error_from_response(outcome)
+
+    def _failure(self, outcome: httpx.Response | httpx.TransportError) -> HRTError:
+        """The error an outcome that is not an answer stands for (a streamed response, read first)."""
+        if isinstance(outcome, httpx.TransportError):
+            return _unreachable(self.base_url, outcome)
+        return error_from_response(outcome)
 
 
 class HRTClient(_Base):
@@ -568,6 +602,56 @@ class HRTClient(_Base):
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor
+
+    # --- export (GET /v1/users/{user_id}/export, scope export) --------------------------------
+
+    def export(self, user_id: str) -> Iterator[dict[str, Any]]:
+        """The user's records, one dict per NDJSON line of ``GET /v1/users/{user_id}/export``
+        (the ingest format), as they stream in; the request is sent at the first ``next``. A
+        stream cut short raises :class:`HRTError` ``export_incomplete``."""
+        for line in self._export_lines(user_id):
+            yield json.loads(line)
+
+    def export_to(self, user_id: str, out: IO[bytes]) -> int:
+        """Write the export's bytes, as the server sent them, to ``out``; returns the lines written.
+        ``POST /v1/ingest`` of them (in consecutive batches of any size) rebuilds the user."""
+        n = 0
+        for line in self._export_lines(user_id):
+            out.write(line + b"\n")
+            n += 1
+        return n
+
+    def _export_lines(self, user_id: str) -> Iterator[bytes]:
+        call = _export_call(user_id)
+        started = time.monotonic()
+        attempt = 0
+        while True:  # retried as any read until the answer starts, never after a line
+            attempt += 1
+            outcome: httpx.Response | httpx.TransportError
+            try:
+                request = self._http.build_request(call.method, call.path, **self._send_args(call))
+                outcome = self._http.send(request, stream=True)
+            except httpx.TransportError as exc:
+                outcome = exc
+            if isinstance(outcome, httpx.Response):
+                if outcome.status_code == 200:
+                    break
+                outcome.read()
+                outcome.close()
+            wait = self._wait_before_retry(call, attempt, started, outcome)
+            if wait is None:
+                raise self._failure(outcome)
+            self._sleep(wait)
+        lines = _ExportLines()
+        try:
+            for chunk in outcome.iter_bytes():
+                yield from lines.feed(chunk)
+        except httpx.TransportError as exc:
+            raise _export_cut(self.base_url, exc) from exc
+        finally:
+            outcome.close()
+        if not lines.finished():
+            raise _export_cut(self.base_url, None)
 
 
 class AsyncHRTClient(_Base):
@@ -717,6 +801,54 @@ class AsyncHRTClient(_Base):
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor
+
+    # --- export (GET /v1/users/{user_id}/export, scope export) --------------------------------
+
+    async def export(self, user_id: str) -> AsyncIterator[dict[str, Any]]:
+        """The user's records as they stream in (``async for``); as :meth:`HRTClient.export`."""
+        async for line in self._export_lines(user_id):
+            yield json.loads(line)
+
+    async def export_to(self, user_id: str, out: IO[bytes]) -> int:
+        """Write the export's bytes to ``out``; returns the lines written (:meth:`HRTClient.export_to`)."""
+        n = 0
+        async for line in self._export_lines(user_id):
+            out.write(line + b"\n")
+            n += 1
+        return n
+
+    async def _export_lines(self, user_id: str) -> AsyncIterator[bytes]:
+        call = _export_call(user_id)
+        started = time.monotonic()
+        attempt = 0
+        while True:  # retried as any read until the answer starts, never after a line
+            attempt += 1
+            outcome: httpx.Response | httpx.TransportError
+            try:
+                request = self._http.build_request(call.method, call.path, **self._send_args(call))
+                outcome = await self._http.send(request, stream=True)
+            except httpx.TransportError as exc:
+                outcome = exc
+            if isinstance(outcome, httpx.Response):
+                if outcome.status_code == 200:
+                    break
+                await outcome.aread()
+                await outcome.aclose()
+            wait = self._wait_before_retry(call, attempt, started, outcome)
+            if wait is None:
+                raise self._failure(outcome)
+            await self._sleep(wait)
+        lines = _ExportLines()
+        try:
+            async for chunk in outcome.aiter_bytes():
+                for line in lines.feed(chunk):
+                    yield line
+        except httpx.TransportError as exc:
+            raise _export_cut(self.base_url, exc) from exc
+        finally:
+            await outcome.aclose()
+        if not lines.finished():
+            raise _export_cut(self.base_url, None)
 
 
 __all__ = [

@@ -269,9 +269,10 @@ def build_batch(
     for e in batch.entities:
         last[(e.user_id, e.id)] = e
     batch.entities = list(last.values())
-    # an entity's ``supersedes`` is written as SUPERSEDES relations, after the entities
-    for e in batch.entities:
-        batch.relations.extend(supersession_relations(e))
+    # an entity's ``supersedes`` is written as SUPERSEDES relations, after the entities; a relation
+    # of the same key given in the batch wins over the implied one (an export writes one when it
+    # was rewritten since: hrt.export), as it would in a later batch
+    batch.relations = [r for e in batch.entities for r in supersession_relations(e)] + batch.relations
     for i in range(0, len(batch.entities), chunk):
         part = batch.entities[i : i + chunk]
         # each entity's text, then its passages (hrt.records.passage_texts), in one call

@@ -21,6 +21,7 @@ from pydantic import Field
 from hrt import __version__
 from hrt.api.bodies import BodyLimit, IngestBodies
 from hrt.api.errors import ERROR_RESPONSES, install_error_handlers, refusal_reason
+from hrt.api.export import export_response
 from hrt.api.guard import ASGIApp, Guard, Message, Receive, Scope, Send
 from hrt.auth import (
     SCOPES,
@@ -66,6 +67,7 @@ from hrt.contract import (
     WriteSummary,
 )
 from hrt.errors import Conflict, Forbidden, HRTError, InvalidInput, NotFound, StoreUnavailable
+from hrt.export import ExportSlots
 from hrt.extraction.messages import ConversationRequest, ConversationResult
 from hrt.extraction.wire import parse_conversation_body
 from hrt.ingest import ingest_body_schema, parse_ingest_body
@@ -105,6 +107,12 @@ AUDITED = frozenset(
         ("DELETE", "/v1/keys/{name}"),
     }
 )
+
+
+# export (hrt/export.py, hrt/api/export.py): a user's records, streamed; audited like a write
+EXPORT_ROUTE = ("GET", "/v1/users/{user_id}/export")
+ROUTE_SCOPES[EXPORT_ROUTE] = "export"
+AUDITED = AUDITED | {EXPORT_ROUTE}
 
 
 class RequestCounter:
@@ -422,6 +430,26 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
             cursor=cursor,
         )
         return await browse_entities(svc().records, user_id, request, svc().clock())
+
+    export_slots = ExportSlots()
+
+    @app.get(
+        "/v1/users/{user_id}/export",
+        response_class=Response,
+        responses={
+            200: {
+                "description": "the user's records, one JSON object per line in the ingest format, streamed",
+                "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
+            },
+            **ERROR_RESPONSES,
+        },
+        summary="One user's records as NDJSON in the ingest format, streamed (scope: export)",
+    )
+    async def export_user(request: Request, user_id: UserIdPath, caller: Caller) -> Response:
+        audit = request.state.audit = {"users": [user_id], "records": 0}
+        _check_id(user_id, "user_id")
+        caller.require_users([user_id])
+        return await export_response(svc().records, user_id, export_slots, audit)
 
     def manageable(caller: Principal, users: tuple[str, ...] | None) -> bool:
         """An admin key manages the keys whose users are all its own (every key, for all users)."""

@@ -207,4 +207,7 @@ def audit_line(
         line["messages"] = write["messages"]
     if "target_concept" in write:  # the concept a merge merged into (records: the ids it named)
         line["target_concept"] = write["target_concept"]
+    if method == "GET":  # the one audited read, an export: records are the lines sent, and did the last go out
+        line["event"] = "export"
+        line["complete"] = bool(write.get("complete", False))
     return line

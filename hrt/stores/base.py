@@ -18,7 +18,7 @@ Timestamps cross the ports as epoch seconds (float, UTC) so adapters need no dat
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -482,6 +482,26 @@ class Outbox(Protocol):
         ...
 
 
+class ExportReader(Protocol):
+    """One user's records as of one moment, read in chunks for an export (:mod:`hrt.export`):
+    every read sees the same committed state, and ids compare byte-wise (SQLite's ``BINARY``,
+    PostgreSQL's ``COLLATE "C"``), so both deployments give the same order."""
+
+    def entities(self, kind: Kind, chunk: int) -> AsyncIterator[list[Entity]]:
+        """The user's entities of one kind in id order, ``chunk`` at a time."""
+        ...
+
+    def relations(self, chunk: int, type: EdgeType | None = None) -> AsyncIterator[list[Relation]]:
+        """The user's relations (of one type when given) in (source, target, type) order."""
+        ...
+
+    async def get_many(self, kind: Kind, ids: Sequence[str]) -> dict[str, Entity]: ...
+
+    async def preferences(self) -> list[Preference]:
+        """The user's preferences in (target_kind, target) order."""
+        ...
+
+
 @runtime_checkable
 class RecordStore(StoreLifecycle, KeyStore, Protocol):
     """Records, and the deployment's API keys (:class:`hrt.auth.KeyStore`)."""
@@ -546,4 +566,10 @@ class RecordStore(StoreLifecycle, KeyStore, Protocol):
     async def relations_of(self, user_id: str, ids: Sequence[str]) -> list[Relation]:
         """Every relation of one user with ``ids`` at either end, in (source, target, type)
         order, in one read (what merging concepts moves, :mod:`hrt.merge`)."""
+
+    # --- export (``GET /v1/users/{user_id}/export``, ``hrt export``) ------------------------------
+
+    def export_reader(self, user_id: str) -> AbstractAsyncContextManager[ExportReader]:
+        """A consistent view of one user's records for an export, on a connection of its own (a
+        long export holds neither a pooled connection nor the loop's reader)."""
         ...

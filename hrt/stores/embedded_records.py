@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,6 +21,7 @@ from hrt.stores.embedded import ENTITY_MODELS, EmbeddedPart, chunks
 
 if TYPE_CHECKING:
     from hrt.stores.embedded import EmbeddedStore
+    from hrt.stores.embedded_export import EmbeddedExportReader
 
 
 KEY_COLUMNS = (
@@ -164,6 +167,21 @@ class EmbeddedRecordStore(EmbeddedPart):
                 (user_id, *ids, user_id, *ids),
             ).fetchall()
         return [relation_from_row(user_id, row) for row in rows]
+
+    # ---------------------------------------------------------------------------------------
+    # export (hrt.export, hrt.stores.embedded_export)
+    # ---------------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def export_reader(self, user_id: str) -> AsyncIterator[EmbeddedExportReader]:
+        from hrt.stores.embedded_export import EmbeddedExportReader
+
+        reader = EmbeddedExportReader(self._store, user_id)
+        await asyncio.to_thread(reader.begin)
+        try:
+            yield reader
+        finally:
+            await asyncio.to_thread(reader.end)
 
     # ---------------------------------------------------------------------------------------
     # API keys (KeyStore)

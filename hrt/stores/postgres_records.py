@@ -16,7 +16,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import psycopg
@@ -41,6 +41,9 @@ from hrt.records import (
 from hrt.stores import postgres_browse
 from hrt.stores.base import WARM_UP_USER, BrowseFilter, EntityDetail, EntityRow, StoredEntity, WriteBatch, WriteResult
 from hrt.stores.embedded import ENTITY_MODELS
+
+if TYPE_CHECKING:
+    from hrt.stores.postgres_export import PostgresExportReader
 
 log = logging.getLogger(__name__)
 
@@ -290,6 +293,22 @@ class PostgresRecordStore:
             )
             rows = await cur.fetchall()
         return [relation_from_row(user_id, row) for row in rows]
+
+    # ---------------------------------------------------------------------------------------
+    # export (hrt.export, hrt.stores.postgres_export)
+    # ---------------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def export_reader(self, user_id: str) -> AsyncIterator[PostgresExportReader]:
+        from hrt.stores.postgres_export import PostgresExportReader, open_export_connection
+
+        conn = await open_export_connection(self._dsn, self._timeout)
+        try:
+            yield PostgresExportReader(conn, user_id)
+        finally:
+            with suppress(psycopg.Error):
+                await conn.rollback()  # read only: nothing to commit
+            await conn.close()
 
     async def relation_rows(
         self, user_id: str, keys: Sequence[tuple[str, str, str]]
