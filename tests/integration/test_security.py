@@ -66,6 +66,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         "ingest": create_key(db, "m-ingest", "--scope", "ingest", *mine),
         "admin": create_key(db, "m-admin", "--scope", "admin", *mine),
         "ops": create_key(db, "m-ops", "--scope", "ops", *mine),
+        "export": create_key(db, "m-export", "--scope", "export", *mine),
         "revoked": create_key(
             db, "m-revoked", *(a for s in ("retrieve", "ingest", "admin", "ops") for a in ("--scope", s)), *mine
         ),
@@ -129,13 +130,28 @@ ROUTES = {
     "delete_user": ("admin", lambda u: ("DELETE", f"/v1/users/{u}", {})),
     # #33: merges the writer's c-keep into c-matrix (both seeded before each case)
     "merge": ("ingest", lambda u: ("POST", f"/v1/users/{u}/concepts/c-matrix/merge", {"json": {"ids": ["c-keep"]}})),
+    # #33: read one entity, browse, export (reads: the own user is the sample's u-maya)
+    "entity": ("retrieve", lambda u: ("GET", f"/v1/users/{u}/entities/concept/maya-c-phoenix", {})),
+    "browse": ("retrieve", lambda u: ("GET", f"/v1/users/{u}/entities", {"params": {"kind": "concept"}})),
+    "export": ("export", lambda u: ("GET", f"/v1/users/{u}/export", {})),
     "readyz": ("ops", lambda u: ("GET", "/readyz", {})),
     "metrics": ("ops", lambda u: ("GET", "/metrics", {})),
     "list_keys": ("admin", lambda u: ("GET", "/v1/keys", {})),
 }
-USER_SCOPED = {"retrieve", "stats", "ingest", "conversations", "delete_entity", "delete_user", "merge"}
+USER_SCOPED = {
+    "retrieve",
+    "stats",
+    "ingest",
+    "conversations",
+    "delete_entity",
+    "delete_user",
+    "merge",
+    "entity",
+    "browse",
+    "export",
+}
 WRITES = {"ingest", "conversations", "delete_entity", "delete_user", "merge"}
-KEYS = ["none", "revoked", "expired", "retrieve", "ingest", "admin", "ops"]
+KEYS = ["none", "revoked", "expired", "retrieve", "ingest", "admin", "ops", "export"]
 WHO = ["own", "other", "unknown"]
 
 
