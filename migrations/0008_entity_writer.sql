@@ -21,3 +21,6 @@ CREATE INDEX hrt_entities_by_id ON hrt_entities (user_id, id COLLATE "C");
 CREATE INDEX hrt_entities_kind_id ON hrt_entities (user_id, kind, id COLLATE "C");
 DROP INDEX hrt_entities_kind;
 CREATE INDEX hrt_entities_title ON hrt_entities (user_id, title_key);
+-- what supersedes an entity, read per entity by browsing's "current only" filter: without it the
+-- planner scanned every relation of the database for SUPERSEDES (37 ms a page at 100k, 0.13 with it)
+CREATE INDEX hrt_relations_supersedes ON hrt_relations (user_id, target) WHERE type = 'SUPERSEDES';

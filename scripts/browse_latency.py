@@ -5,6 +5,7 @@ and a read of one entity (``GET .../entities/{kind}/{id}``) at the record store,
     hrt bench --sizes 100k --deployments embedded --fake-vectors --keep --out DIR
     python scripts/browse_latency.py --db DIR/work/embedded-100k.db [--rounds 200] [--out FILE]
     python scripts/browse_latency.py --postgres-dsn DSN --user bench-100k [--rounds 200]
+    python scripts/browse_latency.py --postgres-dsn DSN --user bench-100k --load-from DIR/work/embedded-100k.db
 
 Each case runs ``rounds`` times after one warm-up, through ``hrt.browse`` (the store read and the
 answer's models, what the route does but HTTP); ``walk`` pages through every entity at limit 500.
@@ -108,13 +109,61 @@ async def measure(records: RecordStore, user: str, rounds: int) -> dict[str, Any
     return out
 
 
-async def on_postgres(dsn: str, user: str, rounds: int) -> dict[str, Any]:
+async def load_from_embedded(store: Any, db: str, user: str, chunk: int = 2000) -> dict[str, Any]:
+    """Copy one user of an embedded file (records, their vectors, relations) into the PostgreSQL
+    record store, as ingest batches with the file's own vectors (no embedding): a services store of
+    the same data for browsing, which reads the record store only."""
+    import sqlite3
+
+    import numpy as np
+
+    from hrt.records import Relation
+    from hrt.stores.base import WriteBatch
+    from hrt.stores.embedded import ENTITY_MODELS
+
+    t0 = time.perf_counter()
+    src = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    ids = [r[0] for r in src.execute("SELECT id FROM entities WHERE user_id = ? ORDER BY id", (user,))]
+    for i in range(0, len(ids), chunk):
+        part = ids[i : i + chunk]
+        marks = ",".join("?" * len(part))
+        batch = WriteBatch()
+        rows = src.execute(
+            f"SELECT e.id, e.kind, e.data, d.vec FROM entities e JOIN docs d ON d.user_id = e.user_id AND d.id = e.id "
+            f"WHERE e.user_id = ? AND e.id IN ({marks})",
+            (user, *part),
+        ).fetchall()
+        for ident, kind, data, vec in rows:
+            batch.entities.append(ENTITY_MODELS[Kind(kind)].model_validate_json(data))
+            batch.vectors[(user, ident)] = np.frombuffer(vec, dtype=np.float32)
+        await store.apply(batch)
+    edges = src.execute(
+        "SELECT source, target, type, weight, relation_type FROM edges WHERE user_id = ? ORDER BY source, target, type",
+        (user,),
+    ).fetchall()
+    for i in range(0, len(edges), chunk * 5):
+        batch = WriteBatch()
+        for source, target, kind, weight, relation_type in edges[i : i + chunk * 5]:
+            if kind == "SUPERSEDES":
+                continue  # written by the entities' supersedes
+            batch.relations.append(
+                Relation(
+                    user_id=user, type=kind, source=source, target=target, weight=weight, relation_type=relation_type
+                )
+            )
+        await store.apply(batch)
+    src.close()
+    return {"entities": len(ids), "relations": len(edges), "load_seconds": round(time.perf_counter() - t0, 1)}
+
+
+async def on_postgres(dsn: str, user: str, rounds: int, load: str | None = None) -> dict[str, Any]:
     from hrt.stores.postgres_records import PostgresRecordStore
 
     store = PostgresRecordStore(dsn)
     await store.open()
     try:
-        return await measure(store, user, rounds)
+        loaded = await load_from_embedded(store, load, user) if load else {}
+        return {**loaded, **await measure(store, user, rounds)}
     finally:
         await store.close()
 
@@ -123,6 +172,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--db", help="an embedded store built by hrt bench (copied, never modified)")
     ap.add_argument("--postgres-dsn")
+    ap.add_argument("--load-from", help="with --postgres-dsn: first copy --user of this embedded file into it")
     ap.add_argument("--user", help="the user to browse (default: the store's largest)")
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--out")
@@ -130,7 +180,7 @@ def main() -> None:
     result: dict[str, Any] = {"machine": f"{platform.machine()} {platform.python_version()}"}
     if args.postgres_dsn:
         result["deployment"] = "postgres"
-        result.update(asyncio.run(on_postgres(args.postgres_dsn, args.user, args.rounds)))
+        result.update(asyncio.run(on_postgres(args.postgres_dsn, args.user, args.rounds, args.load_from)))
     else:
         from hrt.stores.embedded import EmbeddedStore
 
