@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -37,7 +38,7 @@ from typing import Any, Protocol
 
 from hrt.extraction.ids import entity_id, message_id, slug
 from hrt.extraction.messages import ConversationRequest, Message, MessageResult
-from hrt.extraction.rules import SENTENCE_SPLIT, TOKEN, _bare, extract, topic_key
+from hrt.extraction.rules import ProperNouns, extract, name_counts, topic_key
 from hrt.ingest import Record
 from hrt.records import Artifact, Concept, Deletion, EdgeType, MemoryUnit, Relation, iso, utc
 
@@ -172,32 +173,6 @@ def unit_content(speaker: str, content: str) -> str:
     """What a message's memory unit holds: who said what (the format that retrieves best on
     LoCoMo, docs/eval-locomo.md)."""
     return f'{speaker} said, "{content}"'
-
-
-def _name_counts(text: str) -> dict[str, list[int]]:
-    """Per word: [capitalised mid-sentence, lower case] occurrences (hrt.extraction.rules.ProperNouns)."""
-    counts: dict[str, list[int]] = {}
-    for sentence in SENTENCE_SPLIT.split(text):
-        for i, token in enumerate(TOKEN.findall(sentence)):
-            bare = _bare(token)
-            if not bare:
-                continue
-            c = counts.setdefault(bare, [0, 0])
-            if token[0].isupper():
-                if i > 0:
-                    c[0] += 1
-            else:
-                c[1] += 1
-    return counts
-
-
-class _Names:
-    def __init__(self, rows: Mapping[str, list[int]]) -> None:
-        self.rows = rows
-
-    def is_name(self, bare: str) -> bool:
-        cap, lower = self.rows.get(bare, [0, 0])
-        return cap > 0 and cap >= lower
 
 
 class Planner:
@@ -374,13 +349,16 @@ class Planner:
     async def _extract(self, muid: str, speaker: str, text: str, h: str, history: Sequence[str]) -> list[str]:
         """Learn the text's capitalisation, extract, map names to speakers; count the keys."""
         st = self.st
-        counts = _name_counts(text)
+        counts = name_counts(text)
         rows = await st.get_many("name", sorted(counts))
         for word, (cap, lower) in counts.items():
             old = rows.get(word, [0, 0])
             rows[word] = [old[0] + cap, old[1] + lower]
             st.put("name", word, rows[word])
-        found = extract(text, _Names(rows))
+        names = ProperNouns(
+            Counter({w: c for w, (c, _) in rows.items()}), Counter({w: n for w, (_, n) in rows.items()})
+        )
+        found = extract(text, names)
         speaker_key = await self._speaker(speaker)
         self.speaker_of[muid] = speaker_key
         speakers = await st.scan("speaker", "")

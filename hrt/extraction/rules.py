@@ -85,6 +85,24 @@ class NameOracle(Protocol):
     def is_name(self, bare: str) -> bool: ...
 
 
+def name_counts(text: str) -> dict[str, list[int]]:
+    """Per word of ``text``: [capitalised mid-sentence, lower case] occurrences (a sentence's first
+    word says nothing when capitalised)."""
+    counts: dict[str, list[int]] = {}
+    for sentence in SENTENCE_SPLIT.split(text):
+        for i, token in enumerate(TOKEN.findall(sentence)):
+            bare = _bare(token)
+            if not bare:
+                continue
+            c = counts.setdefault(bare, [0, 0])
+            if token[0].isupper():
+                if i > 0:
+                    c[0] += 1
+            else:
+                c[1] += 1
+    return counts
+
+
 @dataclass(slots=True)
 class ProperNouns:
     """Which capitalised words a text collection treats as names: those it capitalises in the
@@ -94,16 +112,11 @@ class ProperNouns:
     lower: Counter[str] = field(default_factory=Counter)
 
     def learn(self, text: str) -> None:
-        for sentence in SENTENCE_SPLIT.split(text):
-            for i, token in enumerate(TOKEN.findall(sentence)):
-                bare = _bare(token)
-                if not bare:
-                    continue
-                if token[0].isupper():
-                    if i > 0:
-                        self.capitalised[bare] += 1
-                else:
-                    self.lower[bare] += 1
+        for word, (capitalised, lower) in name_counts(text).items():
+            if capitalised:
+                self.capitalised[word] += capitalised
+            if lower:
+                self.lower[word] += lower
 
     def is_name(self, bare: str) -> bool:
         return self.capitalised[bare] > 0 and self.capitalised[bare] >= self.lower[bare]
