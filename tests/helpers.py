@@ -170,3 +170,26 @@ def small_graph(user: str = "u1", prefix: str = "") -> list[dict[str, Any]]:
 
 def bearer(token: str) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"}
+
+
+def services_settings(stack: Any, postgres_dsn: str, db_path: Any, collection: str) -> Any:
+    """The services deployment on the test stack (``stack_manager.need("neo4j", "weaviate")``):
+    PostgreSQL at ``postgres_dsn``, Neo4j, and a Weaviate collection of the test's own, named
+    ``collection`` plus a random suffix."""
+    import uuid
+
+    from hrt.config import Settings
+
+    return Settings(
+        db_path=db_path,
+        record_store="postgres",
+        postgres_dsn=postgres_dsn,
+        graph_store="neo4j",
+        neo4j_uri=stack.neo4j_uri,
+        neo4j_password=stack.neo4j_password,
+        vector_index="weaviate",
+        weaviate_http_port=stack.weaviate_http_port,
+        weaviate_grpc_port=stack.weaviate_grpc_port,
+        weaviate_api_key=stack.weaviate_api_key,
+        weaviate_collection=collection + uuid.uuid4().hex[:8],
+    )

@@ -12,8 +12,6 @@ scores within 0.02.
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from hrt.cli import sample_data_path
@@ -22,6 +20,7 @@ from hrt.contract import RetrieveRequest
 from hrt.ingest import parse_jsonl
 from hrt.service import HRTService
 from hrt.stores.postgres_migrate import migrate
+from tests.helpers import services_settings as make_services_settings
 
 pytestmark = pytest.mark.integration
 
@@ -62,19 +61,7 @@ async def test_embedded_and_services_rank_alike(real_embedder, postgres_dsn, sta
     stack = stack_manager.need("neo4j", "weaviate")
     migrate(postgres_dsn)
     embedded_settings = Settings(db_path=tmp_path / "e.db")
-    services_settings = Settings(
-        db_path=tmp_path / "s.db",
-        record_store="postgres",
-        postgres_dsn=postgres_dsn,
-        graph_store="neo4j",
-        neo4j_uri=stack.neo4j_uri,
-        neo4j_password=stack.neo4j_password,
-        vector_index="weaviate",
-        weaviate_http_port=stack.weaviate_http_port,
-        weaviate_grpc_port=stack.weaviate_grpc_port,
-        weaviate_api_key=stack.weaviate_api_key,
-        weaviate_collection="HRTCongruence" + uuid.uuid4().hex[:8],
-    )
+    services_settings = make_services_settings(stack, postgres_dsn, tmp_path / "s.db", "HRTCongruence")
     embedded = await HRTService(embedded_settings, embedder=real_embedder).start()
     services = await HRTService(services_settings, embedder=real_embedder).start()
     # the same stores read with reached candidates scored by path x own cosine: the vector index's

@@ -18,6 +18,7 @@ from hrt.ingest import build_batch
 from hrt.pipeline import utc_now
 from hrt.service import HRTService
 from hrt.stores.postgres_migrate import migrate
+from tests.helpers import services_settings as make_services_settings
 from tests.unit.test_conversations import calls
 
 pytestmark = pytest.mark.integration
@@ -28,19 +29,7 @@ async def test_messages_in_services_match_the_embedded_graph(
 ):
     stack = stack_manager.need("neo4j", "weaviate")
     migrate(postgres_dsn)
-    services_settings = Settings(
-        db_path=tmp_path / "s.db",
-        record_store="postgres",
-        postgres_dsn=postgres_dsn,
-        graph_store="neo4j",
-        neo4j_uri=stack.neo4j_uri,
-        neo4j_password=stack.neo4j_password,
-        vector_index="weaviate",
-        weaviate_http_port=stack.weaviate_http_port,
-        weaviate_grpc_port=stack.weaviate_grpc_port,
-        weaviate_api_key=stack.weaviate_api_key,
-        weaviate_collection="HRTConversations" + uuid.uuid4().hex[:8],
-    )
+    services_settings = make_services_settings(stack, postgres_dsn, tmp_path / "s.db", "HRTConversations")
     user = "conv-" + uuid.uuid4().hex[:8]
     services = await HRTService(services_settings, embedder=real_embedder).start()
     embedded = await HRTService(Settings(db_path=tmp_path / "e.db"), embedder=real_embedder).start()

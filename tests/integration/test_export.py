@@ -28,6 +28,7 @@ from hrt.ingest import parse_jsonl
 from hrt.records import Kind
 from hrt.service import HRTService
 from hrt.stores.postgres_migrate import migrate
+from tests.helpers import services_settings as make_services_settings
 from tests.integration.conftest import start_hrt_server
 from tests.integration.test_congruence import CASES as CONGRUENCE_CASES
 from tests.unit.test_conversations import calls
@@ -69,19 +70,7 @@ async def test_an_embedded_export_rebuilds_the_user_in_services_and_in_another_f
 ):
     stack = stack_manager.need("neo4j", "weaviate")
     migrate(postgres_dsn)
-    services_settings = Settings(
-        db_path=tmp_path / "s.db",
-        record_store="postgres",
-        postgres_dsn=postgres_dsn,
-        graph_store="neo4j",
-        neo4j_uri=stack.neo4j_uri,
-        neo4j_password=stack.neo4j_password,
-        vector_index="weaviate",
-        weaviate_http_port=stack.weaviate_http_port,
-        weaviate_grpc_port=stack.weaviate_grpc_port,
-        weaviate_api_key=stack.weaviate_api_key,
-        weaviate_collection="HRTExport" + uuid.uuid4().hex[:8],
-    )
+    services_settings = make_services_settings(stack, postgres_dsn, tmp_path / "s.db", "HRTExport")
     talker = "conv-" + uuid.uuid4().hex[:8]
     users = ["u-maya", "u-tom", "u-sara", talker]
     source = await HRTService(Settings(db_path=tmp_path / "source.db"), embedder=real_embedder).start()
