@@ -64,7 +64,7 @@ from typing import Literal
 from hrt.config import Weights
 from hrt.pipeline.temporal import TimeWindow, in_any
 from hrt.records import EdgeType, Kind, Preference
-from hrt.stores.base import GraphCandidate, GraphNode
+from hrt.stores.base import GraphCandidate, GraphNode, positional_maker
 
 SECONDS_PER_DAY = 86_400.0
 
@@ -260,6 +260,9 @@ class Scored:
         return replace(self, rerank=rerank, final=final)
 
 
+make_scored = positional_maker(Scored)
+
+
 def combine(
     weights: Weights,
     semantic: float,
@@ -411,7 +414,7 @@ def score_candidates(
         else:
             rel = 1.0
             final = a * sem + b * rec + g * sal + d * pref
-        scored = Scored(c, sem, rec, sal, pref, final, relevance=rel, source=sources.get(position))
+        scored = make_scored(c, sem, rec, sal, pref, final, None, rel, sources.get(position))
         ranked.append((-final, c.node.id, position, scored))
     ranked.sort()
     return [item for *_, item in ranked]

@@ -88,6 +88,7 @@ class _UserMatrix:
 
     __slots__ = (
         "_by_id",
+        "_row_of",
         "added",
         "ann",
         "attributes",
@@ -156,6 +157,7 @@ class _UserMatrix:
         self.id_rank = rank * ID_STEP
         self.bm25 = BM25View.over(BM25Index(texts, n))
         self._by_id: tuple[list[str], np.ndarray] | None = None  # base ids in order, and their rows
+        self._row_of: dict[str, int] | None = None  # base id -> its row
         self.base_ids = self  # the snapshot whose _by_id serves the base rows (self for a base)
         self.attributes: _Attributes | None = None  # memory units' tags and agents, on first filter
 
@@ -174,18 +176,26 @@ class _UserMatrix:
             holder._by_id = ([holder.ids[int(r)] for r in order], order)
         return holder._by_id
 
+    def base_rows(self) -> dict[str, int]:
+        """The base rows' ids and their rows, made on first use once per base and shared by its
+        snapshots: :meth:`rows_of` looks up ~1,000 ids a request, 50 ns each here against 2-4 us
+        for a binary search over a million sorted ids (the dict costs ~100 MB at a million)."""
+        holder = self.base_ids
+        if holder._row_of is None:
+            base = holder.ids if isinstance(holder.ids, list) else holder.ids.base
+            holder._row_of = dict(zip(base[: holder.base_n], range(holder.base_n), strict=True))
+        return holder._row_of
+
     def rows_of(self, ids: Sequence[str]) -> tuple[list[str], np.ndarray]:
         """The ``ids`` this user has, and their rows."""
-        ordered, rows = self.sorted_base_ids()
+        base = self.base_rows()
         found: list[str] = []
         at: list[int] = []
         live, added = self.live, self.added
         for ident in ids:
             row = added.get(ident)
             if row is None:
-                i = bisect.bisect_left(ordered, ident)
-                if i < len(ordered) and ordered[i] == ident:
-                    row = int(rows[i])
+                row = base.get(ident)
             if row is not None and (live is None or live[row]):
                 found.append(ident)
                 at.append(row)

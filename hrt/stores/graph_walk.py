@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from hrt.records import EdgeType, Kind
-from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphNode, PathStep
+from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphNode, PathStep, make_candidate
 
 
 def neighbour_order(node: GraphNode) -> tuple[float, float, str]:
@@ -127,7 +127,7 @@ def candidates(
     call per step."""
     out: list[GraphCandidate] = []
     steps: dict[tuple[EdgeType, H, bool], PathStep] = {}  # paths share their steps: make each once
-    memory_unit, concept, make, make_step = Kind.MEMORY_UNIT, Kind.CONCEPT, GraphCandidate, PathStep
+    memory_unit, concept, make, make_step = Kind.MEMORY_UNIT, Kind.CONCEPT, make_candidate, PathStep
     for handle in sorted(best, key=order):  # type: ignore[type-var,arg-type]  # ints or strings, or by order
         score, hops, seed, path, first = best[handle]
         n = node(handle)

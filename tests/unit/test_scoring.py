@@ -13,7 +13,7 @@ from hrt.pipeline.scoring import (
     score_candidates,
     semantic_score,
 )
-from hrt.records import Kind, Preference
+from hrt.records import EdgeType, Kind, Preference
 from hrt.stores.base import GraphCandidate, GraphNode
 
 DAY = 86_400.0
@@ -238,3 +238,22 @@ def test_no_gate_is_the_plain_weighted_sum():
     plain = score_candidates(cands, {"a": 0.1}, PreferenceBook.build([]), w, AS_OF, 30)
     gate0 = score_candidates(cands, {"a": 0.1}, PreferenceBook.build([]), w, AS_OF, 30, Evidence(rule="path", gate=0.0))
     assert plain[0].final == gate0[0].final == combine(w, 0.1, 1.0, 0.5, 0.5)
+
+
+def test_positional_makers_build_what_the_frozen_constructors_build() -> None:
+    """The hot loops' constructors (hrt.stores.base.positional_maker) give equal, still frozen,
+    objects: every field set, in field order."""
+    import dataclasses
+
+    from hrt.pipeline.scoring import Scored, make_scored
+    from hrt.stores.base import PathStep, make_candidate
+
+    node = GraphNode("mu-1", Kind.MEMORY_UNIT, "a memory", 5.0, 0.25, "note", ("t",), "agent", 1.0, 9.0)
+    step = PathStep(EdgeType.MENTIONS, "c-1", True)
+    values = (node, 2, "c-0", (step,), 0.375, ("c-1",), 4.0, 1)
+    fast, slow = make_candidate(*values), GraphCandidate(*values)
+    assert fast == slow and dataclasses.astuple(fast) == dataclasses.astuple(slow)
+    scored = make_scored(fast, 0.5, 0.25, 0.125, 0.75, 0.6, None, 0.9, "mu-0")
+    assert scored == Scored(fast, 0.5, 0.25, 0.125, 0.75, 0.6, None, 0.9, "mu-0")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        scored.final = 1.0  # type: ignore[misc]
