@@ -424,20 +424,31 @@ class KeyRing:
     _used: dict[str, float] = field(default_factory=dict)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _scrypt: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
+    _touching: asyncio.Future[None] | None = None  # the last-use write in flight
 
     async def refresh(self) -> None:
-        """Read every key again and write the last-use times gathered since the last refresh."""
+        """Read every key again, and write the last-use times gathered since the last refresh
+        beside it: the request that finds the ring stale waits for the read only, not for a
+        write transaction (a commit of the embedded store took ~30 ms, once a second)."""
         used, self._used = self._used, {}
-        if used:
-            try:
-                await self.store.touch_keys(used)
-            except Exception as exc:  # last use is bookkeeping: keep it for the next round
-                log.warning("recording the keys' last use failed: %s", exc)
-                for k, v in used.items():
-                    self._used[k] = max(v, self._used.get(k, v))
+        if used and (self._touching is None or self._touching.done()):
+            self._touching = asyncio.ensure_future(self._touch(used))
+        elif used:  # the previous write is still running: these go with the next one
+            self._merge_used(used)
         keys = await self.store.keys()
         self._keys = {k.key_id: k for k in keys}
         self._loaded_at = time.monotonic()
+
+    async def _touch(self, used: dict[str, float]) -> None:
+        try:
+            await self.store.touch_keys(used)
+        except Exception as exc:  # last use is bookkeeping: keep it for the next round
+            log.warning("recording the keys' last use failed: %s", exc)
+            self._merge_used(used)
+
+    def _merge_used(self, used: Mapping[str, float]) -> None:
+        for k, v in used.items():
+            self._used[k] = max(v, self._used.get(k, v))
 
     async def _fresh(self, force: bool = False) -> None:
         if not force and time.monotonic() - self._loaded_at < self.refresh_s:
@@ -517,7 +528,9 @@ class KeyRing:
             return rehashed
 
     async def flush(self) -> None:
-        """Write pending last-use times (at shutdown)."""
+        """Write pending last-use times (at shutdown): after the write in flight, if any."""
+        if self._touching is not None:
+            await self._touching
         used, self._used = self._used, {}
         if used:
             await self.store.touch_keys(used)

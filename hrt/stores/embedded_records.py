@@ -238,6 +238,10 @@ class EmbeddedRecordStore(EmbeddedPart):
             )
 
     async def touch_keys(self, used: Mapping[str, float]) -> None:
+        # a write transaction (the write lock, a commit): off the event loop
+        await asyncio.to_thread(self._touch_keys, dict(used))
+
+    def _touch_keys(self, used: Mapping[str, float]) -> None:
         with self._store.transaction() as db:
             db.executemany(
                 "UPDATE api_keys SET last_used_at = max(coalesce(last_used_at, 0), ?) WHERE key_id = ?",

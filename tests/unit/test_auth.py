@@ -310,3 +310,27 @@ async def test_names_are_unique_per_parent_not_across_tenants(store):
         theirs.key_id,
         operators.key_id,
     }
+
+
+async def test_a_refresh_does_not_wait_for_the_last_use_write(store, monkeypatch):
+    """The request that finds the ring stale reads the keys; the last-use write runs beside it
+    and a slow one is awaited only by flush (at shutdown)."""
+    import asyncio
+
+    token, record = new_key("agent", ["retrieve"], None, now=NOW)
+    await store.create_key(record)
+    ring = KeyRing(store, refresh_s=0.0, clock=lambda: NOW + 100)
+    await ring.authenticate(f"Bearer {token}")  # first refresh, then the use is noted
+    release = asyncio.Event()
+    real_touch = store.touch_keys
+
+    async def slow_touch(used):
+        await release.wait()
+        await real_touch(used)
+
+    monkeypatch.setattr(store, "touch_keys", slow_touch)
+    await asyncio.wait_for(ring.authenticate(f"Bearer {token}"), timeout=5)  # refreshes: not blocked
+    assert (await store.keys())[0].last_used_at is None  # the write is still waiting
+    release.set()
+    await ring.flush()
+    assert (await store.keys())[0].last_used_at == NOW + 100
