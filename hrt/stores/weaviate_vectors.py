@@ -148,6 +148,7 @@ _NAMESPACE = uuid.UUID("5f0b6f5e-2d1c-5a57-9a43-6872742d7665")  # fixed forever:
 _RAW_TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _ALL_KINDS = frozenset(Kind)
 _RETURNED_PB = search_get_pb2.PropertiesRequest(non_ref_properties=RETURNED)
+_ID_PB = search_get_pb2.PropertiesRequest(non_ref_properties=["entity_id"])  # own cosines need no more
 _STORED_PB = search_get_pb2.PropertiesRequest(non_ref_properties=list(PROPERTIES))
 _PASSAGES_PB = search_get_pb2.PropertiesRequest(non_ref_properties=["entity_id", "passages"])
 _DISTANCE = search_get_pb2.MetadataRequest(distance=True)
@@ -710,7 +711,7 @@ class WeaviateVectorIndex:
         dim = queries.shape[1]
         async with self._guard("similarities", self._query_timeout):
             objects = await self._by_ids(
-                user_id, tenant_name(user_id), wanted, _PASSAGES_PB if passages else _RETURNED_PB
+                user_id, tenant_name(user_id), wanted, _PASSAGES_PB if passages else _ID_PB
             )
         found: list[str] = []
         stored: list[np.ndarray] = []
