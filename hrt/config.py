@@ -323,8 +323,9 @@ class Settings(
     # Neo4j's credentials; no password: connect without authentication (a Neo4j with auth off)
     neo4j_user: str = "neo4j"
     neo4j_password: SecretStr | None = None
-    # where expansion's neighbourhood comes from: HRT's procedure hrt.expand (neo4j-plugin/) when
-    # Neo4j has it ("auto"), always ("procedure": fail without it) or never ("cypher"); same answers
+    # where expansion runs: inside Neo4j in HRT's procedure hrt.expand (neo4j-plugin/) when Neo4j
+    # has it ("auto"), always ("procedure": fail without it), or never ("cypher": in HRT over Cypher
+    # reads); same answers
     neo4j_expansion: Literal["auto", "procedure", "cypher"] = "auto"
     weaviate_host: str = "127.0.0.1"
     weaviate_http_port: int = Field(8081, ge=1, le=65535)

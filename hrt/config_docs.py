@@ -40,10 +40,10 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
     (
         ("neo4j_expansion",),
         (
-            "where expansion's neighbourhood comes from: HRT's Neo4j procedure `hrt.expand` "
-            "([`neo4j-plugin/`](neo4j-plugin/)) when Neo4j has it in the version HRT expects (`auto`; else "
-            "the Cypher query, with a warning), always (`procedure`: fail without it) or never (`cypher`); "
-            "identical answers"
+            "where expansion runs: inside Neo4j, in one call of HRT's procedure `hrt.expand` "
+            "([`neo4j-plugin/`](neo4j-plugin/)), when Neo4j has it in the version HRT expects (`auto`; else "
+            "in HRT over Cypher reads, one per hop, with a warning), always (`procedure`: fail without it) or "
+            "never (`cypher`); identical answers"
         ),
     ),
     (

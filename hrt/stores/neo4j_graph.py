@@ -27,13 +27,20 @@ lookup. Every query is parameterised and matches ``user_id`` itself; the only te
 schema tokens taken from closed enums (relationship type, direction) and the number of levels of
 an expansion, never a value.
 
-Expansion is one round trip for all seeds: one Cypher query fetches the bounded neighbourhood (per
-level, each node's first ``fanout_per_node`` visible links in the shared visit order, with the
-attributes of every node reached, the mentions of its memory units and the newest mention of its
-concepts), and the best-path walk runs in Python in :func:`hrt.stores.graph_walk.walk` (over the
-raw rows; :func:`~hrt.stores.graph_walk.candidates` makes node objects for the result only), the
-same walk the embedded adapter runs, so both deployments return identical candidates for identical
-data.
+Expansion is the best-path walk of :func:`hrt.stores.graph_walk.walk`, the walk the embedded
+adapter runs, capped per kind at the source: only the nodes the walk expands (each hop's frontier,
+which ``max_per_kind`` bounds at seeds + 3 x ``max_per_kind`` nodes at depth 3) have their links
+read, each node's first ``fanout_per_node`` visible links in the shared visit order. It runs in one
+of two places, with identical results (contract tests hold them to each other and to the embedded
+adapter), and :func:`~hrt.stores.graph_walk.candidates` makes the candidates from either:
+
+- inside Neo4j, in HRT's procedure ``hrt.expand`` (``neo4j-plugin/``, a jar in Neo4j's
+  ``plugins/`` folder): one call, which walks through Neo4j's kernel cursors instead of Cypher's
+  row-at-a-time runtime and returns the walk's result with the rows of the nodes reached (their
+  attributes, a memory unit's mentions, a concept's newest mention);
+- in Python over Cypher reads, hop by hop: one query (``_HOP``) per hop fetches the links of the
+  frontier the walk asks for next, the walk runs again over everything fetched, and one last
+  query (``_ROWS``) reads the rows of the nodes reached.
 
 Hubs are cut inside Neo4j, not after reading them: every relationship carries the keys of the
 visit order as seen from each end (``sid``/``tid`` ids, ``nw`` = -weight, ``sts``/``tts`` = -ts of
@@ -49,12 +56,10 @@ newest mention is the first visible entry of ``mentions_newest``, and
 ties at it) the same way. The keys are derived data: :meth:`Neo4jGraphStore.apply_schema` fills
 them in once for relationships written before they existed (``004_link_keys_backfill.cypher``).
 
-The same neighbourhood can come from HRT's Neo4j procedure ``hrt.expand`` (``neo4j-plugin/``, a jar
-in Neo4j's ``plugins/`` folder), which reads it through Neo4j's kernel cursors instead of Cypher's
-row-at-a-time runtime and returns exactly what the query returns (a contract test compares the
-two): ``expansion="auto"`` (``HRT_NEO4J_EXPANSION``) uses it when Neo4j has it in the version this
-adapter expects, else the query (also from the first call that finds it gone, after a restart of
-Neo4j without it); ``"procedure"`` requires it, ``"cypher"`` never uses it.
+``expansion="auto"`` (``HRT_NEO4J_EXPANSION``) uses ``hrt.expand`` when Neo4j has it in the version
+this adapter expects (:data:`PLUGIN_VERSION`), else the Cypher reads (also from the first call that
+finds it gone, after a restart of Neo4j without it); ``"procedure"`` requires it, ``"cypher"``
+never uses it.
 
 Driver errors are translated at this edge: connection loss and unavailable databases become
 :class:`~hrt.errors.StoreUnavailable`, any other driver or server error :class:`~hrt.errors.StoreError`.
@@ -102,7 +107,7 @@ MAX_DEPTH = 3
 # the few relationships most nodes have: the expand query 30 -> 22 ms p50)
 SPARSE_DEGREE = 64
 # The version of hrt.expand (neo4j-plugin/, Expansion.VERSION) whose output this adapter reads
-PLUGIN_VERSION = "2"
+PLUGIN_VERSION = "3"
 EXPANSION_MODES = ("auto", "procedure", "cypher")
 # One size per plan-cache bucket of Neo4j that a retrieval's seeds or shown ids fall in (user ids
 # need none: see _user_as_list)
@@ -330,9 +335,9 @@ RETURN adjacency, nodes
 
 # The Cypher expansion, hop by hop: the links of just the nodes the walk expands next (its
 # frontier, which the per-kind cap bounds at seeds + 3 x max_per_kind nodes), each node's first
-# $fanout visible links as in _LEVEL, with the reached nodes' attributes; then, for the walk's
-# result only, what candidates carry (a memory unit's mentions, a concept's newest mention).
-# expand_query fetches every node of every level instead (the procedure returns the same).
+# $fanout visible links as in _LEVEL, with the reached nodes' attributes; then (_ROWS), for the
+# walk's result only, what candidates carry (a memory unit's mentions, a concept's newest mention).
+# expand_query fetches every node of every level instead.
 _HOP = f"""
 UNWIND $todo AS ident
 MATCH (n:Entity {{user_id: $user_id, id: ident}})
@@ -380,7 +385,9 @@ def _hop_params(
 
 
 def expand_query(depth: int) -> str:
-    """The expansion query for ``depth`` levels (0 to 3); all values are parameters."""
+    """The whole neighbourhood of ``depth`` levels (0 to 3) in one query: every node of every level
+    with its first ``$fanout`` visible links, and every node's row; all values are parameters.
+    Expansion reads less (the nodes the walk expands only); tests walk this as the reference."""
     if not 0 <= depth <= MAX_DEPTH:
         raise ValueError(f"depth must be 0 to {MAX_DEPTH}, got {depth}")
     parts = [_SEEDS]
@@ -391,10 +398,13 @@ def expand_query(depth: int) -> str:
     return _user_as_list("".join(parts))
 
 
-# The neighbourhood of expand_query, fetched by the procedure (same columns, same values)
+# The whole expansion in one call: graph_walk.walk run inside Neo4j, the walk's result (per node
+# reached: id, score, hops, seed, path as [type, id, forward] steps, first hop) and those nodes'
+# rows (_NODES's columns); ``read``, the number of links it read, is for tests
 _PROCEDURE = """
-CALL hrt.expand($user_id, $seeds, $depth, $fanout, $sparse, $not_after, $valid_at) YIELD adjacency, nodes
-RETURN adjacency, nodes
+CALL hrt.expand($user_id, $seeds, $scores, $depth, $fanout, $max_per_kind, $hop_decay, $sparse, $not_after, $valid_at)
+YIELD walk, nodes, read
+RETURN walk, nodes, read
 """
 _PLUGIN_VERSION_QUERY = "RETURN hrt.version() AS version"
 
@@ -744,15 +754,55 @@ class Neo4jGraphStore:
             return []
         if await self.uses_procedure():
             try:
-                return await self._expand_by_hops(user_id, seeds, caps, not_after, valid_at, procedure=True)
+                return await self._expand_by_procedure(user_id, seeds, caps, not_after, valid_at)
             except StoreError as exc:
                 gone = _error_code(exc, "Neo.ClientError.Procedure.ProcedureNotFound")
                 if self._expansion == "procedure" or not gone:
                     raise
-                # Neo4j restarted without the plugin: the query gives the same answer
+                # Neo4j restarted without the plugin: the Cypher reads give the same answer
                 log.warning("Neo4j no longer has hrt.expand: expansion runs the Cypher query (slower)")
                 self._procedure = False
-        return await self._expand_by_hops(user_id, seeds, caps, not_after, valid_at, procedure=False)
+        return await self._expand_by_hops(user_id, seeds, caps, not_after, valid_at)
+
+    async def _expand_by_procedure(
+        self,
+        user_id: str,
+        seeds: Mapping[str, float],
+        caps: ExpansionCaps,
+        not_after: float | None,
+        valid_at: float | None,
+    ) -> list[GraphCandidate]:
+        """Expansion in one call of ``hrt.expand``, which runs :func:`graph_walk.walk` inside Neo4j
+        (capped per kind there, so it reads only the links of the nodes the walk expands) and
+        returns its result with the rows of the nodes reached; the candidates are made here by
+        :func:`graph_walk.candidates`, as on every other path."""
+        ids = sorted(seeds)
+        params = {
+            "user": [user_id],
+            "seeds": ids,
+            "scores": [float(seeds[ident]) for ident in ids],
+            "depth": caps.depth,
+            "fanout": max(caps.fanout_per_node, 0),
+            "max_per_kind": caps.max_per_kind,
+            "hop_decay": float(caps.hop_decay),
+            "sparse": self._sparse_degree,
+            "not_after": _float_or_none(not_after),
+            "valid_at": _float_or_none(valid_at),
+        }
+        record = (await self._run("expand", _PROCEDURE_QUERY, params, read=True)).records[0]
+        rows: dict[str, Sequence[Any]] = {row[0]: row for row in record["nodes"]}
+        edge_of = _EDGE_OF
+        best = {
+            ident: (score, hops, seed, tuple((edge_of[edge], other, fwd) for edge, other, fwd in path), first)
+            for ident, score, hops, seed, path, first in record["walk"]
+        }
+        return candidates(
+            best,
+            lambda ident: _node(rows[ident]),
+            lambda ident: ident,
+            lambda ident: tuple(rows[ident][10]),
+            lambda ident: rows[ident][11],
+        )
 
     async def _expand_by_hops(
         self,
@@ -761,52 +811,30 @@ class Neo4jGraphStore:
         caps: ExpansionCaps,
         not_after: float | None,
         valid_at: float | None,
-        *,
-        procedure: bool,
     ) -> list[GraphCandidate]:
-        """Expansion capped per kind at the source: the walk runs over what has been fetched, and
-        the nodes whose links it asked for but that are not fetched yet (the next hop's frontier,
-        which the per-kind cap bounds at seeds + 3 x max_per_kind nodes) are fetched in one query
-        and the walk runs again, until it asks for nothing new: at most depth + 1 queries, where
-        fetching every node of every level read up to millions of links for 20 seeds at depth 3.
-        The walk is deterministic and a hop reads only links of nodes reached before it, so the
-        last run is the walk over the whole graph. A hop's links come from ``hrt.expand`` at depth
-        1 from the frontier (with the rows candidates need), or from _HOP (then one more query,
-        _ROWS, for the result's rows)."""
+        """Expansion through Cypher, capped per kind at the source: the walk runs over what has
+        been fetched, and the nodes whose links it asked for but that are not fetched yet (the next
+        hop's frontier, which the per-kind cap bounds at seeds + 3 x max_per_kind nodes) are
+        fetched in one query (_HOP) and the walk runs again, until it asks for nothing new; then
+        one more query (_ROWS) reads the result's rows: at most depth + 2 queries, where fetching
+        every node of every level read up to millions of links for 20 seeds at depth 3. The walk
+        is deterministic and a hop reads only links of nodes reached before it, so the last run is
+        the walk over the whole graph."""
         # only the parameters each query reads: Neo4j's plan cache is keyed on them (warm)
         params = _hop_params(user_id, caps.fanout_per_node, self._sparse_degree, not_after, valid_at)
-        full_rows: dict[str, Sequence[Any]] = {}  # with mentions and newest mention (the procedure's)
         attrs: dict[str, Sequence[Any]] = {}
         adjacency: dict[str, list[tuple[str, EdgeType, float, bool]]] = {}
         kind_of, edge_of = KIND_OF, _EDGE_OF
         todo = sorted(seeds)
         best: dict[str, Any] = {}
         while todo:
-            if procedure:
-                proc_params = {
-                    "user": params["user"],
-                    "seeds": todo,
-                    "depth": 1 if caps.depth > 0 else 0,
-                    "fanout": params["fanout"],
-                    "sparse": params["sparse"],
-                    "not_after": not_after,
-                    "valid_at": params["valid_at"],
-                }
-                record = (await self._run("expand", _PROCEDURE_QUERY, proc_params, read=True)).records[0]
-                for row in record["nodes"]:
-                    full_rows[row[0]] = attrs[row[0]] = row
-                for ident, links in record["adjacency"]:
-                    adjacency[ident] = [(other, edge_of[edge], weight, fwd) for other, edge, weight, fwd in links]
-            else:
-                result = await self._run("expand", _HOP_QUERY, {**params, "todo": todo}, read=True)
-                for rec in result.records:
-                    node = rec["node"]
-                    attrs[node[0]] = node
-                    adjacency[node[0]] = [
-                        (other, edge_of[edge], weight, fwd) for other, edge, weight, fwd in rec["links"]
-                    ]
-                    for row in rec["reached"]:
-                        attrs.setdefault(row[0], row)
+            result = await self._run("expand", _HOP_QUERY, {**params, "todo": todo}, read=True)
+            for rec in result.records:
+                node = rec["node"]
+                attrs[node[0]] = node
+                adjacency[node[0]] = [(other, edge_of[edge], weight, fwd) for other, edge, weight, fwd in rec["links"]]
+                for row in rec["reached"]:
+                    attrs.setdefault(row[0], row)
             for ident in todo:
                 adjacency.setdefault(ident, [])  # not in the store, or not visible
             missing: set[str] = set()
@@ -832,11 +860,9 @@ class Neo4jGraphStore:
             todo = sorted(missing)
         if not best:
             return []
-        rows = full_rows
-        if not procedure:
-            rows_params = {"user": [user_id], "not_after": not_after, "min_key": params["min_key"], "ids": sorted(best)}
-            result = await self._run("expand", _ROWS_QUERY, rows_params, read=True)
-            rows = {row[0]: row for row in result.records[0]["nodes"]}
+        rows_params = {"user": [user_id], "not_after": not_after, "min_key": params["min_key"], "ids": sorted(best)}
+        result = await self._run("expand", _ROWS_QUERY, rows_params, read=True)
+        rows = {row[0]: row for row in result.records[0]["nodes"]}
         # a node deleted since its hop was read is left out, as if read after the delete
         return candidates(
             {ident: found for ident, found in best.items() if ident in rows},
@@ -855,7 +881,7 @@ class Neo4jGraphStore:
     async def uses_procedure(self) -> bool:
         """Whether expansion runs ``hrt.expand``: asked of Neo4j once (``hrt.version()``) in the
         ``auto`` mode. A Neo4j that is down raises (and is asked again next time); one without the
-        procedure, or with another version of it, gets the Cypher query. The ``procedure`` mode
+        procedure, or with another version of it, gets the Cypher reads. The ``procedure`` mode
         raises StoreError when the procedure is missing or of another version."""
         if self._procedure is not None:
             return self._procedure
@@ -894,9 +920,9 @@ class Neo4jGraphStore:
             for edge in (EdgeType.MENTIONS, EdgeType.SUPERSEDES):
                 for outgoing in (True, False):
                     await self.neighbors(WARM_UP_USER, ids, edge, outgoing, 1, not_after=0.0, valid_at=0.0)
-        # expansion's queries (the same at any depth) for frontiers and results of up to a thousand
-        # ids (the per-kind cap lets a frontier pass a hundred): the procedure's call, or the
-        # Cypher expansion's two queries
+        # expansion's queries (the same at any depth): the procedure's call for up to a thousand
+        # seeds, or the Cypher expansion's two queries for frontiers and results of up to a
+        # thousand ids (the per-kind cap lets a frontier pass a hundred)
         for size in (*WARM_UP_LIST_SIZES, 1000):
             seeds = {f"{WARM_UP_USER}{i}": 1.0 for i in range(size)}
             await self.expand(WARM_UP_USER, seeds, ExpansionCaps(1, 8, 8, 0.5), not_after=0.0)

@@ -28,6 +28,7 @@ from hrt.projection import graph_edge, graph_node
 from hrt.records import EDGE_ENDPOINTS, Artifact, Concept, EdgeType, Kind, MemoryUnit, Relation
 from hrt.stores.base import WARM_UP_USER, ExpansionCaps, GraphEdge, GraphNode, GraphStore, valid_at
 from hrt.stores.embedded import EmbeddedStore
+from hrt.stores.graph_walk import WalkView
 from hrt.stores.neo4j_graph import Neo4jGraphStore
 from tests.conftest import StackManager
 from tests.helpers import jsonl, small_graph
@@ -519,19 +520,38 @@ def with_intervals(edges: list[GraphEdge]) -> list[GraphEdge]:
     return [replace(e, valid_from=bounds[i % 3][0], valid_to=bounds[i % 3][1]) for i, e in enumerate(edges)]
 
 
-async def test_procedure_returns_what_the_query_returns(connect, tenants):
-    """hrt.expand is the expansion query's neighbourhood fetched through Neo4j's Java API: the same
-    adjacency (each node's links in visit order) and the same node rows, on the sample graph (its
-    edges given validity intervals) from each user's busiest nodes, at every depth, fan-out, as-of
-    and valid-at, for sparse and hub reads."""
+def fetched_view(
+    fetched: Any, not_after: float | None
+) -> tuple[WalkView[str], dict[str, list[tuple[str, EdgeType, float, bool]]], dict[str, Any]]:
+    """The walk's view of what the expansion query fetched (its adjacency and node rows), as the
+    Cypher expansion builds it; a link the walk asks for that was not fetched is a KeyError."""
+    adjacency = {ident: [(o, EdgeType(t), w, f) for o, t, w, f in links] for ident, links in fetched["adjacency"]}
+    rows = {row[0]: row for row in fetched["nodes"]}
+
+    def visible(ident: str) -> bool:
+        row = rows.get(ident)
+        return row is not None and (not_after is None or row[3] is None or row[3] <= not_after)
+
+    view = WalkView(links=adjacency.__getitem__, visible=visible, kind=lambda i: Kind(rows[i][1]), order=lambda i: i)
+    return view, adjacency, rows
+
+
+async def test_procedure_walks_what_the_query_fetches(connect, tenants):
+    """hrt.expand is graph_walk.walk run inside Neo4j over the neighbourhood the expansion query
+    fetches: the Python walk over the query's whole neighbourhood (every level's links in visit
+    order, every node's row) gives the procedure's result exactly (scores, hops, seeds, paths and
+    first hops), with the same rows for the nodes reached, having read no more links than the
+    query; on the sample graph (its edges given validity intervals) from each user's busiest nodes,
+    at every depth, fan-out, per-kind cap, as-of and valid-at, for sparse and hub reads."""
     from importlib import resources
 
+    from hrt.stores.graph_walk import walk
     from hrt.stores.neo4j_graph import _PROCEDURE_QUERY, _min_key, expand_query
 
     lines = resources.files("hrt.sample_data").joinpath("sample_graph.jsonl").read_text(encoding="utf-8")
     graph = connect(expansion="cypher")
     await graph.apply_schema()
-    compared = 0
+    compared = capped = 0
     for user_id, (nodes, edges) in projection(parse_jsonl(lines.splitlines())).items():
         u = tenants(user_id)
         await graph.upsert_nodes(u, nodes)
@@ -541,28 +561,46 @@ async def test_procedure_returns_what_the_query_returns(connect, tenants):
             degree[e.source] = degree.get(e.source, 0) + 1
             degree[e.target] = degree.get(e.target, 0) + 1
         busiest = sorted(degree, key=lambda k: (-degree[k], k))
+        # two seeds tie; the ghost is in no graph
+        seeds = {busiest[0]: 0.9, busiest[1]: 0.7, busiest[2]: 0.7, "ghost": 1.0}
         for depth in range(4):
             for fanout, sparse in ((4, 64), (25, 64), (4, 0), (25, 0)):
                 for not_after, at in ((None, None), (1.75e9, None), (0.0, None), (None, 1.745e9), (1.76e9, 1.76e9)):
                     params = {
                         "user": [u],
-                        "seeds": sorted([*busiest[:3], "ghost"]),
+                        "seeds": sorted(seeds),
                         "fanout": fanout,
                         "sparse": sparse,
                         "not_after": not_after,
                         "min_key": _min_key(not_after),
                         "valid_at": at,
                     }
-                    by_query = (await graph._run("q", expand_query(depth), params, read=True)).records[0]
-                    params["depth"] = depth
-                    by_procedure = (await graph._run("p", _PROCEDURE_QUERY, params, read=True)).records[0]
-                    assert dict(by_procedure["adjacency"]) == dict(by_query["adjacency"])
-                    assert len(by_procedure["adjacency"]) == len(by_query["adjacency"])
-                    rows = {row[0]: row for row in by_query["nodes"]}
-                    assert {row[0]: row for row in by_procedure["nodes"]} == rows
-                    assert len(by_procedure["nodes"]) == len(rows)
-                    compared += bool(rows)
-    assert compared > 50  # most probes reach something
+                    fetched = (await graph._run("q", expand_query(depth), params, read=True)).records[0]
+                    view, adjacency, rows = fetched_view(fetched, not_after)
+                    for max_per_kind in (2, 5, 100):
+                        caps = ExpansionCaps(depth, fanout, max_per_kind, 0.6)
+                        expected = walk(view, list(seeds.items()), caps)
+                        call = {
+                            **params,
+                            "seeds": sorted(seeds),
+                            "scores": [seeds[s] for s in sorted(seeds)],
+                            "depth": depth,
+                            "max_per_kind": max_per_kind,
+                            "hop_decay": 0.6,
+                        }
+                        answer = (await graph._run("p", _PROCEDURE_QUERY, call, read=True)).records[0]
+                        found = {
+                            ident: (score, hops, seed, tuple(tuple(step) for step in path), first)
+                            for ident, score, hops, seed, path, first in answer["walk"]
+                        }
+                        assert len(found) == len(answer["walk"])
+                        assert found == expected, (u, depth, fanout, sparse, not_after, at, max_per_kind)
+                        assert {row[0]: row for row in answer["nodes"]} == {i: rows[i] for i in expected}
+                        assert len(answer["nodes"]) == len(expected)
+                        assert answer["read"] <= sum(len(links) for links in adjacency.values())
+                        compared += len(expected) > 3
+                        capped += answer["read"] < sum(len(links) for links in adjacency.values())
+    assert compared > 50 and capped > 20  # most probes reach something; the cap saves reads
     await graph.close()
 
 

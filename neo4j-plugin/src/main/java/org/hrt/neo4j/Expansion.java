@@ -3,10 +3,12 @@ package org.hrt.neo4j;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Comparator;
+import java.util.HashMap;
 import java.util.HashSet;
-import java.util.LinkedHashSet;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
 import java.util.Set;
 import java.util.stream.Stream;
 import org.neo4j.exceptions.KernelException;
@@ -31,15 +33,33 @@ import org.neo4j.values.storable.Value;
 import org.neo4j.values.storable.Values;
 
 /**
- * {@code hrt.expand}: the neighbourhood that HRT's best-path walk reads, fetched inside Neo4j.
+ * {@code hrt.expand}: HRT's expansion, the best-path walk over one user's graph, run inside Neo4j
+ * in one call.
  *
- * <p>It returns exactly what the expansion Cypher query of {@code hrt/stores/neo4j_graph.py}
- * returns (a contract test compares the two, and the Python adapter runs the same walk over
- * either): {@code adjacency}, one {@code [id, links]} per node expanded (the seeds, then each
- * level's new nodes up to level {@code depth - 1}), where {@code links} are the node's first
- * {@code fanout} visible links in the walk's visit order as {@code [other id, type, weight,
- * forward]}; and {@code nodes}, one row per node fetched: {@code [id, kind, label, ts, salience,
- * category, tags, source_agent_id, valid_from, valid_to, mentions, newest mention ts]}.
+ * <p>The walk is {@code walk} of {@code hrt/stores/graph_walk.py}, step for step (a contract test
+ * holds the two to identical results, float scores included): the seeds strongest first, then by
+ * id; per hop, each node of the frontier (best score first, then id) offers its first
+ * {@code fanout} visible links in visit order (below); a link to a node that is not visible does
+ * not use up the fan-out; the score offered is {@code score * hopDecay * weight}, in that order, in
+ * double precision (as Python computes it); a node already reached keeps its path unless offered
+ * a strictly better score (ties keep the path found first), and keeps the hop it was first reached
+ * at; a new node is admitted only while fewer than {@code maxPerKind} nodes of its kind are in (the
+ * seeds count, but are never refused); the next hop's frontier is the nodes reached (new or
+ * improved) in this one. Because the cap bounds each frontier, only the links of the nodes the
+ * walk expands are read: at most seeds + 3 x {@code maxPerKind} nodes at depth 3, whatever the
+ * graph holds beyond them.
+ *
+ * <p>Ids are ordered with {@link String#compareTo} (UTF-16 code units), which is Python's order of
+ * {@code str} (code points) for every id HRT accepts: {@code valid_id} in {@code hrt/records.py}
+ * allows ASCII letters, digits and {@code _ . : @ -} only. Ids outside that alphabet (which HRT
+ * never writes) could order differently only if they held characters beyond U+FFFF.
+ *
+ * <p>It returns one row: {@code walk}, one {@code [id, score, hops, seed id, path, first hop]} per
+ * node reached (seeds included: hops 0, an empty path), where {@code path} is the steps from the
+ * seed as {@code [type, node id, forward]}; {@code nodes}, the row of each of those nodes,
+ * {@code [id, kind, label, ts, salience, category, tags, source_agent_id, valid_from, valid_to,
+ * mentions, newest mention ts]}; and {@code read}, the number of links the walk read (the bound
+ * above, which tests check).
  *
  * <p>A link is visible when its other end is not timestamped after {@code notAfter} and, given a
  * {@code validAt}, its relationship's own interval ({@code valid_from} included, {@code valid_to}
@@ -53,16 +73,18 @@ import org.neo4j.values.storable.Values;
  * backward. Every relationship carries those keys ({@code graph_schema/003_link_order.cypher}).
  *
  * <p>Why a procedure: Community Neo4j runs Cypher row at a time (the pipelined runtime is
- * Enterprise only), and the query spent most of its time there. Here everything is read through
- * the kernel's cursors: a node with few relationships has them walked and sorted; a hub's come
- * from its 8 (type, direction) link order indexes, merged in order and cut after {@code fanout}
- * entries, so a concept with thousands of mentions costs what one with ten does. Every read
- * matches {@code user_id}. The kernel API is Neo4j's internal one: the plugin is built for one
- * Neo4j version (pom.xml), and the adapter uses it only when {@code hrt.version()} matches.
+ * Enterprise only), and the expansion queries spent most of their time there; and the walk here
+ * needs one round trip where the Python walk over Cypher reads needs one per hop. Everything is
+ * read through the kernel's cursors: a node with few relationships has them walked and sorted; a
+ * hub's come from its 8 (type, direction) link order indexes, merged in order and cut after
+ * {@code fanout} entries, so a concept with thousands of mentions costs what one with ten does.
+ * Every read matches {@code user_id}. The kernel API is Neo4j's internal one: the plugin is built
+ * for one Neo4j version (pom.xml), and the adapter uses it only when {@code hrt.version()} matches.
  */
 public final class Expansion {
-    /** Bumped whenever the output changes; the Python adapter uses the procedure only on a match. */
-    public static final String VERSION = "2";
+    /** Bumped whenever the arguments or the output change; the Python adapter uses the procedure
+     * only on a match. */
+    public static final String VERSION = "3";
 
     private static final String MEMORY_UNIT = "memory_unit";
     private static final String CONCEPT = "concept";
@@ -72,13 +94,15 @@ public final class Expansion {
     public Transaction tx;
 
     /** The one output row of {@code hrt.expand}. */
-    public static final class Neighbourhood {
-        public List<Object> adjacency;
+    public static final class Walked {
+        public List<Object> walk;
         public List<Object> nodes;
+        public long read;
 
-        Neighbourhood(List<Object> adjacency, List<Object> nodes) {
-            this.adjacency = adjacency;
+        Walked(List<Object> walk, List<Object> nodes, long read) {
+            this.walk = walk;
             this.nodes = nodes;
+            this.read = read;
         }
     }
 
@@ -89,27 +113,31 @@ public final class Expansion {
     }
 
     @Procedure(name = "hrt.expand", mode = Mode.READ)
-    @Description("hrt.expand(user, seeds, depth, fanout, sparse, notAfter, validAt): the neighbourhood HRT's walk"
-            + " reads, per level each node's first `fanout` visible links (of relationships valid at `validAt`)"
-            + " in visit order, and every node's attributes.")
-    public Stream<Neighbourhood> expand(
+    @Description("hrt.expand(user, seeds, scores, depth, fanout, maxPerKind, hopDecay, sparse, notAfter, validAt):"
+            + " HRT's best-path walk from the seeds (with their scores), per hop each frontier node's first"
+            + " `fanout` visible links (of relationships valid at `validAt`) in visit order, at most"
+            + " `maxPerKind` nodes per kind; every node reached with its score, path and attributes.")
+    public Stream<Walked> expand(
             @Name("user") String user,
             @Name("seeds") List<String> seeds,
+            @Name("scores") List<Double> scores,
             @Name("depth") long depth,
             @Name("fanout") long fanout,
+            @Name("maxPerKind") long maxPerKind,
+            @Name("hopDecay") double hopDecay,
             @Name("sparse") long sparse,
             @Name("notAfter") Double notAfter,
             @Name("validAt") Double validAt)
             throws KernelException {
-        if (seeds == null) {
-            throw new IllegalArgumentException("hrt.expand: seeds are required");
+        if (seeds == null || scores == null || seeds.size() != scores.size()) {
+            throw new IllegalArgumentException("hrt.expand: seeds and as many scores are required");
         }
         if (depth < 0 || depth > MAX_DEPTH) {
             throw new IllegalArgumentException("hrt.expand: depth must be 0 to " + MAX_DEPTH + ", got " + depth);
         }
         try (Walker walker = new Walker(tx, user, (int) Math.min(Math.max(fanout, 0), Integer.MAX_VALUE), sparse,
                 notAfter, validAt)) {
-            return Stream.of(walker.run(seeds, (int) depth));
+            return Stream.of(walker.run(seeds, scores, (int) depth, maxPerKind, hopDecay));
         }
     }
 
@@ -132,13 +160,55 @@ public final class Expansion {
         };
     }
 
+    /** A node the walk reached (graph_walk's best[node]): its best score, the hop and seed of its best
+     * path, that path's last step (null for a seed), and the hop it was first reached at. */
+    private static final class Reached {
+        final long ref;
+        final String id;
+        final int first;
+        double score;
+        int hops;
+        String seed;
+        Step path;
+
+        Reached(long ref, String id, double score, int hops, String seed, Step path, int first) {
+            this.ref = ref;
+            this.id = id;
+            this.score = score;
+            this.hops = hops;
+            this.seed = seed;
+            this.path = path;
+            this.first = first;
+        }
+    }
+
+    /** One step of a path, after the steps {@code before} it (paths share their beginnings). */
+    private record Step(Step before, String type, String id, boolean forward, int length) {
+        Step(Step before, String type, String id, boolean forward) {
+            this(before, type, id, forward, before == null ? 1 : before.length + 1);
+        }
+    }
+
+    /** A link and its relationship's weight. */
+    private record Offer(Link link, double weight) {}
+
+    private record Info(boolean visible, String kind) {}
+
+    /** graph_walk's frontier order, key (-score, id): best score first (0.0 and -0.0 tie, as in
+     * Python), then id (class comment). */
+    private static final Comparator<Reached> FRONTIER = (a, b) -> {
+        int c = GraphReader.cmp(b.score, a.score);
+        return c != 0 ? c : a.id.compareTo(b.id);
+    };
+
     private static final class Walker extends GraphReader {
         private final int fanout;
         private final long sparse;
         private final int[] types; // the token ids of TYPE_NAMES that exist
         private final int mentions;
         private final Comparator<Link> order;
-        private final PropertySelection linkKeys, mentionKeys;
+        private final PropertySelection linkKeys, mentionKeys, infoKeys;
+        private final int kindKey;
 
         Walker(Transaction tx, String user, int fanout, long sparse, Double notAfter, Double validAt) {
             super(tx, user, notAfter, validAt);
@@ -150,43 +220,144 @@ public final class Expansion {
             order = visitOrder(typeNames);
             linkKeys = selection(userKey, nwKey, stsKey, ttsKey, sidKey, tidKey, validFromKey, validToKey);
             mentionKeys = selection(userKey, nwKey, ttsKey, tidKey);
+            kindKey = tokens.propertyKey("kind");
+            infoKeys = selection(tsKey, kindKey);
         }
 
-        Neighbourhood run(List<String> seeds, int depth) throws KernelException {
-            LinkedHashSet<Long> fetched = new LinkedHashSet<>();
-            List<Long> level = new ArrayList<>();
-            for (String seed : seeds) {
-                long ref = find(seed);
-                if (ref >= 0 && visible(tsOf(ref)) && fetched.add(ref)) {
-                    level.add(ref);
+        /** graph_walk.walk (class comment), then each reached node's row. */
+        Walked run(List<String> seeds, List<Double> scores, int depth, long maxPerKind, double hopDecay)
+                throws KernelException {
+            Map<Long, Reached> best = new LinkedHashMap<>(); // by node; ids and nodes are one to one
+            Map<String, Integer> perKind = new HashMap<>();
+            Integer[] strongest = new Integer[seeds.size()];
+            for (int i = 0; i < strongest.length; i++) {
+                if (seeds.get(i) == null || scores.get(i) == null) {
+                    throw new IllegalArgumentException("hrt.expand: a seed or its score is null");
+                }
+                strongest[i] = i;
+            }
+            Arrays.sort(strongest, (a, b) -> {
+                int c = GraphReader.cmp(scores.get(b), scores.get(a));
+                return c != 0 ? c : seeds.get(a).compareTo(seeds.get(b));
+            });
+            for (int i : strongest) {
+                String id = seeds.get(i);
+                long ref = find(id);
+                if (ref < 0 || best.containsKey(ref)) {
+                    continue;
+                }
+                Info info = info(ref);
+                if (!info.visible()) {
+                    continue;
+                }
+                best.put(ref, new Reached(ref, id, scores.get(i), 0, id, null, 0));
+                perKind.merge(info.kind(), 1, Integer::sum); // seeds count, but are never refused
+            }
+
+            Map<Long, List<Offer>> offers = new HashMap<>(); // a node's links, read once
+            long read = 0;
+            List<Reached> frontier = new ArrayList<>(best.values());
+            frontier.sort(FRONTIER);
+            for (int hop = 1; hop <= depth; hop++) {
+                Set<Reached> reached = new HashSet<>();
+                for (Reached current : frontier) {
+                    // as of now: a node improved earlier in this hop offers its improved path
+                    double score = current.score;
+                    String seed = current.seed;
+                    Step path = current.path;
+                    List<Offer> links = offers.get(current.ref);
+                    if (links == null) {
+                        links = offers(current.ref, current.id);
+                        offers.put(current.ref, links);
+                        read += links.size();
+                    }
+                    int taken = 0;
+                    for (Offer offer : links) {
+                        if (taken >= fanout) {
+                            break;
+                        }
+                        Link link = offer.link();
+                        Reached previous = best.get(link.otherNode());
+                        Info info = null;
+                        if (previous == null) { // a node in best is visible
+                            info = info(link.otherNode());
+                            if (!info.visible()) {
+                                continue; // invisible neighbours do not use up the fan-out
+                            }
+                        }
+                        taken++;
+                        double candidate = score * hopDecay * offer.weight(); // Python's order of operations
+                        if (previous != null) {
+                            if (previous.score >= candidate) {
+                                continue; // ties keep the path found first (visit order)
+                            }
+                            previous.score = candidate;
+                            previous.hops = hop;
+                            previous.seed = seed;
+                            previous.path = new Step(path, typeNames[link.type()], link.other(), link.forward());
+                            reached.add(previous); // keeps the hop it was first reached at
+                        } else {
+                            int count = perKind.getOrDefault(info.kind(), 0);
+                            if (count >= maxPerKind) {
+                                continue;
+                            }
+                            perKind.put(info.kind(), count + 1);
+                            Step step = new Step(path, typeNames[link.type()], link.other(), link.forward());
+                            Reached found = new Reached(link.otherNode(), link.other(), candidate, hop, seed, step, hop);
+                            best.put(found.ref, found);
+                            reached.add(found);
+                        }
+                    }
+                }
+                frontier = new ArrayList<>(reached);
+                frontier.sort(FRONTIER);
+                if (frontier.isEmpty()) {
+                    break;
                 }
             }
-            List<Object> adjacency = new ArrayList<>();
-            Set<Long> expanded = new HashSet<>();
-            for (int hop = 1; hop <= depth && !level.isEmpty(); hop++) {
-                LinkedHashSet<Long> next = new LinkedHashSet<>();
-                for (long ref : level) {
-                    if (!expanded.add(ref)) {
-                        continue; // reached again at a deeper level: the same links as before
-                    }
-                    String id = idOf(ref);
-                    List<Link> links = links(ref, id);
-                    List<Object> rows = new ArrayList<>(links.size());
-                    for (Link link : links) {
-                        rows.add(Arrays.asList(link.other, typeNames[link.type], weight(link.relationship),
-                                link.forward));
-                        next.add(link.otherNode);
-                    }
-                    adjacency.add(Arrays.asList(id, rows));
+
+            List<Object> walk = new ArrayList<>(best.size());
+            List<Object> nodes = new ArrayList<>(best.size());
+            for (Reached r : best.values()) {
+                walk.add(Arrays.asList(r.id, r.score, (long) r.hops, r.seed, steps(r.path), (long) r.first));
+                nodes.add(row(r.ref));
+            }
+            return new Walked(walk, nodes, read);
+        }
+
+        /** Whether a node is visible as of notAfter, and its kind (the walk's per-kind key). */
+        private Info info(long ref) {
+            Value ts = Values.NO_VALUE, kind = Values.NO_VALUE;
+            if (positioned(other, ref)) {
+                other.properties(properties, infoKeys);
+                while (properties.next()) {
+                    int key = properties.propertyKey();
+                    if (key == tsKey) ts = properties.propertyValue();
+                    else if (key == kindKey) kind = properties.propertyValue();
                 }
-                level = new ArrayList<>(next);
-                fetched.addAll(next);
             }
-            List<Object> nodes = new ArrayList<>(fetched.size());
-            for (long ref : fetched) {
-                nodes.add(row(ref));
+            return new Info(visible(ts), kind instanceof TextValue text ? text.stringValue() : null);
+        }
+
+        /** The node's first {@code fanout} visible links in visit order, with their weights. */
+        private List<Offer> offers(long ref, String id) throws KernelException {
+            List<Link> links = links(ref, id);
+            List<Offer> out = new ArrayList<>(links.size());
+            for (Link link : links) {
+                if (!(weight(link.relationship()) instanceof Number weight)) {
+                    throw new IllegalStateException("hrt.expand: a relationship of node " + id + " has no weight");
+                }
+                out.add(new Offer(link, weight.doubleValue()));
             }
-            return new Neighbourhood(adjacency, nodes);
+            return out;
+        }
+
+        private static List<Object> steps(Step last) {
+            Object[] out = new Object[last == null ? 0 : last.length()];
+            for (Step step = last; step != null; step = step.before()) {
+                out[step.length() - 1] = Arrays.asList(step.type(), step.id(), step.forward());
+            }
+            return Arrays.asList(out);
         }
 
         /** [id, kind, label, ts, salience, category, tags, source_agent_id, valid_from, valid_to, mentions,
