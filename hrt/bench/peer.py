@@ -6,7 +6,8 @@ top_k=10)`` per phrase (the retriever takes one query; 10 = HRT's seeds per phra
 same embedding model behind its ``Embedder`` and a one-hop ``retrieval_query`` that returns each
 hit's node with its neighbours (HRT at ``max_depth`` 1 is the equivalent). HRT is measured over
 HTTP against a real ``hrt serve`` (so HRT pays HTTP and JSON; the peer runs in process and pays
-neither), the two interleaved request by request so that machine noise hits both alike.
+neither), with auth on: the requests carry the API key the bench provisions (``Server.headers``),
+as every user's do. The two are interleaved request by request so that machine noise hits both alike.
 
 Wiring, from the peer's public API only:
 
@@ -98,7 +99,10 @@ class Peer:
 
 
 def run_peer(plan: Any, stack: Any, cfg: SynthConfig) -> dict[str, Any]:
-    """Latency of HRT (HTTP, depth 1) against the peer on the services data of ``cfg``."""
+    """Latency of HRT (HTTP with the bench's API key, depth 1) against the peer on the services data
+    of ``cfg``. Both embed with the model the run's server uses: the real one, or the ``module:Class``
+    of ``plan.vectors`` (the smoke test's hashing embedder), which the ingest used too."""
+    from hrt.bench.ingest import import_object
     from hrt.bench.loadgen import post_retrieve, request_body
     from hrt.bench.server import Server
     from hrt.bench.stats import size_label, summary
@@ -108,25 +112,30 @@ def run_peer(plan: Any, stack: Any, cfg: SynthConfig) -> dict[str, Any]:
 
     label = size_label(cfg.entities)
     target = services_target(stack, label, create=False)
-    embedder = load_embedder(Settings())
+    server_embedder = plan.vectors if ":" in plan.vectors else None
+    embedder = import_object(server_embedder)() if server_embedder else load_embedder(Settings())
     peer = Peer(stack, target.settings["weaviate_collection"], cfg.user_id, embedder)
-    server = Server(target.env, plan.out / "work" / f"server-peer-{label}.log", None)
+    server: Server | None = None
     as_of = cfg.as_of().strftime("%Y-%m-%dT%H:%M:%SZ")
     requests = key_phrases(cfg, plan.warmup + plan.requests, salt="peer")
     hrt_ms: list[float] = []
+    hrt_items: list[int] = []
     peer_ms: list[float] = []
     peer_items: list[int] = []
     try:
-        with httpx.Client(base_url=server.base_url, timeout=300) as client:
+        server = Server(target.env, plan.out / "work" / f"server-peer-{label}.log", server_embedder)
+        with httpx.Client(base_url=server.base_url, headers=server.headers, timeout=300) as client:
             for i, phrases in enumerate(requests):
                 sample = post_retrieve(client, request_body(cfg.user_id, phrases, as_of, 1))
                 ms, items = peer.search(phrases)
                 if i >= plan.warmup:
                     hrt_ms.append(sample.ms)
+                    hrt_items.append(sample.returned)
                     peer_ms.append(ms)
                     peer_items.append(len(items))
     finally:
-        server.stop()
+        if server is not None:
+            server.stop()
         peer.close()
     hrt, other = summary(hrt_ms), summary(peer_ms)
     return {
@@ -138,10 +147,10 @@ def run_peer(plan: Any, stack: Any, cfg: SynthConfig) -> dict[str, Any]:
             "depth": 1,
             "peer_top_k_per_phrase": TOP_K,
             "peer": "neo4j-graphrag WeaviateNeo4jRetriever, in process, one search per phrase",
-            "hrt": "POST /v1/retrieve over HTTP, max_depth 1, default limits",
+            "hrt": "POST /v1/retrieve over HTTP with an API key (auth on), max_depth 1, default limits",
             "retrieval_query": " ".join(RETRIEVAL_QUERY.split()),
         },
-        "hrt": {"end_to_end": hrt},
+        "hrt": {"end_to_end": hrt, "items_per_request_p50": statistics.median(hrt_items) if hrt_items else 0},
         "peer": {"end_to_end": other, "items_per_request_p50": statistics.median(peer_items) if peer_items else 0},
         "ratio_p50": round(hrt["p50_ms"] / other["p50_ms"], 3) if other.get("p50_ms") else None,
         "ratio_p95": round(hrt["p95_ms"] / other["p95_ms"], 3) if other.get("p95_ms") else None,

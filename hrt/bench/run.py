@@ -162,8 +162,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         trickle_s=args.trickle_s if args.trickle_s is not None else (10.0 if args.quick else 20.0),
     )
     results = run_plan(plan)
-    print(json.dumps({"out": str(plan.out), "runs": [_brief(r) for r in results["runs"]]}, indent=2))
-    return 0 if all(r.get("status") == "ok" for r in results["runs"]) else 1
+    brief: dict[str, Any] = {"out": str(plan.out), "runs": [_brief(r) for r in results["runs"]]}
+    # the peer and LoCoMo were asked for: a failure of theirs fails the command too, never only a line in
+    # results.json (a peer that answered 401 for every request once went unnoticed)
+    extra = [*results.get("peer", []), *([results["locomo"]] if "locomo" in results else [])]
+    if results.get("peer"):
+        brief["peer"] = [_brief_peer(p) for p in results["peer"]]
+    if "locomo" in results:
+        loc = results["locomo"]
+        brief["locomo"] = {"status": loc.get("status"), **({"error": loc.get("error")} if loc.get("error") else {})}
+    print(json.dumps(brief, indent=2))
+    return 0 if all(r.get("status") == "ok" for r in [*results["runs"], *extra]) else 1
+
+
+def _brief_peer(p: dict[str, Any]) -> dict[str, Any]:
+    if p.get("status") != "ok":
+        return {"size": p["size"], "status": p["status"], "error": p.get("error")}
+    return {
+        "size": p["size"],
+        "hrt_p50_ms": p["hrt"]["end_to_end"]["p50_ms"],
+        "peer_p50_ms": p["peer"]["end_to_end"]["p50_ms"],
+        "ratio_p50": p["ratio_p50"],
+    }
 
 
 def _brief(run: dict[str, Any]) -> dict[str, Any]:

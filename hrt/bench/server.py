@@ -69,6 +69,7 @@ class Server:
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
+                self._log.close()
                 raise RuntimeError(f"hrt serve exited with {self.proc.returncode}: {self.log_tail()}")
             with contextlib.suppress(httpx.TransportError):
                 if httpx.get(f"{self.base_url}/readyz", headers=self.headers, timeout=5).status_code == 200:
@@ -103,14 +104,24 @@ class Server:
 
 
 def serve_with_embedder(spec: str, port: int) -> int:
-    """``hrt serve`` with an embedder built from ``module:Class`` (the smoke test's fake one)."""
+    """``hrt serve`` with an embedder built from ``module:Class`` (the smoke tests' fake one). The
+    service is started as ``hrt serve`` starts its own (pools, projector, preload), on the loop
+    that serves it: a services deployment's connection pools belong to that loop."""
     import uvicorn
 
     from hrt.api import create_app
     from hrt.config import load_settings
     from hrt.service import HRTService
 
-    settings = load_settings()
-    service = HRTService(settings, embedder=import_object(spec)())
-    uvicorn.run(create_app(settings, service=service), host="127.0.0.1", port=port, log_level="warning")
+    settings = load_settings().model_copy(update={"host": "127.0.0.1", "port": port})
+
+    async def serve() -> None:
+        service = await HRTService(settings, embedder=import_object(spec)()).start(background_projector=True)
+        try:
+            app = create_app(settings, service=service)
+            await uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")).serve()
+        finally:
+            await service.close()
+
+    asyncio.run(serve())
     return 0

@@ -218,6 +218,28 @@ def test_a_failed_deployment_is_reported_and_the_run_goes_on(tmp_path: Path) -> 
     assert run["goals"] == []
 
 
+def test_a_failed_peer_fails_the_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """``--peer`` asked for and failed (as when every request answered 401): exit 1, never a line in
+    results.json alone; tests/integration/test_bench_peer.py runs the real comparison."""
+    run = {
+        "deployment": "services",
+        "size": "300",
+        "status": "ok",
+        "sequential": {"end_to_end": {"p50_ms": 1.0, "p95_ms": 2.0}},
+        "concurrent": {"throughput_rps": 1.0},
+        "server": {"peak_rss_mb": 1.0},
+        "goals": [],
+    }
+    peer: dict[str, object] = {"size": "300", "status": "failed", "error": "RuntimeError: /v1/retrieve answered 401"}
+    monkeypatch.setattr(bench, "run_plan", lambda plan: {"runs": [run], "peer": [peer]})
+    argv = ["--sizes", "300", "--deployments", "services", "--peer", "--out", str(tmp_path)]
+    assert bench.main(argv) == 1
+    assert "answered 401" in capsys.readouterr().out
+    hrt = {"end_to_end": {"p50_ms": 1.0}}
+    peer.update(status="ok", hrt=hrt, peer={"end_to_end": {"p50_ms": 2.0}}, ratio_p50=0.5)
+    assert bench.main(argv) == 0
+
+
 def test_services_memory_grows_with_the_largest_store(tmp_path: Path) -> None:
     from hrt import devstack
 
