@@ -52,8 +52,11 @@ def make_store(tree: Path, size: str, work: Path) -> Path:
     if not store.exists():
         env = {**os.environ, "PYTHONPATH": str(tree)}
         cmd = [sys.executable, "-m", "hrt.cli", "bench", "--sizes", size, "--deployments", "embedded"]
-        cmd += ["--fake-vectors", "--requests", "5", "--warmup", "1", "--concurrency", "1"]
-        run([*cmd, "--writes", "0", "--trickle-s", "0", "--keep", "--out", str(out)], env=env, cwd="/")
+        cmd += ["--fake-vectors", "--requests", "5", "--warmup", "1", "--concurrency", "1", "--keep", "--out", str(out)]
+        usage = subprocess.run([*cmd[:4], "--help"], env=env, cwd="/", capture_output=True, text=True).stdout
+        if "--writes" in usage:  # older benches measure no writes
+            cmd += ["--writes", "0", "--trickle-s", "0"]
+        run(cmd, env=env, cwd="/")
     return store
 
 
@@ -66,6 +69,7 @@ def copy_store(store: Path, to: Path) -> Path:
     if ann.is_dir():
         shutil.rmtree(f"{to}.ann", ignore_errors=True)
         shutil.copytree(ann, f"{to}.ann")
+        os.chmod(f"{to}.ann", 0o700)
     os.chmod(to, 0o600)
     return to
 
@@ -78,6 +82,13 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=300, help="measured requests per side (default 300)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/hrt-ab"), help="worktree and store copies")
     ap.add_argument("--out", type=Path, help="write the summary here too")
+    ap.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting for both servers, repeatable (HRT_AUTH=off against a base whose keys differ)",
+    )
     args = ap.parse_args()
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -91,6 +102,8 @@ def main() -> int:
         return 2
     cmd = [sys.executable, str(HERE / "scripts" / "serve_ab.py"), "--a", str(tree), "--b", str(HERE)]
     cmd += ["--db", str(a), "--size", args.size, "--requests", str(args.requests), "--b-env", f"HRT_DB_PATH={b}"]
+    for pair in args.env:
+        cmd += ["--a-env", pair, "--b-env", pair]
     print("+", " ".join(cmd), file=sys.stderr, flush=True)
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=work)
     sys.stderr.write(done.stderr[-4000:])
