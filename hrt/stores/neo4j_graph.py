@@ -508,6 +508,18 @@ def _min_key(not_after: float | None) -> float:
 _EDGE_OF: dict[str, EdgeType] = {e.value: e for e in EdgeType}
 
 
+def _candidates(best: dict[str, Any], rows: Mapping[str, Sequence[Any]]) -> list[GraphCandidate]:
+    """The walk's result as candidates, from the rows of the nodes reached (_NODES's columns, which
+    the procedure returns too): both expansion paths end here."""
+    return candidates(
+        best,
+        lambda ident: _node(rows[ident]),
+        lambda ident: ident,
+        lambda ident: tuple(rows[ident][10]),
+        lambda ident: rows[ident][11],
+    )
+
+
 def _float_or_none(value: float | None) -> float | None:
     return None if value is None else float(value)
 
@@ -796,13 +808,7 @@ class Neo4jGraphStore:
             ident: (score, hops, seed, tuple((edge_of[edge], other, fwd) for edge, other, fwd in path), first)
             for ident, score, hops, seed, path, first in record["walk"]
         }
-        return candidates(
-            best,
-            lambda ident: _node(rows[ident]),
-            lambda ident: ident,
-            lambda ident: tuple(rows[ident][10]),
-            lambda ident: rows[ident][11],
-        )
+        return _candidates(best, rows)
 
     async def _expand_by_hops(
         self,
@@ -864,13 +870,7 @@ class Neo4jGraphStore:
         result = await self._run("expand", _ROWS_QUERY, rows_params, read=True)
         rows = {row[0]: row for row in result.records[0]["nodes"]}
         # a node deleted since its hop was read is left out, as if read after the delete
-        return candidates(
-            {ident: found for ident, found in best.items() if ident in rows},
-            lambda ident: _node(rows[ident]),
-            lambda ident: ident,
-            lambda ident: tuple(rows[ident][10]),
-            lambda ident: rows[ident][11],
-        )
+        return _candidates({ident: found for ident, found in best.items() if ident in rows}, rows)
 
     @property
     def expansion_path(self) -> str:
