@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from hrt.config import Settings, load_settings
 from hrt.contract import AugmentedMemoryContext, RetrieveRequest, canonical_dumps
-from hrt.errors import HRTError, StoreUnavailable
+from hrt.errors import HRTError, InvalidInput, StoreUnavailable
 from hrt.ingest import parse_jsonl
 
 if TYPE_CHECKING:
@@ -499,9 +499,38 @@ class _NoEmbedder:
 
     name = "none"
     dim = 384
+    model_id = ""  # no model: a store's model is not checked
 
     def embed(self, texts: Any) -> Any:
         raise RuntimeError("hrt migrate embeds nothing")
+
+    embed_queries = embed
+
+
+def cmd_reembed(args: argparse.Namespace) -> int:
+    """Move the store's vectors to the configured embedding model (hrt/reembed.py)."""
+    from hrt.reembed import run
+
+    if args.page < 1:
+        raise InvalidInput("--page must be at least 1", field="page")
+    print(json.dumps(asyncio.run(run(_settings(args), page=args.page, show_progress=args.progress))))
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    """List the embedding models, or fetch their files into the cache."""
+    from hrt.embedding_models import PREBUILT, fetch_models, models_report
+
+    settings = _settings(args)
+    if args.action == "list":
+        print(json.dumps(models_report(settings.cache_root()), indent=2))
+        return 0
+    ids = list(PREBUILT) if args.all else (args.ids or [settings.embedding_model])
+    from hrt.onnx_embedder import use_int8
+
+    quantize = "int8" if not (args.all or args.ids) and use_int8(settings.embedding_quantize) else "off"
+    print(json.dumps(fetch_models(ids, quantize, settings.cache_root(), settings.model_repository)))
+    return 0
 
 
 def cmd_project(args: argparse.Namespace) -> int:
@@ -739,6 +768,22 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("migrate", help="create or upgrade the store's schema (idempotent)")
     m.add_argument("--db")
     m.set_defaults(func=cmd_migrate)
+
+    rb = sub.add_parser(
+        "reembed",
+        help="rewrite every vector of the store with the configured embedding model (HRT_EMBEDDING_MODEL), "
+        "in place; resumable",
+    )
+    rb.add_argument("--db")
+    rb.add_argument("--page", type=int, default=256, help="entities embedded and committed together")
+    rb.add_argument("--progress", action="store_true", help="show the progress bar even when not on a terminal")
+    rb.set_defaults(func=cmd_reembed)
+
+    mo = sub.add_parser("models", help="the embedding models HRT knows by id; fetch their files ahead of use")
+    mo.add_argument("action", choices=["list", "fetch"])
+    mo.add_argument("ids", nargs="*", help="model ids to fetch (default: the configured HRT_EMBEDDING_MODEL)")
+    mo.add_argument("--all", action="store_true", help="fetch every prebuilt model (fp32 and int8)")
+    mo.set_defaults(func=cmd_models)
 
     pr = sub.add_parser("project", help="deliver pending outbox events to the graph store and vector index once")
     pr.add_argument("--db")

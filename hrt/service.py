@@ -33,7 +33,15 @@ from hrt.pipeline import HybridRetrievalTool, utc_now
 from hrt.records import Deletion, Kind, valid_id
 from hrt.reranker import NoopReranker, Reranker
 from hrt.stores.ann import AnnConfig
-from hrt.stores.base import GraphStore, RecordStore, StoreLifecycle, VectorIndex, WriteBatch, WriteResult
+from hrt.stores.base import (
+    GraphStore,
+    RecordStore,
+    StoreLifecycle,
+    VectorIndex,
+    VectorRewriter,
+    WriteBatch,
+    WriteResult,
+)
 from hrt.stores.embedded import EmbeddedStore
 from hrt.stores.embedded_records import EmbeddedRecordStore
 
@@ -101,6 +109,8 @@ def load_embedder(settings: Settings) -> Embedder:
             threads=settings.embedding_threads,
             batch_size=settings.embedding_batch_size,
             quantize=settings.embedding_quantize,
+            models_root=settings.cache_root(),
+            repository=settings.model_repository,
         )
     else:
         limit_compute_threads(settings.compute_threads)
@@ -179,7 +189,7 @@ class HRTService:
                 ef_construction=settings.ann_ef_construction,
                 ef_search=settings.ann_ef_search,
             )
-            self.embedded = EmbeddedStore(settings.db_path, self.embedder.dim, ann=ann)
+            self.embedded = EmbeddedStore(settings.db_path, self.embedder.dim, ann=ann, model_id=self.embedder.model_id)
             self._closers.append(self.embedded.close)
 
         graph: GraphStore
@@ -210,7 +220,11 @@ class HRTService:
 
             if not settings.postgres_dsn:
                 raise StoreError("HRT_RECORD_STORE=postgres needs HRT_POSTGRES_DSN")
-            pg = PostgresRecordStore(settings.postgres_dsn, max_size=settings.postgres_pool_size)
+            pg = PostgresRecordStore(
+                settings.postgres_dsn,
+                max_size=settings.postgres_pool_size,
+                embedder=(self.embedder.dim, self.embedder.model_id),
+            )
             records = pg
             self.writer = pg
             self.projector = Projector(
@@ -416,6 +430,29 @@ class HRTService:
             self._preload_failed |= not ok
             if self._preloading == 0:
                 self.preload_state = "failed" if self._preload_failed else "done"
+
+    def vector_rewriter(self) -> VectorRewriter:
+        """The record store's vectors for ``hrt reembed`` (:mod:`hrt.reembed`); the embedded file is
+        claimed, so a server cannot hold it meanwhile. Open the service with an embedder whose
+        ``model_id`` is empty: the store's model is what is being replaced."""
+        if self.embedded is not None and self.settings.record_store == "embedded":
+            from hrt.stores.embedded_reembed import EmbeddedVectorRewriter
+
+            self.embedded.claim("hrt reembed")
+            return EmbeddedVectorRewriter(self.embedded)
+        from hrt.stores.postgres_records import PostgresRecordStore
+        from hrt.stores.postgres_reembed import PostgresVectorRewriter
+
+        assert isinstance(self.records, PostgresRecordStore)
+        projector = self.projector
+
+        async def drain() -> None:
+            if projector is not None:
+                report = await projector.drain(wait=60.0)
+                if report.failed:
+                    raise StoreError(f"the new vectors are saved but not all projected yet: {report.failed}")
+
+        return PostgresVectorRewriter(self.records, drain)
 
     async def close(self) -> None:
         if self._setup_task is not None and not self._setup_task.done():

@@ -17,6 +17,7 @@ class HashingEmbedder:
     """Bag of hashed words and character trigrams, L2-normalised: deterministic and instant."""
 
     name = "hashing-test-embedder"
+    model_id = "hashing-test-embedder"
 
     def __init__(self, dim: int = 64) -> None:
         self.dim = dim
@@ -34,6 +35,9 @@ class HashingEmbedder:
             if norm > 0:
                 out[i] /= norm
         return out
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed(texts)
 
 
 def jsonl(records: Sequence[dict[str, Any]]) -> list[str]:

@@ -35,6 +35,8 @@ class ComposedEmbedder:
         self._vectors = np.asarray(inner.embed(vocab), dtype=np.float32)
         self.dim = int(inner.dim)
         self.name = f"composed from {inner.name}"
+        # the bench's stores are read with the real model, which must accept them
+        self.model_id = inner.model_id
 
     def embed(self, texts: Sequence[str]) -> Any:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
@@ -48,18 +50,28 @@ class ComposedEmbedder:
             out[row] = v / max(float(np.linalg.norm(v)), 1e-12)
         return out
 
+    def embed_queries(self, texts: Sequence[str]) -> Any:
+        return self.embed(texts)
+
 
 class TimedEmbedder:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.dim = inner.dim
         self.name = inner.name
+        self.model_id = inner.model_id
         self.seconds = 0.0
         self.texts = 0
 
     def embed(self, texts: Sequence[str]) -> Any:
+        return self._timed(self.inner.embed, texts)
+
+    def embed_queries(self, texts: Sequence[str]) -> Any:
+        return self._timed(self.inner.embed_queries, texts)
+
+    def _timed(self, embed: Any, texts: Sequence[str]) -> Any:
         t = time.perf_counter()
-        out = self.inner.embed(texts)
+        out = embed(texts)
         self.seconds += time.perf_counter() - t
         self.texts += len(texts)
         return out

@@ -52,7 +52,7 @@ def _peer_embedder(inner: Any) -> Any:
         """HRT's embedder (same model, same normalisation) behind the peer's Embedder interface."""
 
         def embed_query(self, text: str) -> list[float]:
-            return [float(x) for x in inner.embed([text])[0]]
+            return [float(x) for x in inner.embed_queries([text])[0]]
 
     return SameModel()
 

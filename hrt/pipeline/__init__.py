@@ -168,7 +168,7 @@ class HybridRetrievalTool:
             # the embedding runs off the event loop (ONNX Runtime releases the GIL, so under
             # concurrent requests it overlaps with other requests' Python work on the second core),
             # and the record store's user check meanwhile
-            embedding = asyncio.ensure_future(asyncio.to_thread(self.embedder.embed, list(intake.phrases)))
+            embedding = asyncio.ensure_future(asyncio.to_thread(self.embedder.embed_queries, list(intake.phrases)))
             searching: asyncio.Future[tuple[Grounding, list[Preference]]] | None = None
             try:
                 if not await self.records.user_exists(intake.user_id):

@@ -503,6 +503,42 @@ class Outbox(Protocol):
         ...
 
 
+class VectorRewriter(Protocol):
+    """What ``hrt reembed`` (:mod:`hrt.reembed`) needs of a record store: its vectors' model
+    (:mod:`hrt.stores.vector_meta`) and every entity, to write each one's vectors again."""
+
+    async def vector_meta(self) -> dict[str, str]:
+        """The store's vector keys (model, dimension, an unfinished re-embedding's target and cursor)."""
+        ...
+
+    async def set_vector_meta(self, values: Mapping[str, str | None]) -> None:
+        """Set vector keys (None removes one)."""
+        ...
+
+    async def count_entities(self, after: tuple[str, str] | None = None) -> int:
+        """How many entities the store holds (after ``(user_id, id)`` in key order, when given)."""
+        ...
+
+    async def entity_page(self, after: tuple[str, str] | None, limit: int) -> list[Entity]:
+        """At most ``limit`` entities after ``(user_id, id)`` (from the first when None), in
+        (user_id, id) order, byte-wise."""
+        ...
+
+    async def rewrite_vectors(
+        self,
+        vectors: Mapping[tuple[str, str], Vector],
+        passages: Mapping[tuple[str, str], Vector],
+        meta: Mapping[str, str | None],
+    ) -> None:
+        """Replace these entities' vectors and passage vectors (none in ``passages``: none) and set
+        ``meta`` in one transaction; the vector index gets them (at once, or through the outbox)."""
+        ...
+
+    async def finish(self) -> None:
+        """After the last page: what the store does once every vector is rewritten."""
+        ...
+
+
 class ExportReader(Protocol):
     """One user's records as of one moment, read in chunks for an export (:mod:`hrt.export`):
     every read sees the same committed state, and ids compare byte-wise (SQLite's ``BINARY``,

@@ -17,6 +17,7 @@ Schema changes are numbered below and applied by :meth:`EmbeddedStore.migrate` (
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -24,7 +25,7 @@ import os
 import sqlite3
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,7 @@ from hrt.records import (
     MemoryUnit,
     title_key,
 )
+from hrt.stores import vector_meta
 from hrt.stores.ann import AnnConfig
 from hrt.stores.base import GraphEdge, GraphNode, VectorDoc, WriteBatch, WriteResult
 from hrt.stores.embedded_lock import StoreClaim
@@ -249,9 +251,13 @@ def private_files(path: Path) -> None:
 class EmbeddedStore:
     """Owns the SQLite connection; its three adapters implement the ports over it."""
 
-    def __init__(self, path: Path | str, dim: int | None, ann: AnnConfig | None = None) -> None:
-        """``dim`` is the embedder's; None opens the store for schema work only. ``ann`` configures
-        the approximate vector search of large users (:mod:`hrt.stores.ann`)."""
+    def __init__(
+        self, path: Path | str, dim: int | None, ann: AnnConfig | None = None, model_id: str | None = None
+    ) -> None:
+        """``dim`` and ``model_id`` are the embedder's (:mod:`hrt.stores.vector_meta`: the store
+        refuses another model's); ``dim`` None opens the store for schema work only, ``model_id``
+        None checks the dimension alone. ``ann`` configures the approximate vector search of large
+        users (:mod:`hrt.stores.ann`)."""
         from hrt.stores.embedded_graph import EmbeddedGraphStore
         from hrt.stores.embedded_records import EmbeddedRecordStore
         from hrt.stores.embedded_vectors import EmbeddedVectorIndex
@@ -279,7 +285,7 @@ class EmbeddedStore:
             ) from exc
         self.applied_on_open = self.migrate()
         if dim is not None:
-            self._check_dim()
+            self._check_vectors(model_id)
         self.records = EmbeddedRecordStore(self)
         self.graph = EmbeddedGraphStore(self)
         self.vectors = EmbeddedVectorIndex(self, ann)
@@ -321,15 +327,37 @@ class EmbeddedStore:
             ).fetchall()
         return [r[0] for r in rows]
 
-    def _check_dim(self) -> None:
-        row = self.db.execute("SELECT value FROM meta WHERE key = 'embedding_dim'").fetchone()
-        if row is None:
-            self.db.execute("INSERT INTO meta VALUES ('embedding_dim', ?)", (str(self.dim),))
-        elif int(row[0]) != self.dim:
-            raise StoreError(
-                f"the store at {self.path} holds {row[0]}-dimensional vectors but the embedder makes "
-                f"{self.dim}; use the same HRT_EMBEDDING_MODEL or a new HRT_DB_PATH"
-            )
+    def _check_vectors(self, model_id: str | None) -> None:
+        try:
+            meta = self.vector_meta()
+            if not model_id:  # schema work: the dimension alone
+                meta = {k: v for k, v in meta.items() if k == vector_meta.DIM_KEY}
+            record = vector_meta.check(meta, self.dim, model_id or "", f"the store at {self.path}")
+            if not model_id:
+                record.pop(vector_meta.MODEL_KEY, None)
+            self.set_vector_meta(record)
+        except BaseException:
+            self.db.close()
+            raise
+
+    def vector_meta(self) -> dict[str, str]:
+        """The vector keys of ``meta`` (:mod:`hrt.stores.vector_meta`)."""
+        marks = ",".join("?" * len(vector_meta.KEYS))
+        with self.lock:
+            return dict(self.db.execute(f"SELECT key, value FROM meta WHERE key IN ({marks})", vector_meta.KEYS))
+
+    def set_vector_meta(self, values: Mapping[str, str | None], db: sqlite3.Connection | None = None) -> None:
+        """Set (None: remove) vector keys of ``meta``, in the caller's transaction when ``db`` is given."""
+        with self.lock if db is None else contextlib.nullcontext():
+            conn = db or self.db
+            for key, value in values.items():
+                if value is None:
+                    conn.execute("DELETE FROM meta WHERE key = ?", (key,))
+                else:
+                    conn.execute(
+                        "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                        (key, value),
+                    )
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

@@ -38,7 +38,7 @@ from hrt.records import (
     title_key,
     valid_from,
 )
-from hrt.stores import postgres_browse
+from hrt.stores import postgres_browse, postgres_reembed
 from hrt.stores.base import WARM_UP_USER, BrowseFilter, EntityDetail, EntityRow, StoredEntity, WriteBatch, WriteResult
 from hrt.stores.embedded import ENTITY_MODELS
 
@@ -66,8 +66,19 @@ def translate_errors(action: str) -> Iterator[None]:
 
 
 class PostgresRecordStore:
-    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 4, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 4,
+        timeout: float = 10.0,
+        embedder: tuple[int, str] | None = None,
+    ) -> None:
+        """``embedder``: the (dimension, model id) of the vectors this process writes and reads;
+        the store refuses another model's (:mod:`hrt.stores.vector_meta`), checked by ``apply_schema``."""
         self._dsn = dsn
+        self._embedder = embedder
         self._timeout = timeout
         self._sizes = (min_size, max_size)
         self.pool = self._request_pool()
@@ -139,8 +150,10 @@ class PostgresRecordStore:
         await self.user_exists(WARM_UP_USER)
 
     async def apply_schema(self) -> None:
-        """Nothing on start: PostgreSQL's schema is migrated by ``hrt migrate``
-        (:mod:`hrt.stores.postgres_migrate`), under its own lock, before servers start."""
+        """Nothing to migrate on start (``hrt migrate`` does, :mod:`hrt.stores.postgres_migrate`,
+        under its own lock, before servers start); checks that the store's vectors are the embedder's."""
+        if self._embedder is not None and self._embedder[1]:
+            await postgres_reembed.check_store(self, *self._embedder)
 
     async def warm(self) -> None:
         """Nothing to prepare: PostgreSQL plans each statement as it comes."""

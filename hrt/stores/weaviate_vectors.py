@@ -713,9 +713,7 @@ class WeaviateVectorIndex:
             return {}
         dim = queries.shape[1]
         async with self._guard("similarities", self._query_timeout):
-            objects = await self._by_ids(
-                user_id, tenant_name(user_id), wanted, _PASSAGES_PB if passages else _ID_PB
-            )
+            objects = await self._by_ids(user_id, tenant_name(user_id), wanted, _PASSAGES_PB if passages else _ID_PB)
         found: list[str] = []
         stored: list[np.ndarray] = []
         rows: list[Vector | None] = []

@@ -140,7 +140,7 @@ def test_the_service_builds_the_embedder_in_the_settings_cache_dir(tmp_path, mon
     built: list[Path | None] = []
 
     class Recorder:
-        name, dim = "recorder", 3
+        name, dim, model_id = "recorder", 3, "recorder"
 
         def __init__(self, model: str, cache_dir: Path | None = None, **_: object) -> None:
             built.append(cache_dir)
@@ -211,7 +211,7 @@ def test_quantize_setting_defaults_to_off_and_is_hashed_when_on(tmp_path, monkey
     got: list[object] = []
 
     class Recorder:
-        name, dim = "recorder", 3
+        name, dim, model_id = "recorder", 3, "recorder"
 
         def __init__(self, model: str, quantize: str = "off", **_: object) -> None:
             got.append(quantize)

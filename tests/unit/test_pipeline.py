@@ -222,10 +222,10 @@ class _GatedEmbedder:
         import threading
 
         self.inner, self.fail = inner, fail
-        self.dim, self.name = inner.dim, inner.name
+        self.dim, self.name, self.model_id = inner.dim, inner.name, inner.model_id
         self.started, self.go = threading.Event(), threading.Event()
 
-    def embed(self, texts):
+    def embed_queries(self, texts):
         self.started.set()
         assert self.go.wait(10), "the test never released the embedding"
         if self.fail:

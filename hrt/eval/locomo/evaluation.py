@@ -96,7 +96,7 @@ async def evaluate(
                 say(f"import {conv.sample_id}: {conv.counts}")
                 await service.ingest(conv.records)
         import_seconds = time.perf_counter() - t_import
-        service.embedder.embed(phrases)  # one batch; every request below hits the cache
+        service.embedder.embed_queries(phrases)  # one batch; every request below hits the cache
         derived = {c.user_id: c.derived_from for c in imported}
         baselines = baseline_systems(service, derived, cfg.top_k)
         traced = Traced()

@@ -126,7 +126,7 @@ def baseline_systems(
     artifact-credited recall. No graph, no scoring."""
 
     async def search(q: Question, kinds: list[Kind]) -> list[VectorHit]:
-        vectors = service.embedder.embed([q.text])
+        vectors = service.embedder.embed_queries([q.text])
         hits: list[list[VectorHit]] = await service.vectors.search(
             q.user_id, [q.text], vectors, kinds=kinds, k=top_k, not_after=q.as_of.timestamp()
         )
