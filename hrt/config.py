@@ -199,6 +199,19 @@ class RerankConfig(_Stage):
     reranker_oversample: int = Field(3, ge=1, le=10)  # rerank the top limit x oversample per kind
     reranker_max_candidates: int = Field(60, ge=1, le=500)  # bound on M across kinds
     rerank_blend: float = Field(0.5, ge=0.0, le=1.0)
+    # The ONNX cross-encoder (hrt/rerankers/onnx_cross.py), run in process by ONNX Runtime: a .onnx
+    # file, its tokenizer.json (unset: the one beside the model) and the token budget of one
+    # (query, document) pair. Set, it is the reranker, and HRT_RERANKER_BASE_URL must be unset.
+    # The paths name the model in config_hash, as embedding_model does.
+    reranker_onnx_model: Path | None = None
+    reranker_onnx_tokenizer: Path | None = None
+    reranker_onnx_max_length: int = Field(512, ge=16, le=8192)
+
+    @field_validator("reranker_onnx_model", "reranker_onnx_tokenizer", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        # docker compose passes an unset variable on as an empty string
+        return None if isinstance(value, str) and not value.strip() else value
 
 
 class AssemblyConfig(_Stage):
@@ -228,6 +241,9 @@ HASHED_UNLESS_DEFAULT: dict[str, object] = {
     "passage_pool": 50,
     "artifact_evidence": "own",
     "embedding_quantize": "off",
+    "reranker_onnx_model": None,
+    "reranker_onnx_tokenizer": None,
+    "reranker_onnx_max_length": 512,
 }
 
 
@@ -366,13 +382,17 @@ class Settings(
     preload_users: int = Field(4, ge=0, le=10_000)
 
     # --- rerank ---------------------------------------------------------------------------------
-    # Unset base URL: the no-op reranker (requests asking for rerank get the scorer's order, and
-    # the response says so). Set it to a llama.cpp server running a Qwen3-Reranker GGUF.
+    # Unset base URL (and no HRT_RERANKER_ONNX_MODEL): the no-op reranker (requests asking for
+    # rerank get the scorer's order, and the response says so). Set it to a llama.cpp server
+    # running a Qwen3-Reranker GGUF.
     reranker_base_url: str | None = None
     reranker_api_key: SecretStr | None = None  # a llama.cpp server started with --api-key
     reranker_timeout_s: float = Field(10.0, gt=0.0, le=600.0)
     reranker_max_concurrency: int = Field(2, ge=1, le=64)
     rerank_budget_s: float = Field(10.0, gt=0.0, le=600.0)  # the stage's time budget
+    # ONNX Runtime threads for one pair of the ONNX cross-encoder (no spinning, as the embedder's);
+    # 0: one per core
+    reranker_onnx_threads: int = Field(2, ge=0, le=256)
 
     # --- LLM extraction (conversations; hrt/extraction/llm.py) ----------------------------------
     # Unset base URL: no LLM, the rules alone extract what messages say. Set it to an
@@ -430,6 +450,15 @@ class Settings(
     def _budgets(self) -> Settings:
         if self.rerank_budget_s >= self.request_timeout_s:
             raise ValueError("rerank_budget_s must be below request_timeout_s (the whole request's budget)")
+        return self
+
+    @model_validator(mode="after")
+    def _one_reranker(self) -> Settings:
+        if self.reranker_onnx_model is not None and self.reranker_base_url:
+            raise ValueError(
+                "HRT_RERANKER_ONNX_MODEL and HRT_RERANKER_BASE_URL are both set: a server runs one reranker, "
+                "the ONNX cross-encoder or the Qwen3-Reranker over llama.cpp; unset one of them"
+            )
         return self
 
     @model_validator(mode="after")

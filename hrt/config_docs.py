@@ -213,7 +213,10 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
     ),
     (("recency_half_life_days",), "recency half-life"),
     (("neutral_preference",), "preference without a record"),
-    (("reranker_base_url",), "llama.cpp server with a Qwen3-Reranker GGUF; unset means no reranker"),
+    (
+        ("reranker_base_url",),
+        "llama.cpp server with a Qwen3-Reranker GGUF; unset (and no `HRT_RERANKER_ONNX_MODEL`) means no reranker",
+    ),
     (
         ("reranker_api_key",),
         (
@@ -235,6 +238,23 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
         "time budget of the rerank stage (then: scorer order, `timeout`); below `HRT_REQUEST_TIMEOUT_S`",
     ),
     (("rerank_blend",), "share of the reranker score in the final score"),
+    (
+        ("reranker_onnx_model",),
+        (
+            "a cross-encoder's `.onnx` file, run in process by ONNX Runtime (no server, no torch): set, it is the "
+            "reranker, and `HRT_RERANKER_BASE_URL` must be unset; one logit per pair is read as a sigmoid, two "
+            "as a softmax's second column (deployment.md)"
+        ),
+    ),
+    (("reranker_onnx_tokenizer",), "its `tokenizer.json`; unset: the one beside the model"),
+    (
+        ("reranker_onnx_max_length",),
+        "tokens of one (query, document) pair, truncated longest first; at most the model's own maximum",
+    ),
+    (
+        ("reranker_onnx_threads",),
+        "ONNX Runtime threads for one pair of the ONNX cross-encoder (no spinning); 0: one per core",
+    ),
     (
         ("extractor_base_url",),
         (

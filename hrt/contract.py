@@ -562,6 +562,9 @@ class Readiness(BaseModel):
     graph_expansion: str
     auth: Literal["on", "off"]
     warnings: list[str] = Field(default_factory=list)
+    # the reranker `"rerank": true` uses: none, qwen3-reranker@<server>, onnx-cross-encoder:<file>
+    # (a default, so a client reads the report of a server older than the field)
+    reranker: str = "none"
 
 
 # --------------------------------------------------------------------------------------------

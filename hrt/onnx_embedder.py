@@ -267,7 +267,7 @@ def export_onnx(transformer_dir: Path, dest: Path) -> None:
                 do_constant_folding=True,
                 **kwargs,
             )
-        session = _session(tmp, threads=1)
+        session = cpu_session(tmp, threads=1)
         err = 0.0
         for check in (feeds, batch([23, 5, 1], 23)):
             with torch.no_grad():
@@ -380,7 +380,7 @@ def quantize_onnx(source: Path, dest: Path) -> None:
             quantize_dynamic(source, tmp, weight_type=weight_type, **recipe)
         finally:
             root.setLevel(level)
-        _session(tmp, threads=1)  # it loads, or nothing replaces dest
+        cpu_session(tmp, threads=1)  # it loads, or nothing replaces dest
     meta = {
         "format": QUANT_FORMAT,
         "recipe": QUANT_RECIPE,
@@ -419,7 +419,9 @@ def _run_child(args: Sequence[str], what: str) -> float:
 # ------------------------------------------------------------------------------------------
 
 
-def _session(path: Path, threads: int) -> Any:
+def cpu_session(path: Path, threads: int) -> Any:
+    """An ONNX Runtime session of ``path`` on the CPU, tuned to share its cores with a request (also
+    the ONNX cross-encoder's, :mod:`hrt.rerankers.onnx_cross`)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -587,7 +589,7 @@ class OnnxEmbedder:
             if not current(json.loads(meta_file.read_text(encoding="utf-8"))):
                 log.warning("the cached model %s is incomplete or stale; %s", model_file, remedy)
                 return None
-            return _session(model_file, self._threads)
+            return cpu_session(model_file, self._threads)
         except Exception as exc:  # a corrupt file: onnxruntime raises several kinds
             log.warning("the cached model %s does not load (%s); %s", model_file, exc, remedy)
             return None

@@ -1,10 +1,13 @@
-"""The Reranker port. HRT ships a no-op reranker; the Qwen3-Reranker adapter (llama.cpp server)
-implements the same port."""
+"""The Reranker port. HRT ships a no-op reranker; the Qwen3-Reranker adapter (llama.cpp server) and
+the ONNX cross-encoder (in process) implement the same port (:mod:`hrt.rerankers`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
+
+# the adapters round their scores to this many decimals, so a score is the same wherever it was computed
+SCORE_DECIMALS = 6
 
 
 @runtime_checkable

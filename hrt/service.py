@@ -53,7 +53,19 @@ log = logging.getLogger(__name__)
 
 
 def load_reranker(settings: Settings, metrics: Metrics) -> Reranker:
-    """The Qwen3 reranker over llama.cpp when ``HRT_RERANKER_BASE_URL`` is set, else the no-op one."""
+    """The one reranker the settings name: the ONNX cross-encoder when ``HRT_RERANKER_ONNX_MODEL`` is
+    set, the Qwen3 reranker over llama.cpp when ``HRT_RERANKER_BASE_URL`` is (the settings refuse
+    both), else the no-op one."""
+    if settings.reranker_onnx_model is not None:
+        from hrt.rerankers import OnnxCrossEncoder, RerankMetrics
+
+        return OnnxCrossEncoder(
+            settings.reranker_onnx_model,
+            tokenizer=settings.reranker_onnx_tokenizer,
+            max_length=settings.reranker_onnx_max_length,
+            threads=settings.reranker_onnx_threads,
+            metrics=RerankMetrics(metrics.registry),
+        )
     if not settings.reranker_base_url:
         return NoopReranker()
     from hrt.rerankers import Qwen3Reranker, RerankMetrics
@@ -180,6 +192,8 @@ class HRTService:
         # kept apart by the statistics' version row, WriteBatch.state_expect)
         self._conversation_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self.llm_extractor: LLMCall | None = self._own_llm_extractor()
+        # before the stores open: a reranker that cannot load (HRT_RERANKER_ONNX_MODEL) leaves none open
+        own_reranker = reranker or self._own_reranker()
 
         self.embedded: EmbeddedStore | None = None
         if "embedded" in (settings.record_store, settings.graph_store, settings.vector_index):
@@ -240,7 +254,7 @@ class HRTService:
             vectors=vectors,
             graph=graph,
             records=records,
-            reranker=reranker or self._own_reranker(),
+            reranker=own_reranker,
             metrics=self.metrics,
             deployment=self.deployment,
             clock=clock,

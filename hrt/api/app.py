@@ -579,6 +579,7 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
             stores=checks,
             caches=service.preload_state,
             embedder=service.embedder.name,
+            reranker=service.tool.reranker.name,
             deployment=service.deployment,
             # Neo4j: "procedure" (hrt.expand) or "cypher"; the embedded graph walks in process
             graph_expansion=service.graph.expansion_path,

@@ -46,7 +46,6 @@ import asyncio
 import logging
 import math
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -57,7 +56,9 @@ import httpx
 from hrt.errors import HRTError, StoreError, StoreUnavailable
 from hrt.openai_compat import ServerClient, api_root
 from hrt.prompts import chat_prompt_sections, load_template
+from hrt.reranker import SCORE_DECIMALS
 from hrt.rerankers.metrics import RerankMetrics
+from hrt.rerankers.score_cache import ScoreCache
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,6 @@ DEFAULT_INSTRUCTION = "Given a web search query, retrieve relevant passages that
 PROMPT_TEMPLATE = "qwen3_reranker.md"
 # vLLM's Qwen3-Reranker example scores a token missing from the top-20 as logprob -10.
 MISSING_SIDE_LOGPROB = -10.0
-SCORE_DECIMALS = 6
 LOG_PREVIEW_CHARS = 200
 # SentencePiece and byte-level BPE word-start markers, for servers that return raw pieces.
 _SPACE_MARKERS = "\u2581\u0120"
@@ -242,31 +242,6 @@ class _Skipped(Exception):
     """Internal: a queued document not sent because its call had already failed."""
 
 
-class _ScoreCache:
-    """LRU of ``(query, document) -> score``; size 0 disables it."""
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._data: OrderedDict[tuple[str, str], float] = OrderedDict()
-
-    def get(self, key: tuple[str, str]) -> float | None:
-        value = self._data.get(key)
-        if value is not None:
-            self._data.move_to_end(key)
-        return value
-
-    def put(self, key: tuple[str, str], value: float) -> None:
-        if self._size <= 0:
-            return
-        self._data[key] = value
-        self._data.move_to_end(key)
-        while len(self._data) > self._size:
-            self._data.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-
 # ---- the adapter -----------------------------------------------------------------------------------
 
 
@@ -317,7 +292,7 @@ class Qwen3Reranker(ServerClient):
         self.max_doc_chars = max_doc_chars
         self.prompt = prompt or load_prompt()
         self._metrics = metrics
-        self._cache = _ScoreCache(cache_size)
+        self._cache = ScoreCache(cache_size)
         self._url = f"{self._root}/v1/chat/completions" if self.mode == "chat" else f"{self._root}/v1/completions"
 
     # -- requests
@@ -426,20 +401,7 @@ class Qwen3Reranker(ServerClient):
         if not documents:
             return []
         clipped = [d[: self.max_doc_chars] for d in documents]
-        m = self._metrics
-        if m is not None:
-            m.candidates.observe(len(clipped))
-        cached = [self._cache.get((query, d)) for d in clipped]
-        todo = list(dict.fromkeys(d for d, s in zip(clipped, cached, strict=True) if s is None))
-        if m is not None:
-            m.cache.labels(result="hit").inc(len(clipped) - sum(s is None for s in cached))
-            m.cache.labels(result="miss").inc(sum(s is None for s in cached))
-        fresh: dict[str, float] = {}
-        if todo:
-            fresh = await self._guarded(query, todo)
-        elif m is not None:
-            m.calls.labels(status="ok").inc()
-        return [s if s is not None else fresh[d] for d, s in zip(clipped, cached, strict=True)]
+        return await self._cache.scores(query, clipped, self._guarded, self._metrics)
 
     async def _guarded(self, query: str, todo: Sequence[str]) -> dict[str, float]:
         """One call to the server under the circuit breaker, with its metrics."""

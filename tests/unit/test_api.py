@@ -91,7 +91,7 @@ async def test_health_ready_metrics_openapi(client, loaded_service):
     assert (await client.get("/healthz")).json() == {"status": "ok"}
     ready = await client.get("/readyz")
     assert ready.status_code == 200 and ready.json()["status"] == "ready"
-    assert ready.json()["graph_expansion"] == "in_process"
+    assert ready.json()["graph_expansion"] == "in_process" and ready.json()["reranker"] == "none"
     loaded_service.preload_state = "loading"  # `hrt serve` preloading the largest users' caches
     warming = await client.get("/readyz")
     assert warming.status_code == 503 and warming.json()["status"] == "warming"
