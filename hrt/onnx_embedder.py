@@ -506,7 +506,7 @@ class OnnxEmbedder:
         self.dim = spec.dim
         self.onnx_path = files.onnx_path
         try:
-            self._session = _session(files.onnx_path, self._threads)
+            self._session = cpu_session(files.onnx_path, self._threads)
         except Exception as exc:  # onnxruntime raises several kinds
             raise StoreError(f"the model file {files.onnx_path} does not load: {exc}") from exc
         return files.tokenizer_path
