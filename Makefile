@@ -4,11 +4,15 @@ PIP ?= $(PYTHON) -m pip
 
 .PHONY: install install-test install-llama demo test test-unit lint typecheck schema docs serve
 
+# the configured embedding model's files come from Maven Central once (hash-checked, cached in
+# $HRT_CACHE_DIR/models); the tests load every prebuilt model
 install:
 	$(PIP) install -q -e .
+	hrt models fetch
 
 install-test:
 	$(PIP) install -q -e '.[test]'
+	hrt models fetch --all
 
 demo: install
 	hrt demo

