@@ -9,7 +9,7 @@ import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -64,6 +64,22 @@ class ImportedConversation:
     as_of: datetime
     counts: dict[str, int]
     texts: dict[str, str]  # muid -> the turn's text and caption (what extraction reads)
+    # muid -> the keys ("topic:...", "entity:...") of the concepts its text names that the import left
+    # out as too common (:func:`too_common`): what ``--misses`` needs to tell such a path apart
+    too_common: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def speaker_concept_id(speaker: str) -> str:
+    """The id of a speaker's concept (type ``person``), which every turn of the speaker MENTIONS."""
+    return entity_id("person", speaker.lower())
+
+
+def too_common(key: str, df: int, max_df: int) -> bool:
+    """A concept the import leaves out for being named in too many turns: a topic in more than
+    ``max_df``, an entity in more than twice that (speakers are always kept)."""
+    if key.startswith("topic:"):
+        return df > max_df
+    return key.startswith("entity:") and df > 2 * max_df
 
 
 def user_id_for(sample_id: str) -> str:
@@ -227,9 +243,12 @@ def import_conversation(sample: Mapping[str, Any], options: ImportOptions | None
     names = ProperNouns()
     for _, text in turn_texts:
         names.learn(text)
-    concepts, mention_edges, related_edges = (
-        _concepts(user, sample_id, speakers, turn_texts, records, names, opts) if opts.with_concepts else ([], [], [])
+    found = (
+        _concepts(user, sample_id, speakers, turn_texts, records, names, opts)
+        if opts.with_concepts
+        else _Concepts([], [], [], {})
     )
+    concepts, mention_edges, related_edges = found.concepts, found.mentions, found.related
     relations.extend(mention_edges)
     relations.extend(related_edges)
 
@@ -256,6 +275,7 @@ def import_conversation(sample: Mapping[str, Any], options: ImportOptions | None
         as_of=end_ts + timedelta(days=1),
         counts=counts,
         texts=dict(turn_texts),
+        too_common=found.too_common,
     )
 
 
@@ -278,6 +298,14 @@ def _session_number(key: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+@dataclass(slots=True)
+class _Concepts:
+    concepts: list[Concept]
+    mentions: list[Relation]
+    related: list[Relation]
+    too_common: dict[str, tuple[str, ...]]  # as ImportedConversation.too_common
+
+
 def _concepts(
     user: str,
     sample_id: str,
@@ -286,10 +314,10 @@ def _concepts(
     records: Sequence[Record],
     names: ProperNouns,
     opts: ImportOptions,
-) -> tuple[list[Concept], list[Relation], list[Relation]]:
+) -> _Concepts:
     speaker_of = {r.muid: r.source_agent_id or "" for r in records if isinstance(r, MemoryUnit)}
     speaker_keys = {s.lower(): s for s in speakers}
-    speaker_ids = {s: entity_id("person", s.lower()) for s in speakers}
+    speaker_ids = {s: speaker_concept_id(s) for s in speakers}
 
     # per turn: concept keys mentioned ("entity:..." / "topic:..."), with their surface forms
     per_turn: dict[str, list[str]] = {}
@@ -319,9 +347,9 @@ def _concepts(
     def kept(key: str) -> bool:
         if key.startswith("person:"):
             return True
-        if key.startswith("entity:"):
-            return df[key] <= max_df * 2
-        return opts.min_topic_df <= df[key] <= max_df
+        return not too_common(key, df[key], max_df) and (key.startswith("entity:") or df[key] >= opts.min_topic_df)
+
+    common = {m: tuple(k for k in keys if too_common(k, df[k], max_df)) for m, keys in per_turn.items()}
 
     ids: dict[str, str] = {}
     concepts: list[Concept] = []
@@ -401,4 +429,4 @@ def _concepts(
         )
         for (a, b), w in sorted(chosen.items())
     ]
-    return concepts, mentions, related
+    return _Concepts(concepts, mentions, related, {m: keys for m, keys in common.items() if keys})
