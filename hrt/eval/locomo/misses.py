@@ -160,6 +160,7 @@ class MissReport:
     misses: list[Miss] = field(default_factory=list)
     seeds: Counter[str] = field(default_factory=Counter)  # seeds by kind, over all questions
     questions: int = 0
+    units: int = 0  # memory-unit candidates, over all questions (what the walk costs scoring)
 
     def table(self) -> dict[str, dict[str, int]]:
         """Class -> group (a category's name, ``overall (1-4)``, ``all (1-5)``) -> misses; then, of
@@ -194,6 +195,7 @@ class MissReport:
             "misses": self.table(),
             "shapes": {"all": self.shapes(), "multi-hop": self.shapes(1)},
             "seeds_per_question": {k: round(v / max(1, self.questions), 2) for k, v in sorted(self.seeds.items())},
+            "memory_units_per_question": round(self.units / max(1, self.questions), 1),
         }
 
 
@@ -254,6 +256,7 @@ async def classify_question(
     candidates = await run_expansion(intake, grounding, tool.graph, cfg.expansion)
     reached = {c.node.id for c in candidates if c.node.kind is Kind.MEMORY_UNIT}
     report.questions += 1
+    report.units += len(reached)
     report.seeds.update(g.nodes[s].kind.value if s in g.nodes else "unknown" for s in grounding.seeds)
     report.evidence[q.category] += len(q.evidence)
     report.reached[q.category] += len(q.evidence & reached)
@@ -387,7 +390,8 @@ def markdown(report: MissReport) -> str:
     multi = dict(report.shapes(1, top=100))
     lines += [f"- {n} / {multi.get(s, 0)}: `{s}`" for s, n in report.shapes()]
     seeds = ", ".join(f"{k} {v}" for k, v in data["seeds_per_question"].items())
-    lines += ["", f"Seeds per question: {seeds}."]
+    per = data["memory_units_per_question"]
+    lines += ["", f"Seeds per question: {seeds}; memory-unit candidates per question: {per}."]
     return "\n".join(lines) + "\n"
 
 
