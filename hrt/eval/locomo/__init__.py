@@ -12,7 +12,8 @@ The data is read at run time only; nothing of it is stored in this repository.
      turn, strictly increasing over the conversation);
    - session summaries (``session_summary``) and observations (``observation``) as artifacts,
      DERIVED_FROM the turns they cite: an observation the dialog ids it names, a summary every turn
-     of its session (it cites none, it summarises the session);
+     of its session (it cites none, it summarises the session); an observation also DERIVED_FROM
+     the concepts its text names (below; its speaker aside);
    - concepts: the speakers (``person``), and the entities and topics :func:`extract` finds in the
      turns, with MENTIONS edges from the turns, RELATED_TO edges weighted by co-occurrence in a turn,
      and FOLLOWS edges between consecutive turns of a session (later -> earlier).

@@ -37,6 +37,12 @@ class ImportOptions:
     follows_weight: float = 0.5
     speaker_mentions_weight: float = 0.1  # a turn MENTIONS its own speaker
     observation_weight: float = 1.0  # observation DERIVED_FROM a cited turn
+    # observation DERIVED_FROM each concept its text names (its speaker's aside), so the walk goes
+    # observation -> concept -> turn in two hops (was three, through the cited turn: a quarter of the
+    # multi-hop evidence was never a candidate at depth 2; docs/eval-locomo.md, "Multi-hop candidates").
+    # Below every topic MENTIONS weight of dev (0.46 at the least): a concept's fan-out visits the turns
+    # that mention it before the observations that name it, and depth 1 reaches the same turns. 0: none
+    observation_concept_weight: float = 0.3
     summary_weight: float = 0.3  # session summary DERIVED_FROM each turn of its session
     max_topic_df_ratio: float = 0.05  # topics in more turns than this share are too common
     min_topic_df: int = 2  # topics in fewer turns connect nothing
@@ -243,13 +249,15 @@ def import_conversation(sample: Mapping[str, Any], options: ImportOptions | None
     names = ProperNouns()
     for _, text in turn_texts:
         names.learn(text)
+    observed = [(a.id, a.content) for a in artifacts if a.artifact_type == "observation"]
     found = (
-        _concepts(user, sample_id, speakers, turn_texts, records, names, opts)
+        _concepts(user, sample_id, speakers, turn_texts, records, names, opts, observed)
         if opts.with_concepts
-        else _Concepts([], [], [], {})
+        else _Concepts([], [], [], [], {})
     )
     concepts, mention_edges, related_edges = found.concepts, found.mentions, found.related
     relations.extend(mention_edges)
+    relations.extend(found.observed)
     relations.extend(related_edges)
 
     records.extend(artifacts)
@@ -261,6 +269,7 @@ def import_conversation(sample: Mapping[str, Any], options: ImportOptions | None
         "concepts": len(concepts),
         "mentions": len(mention_edges),
         "related_to": len(related_edges),
+        "observation_concepts": len(found.observed),
         "follows": sum(1 for r in relations if r.type is EdgeType.FOLLOWS),
         "derived_from": sum(1 for r in relations if r.type is EdgeType.DERIVED_FROM),
     }
@@ -303,6 +312,7 @@ class _Concepts:
     concepts: list[Concept]
     mentions: list[Relation]
     related: list[Relation]
+    observed: list[Relation]  # observation DERIVED_FROM a concept its text names
     too_common: dict[str, tuple[str, ...]]  # as ImportedConversation.too_common
 
 
@@ -314,6 +324,7 @@ def _concepts(
     records: Sequence[Record],
     names: ProperNouns,
     opts: ImportOptions,
+    observations: Sequence[tuple[str, str]] = (),
 ) -> _Concepts:
     speaker_of = {r.muid: r.source_agent_id or "" for r in records if isinstance(r, MemoryUnit)}
     speaker_keys = {s.lower(): s for s in speakers}
@@ -323,22 +334,11 @@ def _concepts(
     per_turn: dict[str, list[str]] = {}
     surfaces: dict[str, Counter[str]] = defaultdict(Counter)
     for muid, text in turn_texts:
-        found = extract(text, names)
-        keys: list[str] = []
-        for e in found.entities:
-            lowered = e.lower()
-            first = lowered.split()[0]
-            if lowered in speaker_keys or (first in speaker_keys and len(lowered.split()) == 1):
-                keys.append("person:" + speaker_keys.get(lowered, speaker_keys.get(first, e)))
-                continue
-            key = "entity:" + lowered
-            keys.append(key)
-            surfaces[key][e] += 1
-        for t in found.topics:
-            key = "topic:" + topic_key(t)
-            keys.append(key)
-            surfaces[key][t] += 1
-        per_turn[muid] = list(dict.fromkeys(keys))
+        named = concept_keys(text, names, speaker_keys)
+        for key, surface in named:
+            if not key.startswith("person:"):
+                surfaces[key][surface] += 1
+        per_turn[muid] = list(dict.fromkeys(key for key, _ in named))
 
     df: Counter[str] = Counter(k for keys in per_turn.values() for k in keys)
     n_turns = max(1, len(per_turn))
@@ -349,7 +349,14 @@ def _concepts(
             return True
         return not too_common(key, df[key], max_df) and (key.startswith("entity:") or df[key] >= opts.min_topic_df)
 
-    common = {m: tuple(k for k in keys if too_common(k, df[k], max_df)) for m, keys in per_turn.items()}
+    # what each observation names, by the turns' statistics (an observation restates turns: it
+    # counts towards no concept's document frequency)
+    per_observation = {
+        aid: list(dict.fromkeys(k for k, _ in concept_keys(text, names, speaker_keys) if not k.startswith("person:")))
+        for aid, text in observations
+    }
+    named_by = {**per_turn, **per_observation}
+    common = {m: tuple(k for k in keys if too_common(k, df[k], max_df)) for m, keys in named_by.items()}
 
     ids: dict[str, str] = {}
     concepts: list[Concept] = []
@@ -406,6 +413,15 @@ def _concepts(
             for b in linked[a_i + 1 :]:
                 cooccur[(a, b)] += 1
 
+    observed = [
+        Relation(
+            user_id=user, type=EdgeType.DERIVED_FROM, source=aid, target=cid, weight=opts.observation_concept_weight
+        )
+        for aid, keys in per_observation.items()
+        for cid in sorted({ids[k] for k in keys if k in ids})
+        if opts.observation_concept_weight > 0
+    ]
+
     df_by_id = {ids[k]: df[k] for k in ids if k in df}
     scored: dict[str, list[tuple[float, str, str]]] = defaultdict(list)
     for (a, b), c in cooccur.items():
@@ -429,4 +445,21 @@ def _concepts(
         )
         for (a, b), w in sorted(chosen.items())
     ]
-    return _Concepts(concepts, mentions, related, {m: keys for m, keys in common.items() if keys})
+    return _Concepts(concepts, mentions, related, observed, {m: keys for m, keys in common.items() if keys})
+
+
+def concept_keys(text: str, names: ProperNouns, speaker_keys: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The concept keys :func:`extract` finds in ``text``, each with its surface form, in order:
+    ``person:<speaker>`` for a speaker's name (``speaker_keys``: lower case -> name; a one-word
+    entity that is a speaker's first name counts too), ``entity:<lower case>``, ``topic:<stems>``."""
+    found = extract(text, names)
+    keys: list[tuple[str, str]] = []
+    for e in found.entities:
+        lowered = e.lower()
+        first = lowered.split()[0]
+        if lowered in speaker_keys or (first in speaker_keys and len(lowered.split()) == 1):
+            keys.append(("person:" + speaker_keys.get(lowered, speaker_keys.get(first, e)), e))
+        else:
+            keys.append(("entity:" + lowered, e))
+    keys.extend(("topic:" + topic_key(t), t) for t in found.topics)
+    return keys
