@@ -147,7 +147,7 @@ def test_import_artifacts_are_derived_from_the_turns_they_cite() -> None:
     assert len(observations) == 4  # the one citing an unknown dialog id is left out
     assert conv.derived_from["summary:session-1"] == {"turn:D1:1", "turn:D1:2", "turn:D1:3", "turn:D1:4"}
     assert conv.derived_from["obs:s2:ava:1"] == {"turn:D2:2"}  # evidence given as a list
-    derived = {(r.source, r.target) for r in edges(conv.records, EdgeType.DERIVED_FROM)}
+    derived = {(r.source, r.target) for r in edges(conv.records, EdgeType.DERIVED_FROM) if r.target.startswith("turn:")}
     assert ("obs:s1:ben:1", "turn:D1:4") in derived
     assert len(derived) == 4 + 3 + 4  # summaries cover their sessions, observations their citations
     # an artifact is created after the turns it is derived from
@@ -180,6 +180,77 @@ def test_import_concepts_mentions_and_co_occurrence() -> None:
         | {a.id for a in by_type(conv.records, Artifact)}
     )
     assert all(r.source in ids and r.target in ids for r in by_type(conv.records, Relation))
+
+
+def test_an_observation_is_derived_from_the_concepts_it_names() -> None:
+    """Issue #35: an observation links to the concepts its text names (its speaker aside), below every
+    MENTIONS weight, so the walk reaches the turns behind them in two hops from the observation."""
+    conv = L.import_conversation(fixture_sample())
+    concepts = {c.id for c in by_type(conv.records, Concept)}
+    derived = {(r.source, r.target): r.weight for r in edges(conv.records, EdgeType.DERIVED_FROM)}
+    named = {(s, t) for s, t in derived if s.startswith("obs:") and t in concepts}
+    assert ("obs:s2:ava:1", "entity:pixel") in named and ("obs:s1:ben:1", "entity:lisbon") in named
+    assert not any(t.startswith("person:") for _, t in named)  # "Ava has a dog" names Ava: her speaker
+    assert not any(s.startswith("summary:") for s, _ in named)
+    assert {derived[k] for k in named} == {0.3}
+    assert conv.counts["observation_concepts"] == len(named)
+    weakest = min(r.weight for r in edges(conv.records, EdgeType.MENTIONS) if not r.target.startswith("person:"))
+    assert weakest > 0.3
+    off = L.import_conversation(fixture_sample(), L.ImportOptions(observation_concept_weight=0.0))
+    assert not any(
+        r.source.startswith("obs:") and r.target in concepts for r in edges(off.records, EdgeType.DERIVED_FROM)
+    )
+    assert off.counts["observation_concepts"] == 0
+
+
+def cello_sample() -> dict[str, Any]:
+    """Ava's cello in two sessions; an observation cites the first turn only."""
+    return {
+        "sample_id": "cello-test",
+        "conversation": {
+            "speaker_a": "Ava",
+            "speaker_b": "Ben",
+            "session_1_date_time": "9:15 am on 3 March, 2024",
+            "session_1": [
+                {"speaker": "Ava", "dia_id": "D1:1", "text": "I started learning the cello last week."},
+                {"speaker": "Ben", "dia_id": "D1:2", "text": "Cool, enjoy it!"},
+            ],
+            "session_2_date_time": "6:40 pm on 10 March, 2024",
+            "session_2": [
+                {"speaker": "Ben", "dia_id": "D2:1", "text": "How is it going?"},
+                {"speaker": "Ava", "dia_id": "D2:2", "text": "The cello lessons are hard but fun."},
+            ],
+        },
+        "observation": {"session_1_observation": {"Ava": [["Ava is learning to play the cello.", "D1:1"]]}},
+        "qa": [],
+    }
+
+
+@pytest.mark.parametrize(("weight", "reached"), [(0.3, True), (0.0, False)])
+async def test_depth_two_reaches_a_turn_through_the_concept_an_observation_names(
+    tmp_path: Path, weight: float, reached: bool
+) -> None:
+    """observation -> cello -> the later turn is two hops; through the cited turn it was three."""
+    from hrt.config import Settings
+    from hrt.service import HRTService
+    from hrt.stores.base import ExpansionCaps
+
+    conv = L.import_conversation(cello_sample(), L.ImportOptions(observation_concept_weight=weight))
+    svc = HRTService(Settings(db_path=tmp_path / "cello.db"), embedder=HashingEmbedder())
+    await svc.start()
+    try:
+        await svc.ingest(conv.records)
+        caps = ExpansionCaps(depth=2, fanout_per_node=25, max_per_kind=400, hop_decay=0.5)
+        found = {c.node.id: c for c in await svc.graph.expand(conv.user_id, {"obs:s1:ava:1": 1.0}, caps)}
+    finally:
+        await svc.close()
+    assert "turn:D1:1" in found  # the cited turn, one hop out either way
+    assert ("turn:D2:2" in found) is reached
+    if reached:
+        assert [(s.edge, s.node_id) for s in found["turn:D2:2"].path] == [
+            (EdgeType.DERIVED_FROM, "topic:cello"),
+            (EdgeType.MENTIONS, "turn:D2:2"),
+        ]
 
 
 def test_import_is_deterministic() -> None:
@@ -416,6 +487,27 @@ def test_the_command_feeds_the_turns_through_the_conversation_route(tmp_path: Pa
     assert all(e.startswith("msg:session-") for line in lines for e in line["evidence"])
     # the route's units are found: BM25 over seven turns returns every evidence turn in 25
     assert body["systems"]["bm25"][L.OVERALL]["recall@25"] == 100.0
+
+
+async def test_turn_by_turn_an_observation_links_the_concepts_the_route_made(tmp_path: Path) -> None:
+    """``--ingest turns``: the artifacts' DERIVED_FROM edges point at the route's memory units, and an
+    observation's at the concepts it names that the route made too; none at a node that is not there."""
+    from hrt.config import Settings
+    from hrt.eval.locomo.evaluation import ingest_turns
+    from hrt.service import HRTService
+
+    conv = L.import_conversation(fixture_sample())
+    svc = HRTService(Settings(db_path=tmp_path / "turns.db"), embedder=HashingEmbedder())
+    await svc.start()
+    try:
+        await ingest_turns(svc, conv, 2, [])
+        kinds = await svc.graph.ids(conv.user_id)
+        derived = [e for e in await svc.graph.edges(conv.user_id) if e.type is EdgeType.DERIVED_FROM]
+    finally:
+        await svc.close()
+    assert all(e.target in kinds for e in derived)
+    assert {e.target for e in derived if e.source == "obs:s2:ava:1"} == {"entity:pixel", conv.turn_ids["D2:2"]}
+    assert conv.turn_ids["D2:2"].startswith("msg:session-")
 
 
 def test_the_command_runs_with_path_sum_as_a_request_override(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ The data is read at run time only; nothing of it is stored in this repository.
      turn, strictly increasing over the conversation);
    - session summaries (``session_summary``) and observations (``observation``) as artifacts,
      DERIVED_FROM the turns they cite: an observation the dialog ids it names, a summary every turn
-     of its session (it cites none, it summarises the session);
+     of its session (it cites none, it summarises the session); an observation also DERIVED_FROM
+     the concepts its text names (below; its speaker aside);
    - concepts: the speakers (``person``), and the entities and topics :func:`extract` finds in the
      turns, with MENTIONS edges from the turns, RELATED_TO edges weighted by co-occurrence in a turn,
      and FOLLOWS edges between consecutive turns of a session (later -> earlier).
@@ -33,7 +34,9 @@ The data is read at run time only; nothing of it is stored in this repository.
 4. **Metrics** per category and overall: evidence recall@k (k = 5, 10, 25), nDCG@10, MRR, a
    recall that credits an artifact whose DERIVED_FROM turns include the evidence, and candidate
    recall (evidence turns the system considered at any rank). ``--compare BEFORE AFTER`` runs
-   nothing and prints the paired bootstrap of two runs' per-question output.
+   nothing and prints the paired bootstrap of two runs' per-question output; ``--misses`` runs
+   nothing either and says, on the store a run kept (``--db``), why each evidence turn the walk
+   missed is not a candidate.
 
 The extractor (:func:`extract`) is rules only: capitalised-word runs for entities (a sentence's
 first word only when the conversation also capitalises it mid-sentence), RAKE-style runs of content
@@ -51,6 +54,7 @@ it always did):
 - :mod:`~hrt.eval.locomo.evaluation`: the run over one store;
 - :mod:`~hrt.eval.locomo.report`: the tables, chart and files it writes;
 - :mod:`~hrt.eval.locomo.compare`: the paired bootstrap of two runs (``--compare``);
+- :mod:`~hrt.eval.locomo.misses`: why evidence turns are not candidates, on a kept store (``--misses``);
 - :mod:`~hrt.eval.locomo.cli`: ``hrt eval locomo``.
 """
 

@@ -9,15 +9,17 @@ import json
 import logging
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from hrt.config import Settings
-from hrt.embedder import Embedder
+from hrt.embedder import CachedEmbedder, Embedder
 from hrt.eval.locomo.compare import compare_report
 from hrt.eval.locomo.dataset import load_samples
-from hrt.eval.locomo.evaluation import evaluate
+from hrt.eval.locomo.evaluation import evaluate, import_samples
+from hrt.eval.locomo.misses import MissReport, analyse, write_misses
+from hrt.eval.locomo.misses import markdown as misses_markdown
 from hrt.eval.locomo.questions import PHRASE_MODES
 from hrt.eval.locomo.report import markdown_report, write_outputs
 from hrt.eval.locomo.systems import DEFAULT_SYSTEMS, EVAL_SETTINGS, SYSTEMS, EvalConfig
@@ -82,6 +84,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "after minus before, for every system both hold (or the two named)",
     )
     parser.add_argument(
+        "--misses",
+        action="store_true",
+        help="no run: on the store --db holds (kept by a batch run of the same data and code), why each evidence "
+        "turn the headline request's walk misses is not a candidate (hrt/eval/locomo/misses.py); writes "
+        "locomo-misses.md, .json and .jsonl to --out",
+    )
+    parser.add_argument(
         "--experimental-path-sum",
         action="store_true",
         help="every HRT request overrides path_evidence to noisy_or: a candidate's path evidence is the noisy-or "
@@ -105,6 +114,9 @@ def run(args: argparse.Namespace, embedder: Embedder | None = None) -> int:
     if not samples:
         log.error("no conversation to evaluate in %s", args.data)
         return 2
+    if args.misses and (args.db is None or not args.db.exists()):
+        log.error("--misses reads a kept store: give --db PATH of a run (hrt eval locomo --db PATH ...)")
+        return 2
     if embedder is None:
         from hrt.service import load_embedder
 
@@ -115,6 +127,12 @@ def run(args: argparse.Namespace, embedder: Embedder | None = None) -> int:
         settings={**EVAL_SETTINGS, **dict(args.setting)},
         experimental_path_sum=args.experimental_path_sum,
     )
+    if args.misses:
+        report = asyncio.run(run_misses(samples, embedder, args.db, config, args.depth))
+        paths = write_misses(report, args.out)
+        sys.stdout.write(misses_markdown(report))
+        log.info("wrote %s", ", ".join(str(p) for p in paths.values()))
+        return 0
     with tempfile.TemporaryDirectory(prefix="hrt-locomo-") as tmp:
         db = args.db or Path(tmp) / "locomo.db"
         for suffix in ("", "-wal", "-shm"):
@@ -137,6 +155,22 @@ def run(args: argparse.Namespace, embedder: Embedder | None = None) -> int:
     sys.stdout.write(markdown_report(result))
     log.info("wrote %s", ", ".join(str(p) for p in paths.values()))
     return 0
+
+
+async def run_misses(
+    samples: Sequence[Mapping[str, Any]], embedder: Embedder, db: Path, config: EvalConfig, depth: int | None
+) -> MissReport:
+    """``--misses``: the samples imported again in memory (their questions and too-common concepts),
+    the kept store opened as the run left it, every question's misses classified."""
+    from hrt.service import HRTService
+
+    imported, questions, _ = import_samples(samples)
+    service = HRTService(Settings(db_path=db, **config.settings), embedder=CachedEmbedder(embedder, 8192))
+    await service.start()
+    try:
+        return await analyse(service.tool, imported, questions, config, depth, progress=log.info)
+    finally:
+        await service.close()
 
 
 def build_parser() -> argparse.ArgumentParser:

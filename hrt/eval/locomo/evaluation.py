@@ -175,7 +175,8 @@ async def ingest_turns(
 ) -> None:
     """One conversation through the conversation route, session by session, ``per_call`` messages
     a call; then its artifacts (summaries, observations) as records, their DERIVED_FROM edges
-    pointing at the route's memory units. ``conv`` takes the route's ids (``turn_ids``)."""
+    pointing at the route's memory units, and an observation's at the concepts it names that the
+    route made too. ``conv`` takes the route's ids (``turn_ids``)."""
     units = [r for r in conv.records if isinstance(r, MemoryUnit)]
     by_session: dict[int, list[MemoryUnit]] = {}
     for unit in units:
@@ -206,9 +207,12 @@ async def ingest_turns(
     conv.turn_ids = {d: new_id[m] for d, m in conv.turn_ids.items() if m in new_id}
     conv.derived_from = {a: frozenset(new_id.get(m, m) for m in ms) for a, ms in conv.derived_from.items()}
     artifacts: list[Record] = [r for r in conv.records if isinstance(r, Artifact)]
+    known = await service.graph.ids(conv.user_id)  # the route's memory units and concepts
     for r in conv.records:
         if isinstance(r, Relation) and r.type is EdgeType.DERIVED_FROM:
-            artifacts.append(r.model_copy(update={"target": new_id.get(r.target, r.target)}))
+            target = new_id.get(r.target, r.target)
+            if target in known:
+                artifacts.append(r.model_copy(update={"target": target}))
     if artifacts:
         await service.ingest(artifacts)
 

@@ -9,7 +9,7 @@ import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -37,6 +37,12 @@ class ImportOptions:
     follows_weight: float = 0.5
     speaker_mentions_weight: float = 0.1  # a turn MENTIONS its own speaker
     observation_weight: float = 1.0  # observation DERIVED_FROM a cited turn
+    # observation DERIVED_FROM each concept its text names (its speaker's aside), so the walk goes
+    # observation -> concept -> turn in two hops (was three, through the cited turn: a quarter of the
+    # multi-hop evidence was never a candidate at depth 2; docs/eval-locomo.md, "Multi-hop candidates").
+    # Below every topic MENTIONS weight of dev (0.46 at the least): a concept's fan-out visits the turns
+    # that mention it before the observations that name it, and depth 1 reaches the same turns. 0: none
+    observation_concept_weight: float = 0.3
     summary_weight: float = 0.3  # session summary DERIVED_FROM each turn of its session
     max_topic_df_ratio: float = 0.05  # topics in more turns than this share are too common
     min_topic_df: int = 2  # topics in fewer turns connect nothing
@@ -64,6 +70,22 @@ class ImportedConversation:
     as_of: datetime
     counts: dict[str, int]
     texts: dict[str, str]  # muid -> the turn's text and caption (what extraction reads)
+    # muid -> the keys ("topic:...", "entity:...") of the concepts its text names that the import left
+    # out as too common (:func:`too_common`): what ``--misses`` needs to tell such a path apart
+    too_common: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def speaker_concept_id(speaker: str) -> str:
+    """The id of a speaker's concept (type ``person``), which every turn of the speaker MENTIONS."""
+    return entity_id("person", speaker.lower())
+
+
+def too_common(key: str, df: int, max_df: int) -> bool:
+    """A concept the import leaves out for being named in too many turns: a topic in more than
+    ``max_df``, an entity in more than twice that (speakers are always kept)."""
+    if key.startswith("topic:"):
+        return df > max_df
+    return key.startswith("entity:") and df > 2 * max_df
 
 
 def user_id_for(sample_id: str) -> str:
@@ -227,10 +249,15 @@ def import_conversation(sample: Mapping[str, Any], options: ImportOptions | None
     names = ProperNouns()
     for _, text in turn_texts:
         names.learn(text)
-    concepts, mention_edges, related_edges = (
-        _concepts(user, sample_id, speakers, turn_texts, records, names, opts) if opts.with_concepts else ([], [], [])
+    observed = [(a.id, a.content) for a in artifacts if a.artifact_type == "observation"]
+    found = (
+        _concepts(user, sample_id, speakers, turn_texts, records, names, opts, observed)
+        if opts.with_concepts
+        else _Concepts([], [], [], [], {})
     )
+    concepts, mention_edges, related_edges = found.concepts, found.mentions, found.related
     relations.extend(mention_edges)
+    relations.extend(found.observed)
     relations.extend(related_edges)
 
     records.extend(artifacts)
@@ -242,6 +269,7 @@ def import_conversation(sample: Mapping[str, Any], options: ImportOptions | None
         "concepts": len(concepts),
         "mentions": len(mention_edges),
         "related_to": len(related_edges),
+        "observation_concepts": len(found.observed),
         "follows": sum(1 for r in relations if r.type is EdgeType.FOLLOWS),
         "derived_from": sum(1 for r in relations if r.type is EdgeType.DERIVED_FROM),
     }
@@ -256,6 +284,7 @@ def import_conversation(sample: Mapping[str, Any], options: ImportOptions | None
         as_of=end_ts + timedelta(days=1),
         counts=counts,
         texts=dict(turn_texts),
+        too_common=found.too_common,
     )
 
 
@@ -278,6 +307,15 @@ def _session_number(key: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+@dataclass(slots=True)
+class _Concepts:
+    concepts: list[Concept]
+    mentions: list[Relation]
+    related: list[Relation]
+    observed: list[Relation]  # observation DERIVED_FROM a concept its text names
+    too_common: dict[str, tuple[str, ...]]  # as ImportedConversation.too_common
+
+
 def _concepts(
     user: str,
     sample_id: str,
@@ -286,31 +324,21 @@ def _concepts(
     records: Sequence[Record],
     names: ProperNouns,
     opts: ImportOptions,
-) -> tuple[list[Concept], list[Relation], list[Relation]]:
+    observations: Sequence[tuple[str, str]] = (),
+) -> _Concepts:
     speaker_of = {r.muid: r.source_agent_id or "" for r in records if isinstance(r, MemoryUnit)}
     speaker_keys = {s.lower(): s for s in speakers}
-    speaker_ids = {s: entity_id("person", s.lower()) for s in speakers}
+    speaker_ids = {s: speaker_concept_id(s) for s in speakers}
 
     # per turn: concept keys mentioned ("entity:..." / "topic:..."), with their surface forms
     per_turn: dict[str, list[str]] = {}
     surfaces: dict[str, Counter[str]] = defaultdict(Counter)
     for muid, text in turn_texts:
-        found = extract(text, names)
-        keys: list[str] = []
-        for e in found.entities:
-            lowered = e.lower()
-            first = lowered.split()[0]
-            if lowered in speaker_keys or (first in speaker_keys and len(lowered.split()) == 1):
-                keys.append("person:" + speaker_keys.get(lowered, speaker_keys.get(first, e)))
-                continue
-            key = "entity:" + lowered
-            keys.append(key)
-            surfaces[key][e] += 1
-        for t in found.topics:
-            key = "topic:" + topic_key(t)
-            keys.append(key)
-            surfaces[key][t] += 1
-        per_turn[muid] = list(dict.fromkeys(keys))
+        named = concept_keys(text, names, speaker_keys)
+        for key, surface in named:
+            if not key.startswith("person:"):
+                surfaces[key][surface] += 1
+        per_turn[muid] = list(dict.fromkeys(key for key, _ in named))
 
     df: Counter[str] = Counter(k for keys in per_turn.values() for k in keys)
     n_turns = max(1, len(per_turn))
@@ -319,9 +347,16 @@ def _concepts(
     def kept(key: str) -> bool:
         if key.startswith("person:"):
             return True
-        if key.startswith("entity:"):
-            return df[key] <= max_df * 2
-        return opts.min_topic_df <= df[key] <= max_df
+        return not too_common(key, df[key], max_df) and (key.startswith("entity:") or df[key] >= opts.min_topic_df)
+
+    # what each observation names, by the turns' statistics (an observation restates turns: it
+    # counts towards no concept's document frequency)
+    per_observation = {
+        aid: list(dict.fromkeys(k for k, _ in concept_keys(text, names, speaker_keys) if not k.startswith("person:")))
+        for aid, text in observations
+    }
+    named_by = {**per_turn, **per_observation}
+    common = {m: tuple(k for k in keys if too_common(k, df[k], max_df)) for m, keys in named_by.items()}
 
     ids: dict[str, str] = {}
     concepts: list[Concept] = []
@@ -378,6 +413,15 @@ def _concepts(
             for b in linked[a_i + 1 :]:
                 cooccur[(a, b)] += 1
 
+    observed = [
+        Relation(
+            user_id=user, type=EdgeType.DERIVED_FROM, source=aid, target=cid, weight=opts.observation_concept_weight
+        )
+        for aid, keys in per_observation.items()
+        for cid in sorted({ids[k] for k in keys if k in ids})
+        if opts.observation_concept_weight > 0
+    ]
+
     df_by_id = {ids[k]: df[k] for k in ids if k in df}
     scored: dict[str, list[tuple[float, str, str]]] = defaultdict(list)
     for (a, b), c in cooccur.items():
@@ -401,4 +445,21 @@ def _concepts(
         )
         for (a, b), w in sorted(chosen.items())
     ]
-    return concepts, mentions, related
+    return _Concepts(concepts, mentions, related, observed, {m: keys for m, keys in common.items() if keys})
+
+
+def concept_keys(text: str, names: ProperNouns, speaker_keys: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The concept keys :func:`extract` finds in ``text``, each with its surface form, in order:
+    ``person:<speaker>`` for a speaker's name (``speaker_keys``: lower case -> name; a one-word
+    entity that is a speaker's first name counts too), ``entity:<lower case>``, ``topic:<stems>``."""
+    found = extract(text, names)
+    keys: list[tuple[str, str]] = []
+    for e in found.entities:
+        lowered = e.lower()
+        first = lowered.split()[0]
+        if lowered in speaker_keys or (first in speaker_keys and len(lowered.split()) == 1):
+            keys.append(("person:" + speaker_keys.get(lowered, speaker_keys.get(first, e)), e))
+        else:
+            keys.append(("entity:" + lowered, e))
+    keys.extend(("topic:" + topic_key(t), t) for t in found.topics)
+    return keys
