@@ -15,7 +15,7 @@ from hrt.reembed import _Unchecked, reembed
 from hrt.service import HRTService
 from hrt.stores.postgres_migrate import migrate
 from tests.helpers import HashingEmbedder, jsonl, services_settings, small_graph
-from tests.unit.test_reembed import OtherModel
+from tests.unit.test_reembed import LONG, OtherModel
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +24,7 @@ async def test_reembed_moves_postgres_and_weaviate_to_the_new_model(postgres_dsn
     stack = stack_manager.need("neo4j", "weaviate")
     migrate(postgres_dsn)
     settings = services_settings(stack, postgres_dsn, tmp_path / "s.db", "HRTReembed")
-    records = parse_jsonl(jsonl(small_graph("u1") + small_graph("u2", prefix="x")))
+    records = parse_jsonl(jsonl(small_graph("u1") + small_graph("u2", prefix="x") + LONG))
     entities = {(r.user_id, r.id): r for r in records if isinstance(r, MemoryUnit | Concept | Artifact)}
     first = await HRTService(settings, embedder=HashingEmbedder()).start()
     try:

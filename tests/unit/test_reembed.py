@@ -17,7 +17,7 @@ from hrt.reembed import _Unchecked, reembed
 from hrt.service import HRTService
 from hrt.stores import vector_meta
 from hrt.stores.embedded import EmbeddedStore
-from tests.helpers import HashingEmbedder, jsonl, small_graph
+from tests.helpers import HashingEmbedder, jsonl, mu, small_graph
 
 
 class OtherModel(HashingEmbedder):
@@ -56,6 +56,13 @@ def test_check_records_refuses_and_names_the_fix():
     assert vector_meta.cursor_of({"reembed_target": "m2", "reembed_cursor": '["u", "e"]'}, "m3") is None
 
 
+# memory units of several sentences: each sentence is embedded too (hrt.records.passage_texts)
+LONG = [
+    mu(user, f"{user}-long", "Postgres moved to version 16. The launch slipped a week. Budgets were cut in May.")
+    for user in ("u1", "u2")
+]
+
+
 def _stored(db: Path) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray | None]]:
     store = EmbeddedStore(db, None)
     try:
@@ -74,7 +81,7 @@ def _stored(db: Path) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray | No
 
 async def test_a_store_refuses_another_model_until_reembedded(tmp_path: Path):
     settings = Settings(db_path=tmp_path / "hrt.db", preload_users=0)
-    records = parse_jsonl(jsonl(small_graph("u1") + small_graph("u2", prefix="x")))
+    records = parse_jsonl(jsonl(small_graph("u1") + small_graph("u2", prefix="x") + LONG))
     entities = {(r.user_id, r.id): r for r in records if isinstance(r, MemoryUnit | Concept | Artifact)}
     first = await HRTService(settings, embedder=HashingEmbedder()).start()
     await first.ingest(records)
