@@ -328,12 +328,16 @@ class EmbeddedStore:
         return [r[0] for r in rows]
 
     def _check_vectors(self, model_id: str | None) -> None:
+        """Refuse another model's vectors (:mod:`hrt.stores.vector_meta`); without ``model_id``
+        (schema work), the dimension alone."""
         try:
             meta = self.vector_meta()
-            if not model_id:  # schema work: the dimension alone
-                meta = {k: v for k, v in meta.items() if k == vector_meta.DIM_KEY}
-            record = vector_meta.check(meta, self.dim, model_id or "", f"the store at {self.path}")
-            if not model_id:
+            if model_id:
+                has_vectors = self.db.execute("SELECT 1 FROM docs LIMIT 1").fetchone() is not None
+                record = vector_meta.check(meta, self.dim, model_id, f"the store at {self.path}", has_vectors)
+            else:
+                dim_only = {k: v for k, v in meta.items() if k == vector_meta.DIM_KEY}
+                record = vector_meta.check(dim_only, self.dim, "", f"the store at {self.path}")
                 record.pop(vector_meta.MODEL_KEY, None)
             self.set_vector_meta(record)
         except BaseException:

@@ -55,7 +55,10 @@ async def check_store(pg: PostgresRecordStore, dim: int, model_id: str) -> None:
     """Refuse a store whose vectors are another model's (:func:`vector_meta.check`); record this
     model in a store that records none."""
     async with pg.connection("embedding model check") as conn, conn.transaction():
-        record = vector_meta.check(await read_meta(conn), dim, model_id, "the PostgreSQL record store")
+        cur = await conn.execute("SELECT EXISTS (SELECT 1 FROM hrt_entities)")
+        row = await cur.fetchone()
+        has_vectors = bool(row and row[0])
+        record = vector_meta.check(await read_meta(conn), dim, model_id, "the PostgreSQL record store", has_vectors)
         await write_meta(conn, record)
 
 

@@ -20,6 +20,8 @@ DIM_KEY = "embedding_dim"
 TARGET_KEY = "reembed_target"
 CURSOR_KEY = "reembed_cursor"
 KEYS = (MODEL_KEY, DIM_KEY, TARGET_KEY, CURSOR_KEY)
+# the model of a store's vectors written before stores recorded it (the default until then)
+LEGACY_MODEL = BUNDLED
 
 
 def env_for(model_id: str) -> str:
@@ -29,9 +31,13 @@ def env_for(model_id: str) -> str:
     return f"HRT_EMBEDDING_MODEL={model_id}"
 
 
-def check(meta: Mapping[str, str], dim: int, model_id: str, where: str) -> dict[str, str]:
-    """Raise :class:`StoreError` unless the store's vectors are ``model_id``'s; return what to record
-    (a store that records no model yet, new or written before models were recorded, takes this one)."""
+def check(meta: Mapping[str, str], dim: int, model_id: str, where: str, has_vectors: bool = False) -> dict[str, str]:
+    """Raise :class:`StoreError` unless the store's vectors are ``model_id``'s; return what to record.
+    A new store takes this model. One that records none but ``has_vectors`` was written before
+    models were recorded, when the default was all-MiniLM-L6-v2: it is taken as that model's."""
+    recorded = meta
+    if MODEL_KEY not in meta and has_vectors:
+        meta = {**meta, MODEL_KEY: LEGACY_MODEL}
     target = meta.get(TARGET_KEY)
     if target:
         raise StoreError(
@@ -48,7 +54,7 @@ def check(meta: Mapping[str, str], dim: int, model_id: str, where: str) -> dict[
             f"{where} holds {meta[DIM_KEY]}-dimensional vectors but the embedder makes {dim}; use the model that "
             f"wrote them, or rewrite every vector with `hrt reembed`"
         )
-    return {k: v for k, v in ((MODEL_KEY, model_id), (DIM_KEY, str(dim))) if k not in meta}
+    return {k: v for k, v in ((MODEL_KEY, model_id), (DIM_KEY, str(dim))) if k not in recorded}
 
 
 def cursor_of(meta: Mapping[str, str], model_id: str) -> tuple[str, str] | None:

@@ -52,6 +52,16 @@ def test_check_records_refuses_and_names_the_fix():
         vector_meta.check({"embedding_dim": "768"}, 384, "m", "s")
     with pytest.raises(StoreError, match="halfway through a re-embedding with 'm2'"):
         vector_meta.check({"embedding_model": "m", "reembed_target": "m2"}, 384, "m", "s")
+    # a store written before models were recorded holds the default of then, all-MiniLM-L6-v2
+    assert vector_meta.check({"embedding_dim": "384"}, 384, "minilm-l6", "s", has_vectors=True) == {
+        "embedding_model": "minilm-l6"
+    }
+    with pytest.raises(StoreError, match=r"'minilm-l6', not 'bge-small-en-v1\.5'"):
+        vector_meta.check({"embedding_dim": "384"}, 384, "bge-small-en-v1.5", "s", has_vectors=True)
+    assert (
+        vector_meta.check({}, 384, "bge-small-en-v1.5", "s", has_vectors=False)["embedding_model"]
+        == "bge-small-en-v1.5"
+    )
     assert vector_meta.cursor_of({"reembed_target": "m2", "reembed_cursor": '["u", "e"]'}, "m2") == ("u", "e")
     assert vector_meta.cursor_of({"reembed_target": "m2", "reembed_cursor": '["u", "e"]'}, "m3") is None
 
