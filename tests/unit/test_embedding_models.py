@@ -46,8 +46,9 @@ def test_model_ids_and_their_int8_siblings():
 
 def test_one_model_one_config_hash():
     assert Settings(embedding_model="minilm-l6").embedding_model == "bundled"
-    assert Settings(embedding_model="minilm-l6").fingerprint() == Settings().fingerprint()
-    assert Settings(embedding_model="bge-small-en-v1.5").fingerprint() != Settings().fingerprint()
+    bundled = Settings(embedding_model="bundled").fingerprint()
+    assert Settings(embedding_model="minilm-l6").fingerprint() == bundled
+    assert Settings().embedding_model == "bge-small-en-v1.5" and Settings().fingerprint() != bundled
 
 
 def _repository(tmp_path: Path, members: dict[str, bytes]) -> tuple[str, str]:
@@ -159,3 +160,34 @@ def test_pooling_is_the_models(prebuilt_embedder):
     )[0][0]
     pooled = hidden[0] if PREBUILT[e.model_id].pooling == "cls" else hidden.mean(axis=0)
     assert np.allclose(e._embed(["hello there"])[0], pooled / np.linalg.norm(pooled), atol=1e-5)
+
+
+def test_the_default_model_serves_without_torch_and_refuses_the_torch_backend(tmp_path: Path):
+    """A service with the default settings (bge-small-en-v1.5) in a fresh process: the prebuilt
+    model loads from the cache with ONNX Runtime alone; torch never is imported."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys\n"
+        "from hrt.config import Settings\n"
+        "from hrt.service import HRTService\n"
+        f"svc = HRTService(Settings(db_path={str(tmp_path / 'hrt.db')!r}))\n"
+        "vec = svc.embedder.embed_queries(['hello world'])\n"
+        "mods = ('torch', 'transformers', 'sentence_transformers')\n"
+        "print(json.dumps({'model': svc.embedder.model_id, 'dim': int(vec.shape[1]),\n"
+        "                  'imported': [m for m in mods if m in sys.modules]}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HRT_EMBEDDING")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
+        "model": "bge-small-en-v1.5",
+        "dim": 384,
+        "imported": [],
+    }
+    from hrt.service import load_embedder
+
+    with pytest.raises(StoreError, match="HRT_EMBEDDING_BACKEND=onnx"):
+        load_embedder(Settings(embedding_backend="torch"))

@@ -384,7 +384,12 @@ def test_the_onnx_backend_never_imports_torch(onnx_embedder, hrt_cache_dir, tmp_
         "print(json.dumps({'name': svc.embedder.name, 'dim': int(vec.shape[1]),\n"
         "                  'imported': [m for m in mods if m in sys.modules]}))\n"
     )
-    env = {**os.environ, "HRT_CACHE_DIR": str(hrt_cache_dir), "HRT_EMBEDDING_BACKEND": "onnx"}
+    env = {
+        **os.environ,
+        "HRT_CACHE_DIR": str(hrt_cache_dir),
+        "HRT_EMBEDDING_BACKEND": "onnx",
+        "HRT_EMBEDDING_MODEL": "bundled",
+    }
     mtime = onnx_embedder.onnx_path.stat().st_mtime_ns
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr

@@ -17,11 +17,13 @@ AS_OF = "2025-08-01T00:00:00Z"
 # The default hop_decay became 0.5 after (issue #23, second round), and passage_weight 1.5 (third
 # round), then artifact_evidence "source" (fourth): with the old 0.6 and no passages the hash is
 # still the recorded one, with 0.5 and no passages the second round's, with passages and "own" the
-# third round's, and the new defaults have their own
+# third round's, and the fourth round's defaults have their own (DEFAULT_HASH_MINILM); then the
+# default embedding model became bge-small-en-v1.5 (issue #35)
 DEFAULT_HASH_BEFORE_THE_SPLIT = "dce13c8ef353d847"
 DEFAULT_HASH_SECOND_ROUND = "f28cfb60d98df61d"
 DEFAULT_HASH_THIRD_ROUND = "b99dcedfe32862e2"
-DEFAULT_HASH = "951e1f0c69db24d0"
+DEFAULT_HASH_MINILM = "951e1f0c69db24d0"
+DEFAULT_HASH = "7ec995832cfed32d"
 
 
 def req(**body: object) -> RetrieveRequest:
@@ -30,10 +32,12 @@ def req(**body: object) -> RetrieveRequest:
 
 def test_the_default_hash_is_what_it_was_before_the_split() -> None:
     assert Settings().fingerprint() == DEFAULT_HASH
-    before = Settings(hop_decay=0.6, passage_weight=0.0, artifact_evidence="own")
+    assert Settings(embedding_model="bundled").fingerprint() == DEFAULT_HASH_MINILM
+    before = Settings(hop_decay=0.6, passage_weight=0.0, artifact_evidence="own", embedding_model="bundled")
     assert before.fingerprint() == DEFAULT_HASH_BEFORE_THE_SPLIT
-    assert Settings(passage_weight=0.0, artifact_evidence="own").fingerprint() == DEFAULT_HASH_SECOND_ROUND
-    assert Settings(artifact_evidence="own").fingerprint() == DEFAULT_HASH_THIRD_ROUND
+    minilm = Settings(embedding_model="bundled", passage_weight=0.0, artifact_evidence="own")
+    assert minilm.fingerprint() == DEFAULT_HASH_SECOND_ROUND
+    assert Settings(artifact_evidence="own", embedding_model="bundled").fingerprint() == DEFAULT_HASH_THIRD_ROUND
     assert before.retrieval().with_overrides({"path_evidence": "best"}).fingerprint() == DEFAULT_HASH_BEFORE_THE_SPLIT
 
 
