@@ -4,8 +4,10 @@
 Tolerance (documented in docs/deployment.md): the two lexical engines differ (SQLite FTS5 stems with
 Porter, Weaviate's BM25 does not, and their BM25 statistics differ), so the lexical ranks differ on
 some phrases. With the default ``semantic_evidence`` ``fused`` those ranks are part of every hit's
-score, so the test requires the same top memory unit, at most one of the five swapped, and shared
-items' final scores within 0.08 (measured: one swap at rank 5, largest gap 0.067). With ``cosine``
+score, so the test requires the same top memory unit (or, where stemming parts them, each one's top among
+the other's first three within 0.08 of its top), at most one of the five swapped, and shared
+items' final scores within 0.08 (measured with bge-small-en-v1.5: 'Atlas migration slipped', whose
+'slipped' finds 'slips' through FTS5's stemming alone, orders its top three differently). With ``cosine``
 evidence the lexical leg only admits seeds, and the test requires the same five memory units and
 scores within 0.02.
 """
@@ -35,6 +37,23 @@ VALIDITY_CASES = [
     ("u-tom", ["who owns Dagster"], {"valid_at": "2026-02-01T00:00:00Z"}, {"tom-mu-048"}, {"tom-mu-051"}),
     ("u-maya", ["Project Phoenix"], {"as_of": "1900-01-01T00:00:00Z"}, set(), {"maya-c-phoenix"}),
 ]
+
+
+def top_alike(a, b, tolerance: float) -> bool:  # type: ignore[no-untyped-def]
+    """The same top memory unit, or, where the lexical engines part (FTS5 stems, Weaviate does not),
+    each one's top among the other's first three, within ``tolerance`` of the other's top score."""
+    if not a or not b:
+        return not a and not b
+    if a[0].muid == b[0].muid:
+        return True
+    b_in_a = {m.muid: m.final_retrieval_score for m in a[:3]}
+    a_in_b = {m.muid: m.final_retrieval_score for m in b[:3]}
+    return (
+        b[0].muid in b_in_a
+        and a[0].muid in a_in_b
+        and a[0].final_retrieval_score - b_in_a[b[0].muid] <= tolerance
+        and b[0].final_retrieval_score - a_in_b[a[0].muid] <= tolerance
+    )
 
 
 def returned_ids(doc) -> set[str]:  # type: ignore[no-untyped-def]
@@ -99,7 +118,11 @@ async def test_embedded_and_services_rank_alike(real_embedder, postgres_dsn, sta
                 b = (await other.retrieve(request)).retrieved_memory_units
                 ids_a, ids_b = [m.muid for m in a], [m.muid for m in b]
                 shared = set(ids_a) & set(ids_b)
-                assert ids_a[0] == ids_b[0] and len(shared) >= len(ids_a) - swaps, (phrases, ids_a, ids_b)
+                assert top_alike(a, b, tolerance) and len(shared) >= len(ids_a) - swaps, (
+                    phrases,
+                    [(m.muid, m.final_retrieval_score) for m in a],
+                    [(m.muid, m.final_retrieval_score) for m in b],
+                )
                 b_scores = {m.muid: m.final_retrieval_score for m in b}
                 for m in a:
                     if m.muid in shared:
