@@ -100,12 +100,17 @@ def graph_edge(relation: Relation) -> GraphEdge:
     )
 
 
+def vector_bytes(vector: Vector) -> bytes:
+    """A vector as the record stores and the embedded index keep it: float32 bytes, native order."""
+    return np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+
+
 def passage_bytes(passages: Vector | None) -> bytes | None:
     """Passage vectors as the record stores keep them: the (k, dim) float32 rows' bytes (native
     order, as vectors), None for none."""
     if passages is None or not len(passages):
         return None
-    return np.ascontiguousarray(passages, dtype=np.float32).tobytes()
+    return vector_bytes(passages)
 
 
 def passage_rows(blob: bytes | None, dim: int) -> Vector | None:

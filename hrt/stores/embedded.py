@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from hrt.errors import Conflict, InvalidInput, StateChanged, StoreError, StoreUnavailable
-from hrt.projection import graph_edge, graph_node, passage_bytes, vector_doc
+from hrt.projection import graph_edge, graph_node, passage_bytes, vector_bytes, vector_doc
 from hrt.records import (
     EDGE_ENDPOINTS,
     Artifact,
@@ -654,7 +654,7 @@ def write_state(db: sqlite3.Connection, batch: WriteBatch) -> None:
 def write_doc(db: sqlite3.Connection, user_id: str, doc: VectorDoc) -> None:
     """Insert or replace one document of the vector index (its ``docs`` row and its FTS text),
     inside the caller's transaction."""
-    vec = np.ascontiguousarray(doc.vector, dtype=np.float32).tobytes()
+    vec = vector_bytes(doc.vector)
     passages = passage_bytes(doc.passages)
     tags = json.dumps(list(doc.tags)) if doc.kind is Kind.MEMORY_UNIT else None
     values = (doc.kind.value, doc.ts, vec, tags, doc.source_agent_id, doc.valid_from, doc.valid_to, passages)

@@ -12,9 +12,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from hrt.projection import passage_bytes
+from hrt.projection import passage_bytes, vector_bytes
 from hrt.records import Entity, Kind
 from hrt.stores.base import Vector
 from hrt.stores.embedded import ENTITY_MODELS
@@ -54,10 +52,7 @@ class EmbeddedVectorRewriter:
         passages: Mapping[tuple[str, str], Vector],
         meta: Mapping[str, str | None],
     ) -> None:
-        rows = [
-            (np.ascontiguousarray(vec, dtype=np.float32).tobytes(), passage_bytes(passages.get(key)), *key)
-            for key, vec in vectors.items()
-        ]
+        rows = [(vector_bytes(vec), passage_bytes(passages.get(key)), *key) for key, vec in vectors.items()]
         await asyncio.to_thread(self._write, rows, meta)
 
     def _write(self, rows: Sequence[tuple[object, ...]], meta: Mapping[str, str | None]) -> None:

@@ -26,7 +26,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from hrt.auth import KeyRecord
 from hrt.errors import Conflict, InvalidInput, StateChanged, StoreError, StoreUnavailable
-from hrt.projection import RELATION_COLUMNS, passage_bytes, passage_rows, relation_from_row, seconds
+from hrt.projection import RELATION_COLUMNS, passage_bytes, passage_rows, relation_from_row, seconds, vector_bytes
 from hrt.records import (
     EDGE_ENDPOINTS,
     Deletion,
@@ -401,7 +401,7 @@ class PostgresRecordStore:
                     e.id,
                     e.kind,
                     Jsonb(e.model_dump(mode="json")),
-                    np.ascontiguousarray(vec, dtype=np.float32).tobytes(),
+                    vector_bytes(vec),
                     passage_bytes(batch.passages.get((e.user_id, e.id))),
                     seconds(entity_ts(e)),
                     seconds(valid_from(e)),  # as the projections see it: the record's, else its ts

@@ -12,12 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import psycopg
 from psycopg import errors as pg_errors
 
 from hrt.errors import StoreError
-from hrt.projection import passage_bytes
+from hrt.projection import passage_bytes, vector_bytes
 from hrt.records import Entity, Kind
 from hrt.stores import vector_meta
 from hrt.stores.base import Vector
@@ -98,7 +97,7 @@ class PostgresVectorRewriter:
     ) -> None:
         keys = list(vectors)
         users, ids = [k[0] for k in keys], [k[1] for k in keys]
-        vecs = [np.ascontiguousarray(vectors[k], dtype=np.float32).tobytes() for k in keys]
+        vecs = [vector_bytes(vectors[k]) for k in keys]
         rows = [passage_bytes(passages.get(k)) for k in keys]
         async with self._pg.connection("reembed") as conn, conn.transaction():
             await conn.execute(
