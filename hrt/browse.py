@@ -27,9 +27,9 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from hrt.auth import Principal
 from hrt.errors import InvalidInput, NotFound
-from hrt.projection import instant, interval
 from hrt.records import Concept, IsoDateTime, Kind, entity_label, iso, utc, valid_id
 from hrt.stores.base import BrowseFilter, EntityDetail, EntityLink, RecordStore, StoredEntity
+from hrt.stores.projection import instant, interval
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500

@@ -451,7 +451,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     settings = _settings(args)
     report: dict[str, Any] = {}
     if "embedded" in (settings.record_store, settings.graph_store, settings.vector_index):
-        from hrt.stores.embedded import EmbeddedStore
+        from hrt.stores.embedded.store import EmbeddedStore
 
         store = EmbeddedStore(settings.db_path, dim=None)
         try:
@@ -464,7 +464,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             "schema_versions": versions,
         }
     if settings.record_store == "postgres":
-        from hrt.stores.postgres_migrate import applied_versions, migrate
+        from hrt.stores.postgres.migrate import applied_versions, migrate
 
         applied = migrate(settings.postgres_dsn)
         report["postgres"] = {"applied_now": applied, "schema_versions": applied_versions(settings.postgres_dsn)}

@@ -2,7 +2,7 @@
 
 The check compares, per user, what the record store says each projection should hold with what it
 holds, record by record: every graph node and vector document is compared with the projection of
-the record's current state (:mod:`hrt.projection`: label, timestamps, salience, category, tags,
+the record's current state (:mod:`hrt.stores.projection`: label, timestamps, salience, category, tags,
 agent, the indexed text and the vector), every edge with its relation (type, weight, relation
 type). It reports ids missing from a projection, orphans a projection holds that the record store
 does not, stale entries (the id is there, its content is not the record's), the same for edges,
@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from hrt.projection import graph_edge, graph_node, passage_bytes, vector_doc
 from hrt.stores.base import GraphEdge, GraphNode, GraphStore, RecordStore, VectorDoc, VectorIndex
+from hrt.stores.projection import graph_edge, graph_node, passage_bytes, vector_doc
 
 BATCH = 500
 TARGETS = ("graph", "vector")

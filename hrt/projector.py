@@ -34,9 +34,9 @@ from typing import Any
 
 from hrt.errors import HRTError, StoreError, StoreUnavailable
 from hrt.metrics import Metrics
-from hrt.projection import graph_edge, graph_node, vector_doc
 from hrt.records import EdgeType
 from hrt.stores.base import GraphEdge, GraphStore, Outbox, OutboxLease, VectorIndex
+from hrt.stores.projection import graph_edge, graph_node, vector_doc
 
 log = logging.getLogger(__name__)
 

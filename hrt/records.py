@@ -382,3 +382,11 @@ def title_key(entity: Entity) -> str:
     """What browsing matches a ``prefix`` against: a concept's name, otherwise the title, lower-cased
     in Python (both stores keep it so: SQLite's and PostgreSQL's ``lower`` differ beyond ASCII)."""
     return (entity.name if isinstance(entity, Concept) else entity.title).lower()
+
+
+# the record model of each kind
+ENTITY_MODELS: dict[Kind, type[MemoryUnit] | type[Concept] | type[Artifact]] = {
+    Kind.MEMORY_UNIT: MemoryUnit,
+    Kind.CONCEPT: Concept,
+    Kind.ARTIFACT: Artifact,
+}

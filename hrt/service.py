@@ -43,8 +43,8 @@ from hrt.stores.base import (
     WriteBatch,
     WriteResult,
 )
-from hrt.stores.embedded import EmbeddedStore
-from hrt.stores.embedded_records import EmbeddedRecordStore
+from hrt.stores.embedded.records import EmbeddedRecordStore
+from hrt.stores.embedded.store import EmbeddedStore
 
 if TYPE_CHECKING:
     from hrt.merge import MergeResult
@@ -236,7 +236,7 @@ class HRTService:
             self.writer: Writer = _EmbeddedWriter(self.embedded)
         else:
             from hrt.projector import Projector
-            from hrt.stores.postgres_records import PostgresRecordStore
+            from hrt.stores.postgres.records import PostgresRecordStore
 
             if not settings.postgres_dsn:
                 raise StoreError("HRT_RECORD_STORE=postgres needs HRT_POSTGRES_DSN")
@@ -296,7 +296,7 @@ class HRTService:
         return reranker
 
     def _neo4j(self) -> GraphStore:
-        from hrt.stores.neo4j_graph import Neo4jGraphStore
+        from hrt.stores.neo4j.graph import Neo4jGraphStore
 
         if not self.settings.neo4j_uri:
             raise StoreError("HRT_GRAPH_STORE=neo4j needs HRT_NEO4J_URI")
@@ -308,7 +308,7 @@ class HRTService:
         return store
 
     def _weaviate(self) -> VectorIndex:
-        from hrt.stores.weaviate_vectors import WeaviateVectorIndex
+        from hrt.stores.weaviate.vectors import WeaviateVectorIndex
 
         s = self.settings
         index: VectorIndex = WeaviateVectorIndex(
@@ -456,12 +456,12 @@ class HRTService:
         claimed, so a server cannot hold it meanwhile. Open the service with an embedder whose
         ``model_id`` is empty: the store's model is what is being replaced."""
         if self.embedded is not None and self.settings.record_store == "embedded":
-            from hrt.stores.embedded_reembed import EmbeddedVectorRewriter
+            from hrt.stores.embedded.reembed import EmbeddedVectorRewriter
 
             self.embedded.claim("hrt reembed")
             return EmbeddedVectorRewriter(self.embedded)
-        from hrt.stores.postgres_records import PostgresRecordStore
-        from hrt.stores.postgres_reembed import PostgresVectorRewriter
+        from hrt.stores.postgres.records import PostgresRecordStore
+        from hrt.stores.postgres.reembed import PostgresVectorRewriter
 
         assert isinstance(self.records, PostgresRecordStore)
         projector = self.projector
@@ -651,7 +651,7 @@ async def open_key_store(settings: Settings) -> AsyncIterator[KeyStore]:
     """The record store that holds the API keys, opened alone (no embedder, graph or vectors):
     the embedded SQLite file, or PostgreSQL."""
     if settings.record_store == "postgres":
-        from hrt.stores.postgres_records import PostgresRecordStore
+        from hrt.stores.postgres.records import PostgresRecordStore
 
         if not settings.postgres_dsn:
             raise StoreError("HRT_RECORD_STORE=postgres needs HRT_POSTGRES_DSN")

@@ -117,9 +117,8 @@ async def load_from_embedded(store: Any, db: str, user: str, chunk: int = 2000) 
 
     import numpy as np
 
-    from hrt.records import Relation
+    from hrt.records import ENTITY_MODELS, Relation
     from hrt.stores.base import WriteBatch
-    from hrt.stores.embedded import ENTITY_MODELS
 
     t0 = time.perf_counter()
     src = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
@@ -157,7 +156,7 @@ async def load_from_embedded(store: Any, db: str, user: str, chunk: int = 2000) 
 
 
 async def on_postgres(dsn: str, user: str, rounds: int, load: str | None = None) -> dict[str, Any]:
-    from hrt.stores.postgres_records import PostgresRecordStore
+    from hrt.stores.postgres.records import PostgresRecordStore
 
     store = PostgresRecordStore(dsn)
     await store.open()
@@ -182,7 +181,7 @@ def main() -> None:
         result["deployment"] = "postgres"
         result.update(asyncio.run(on_postgres(args.postgres_dsn, args.user, args.rounds, args.load_from)))
     else:
-        from hrt.stores.embedded import EmbeddedStore
+        from hrt.stores.embedded.store import EmbeddedStore
 
         with tempfile.TemporaryDirectory() as tmp:
             copy = Path(tmp) / "browse.db"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from hrt.auth import KeyRing, legacy_hash, new_key
 from hrt.errors import Unauthenticated
-from hrt.stores.embedded import EmbeddedStore
+from hrt.stores.embedded.store import EmbeddedStore
 
 
 async def per_call_us(ring: KeyRing, header: str, n: int) -> float:

@@ -18,7 +18,7 @@ from hrt.service import HRTService
 from tests.helpers import HashingEmbedder, jsonl, small_graph
 
 if TYPE_CHECKING:
-    from hrt.stores.postgres_records import PostgresRecordStore
+    from hrt.stores.postgres.records import PostgresRecordStore
 
 FIXED_NOW = datetime(2025, 8, 1, tzinfo=UTC)
 
@@ -107,8 +107,8 @@ def postgres_dsn(postgres_stack: devstack.Stack) -> Iterator[str]:
 
 @pytest.fixture
 async def pg_records(postgres_dsn: str) -> AsyncIterator[PostgresRecordStore]:
-    from hrt.stores.postgres_migrate import migrate
-    from hrt.stores.postgres_records import PostgresRecordStore
+    from hrt.stores.postgres.migrate import migrate
+    from hrt.stores.postgres.records import PostgresRecordStore
 
     migrate(postgres_dsn)
     store = PostgresRecordStore(postgres_dsn)

@@ -64,7 +64,7 @@ class Peer:
         from neo4j_graphrag.retrievers import WeaviateNeo4jRetriever
         from weaviate.classes.init import Auth
 
-        from hrt.stores.weaviate_vectors import tenant_name
+        from hrt.stores.weaviate.vectors import tenant_name
 
         # the dev stack's credentials: its Neo4j and Weaviate refuse anonymous clients
         self.driver = neo4j.GraphDatabase.driver(stack.neo4j_uri, auth=stack.neo4j_auth)
@@ -181,7 +181,7 @@ async def _locomo(stack: Any, data: Any, limit_questions: int | None) -> dict[st
     from hrt.config import Settings
     from hrt.eval.locomo import EvalConfig, build_questions, import_conversation, load_samples, recall_at, request_for
     from hrt.service import HRTService
-    from hrt.stores.weaviate_vectors import tenant_name
+    from hrt.stores.weaviate.vectors import tenant_name
 
     samples = load_samples(data)
     imported = [import_conversation(s) for s in samples]

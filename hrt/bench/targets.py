@@ -35,7 +35,7 @@ def services_target(stack: Any, label: str, create: bool = True) -> Target:
     import psycopg
 
     from hrt import devstack
-    from hrt.stores.postgres_migrate import migrate
+    from hrt.stores.postgres.migrate import migrate
 
     name = f"hrt_bench_{label}"
     dsn = stack.postgres_dsn_for(name)  # HRT connects as the hrt role (no superuser), which owns it

@@ -22,7 +22,7 @@ NOW = 1_764_000_000.0
 async def keys(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[KeyStore]:
     settings = Settings(db_path=tmp_path / "k.db")
     if request.param == "postgres":
-        from hrt.stores.postgres_migrate import migrate
+        from hrt.stores.postgres.migrate import migrate
 
         dsn = request.getfixturevalue("postgres_dsn")
         migrate(dsn)

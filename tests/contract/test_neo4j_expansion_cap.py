@@ -16,8 +16,8 @@ import pytest
 from hrt.devstack import Stack
 from hrt.records import EdgeType, Kind
 from hrt.stores.base import ExpansionCaps, GraphEdge, GraphNode
-from hrt.stores.embedded import EmbeddedStore
-from hrt.stores.neo4j_graph import _HOP_QUERY, _PROCEDURE_QUERY, Neo4jGraphStore, _min_key, expand_query
+from hrt.stores.embedded.store import EmbeddedStore
+from hrt.stores.neo4j.graph import _HOP_QUERY, _PROCEDURE_QUERY, Neo4jGraphStore, _min_key, expand_query
 from tests.conftest import StackManager
 
 pytestmark = pytest.mark.integration

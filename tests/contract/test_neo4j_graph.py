@@ -24,12 +24,12 @@ from neo4j.exceptions import ConstraintError
 from hrt.devstack import Stack
 from hrt.errors import InvalidInput, StoreError, StoreUnavailable
 from hrt.ingest import parse_jsonl
-from hrt.projection import graph_edge, graph_node
 from hrt.records import EDGE_ENDPOINTS, Artifact, Concept, EdgeType, Kind, MemoryUnit, Relation
 from hrt.stores.base import WARM_UP_USER, ExpansionCaps, GraphEdge, GraphNode, GraphStore, valid_at
-from hrt.stores.embedded import EmbeddedStore
+from hrt.stores.embedded.store import EmbeddedStore
 from hrt.stores.graph_walk import WalkView
-from hrt.stores.neo4j_graph import Neo4jGraphStore
+from hrt.stores.neo4j.graph import Neo4jGraphStore
+from hrt.stores.projection import graph_edge, graph_node
 from tests.conftest import StackManager
 from tests.helpers import jsonl, small_graph
 
@@ -218,7 +218,7 @@ async def test_warm_plans_retrieval_reads_and_touches_no_data(loaded, raw):
 async def test_expansion_mode_follows_the_installed_procedure(connect, monkeypatch, caplog):
     """``auto`` uses hrt.expand when Neo4j has it in this adapter's version, else the Cypher query
     (with a warning); ``procedure`` refuses to run without it; ``cypher`` never asks."""
-    from hrt.stores import neo4j_graph
+    from hrt.stores.neo4j import graph as neo4j_graph
 
     fresh = connect()
     assert fresh.expansion_path == "unknown"  # not asked yet
@@ -546,7 +546,7 @@ async def test_procedure_walks_what_the_query_fetches(connect, tenants):
     from importlib import resources
 
     from hrt.stores.graph_walk import walk
-    from hrt.stores.neo4j_graph import _PROCEDURE_QUERY, _min_key, expand_query
+    from hrt.stores.neo4j.graph import _PROCEDURE_QUERY, _min_key, expand_query
 
     lines = resources.files("hrt.sample_data").joinpath("sample_graph.jsonl").read_text(encoding="utf-8")
     graph = connect(expansion="cypher")
@@ -671,7 +671,7 @@ async def test_hubs_are_cut_inside_neo4j(store, tenants, raw):
     out = {c.node.id: c for c in await store.expand(u, {"c-hub": 1.0}, caps)}
     assert sorted(out) == ["c-hub", "m295", "m296", "m297", "m298", "m299"]
     assert out["c-hub"].last_mention_ts == 1299.0
-    from hrt.stores.neo4j_graph import SPARSE_DEGREE, _min_key, expand_query
+    from hrt.stores.neo4j.graph import SPARSE_DEGREE, _min_key, expand_query
 
     assert len(mus) > SPARSE_DEGREE  # the hub is read from the indexes, not walked
     params = {
@@ -726,7 +726,7 @@ async def test_edges_that_do_not_hold_are_skipped_before_the_fan_out(store, tena
     node with few links, by the procedure and by the Cypher query (``store``'s two params): a link
     whose interval does not hold at valid_at is read past, and the fan-out goes to the first ones
     that hold; the hub's index reads still stop there (PROFILE, as in test_hubs_are_cut_inside_neo4j)."""
-    from hrt.stores.neo4j_graph import SPARSE_DEGREE, _min_key, expand_query
+    from hrt.stores.neo4j.graph import SPARSE_DEGREE, _min_key, expand_query
 
     u = tenants("valid-hub")
     nodes, edges = validity_hub()

@@ -51,7 +51,7 @@ async def deployment(request, tmp_path) -> AsyncIterator[Deployment]:
     the outbox projector. ``services``: PostgreSQL + Neo4j + Weaviate, all real processes."""
     settings = Settings(db_path=tmp_path / "c.db")
     if request.param in ("postgres", "services"):
-        from hrt.stores.postgres_migrate import migrate
+        from hrt.stores.postgres.migrate import migrate
 
         dsn = request.getfixturevalue("postgres_dsn")
         migrate(dsn)

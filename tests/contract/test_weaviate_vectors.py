@@ -23,12 +23,12 @@ from weaviate.classes.init import Auth
 from hrt.config import Settings
 from hrt.errors import StoreError, StoreUnavailable
 from hrt.ingest import parse_jsonl
-from hrt.projection import vector_doc
 from hrt.records import Artifact, Concept, Kind, MemoryUnit, entity_text
 from hrt.service import HRTService
 from hrt.stores.base import SearchFilter, VectorDoc, VectorHit, valid_at
-from hrt.stores.embedded_vectors import EmbeddedVectorIndex
-from hrt.stores.weaviate_vectors import LEXICAL_TIE_SLACK, NO_TS, WeaviateVectorIndex, object_uuid, tenant_name
+from hrt.stores.embedded.vectors import EmbeddedVectorIndex
+from hrt.stores.projection import vector_doc
+from hrt.stores.weaviate.vectors import LEXICAL_TIE_SLACK, NO_TS, WeaviateVectorIndex, object_uuid, tenant_name
 from tests.conftest import FIXED_NOW, StackManager
 from tests.helpers import HashingEmbedder, jsonl, small_graph
 
@@ -582,7 +582,7 @@ async def test_apply_schema_adds_the_interval_to_a_collection_from_before_it(
         for ident in ("m-to", "c-from"):  # intervals that do not hold on day 40: kept, as they were written
             await _write_without_interval(index, user, docs[ident])
         caplog.clear()
-        with caplog.at_level("WARNING", logger="hrt.stores.weaviate_vectors"):
+        with caplog.at_level("WARNING", logger="hrt.stores.weaviate.vectors"):
             await index.apply_schema()
         assert "added valid_from, valid_to" in caplog.text and "tag and agent" not in caplog.text
         assert "added passages" in caplog.text
@@ -590,7 +590,7 @@ async def test_apply_schema_adds_the_interval_to_a_collection_from_before_it(
         assert props["valid_from"].index_range_filters and props["valid_to"].index_range_filters
         assert props["passages"].data_type.value == "blob"
         caplog.clear()
-        with caplog.at_level("WARNING", logger="hrt.stores.weaviate_vectors"):
+        with caplog.at_level("WARNING", logger="hrt.stores.weaviate.vectors"):
             await index.apply_schema()
         assert not caplog.text, "nothing to add the second time"
         stored = await index.docs(user)

@@ -21,7 +21,7 @@ from hrt.config import Settings
 from hrt.contract import RetrieveRequest
 from hrt.ingest import parse_jsonl
 from hrt.service import HRTService
-from hrt.stores.postgres_migrate import migrate
+from hrt.stores.postgres.migrate import migrate
 from tests.helpers import services_settings as make_services_settings
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ from hrt.extraction.ids import message_id
 from hrt.ingest import build_batch
 from hrt.pipeline import utc_now
 from hrt.service import HRTService
-from hrt.stores.postgres_migrate import migrate
+from hrt.stores.postgres.migrate import migrate
 from tests.helpers import services_settings as make_services_settings
 from tests.unit.test_conversations import calls
 

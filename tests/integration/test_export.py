@@ -27,7 +27,7 @@ from hrt.export import export_lines
 from hrt.ingest import parse_jsonl
 from hrt.records import Kind
 from hrt.service import HRTService
-from hrt.stores.postgres_migrate import migrate
+from hrt.stores.postgres.migrate import migrate
 from tests.helpers import services_settings as make_services_settings
 from tests.integration.conftest import start_hrt_server
 from tests.integration.test_congruence import CASES as CONGRUENCE_CASES

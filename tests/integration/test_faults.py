@@ -24,7 +24,7 @@ import pytest
 
 from hrt import devstack
 from hrt.cli import sample_data_path
-from hrt.stores.postgres_migrate import migrate
+from hrt.stores.postgres.migrate import migrate
 from tests.integration.conftest import ServerProcess, start_hrt_server
 
 pytestmark = pytest.mark.integration

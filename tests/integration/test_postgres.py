@@ -23,9 +23,9 @@ from hrt.projector import Projector
 from hrt.records import Concept, EdgeType, Kind
 from hrt.service import HRTService
 from hrt.stores.base import GraphEdge, WriteBatch
-from hrt.stores.embedded import EmbeddedStore
-from hrt.stores.postgres_migrate import Migration, applied_versions, bundled_migrations, migrate
-from hrt.stores.postgres_records import PostgresRecordStore
+from hrt.stores.embedded.store import EmbeddedStore
+from hrt.stores.postgres.migrate import Migration, applied_versions, bundled_migrations, migrate
+from hrt.stores.postgres.records import PostgresRecordStore
 from tests.conftest import FIXED_NOW
 from tests.helpers import HashingEmbedder, artifact, concept, jsonl, mu, rel, small_graph
 
@@ -402,7 +402,7 @@ async def test_deletes_reach_every_projection(pg_records, tmp_path):
 CRASHING_WRITER = """
 import asyncio, os, sys
 from hrt.ingest import build_batch, parse_jsonl
-from hrt.stores.postgres_records import PostgresRecordStore
+from hrt.stores.postgres.records import PostgresRecordStore
 from tests.helpers import HashingEmbedder, concept, jsonl, mu, rel, small_graph
 
 async def main():

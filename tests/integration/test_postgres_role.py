@@ -23,8 +23,8 @@ from hrt.config import Settings
 from hrt.contract import RetrieveRequest
 from hrt.ingest import parse_jsonl
 from hrt.service import HRTService
-from hrt.stores.postgres_migrate import applied_versions, bundled_migrations, migrate
-from hrt.stores.postgres_records import PostgresRecordStore
+from hrt.stores.postgres.migrate import applied_versions, bundled_migrations, migrate
+from hrt.stores.postgres.records import PostgresRecordStore
 from tests.conftest import FIXED_NOW
 from tests.helpers import HashingEmbedder, jsonl, small_graph
 
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.integration
 
 INIT_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "postgres-init" / "10-hrt-role.sh"
 ALL_VERSIONS = [m.version for m in bundled_migrations()]
-PG_RECORDS_LOG = "hrt.stores.postgres_records"
+PG_RECORDS_LOG = "hrt.stores.postgres.records"
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from hrt.ingest import parse_jsonl
 from hrt.records import Artifact, Concept, MemoryUnit, entity_text, passage_texts
 from hrt.reembed import _Unchecked, reembed
 from hrt.service import HRTService
-from hrt.stores.postgres_migrate import migrate
+from hrt.stores.postgres.migrate import migrate
 from tests.helpers import HashingEmbedder, jsonl, services_settings, small_graph
 from tests.unit.test_reembed import LONG, OtherModel
 

@@ -31,10 +31,10 @@ from hrt.config import Settings
 from hrt.doctor import check
 from hrt.errors import StoreError
 from hrt.ingest import build_batch, parse_jsonl
-from hrt.projection import graph_edge, graph_node, passage_bytes, vector_doc
 from hrt.records import EdgeType, Kind
 from hrt.service import HRTService
-from hrt.stores.postgres_migrate import migrate
+from hrt.stores.postgres.migrate import migrate
+from hrt.stores.projection import graph_edge, graph_node, passage_bytes, vector_doc
 from tests.helpers import HashingEmbedder, concept, jsonl, mu, rel
 
 pytestmark = pytest.mark.integration

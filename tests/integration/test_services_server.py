@@ -143,7 +143,7 @@ def test_all_real_backends_end_to_end(postgres_dsn, stack_manager, own_weaviate,
             [
                 sys.executable,
                 "-c",
-                "import asyncio,sys\nfrom hrt.stores.neo4j_graph import Neo4jGraphStore\n"
+                "import asyncio,sys\nfrom hrt.stores.neo4j.graph import Neo4jGraphStore\n"
                 "async def m():\n g=Neo4jGraphStore(sys.argv[1],auth=(sys.argv[2],sys.stdin.read()))\n"
                 " [await g.delete_user(u) for u in ('u-maya','u-tom','u-sara')]\n await g.close()\nasyncio.run(m())",
                 stack.neo4j_uri,

@@ -19,8 +19,8 @@ from hrt.contract import RetrieveRequest
 from hrt.errors import StoreError
 from hrt.ingest import parse_jsonl
 from hrt.service import HRTService
-from hrt.stores.postgres_migrate import migrate
-from hrt.stores.weaviate_vectors import WeaviateVectorIndex
+from hrt.stores.postgres.migrate import migrate
+from hrt.stores.weaviate.vectors import WeaviateVectorIndex
 from tests.conftest import FIXED_NOW, StackManager
 from tests.helpers import HashingEmbedder, jsonl, small_graph
 
@@ -61,7 +61,7 @@ def test_postgres_refuses_a_client_without_the_password(stack_manager: StackMana
         assert conn.execute("SELECT current_user").fetchone() == ("hrt",)
     # hrt migrate says the credentials are wrong, not that PostgreSQL is down
     from hrt.errors import StoreUnavailable
-    from hrt.stores.postgres_migrate import migrate
+    from hrt.stores.postgres.migrate import migrate
 
     with pytest.raises(StoreError, match="refused the credentials") as refused:
         migrate(bare + " password=not-the-password")

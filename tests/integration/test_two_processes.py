@@ -1,6 +1,6 @@
 """Embedded, two processes on one SQLite file: one process writes it (the server); a second server
 or a writing CLI is refused at start with an error naming the holder, while reading commands work
-beside it and see the server's writes (hrt/stores/embedded_lock.py)."""
+beside it and see the server's writes (hrt/stores/embedded/lock.py)."""
 
 from __future__ import annotations
 

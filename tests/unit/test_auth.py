@@ -10,7 +10,7 @@ import pytest
 from hrt import auth
 from hrt.auth import SCOPES, KeyLimiter, KeyRing, Principal, new_key, parse_expiry, token_key_id
 from hrt.errors import Conflict, Forbidden, InvalidInput, RateLimited, Unauthenticated
-from hrt.stores.embedded import EmbeddedStore
+from hrt.stores.embedded.store import EmbeddedStore
 
 NOW = 1_764_000_000.0  # 2025-11-24
 
@@ -189,7 +189,7 @@ def old_store_with_scrypt_key(path: Path, token: str, key_id: str) -> bytes:
     scrypt hash of its token (N=2^14, r=8, p=1) with a 16-byte salt. Returns that hash."""
     import sqlite3
 
-    from hrt.stores.embedded import SCHEMA
+    from hrt.stores.embedded.schema import SCHEMA
 
     salt = b"0123456789abcdef"
     old_hash = hashlib.scrypt(token.encode(), salt=salt, n=2**14, r=8, p=1, maxmem=64 * 2**20, dklen=32)

@@ -19,7 +19,7 @@ from hrt.service import HRTService
 from hrt.stores.ann import AnnConfig, UserAnn
 from hrt.stores.base import VectorDoc
 from hrt.stores.bm25 import BM25Index, query_terms, tokens
-from hrt.stores.embedded import EmbeddedStore
+from hrt.stores.embedded.store import EmbeddedStore
 from tests.helpers import HashingEmbedder, jsonl, small_graph
 
 DIM = 24
@@ -287,7 +287,7 @@ def test_bm25_top_equals_scoring_every_posting(seed, n_docs, phrase, k, filtered
 def test_vector_leg_ranking_keeps_every_tie_at_the_kth_score(seed, n, k, levels):
     """``_UserMatrix.ranked``: the first k rows by score then id, whatever the rows' order, with
     scores drawn from a few levels so ties at the k-th place are the rule."""
-    from hrt.stores.embedded_vectors import _UserMatrix
+    from hrt.stores.embedded.vectors import _UserMatrix
 
     rng = np.random.default_rng(seed)
     ids = [f"e{i:03d}" for i in rng.permutation(n)]

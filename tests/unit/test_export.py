@@ -24,8 +24,8 @@ from hrt.ingest import build_batch, parse_jsonl
 from hrt.records import Kind, MemoryUnit
 from hrt.service import HRTService
 from hrt.stores.base import ExportReader
-from hrt.stores.embedded_export import EmbeddedExportReader
-from hrt.stores.postgres_export import PostgresExportReader
+from hrt.stores.embedded.export import EmbeddedExportReader
+from hrt.stores.postgres.export import PostgresExportReader
 from tests.helpers import HashingEmbedder, artifact, bearer, concept, jsonl, mu, rel, small_graph
 from tests.unit.test_ports import conformance_problems
 

@@ -20,8 +20,9 @@ from hrt.contract import RetrieveRequest
 from hrt.errors import HRTError
 from hrt.ingest import parse_jsonl
 from hrt.service import HRTService
-from hrt.stores import embedded_graph, embedded_vectors
 from hrt.stores.base import ExpansionCaps
+from hrt.stores.embedded import graph as embedded_graph
+from hrt.stores.embedded import vectors as embedded_vectors
 from tests.helpers import HashingEmbedder, artifact, concept, jsonl, mu, rel
 
 USER = "u1"

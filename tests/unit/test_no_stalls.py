@@ -148,15 +148,15 @@ async def test_a_writer_in_another_process_is_refused_naming_the_holder(tmp_path
     import subprocess
     import sys
 
-    from hrt.stores.embedded import EmbeddedStore
-    from hrt.stores.embedded_lock import StoreInUse
+    from hrt.stores.embedded.lock import StoreInUse
+    from hrt.stores.embedded.store import EmbeddedStore
 
     db = tmp_path / "s.db"
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import sys, pathlib; from hrt.stores.embedded_lock import StoreClaim; "
+            "import sys, pathlib; from hrt.stores.embedded.lock import StoreClaim; "
             "StoreClaim.acquire(pathlib.Path(sys.argv[1]), 'hrt serve on 127.0.0.1:1'); print('held', flush=True); "
             "sys.stdin.read()",
             str(db),
@@ -186,7 +186,7 @@ async def test_a_writer_in_another_process_is_refused_naming_the_holder(tmp_path
     second.claim("writes: another store of this process")  # shares this process's claim
     second.close()
     probe = (
-        "import sys, pathlib; from hrt.stores.embedded_lock import StoreClaim; "
+        "import sys, pathlib; from hrt.stores.embedded.lock import StoreClaim; "
         "StoreClaim.acquire(pathlib.Path(sys.argv[1]), 'x')"
     )
     assert subprocess.run([sys.executable, "-c", probe, str(db)], capture_output=True).returncode != 0  # still held
@@ -205,7 +205,7 @@ def test_a_failed_update_drops_the_snapshot_instead_of_failing_the_write():
 
 def test_close_waits_for_a_read_in_progress_and_later_reads_are_refused(tmp_path):
     from hrt.errors import StoreUnavailable
-    from hrt.stores.embedded import EmbeddedStore
+    from hrt.stores.embedded.store import EmbeddedStore
 
     store = EmbeddedStore(tmp_path / "s.db", 64)
     reading = threading.Event()

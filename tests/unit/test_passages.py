@@ -16,7 +16,8 @@ from hrt.ingest import build_batch, parse_jsonl
 from hrt.pipeline.scoring import Evidence, PreferenceBook, score_candidates, with_passage
 from hrt.records import MAX_PASSAGES, Kind, passage_texts
 from hrt.stores.base import GraphCandidate, GraphNode
-from hrt.stores.embedded import SCHEMA, EmbeddedStore, user_scope_token
+from hrt.stores.embedded.schema import SCHEMA, user_scope_token
+from hrt.stores.embedded.store import EmbeddedStore
 from tests.helpers import HashingEmbedder, concept, jsonl, mu
 
 TWO = "We moved the launch to May. The budget stays as it was!"

@@ -15,12 +15,12 @@ from typing import Any, Protocol
 import pytest
 
 from hrt.stores.base import GraphStore, Outbox, OutboxLease, RecordStore, StoreLifecycle, VectorIndex
-from hrt.stores.embedded_graph import EmbeddedGraphStore
-from hrt.stores.embedded_records import EmbeddedRecordStore
-from hrt.stores.embedded_vectors import EmbeddedVectorIndex
-from hrt.stores.neo4j_graph import Neo4jGraphStore
-from hrt.stores.postgres_records import PostgresOutboxLease, PostgresRecordStore
-from hrt.stores.weaviate_vectors import WeaviateVectorIndex
+from hrt.stores.embedded.graph import EmbeddedGraphStore
+from hrt.stores.embedded.records import EmbeddedRecordStore
+from hrt.stores.embedded.vectors import EmbeddedVectorIndex
+from hrt.stores.neo4j.graph import Neo4jGraphStore
+from hrt.stores.postgres.records import PostgresOutboxLease, PostgresRecordStore
+from hrt.stores.weaviate.vectors import WeaviateVectorIndex
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,6 +1,6 @@
 """``hrt doctor``'s comparison and repair over in-memory stand-ins of the record store and the two
 projections (the real stores: tests/integration/test_replicas.py). What the doctor compares is the
-projection of each record (:mod:`hrt.projection`) with what a projection holds for its id."""
+projection of each record (:mod:`hrt.stores.projection`) with what a projection holds for its id."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import numpy as np
 
 from hrt.doctor import check_user, repair_user, same_doc
 from hrt.ingest import build_batch, parse_jsonl
-from hrt.projection import graph_edge, graph_node, vector_doc
 from hrt.records import EdgeType, Kind, Relation
 from hrt.stores.base import EntityRow, GraphEdge, GraphNode, VectorDoc
+from hrt.stores.projection import graph_edge, graph_node, vector_doc
 from tests.helpers import HashingEmbedder, concept, jsonl, mu, rel
 
 USER = "u1"

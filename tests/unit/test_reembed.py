@@ -16,7 +16,7 @@ from hrt.records import Artifact, Concept, MemoryUnit, entity_text, passage_text
 from hrt.reembed import _Unchecked, reembed
 from hrt.service import HRTService
 from hrt.stores import vector_meta
-from hrt.stores.embedded import EmbeddedStore
+from hrt.stores.embedded.store import EmbeddedStore
 from tests.helpers import HashingEmbedder, jsonl, mu, small_graph
 
 

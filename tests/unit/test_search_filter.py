@@ -12,7 +12,7 @@ from hrt.ingest import parse_jsonl
 from hrt.records import Kind
 from hrt.service import HRTService
 from hrt.stores.base import SearchFilter
-from hrt.stores.embedded import EmbeddedStore
+from hrt.stores.embedded.store import EmbeddedStore
 from tests.helpers import HashingEmbedder, concept, jsonl, mu, rel, small_graph
 
 ALL = list(Kind)

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from hrt.auth import new_key
 from hrt.config import Settings
-from hrt.stores.embedded import EmbeddedStore
+from hrt.stores.embedded.store import EmbeddedStore
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,12 +37,12 @@ def test_an_existing_store_readable_by_others_is_warned_about(tmp_path: Path, ca
     db = tmp_path / "hrt.db"
     EmbeddedStore(db, dim=None).close()
     db.chmod(0o644)
-    with caplog.at_level(logging.WARNING, logger="hrt.stores.embedded"):
+    with caplog.at_level(logging.WARNING, logger="hrt.stores.embedded.store"):
         EmbeddedStore(db, dim=None).close()
     assert any(str(db) in r.getMessage() and "644" in r.getMessage() for r in caplog.records)
     caplog.clear()
     db.chmod(0o600)
-    with caplog.at_level(logging.WARNING, logger="hrt.stores.embedded"):
+    with caplog.at_level(logging.WARNING, logger="hrt.stores.embedded.store"):
         EmbeddedStore(db, dim=None).close()
     assert not [r for r in caplog.records if str(db) in r.getMessage()]
 

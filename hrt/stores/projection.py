@@ -12,8 +12,19 @@ from typing import Any
 
 import numpy as np
 
-from hrt.records import Concept, Entity, Kind, MemoryUnit, Relation, entity_label, entity_text, entity_ts, valid_from
-from hrt.stores.base import GraphEdge, GraphNode, Vector, VectorDoc
+from hrt.records import (
+    KIND_OF,
+    Concept,
+    Entity,
+    Kind,
+    MemoryUnit,
+    Relation,
+    entity_label,
+    entity_text,
+    entity_ts,
+    valid_from,
+)
+from hrt.stores.base import EntityLink, GraphEdge, GraphNode, Vector, VectorDoc
 
 # a relation as the stores keep it beside its edge (the interval in epoch seconds), both the
 # embedded ``edges`` table and PostgreSQL's ``hrt_relations``
@@ -134,4 +145,17 @@ def vector_doc(entity: Entity, vector: Vector, passages: Vector | None = None) -
         valid_from=start,
         valid_to=end,
         passages=passages if passages is not None and len(passages) else None,
+    )
+
+
+def link(user_id: str, row: Any) -> EntityLink:
+    """A relation row of a record store (its seven columns, then outgoing, the other end's id, kind,
+    label and start) as an EntityLink."""
+    return EntityLink(
+        relation=relation_from_row(user_id, row[:7]),
+        outgoing=bool(row[7]),
+        other_id=row[8],
+        other_kind=KIND_OF[row[9]],
+        other_label=row[10] or "",
+        other_start=row[11],
     )

@@ -16,14 +16,13 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from hrt.errors import StoreError
-from hrt.projection import passage_bytes, vector_bytes
-from hrt.records import Entity, Kind
+from hrt.records import ENTITY_MODELS, Entity, Kind
 from hrt.stores import vector_meta
 from hrt.stores.base import Vector
-from hrt.stores.embedded import ENTITY_MODELS
+from hrt.stores.projection import passage_bytes, vector_bytes
 
 if TYPE_CHECKING:
-    from hrt.stores.postgres_records import PostgresRecordStore
+    from hrt.stores.postgres.records import PostgresRecordStore
 
 # ids and user ids compare byte-wise, as in the embedded store (and the export's order)
 _ORDER = 'ORDER BY user_id COLLATE "C", id COLLATE "C"'

@@ -1,5 +1,5 @@
 """Reading and browsing entities in PostgreSQL (``RecordStore.entity_detail`` and
-``RecordStore.browse`` of :class:`hrt.stores.postgres_records.PostgresRecordStore`).
+``RecordStore.browse`` of :class:`hrt.stores.postgres.records.PostgresRecordStore`).
 
 Everything is in the record store: ``hrt_entities`` (the record, its ts and effective validity
 columns, ``title_key``, the writer) and ``hrt_relations``. Every statement filters on ``user_id``
@@ -13,10 +13,9 @@ from typing import Any
 
 import psycopg
 
-from hrt.records import Kind
+from hrt.records import ENTITY_MODELS, Kind
 from hrt.stores.base import BrowseFilter, EntityDetail, StoredEntity
-from hrt.stores.embedded import ENTITY_MODELS
-from hrt.stores.embedded_browse import link
+from hrt.stores.projection import link
 
 # what an operator sees of the other end (hrt.records.entity_label)
 _LABEL = (

@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
-from hrt.projection import passage_rows
 from hrt.records import Kind
 from hrt.stores.ann import AnnConfig, UserAnn
 from hrt.stores.base import PhraseVectors, SearchFilter, Vector, VectorDoc, VectorHit
 from hrt.stores.bm25 import BM25Index, BM25View, top_k
-from hrt.stores.embedded import KIND_CODES, KINDS_BY_CODE, EmbeddedPart, chunks, user_scope_token, write_doc
+from hrt.stores.embedded.schema import KIND_CODES, KINDS_BY_CODE, EmbeddedPart, chunks, user_scope_token, write_doc
+from hrt.stores.projection import passage_rows
 from hrt.stores.user_cache import UserCache
 
 if TYPE_CHECKING:
-    from hrt.stores.embedded import EmbeddedStore
+    from hrt.stores.embedded.store import EmbeddedStore
 
 
 # ids per SQLite read of passages (under SQLite's 32,766 bound on a statement's parameters)

@@ -24,13 +24,13 @@ import numpy as np
 from hrt.records import EdgeType, Kind
 from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphEdge, GraphNode
 from hrt.stores.base import valid_at as current
-from hrt.stores.embedded import EDGE_COLUMNS, NODE_COLUMNS, Changes, EmbeddedPart, chunks, edge_row, node_row
-from hrt.stores.graph_changes import EDGE_CODE, EDGE_TYPES, MENTIONS, SUPERSEDES, EdgeRow, GraphView
+from hrt.stores.embedded.graph_changes import EDGE_CODE, EDGE_TYPES, MENTIONS, SUPERSEDES, EdgeRow, GraphView
+from hrt.stores.embedded.schema import EDGE_COLUMNS, NODE_COLUMNS, Changes, EmbeddedPart, chunks, edge_row, node_row
 from hrt.stores.graph_walk import WalkView, candidates, visible, walk
 from hrt.stores.user_cache import UserCache
 
 if TYPE_CHECKING:
-    from hrt.stores.embedded import EmbeddedStore
+    from hrt.stores.embedded.store import EmbeddedStore
 
 # A user's graph is built afresh in the background once this many nodes were written since its
 # base (reads of written nodes take a slower path), or, for a small user, once as many as the base

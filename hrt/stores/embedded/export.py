@@ -15,12 +15,12 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hrt.errors import StoreError, StoreUnavailable
-from hrt.projection import RELATION_COLUMNS, relation_from_row
-from hrt.records import EdgeType, Entity, Kind, Preference, Relation
-from hrt.stores.embedded import BUSY_TIMEOUT_MS, ENTITY_MODELS, chunks
+from hrt.records import ENTITY_MODELS, EdgeType, Entity, Kind, Preference, Relation
+from hrt.stores.embedded.schema import BUSY_TIMEOUT_MS, chunks
+from hrt.stores.projection import RELATION_COLUMNS, relation_from_row
 
 if TYPE_CHECKING:
-    from hrt.stores.embedded import EmbeddedStore
+    from hrt.stores.embedded.store import EmbeddedStore
 
 _STORE = "the embedded store"
 

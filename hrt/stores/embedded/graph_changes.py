@@ -1,7 +1,7 @@
 """A user's cached graph with the writes since it was built, so a write is walked at once.
 
 The embedded graph store holds each user's graph as arrays built in one pass
-(:class:`hrt.stores.embedded_graph._UserGraph`, the *base*): seconds at 100k entities. A write
+(:class:`hrt.stores.embedded.graph._UserGraph`, the *base*): seconds at 100k entities. A write
 does not rebuild it. :meth:`GraphView.changed` makes the next snapshot from the previous one and
 what the write changed, in time proportional to the nodes it touched:
 
@@ -35,7 +35,7 @@ from hrt.stores.base import GraphNode
 from hrt.stores.graph_walk import visible as shown
 
 if TYPE_CHECKING:
-    from hrt.stores.embedded_graph import _UserGraph
+    from hrt.stores.embedded.graph import _UserGraph
 
 # Edge types coded in the order of their values, so comparing codes compares values (visit order).
 EDGE_TYPES: list[EdgeType] = sorted(EdgeType, key=lambda e: e.value)

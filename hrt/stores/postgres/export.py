@@ -15,10 +15,9 @@ from typing import Any
 
 import psycopg
 
-from hrt.projection import RELATION_COLUMNS, relation_from_row
-from hrt.records import EdgeType, Entity, Kind, Preference, Relation
-from hrt.stores.embedded import ENTITY_MODELS
-from hrt.stores.postgres_records import translate_errors
+from hrt.records import ENTITY_MODELS, EdgeType, Entity, Kind, Preference, Relation
+from hrt.stores.postgres.records import translate_errors
+from hrt.stores.projection import RELATION_COLUMNS, relation_from_row
 
 _CURSORS = itertools.count(1)
 

@@ -1,5 +1,5 @@
 """Reading and browsing entities in the embedded SQLite file (``RecordStore.entity_detail`` and
-``RecordStore.browse`` of :class:`hrt.stores.embedded_records.EmbeddedRecordStore`).
+``RecordStore.browse`` of :class:`hrt.stores.embedded.records.EmbeddedRecordStore`).
 
 Records live in ``entities``; what the filters read (tags, agent, creation time, validity) in the
 ``nodes`` rows written in the same transaction; relations in ``edges``. Every statement filters on
@@ -13,10 +13,9 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from hrt.projection import relation_from_row
-from hrt.records import KIND_OF, Kind
-from hrt.stores.base import BrowseFilter, EntityDetail, EntityLink, StoredEntity
-from hrt.stores.embedded import ENTITY_MODELS
+from hrt.records import ENTITY_MODELS, KIND_OF, Kind
+from hrt.stores.base import BrowseFilter, EntityDetail, StoredEntity
+from hrt.stores.projection import link
 
 _EDGE_COLUMNS = "source, target, type, weight, relation_type, valid_from, valid_to"
 # an entity's relations, both directions, ordered and cut to the limit on the edges alone, then
@@ -72,18 +71,6 @@ def entity_detail(db: sqlite3.Connection, user_id: str, kind: Kind, ident: str, 
         relation_count=int(count),
         supersession=[link(user_id, r) for r in supersession],
         mentioned_by=int(mentioned),
-    )
-
-
-def link(user_id: str, row: Any) -> EntityLink:
-    """A row of :data:`_LINKS` (or PostgreSQL's alike) as an EntityLink."""
-    return EntityLink(
-        relation=relation_from_row(user_id, row[:7]),
-        outgoing=bool(row[7]),
-        other_id=row[8],
-        other_kind=KIND_OF[row[9]],
-        other_label=row[10] or "",
-        other_start=row[11],
     )
 
 

@@ -26,9 +26,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from hrt.auth import KeyRecord
 from hrt.errors import Conflict, InvalidInput, StateChanged, StoreError, StoreUnavailable
-from hrt.projection import RELATION_COLUMNS, passage_bytes, passage_rows, relation_from_row, seconds, vector_bytes
 from hrt.records import (
     EDGE_ENDPOINTS,
+    ENTITY_MODELS,
     Deletion,
     Entity,
     Kind,
@@ -38,12 +38,20 @@ from hrt.records import (
     title_key,
     valid_from,
 )
-from hrt.stores import postgres_browse, postgres_reembed
 from hrt.stores.base import WARM_UP_USER, BrowseFilter, EntityDetail, EntityRow, StoredEntity, WriteBatch, WriteResult
-from hrt.stores.embedded import ENTITY_MODELS
+from hrt.stores.postgres import browse as postgres_browse
+from hrt.stores.postgres import reembed as postgres_reembed
+from hrt.stores.projection import (
+    RELATION_COLUMNS,
+    passage_bytes,
+    passage_rows,
+    relation_from_row,
+    seconds,
+    vector_bytes,
+)
 
 if TYPE_CHECKING:
-    from hrt.stores.postgres_export import PostgresExportReader
+    from hrt.stores.postgres.export import PostgresExportReader
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +158,7 @@ class PostgresRecordStore:
         await self.user_exists(WARM_UP_USER)
 
     async def apply_schema(self) -> None:
-        """Nothing to migrate on start (``hrt migrate`` does, :mod:`hrt.stores.postgres_migrate`,
+        """Nothing to migrate on start (``hrt migrate`` does, :mod:`hrt.stores.postgres.migrate`,
         under its own lock, before servers start); checks that the store's vectors are the embedder's."""
         if self._embedder is not None and self._embedder[1]:
             await postgres_reembed.check_store(self, *self._embedder)
@@ -308,12 +316,12 @@ class PostgresRecordStore:
         return [relation_from_row(user_id, row) for row in rows]
 
     # ---------------------------------------------------------------------------------------
-    # export (hrt.export, hrt.stores.postgres_export)
+    # export (hrt.export, hrt.stores.postgres.export)
     # ---------------------------------------------------------------------------------------
 
     @asynccontextmanager
     async def export_reader(self, user_id: str) -> AsyncIterator[PostgresExportReader]:
-        from hrt.stores.postgres_export import PostgresExportReader, open_export_connection
+        from hrt.stores.postgres.export import PostgresExportReader, open_export_connection
 
         conn = await open_export_connection(self._dsn, self._timeout)
         try:

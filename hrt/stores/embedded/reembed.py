@@ -12,13 +12,12 @@ import shutil
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from hrt.projection import passage_bytes, vector_bytes
-from hrt.records import Entity, Kind
+from hrt.records import ENTITY_MODELS, Entity, Kind
 from hrt.stores.base import Vector
-from hrt.stores.embedded import ENTITY_MODELS
+from hrt.stores.projection import passage_bytes, vector_bytes
 
 if TYPE_CHECKING:
-    from hrt.stores.embedded import EmbeddedStore
+    from hrt.stores.embedded.store import EmbeddedStore
 
 
 class EmbeddedVectorRewriter:

@@ -13,15 +13,15 @@ import numpy as np
 
 from hrt.auth import KeyRecord
 from hrt.errors import Conflict
-from hrt.projection import RELATION_COLUMNS, passage_rows, relation_from_row
-from hrt.records import Entity, Kind, Preference, Relation
-from hrt.stores import embedded_browse
+from hrt.records import ENTITY_MODELS, Entity, Kind, Preference, Relation
 from hrt.stores.base import WARM_UP_USER, BrowseFilter, EntityDetail, EntityRow, StoredEntity
-from hrt.stores.embedded import ENTITY_MODELS, EmbeddedPart, chunks
+from hrt.stores.embedded import browse as embedded_browse
+from hrt.stores.embedded.schema import EmbeddedPart, chunks
+from hrt.stores.projection import RELATION_COLUMNS, passage_rows, relation_from_row
 
 if TYPE_CHECKING:
-    from hrt.stores.embedded import EmbeddedStore
-    from hrt.stores.embedded_export import EmbeddedExportReader
+    from hrt.stores.embedded.export import EmbeddedExportReader
+    from hrt.stores.embedded.store import EmbeddedStore
 
 
 KEY_COLUMNS = (
@@ -169,12 +169,12 @@ class EmbeddedRecordStore(EmbeddedPart):
         return [relation_from_row(user_id, row) for row in rows]
 
     # ---------------------------------------------------------------------------------------
-    # export (hrt.export, hrt.stores.embedded_export)
+    # export (hrt.export, hrt.stores.embedded.export)
     # ---------------------------------------------------------------------------------------
 
     @asynccontextmanager
     async def export_reader(self, user_id: str) -> AsyncIterator[EmbeddedExportReader]:
-        from hrt.stores.embedded_export import EmbeddedExportReader
+        from hrt.stores.embedded.export import EmbeddedExportReader
 
         reader = EmbeddedExportReader(self._store, user_id)
         await asyncio.to_thread(reader.begin)

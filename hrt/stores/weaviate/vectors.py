@@ -92,9 +92,15 @@ from typing import Any
 
 import httpx
 import numpy as np
-import weaviate
 from grpc import StatusCode
 from grpc.aio import AioRpcError
+
+import weaviate
+from hrt.errors import HRTError, StoreError, StoreUnavailable
+from hrt.records import KIND_OF, Kind
+from hrt.stores.base import PhraseVectors, SearchFilter, Vector, VectorDoc, VectorHit, resolve_vectors
+from hrt.stores.user_cache import keep_out_of_gc
+from hrt.text import content_words
 from weaviate.classes.config import (
     Configure,
     DataType,
@@ -119,12 +125,6 @@ from weaviate.exceptions import (
     WeaviateTimeoutError,
 )
 from weaviate.proto.v1 import base_pb2, base_search_pb2, search_get_pb2
-
-from hrt.errors import HRTError, StoreError, StoreUnavailable
-from hrt.records import KIND_OF, Kind
-from hrt.stores.base import PhraseVectors, SearchFilter, Vector, VectorDoc, VectorHit, resolve_vectors
-from hrt.stores.user_cache import keep_out_of_gc
-from hrt.text import content_words
 
 log = logging.getLogger(__name__)
 

@@ -79,6 +79,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from hrt.errors import InvalidInput, StoreError, StoreUnavailable
+from hrt.records import KIND_OF, WALKED_EDGES, EdgeType, Kind
+from hrt.stores.base import WARM_UP_USER, ExpansionCaps, GraphCandidate, GraphEdge, GraphNode
+from hrt.stores.graph_walk import WalkView, candidates, walk
 from neo4j import AsyncDriver, AsyncGraphDatabase, Auth, EagerResult, Query, RoutingControl
 from neo4j.exceptions import (
     ConnectionPoolError,
@@ -88,11 +92,6 @@ from neo4j.exceptions import (
     ServiceUnavailable,
     SessionExpired,
 )
-
-from hrt.errors import InvalidInput, StoreError, StoreUnavailable
-from hrt.records import KIND_OF, WALKED_EDGES, EdgeType, Kind
-from hrt.stores.base import WARM_UP_USER, ExpansionCaps, GraphCandidate, GraphEdge, GraphNode
-from hrt.stores.graph_walk import WalkView, candidates, walk
 
 log = logging.getLogger(__name__)
 

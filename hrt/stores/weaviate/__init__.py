@@ -1,0 +1,1 @@
+"""The Weaviate vector index (:class:`hrt.stores.weaviate.vectors.WeaviateVectorIndex`)."""
