@@ -27,8 +27,7 @@ when they are missing (and sets the role's password to the one in ``stack.json``
 fixtures, which create each test's database owned by ``hrt`` and give HRT the ``hrt`` role's DSN
 for it (``Stack.postgres_dsn_for``).
 
-Over 600 lines because it installs, caches, configures, starts and stops four different servers;
-it is tooling (`hrt dev`, the test fixtures), outside the server's import graph.
+Tooling (``hrt dev``, the test fixtures), outside the server's import graph.
 """
 
 from __future__ import annotations
