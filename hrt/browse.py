@@ -1,4 +1,4 @@
-"""Reading one entity and browsing a user's entities (issue #33): what ``GET
+"""Reading one entity and browsing a user's entities: what ``GET
 /v1/users/{user_id}/entities/{kind}/{id}``, ``GET /v1/users/{user_id}/entities``, the client's
 ``get_entity`` / ``list_entities`` and the MCP tool ``recall_entity`` answer.
 

@@ -658,7 +658,17 @@ def cmd_export_schema(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hrt", description="HRT, the Hybrid Retrieval Tool")
     sub = p.add_subparsers(dest="command", required=True)
+    _add_serving_parsers(sub)
+    _add_keys_parser(sub)
+    _add_ingest_export_parsers(sub)
+    _add_query_parser(sub)
+    _add_store_maintenance_parsers(sub)
+    _add_tool_parsers(sub)
+    return p
 
+
+def _add_serving_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``demo``, ``serve`` and ``mcp``."""
     d = sub.add_parser("demo", help="build a fresh store from the bundled sample graph and run sample retrievals")
     d.add_argument("--db", help="keep the demo store at this path (default: a temporary directory)")
     d.add_argument("--out", help="also write each response to DIR/demo-N.json")
@@ -684,6 +694,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mc.set_defaults(func=cmd_mcp)
 
+
+def _add_keys_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``keys create|list|revoke``."""
+    from hrt.auth import SCOPES
+
     k = sub.add_parser("keys", help="create, list or revoke the API keys of `hrt serve` (in the record store)")
     ks = k.add_subparsers(dest="action", required=True)
     kc = ks.add_parser("create", help="create a key and print its secret, once")
@@ -707,6 +722,9 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_argument("--db")
     k.set_defaults(func=cmd_keys)
 
+
+def _add_ingest_export_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``ingest`` and ``export``."""
     i = sub.add_parser(
         "ingest",
         help="ingest a JSONL file of records (docs/api.md, 'Ingest format'), or a conversation's messages "
@@ -742,6 +760,9 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--db")
     x.set_defaults(func=cmd_export)
 
+
+def _add_query_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``query``."""
     q = sub.add_parser("query", help="run one retrieval and print it")
     q.add_argument("--user", required=True)
     q.add_argument("--phrase", action="append", help="a key phrase (repeatable)")
@@ -765,6 +786,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--db")
     q.set_defaults(func=cmd_query)
 
+
+def _add_store_maintenance_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``migrate``, ``reembed``, ``models``, ``project`` and ``doctor``."""
     m = sub.add_parser("migrate", help="create or upgrade the store's schema (idempotent)")
     m.add_argument("--db")
     m.set_defaults(func=cmd_migrate)
@@ -799,6 +823,9 @@ def build_parser() -> argparse.ArgumentParser:
     dr.add_argument("--db")
     dr.set_defaults(func=cmd_doctor)
 
+
+def _add_tool_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``eval``, ``bench``, ``dev`` and ``export-schema``."""
     ev = sub.add_parser("eval", help="retrieval quality: `hrt eval locomo --data PATH --out DIR` (see docs/)")
     ev.add_argument("benchmark", choices=["locomo"])
     ev.add_argument("rest", nargs=argparse.REMAINDER, help="options of the benchmark (--help for them)")
@@ -825,7 +852,6 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("export-schema", help="write the JSON Schemas of the request and the response")
     e.add_argument("--out", default="hrt/schema")
     e.set_defaults(func=cmd_export_schema)
-    return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,8 +27,7 @@ when they are missing (and sets the role's password to the one in ``stack.json``
 fixtures, which create each test's database owned by ``hrt`` and give HRT the ``hrt`` role's DSN
 for it (``Stack.postgres_dsn_for``).
 
-Over 600 lines because it installs, caches, configures, starts and stops four different servers;
-it is tooling (`hrt dev`, the test fixtures), outside the server's import graph.
+Tooling (``hrt dev``, the test fixtures), outside the server's import graph.
 """
 
 from __future__ import annotations
@@ -521,76 +520,99 @@ def start_postgres(
         run_as = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
     env = {"LC_ALL": "C.UTF-8", "PATH": "/usr/bin:/bin"}
     if (data / "PG_VERSION").exists():
-        open_lines = _pg_hba_problems(data)
-        if open_lines:
-            raise DevStackError(
-                f"PostgreSQL's data directory {data} lets clients in without a password ({open_lines[0]!r} in "
-                "pg_hba.conf: made by a dev stack from before authentication); delete it "
-                f"(`rm -rf {data}`, its databases go with it) and run `hrt dev up` again"
-            )
+        _pg_refuse_open_data(data)
     else:
-        # the superuser's password from a file (never on a command line, which every local user
-        # can read): TCP clients need it (SCRAM); the socket stays peer, the postgres OS user alone
-        pwfile = base / ".pwfile"
-        _write_private(pwfile, credentials.postgres_password + "\n")
-        if user is not None:
-            os.chown(pwfile, run_as["user"], run_as["group"])
-        try:
-            subprocess.run(
-                [
-                    str(pg / "initdb"),
-                    "-D",
-                    str(data),
-                    "-U",
-                    POSTGRES_USER,
-                    f"--pwfile={pwfile}",
-                    "--auth-host=scram-sha-256",
-                    "--auth-local=peer",
-                    "-E",
-                    "UTF8",
-                    "--locale=C.UTF-8",
-                    "--no-sync",
-                ],
-                check=True,
-                capture_output=True,
-                env=env,
-                **run_as,
-            )
-        finally:
-            pwfile.unlink(missing_ok=True)
+        _pg_initdb(pg, base, data, credentials.postgres_password, run_as, env)
     port = ports["port"] if ports else free_port()
     started = time.monotonic()
-    proc = _spawn(
-        [
-            str(pg / "postgres"),
-            "-D",
-            str(data),
-            "-p",
-            str(port),
-            "-c",
-            "listen_addresses=127.0.0.1",
-            "-c",
-            f"unix_socket_directories={base}",
-            "-c",
-            "fsync=off",
-            "-c",
-            "synchronous_commit=off",
-            "-c",
-            "full_page_writes=off",
-            "-c",
-            "max_connections=100",
-        ],
-        logfile,
-        env=env,
-        user=user,
+    proc = _spawn(_pg_command(pg, base, data, port), logfile, env=env, user=user)
+    wait_until(_pg_ready(port, data, credentials.postgres_password), "PostgreSQL", timeout, proc, logfile)
+    try:
+        ensure_hrt_role(_pg_dsn(port, POSTGRES_USER, credentials.postgres_password, "postgres"), credentials)
+    except Exception:
+        stop_pid(proc.pid, grace=10)
+        raise
+    return ServiceInfo(
+        "postgres", proc.pid, {"port": port}, str(data), str(logfile), round(time.monotonic() - started, 2)
     )
+
+
+def _pg_refuse_open_data(data: Path) -> None:
+    """Refuse a data directory whose pg_hba.conf lets TCP clients in without a password."""
+    open_lines = _pg_hba_problems(data)
+    if open_lines:
+        raise DevStackError(
+            f"PostgreSQL's data directory {data} lets clients in without a password ({open_lines[0]!r} in "
+            "pg_hba.conf: made by a dev stack from before authentication); delete it "
+            f"(`rm -rf {data}`, its databases go with it) and run `hrt dev up` again"
+        )
+
+
+def _pg_initdb(pg: Path, base: Path, data: Path, password: str, run_as: dict[str, Any], env: dict[str, str]) -> None:
+    """``initdb`` a new data directory with the superuser's ``password``."""
+    # the superuser's password from a file (never on a command line, which every local user
+    # can read): TCP clients need it (SCRAM); the socket stays peer, the postgres OS user alone
+    pwfile = base / ".pwfile"
+    _write_private(pwfile, password + "\n")
+    if run_as:
+        os.chown(pwfile, run_as["user"], run_as["group"])
+    try:
+        subprocess.run(
+            [
+                str(pg / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                POSTGRES_USER,
+                f"--pwfile={pwfile}",
+                "--auth-host=scram-sha-256",
+                "--auth-local=peer",
+                "-E",
+                "UTF8",
+                "--locale=C.UTF-8",
+                "--no-sync",
+            ],
+            check=True,
+            capture_output=True,
+            env=env,
+            **run_as,
+        )
+    finally:
+        pwfile.unlink(missing_ok=True)
+
+
+def _pg_command(pg: Path, base: Path, data: Path, port: int) -> list[str]:
+    return [
+        str(pg / "postgres"),
+        "-D",
+        str(data),
+        "-p",
+        str(port),
+        "-c",
+        "listen_addresses=127.0.0.1",
+        "-c",
+        f"unix_socket_directories={base}",
+        "-c",
+        "fsync=off",
+        "-c",
+        "synchronous_commit=off",
+        "-c",
+        "full_page_writes=off",
+        "-c",
+        "max_connections=100",
+    ]
+
+
+def _pg_ready(port: int, data: Path, password: str) -> Callable[[], bool]:
+    """The readiness check of :func:`wait_until`: the superuser runs ``select 1``; a refused password
+    is a :class:`DevStackError` (data made with another one), which no waiting changes."""
 
     def ready() -> bool:
         import psycopg
 
         dsn = f"host=127.0.0.1 port={port} user={POSTGRES_USER} dbname=postgres"
         try:
-            with psycopg.connect(dsn, password=credentials.postgres_password, connect_timeout=2) as c:
+            with psycopg.connect(dsn, password=password, connect_timeout=2) as c:
                 return c.execute("select 1").fetchone() == (1,)
         except psycopg.OperationalError as exc:
             if "password authentication failed" in str(exc):
@@ -600,15 +622,7 @@ def start_postgres(
                 ) from exc
             raise
 
-    wait_until(ready, "PostgreSQL", timeout, proc, logfile)
-    try:
-        ensure_hrt_role(_pg_dsn(port, POSTGRES_USER, credentials.postgres_password, "postgres"), credentials)
-    except Exception:
-        stop_pid(proc.pid, grace=10)
-        raise
-    return ServiceInfo(
-        "postgres", proc.pid, {"port": port}, str(data), str(logfile), round(time.monotonic() - started, 2)
-    )
+    return ready
 
 
 def ensure_hrt_role(admin_dsn: str, credentials: Credentials) -> None:
@@ -676,14 +690,33 @@ def start_neo4j(
     lib = ensure_neo4j_jars()
     plugin = ensure_neo4j_plugin()
     home = root / "neo4j"
+    _neo4j_prepare_home(home, plugin)
+    bolt, http = (ports["bolt"], ports["http"]) if ports else (free_port(), free_port())
+    (home / "conf" / "neo4j.conf").write_text(_neo4j_conf(bolt, http, page_cache))
+    if not (home / "data" / "databases" / "system").exists():  # never started: its users are not made yet
+        _neo4j_set_initial_password(java, lib, home, credentials.neo4j_password)
+    logfile = home / "neo4j-console.log"
+    started = time.monotonic()
+    proc = _spawn(_neo4j_command(java, lib, home), logfile, env={**os.environ, "NEO4J_HOME": str(home)}, cwd=home)
+    wait_until(_neo4j_ready(bolt, home, credentials.neo4j_password), "Neo4j", timeout, proc, logfile)
+    return ServiceInfo(
+        "neo4j", proc.pid, {"bolt": bolt, "http": http}, str(home), str(logfile), round(time.monotonic() - started, 2)
+    )
+
+
+def _neo4j_prepare_home(home: Path, plugin: Path) -> None:
+    """Neo4j's folders, private to their owner, with the current build of HRT's plugin."""
     for sub in ("conf", "data", "logs", "plugins", "import", "run"):
         (home / sub).mkdir(parents=True, exist_ok=True)
     home.chmod(0o700)  # its files are the graph: other local users must not read past the password
     for old in (home / "plugins").glob("hrt-neo4j*.jar"):
         old.unlink()
     shutil.copy2(plugin, home / "plugins" / "hrt-neo4j.jar")
-    bolt, http = (ports["bolt"], ports["http"]) if ports else (free_port(), free_port())
-    (home / "conf" / "neo4j.conf").write_text(
+
+
+def _neo4j_conf(bolt: int, http: int, page_cache: str) -> str:
+    """``neo4j.conf``: loopback only, authentication on, no HTTPS, no usage reports."""
+    return (
         "\n".join(
             [
                 "server.default_listen_address=127.0.0.1",
@@ -702,10 +735,10 @@ def start_neo4j(
         )
         + "\n"
     )
-    if not (home / "data" / "databases" / "system").exists():  # never started: its users are not made yet
-        _neo4j_set_initial_password(java, lib, home, credentials.neo4j_password)
-    logfile = home / "neo4j-console.log"
-    cmd = [
+
+
+def _neo4j_command(java: Path, lib: Path, home: Path) -> list[str]:
+    return [
         str(java),
         "-Xms256m",
         "-Xmx1g",
@@ -729,8 +762,10 @@ def start_neo4j(
         f"--config-dir={home / 'conf'}",
         "--console-mode",
     ]
-    started = time.monotonic()
-    proc = _spawn(cmd, logfile, env={**os.environ, "NEO4J_HOME": str(home)}, cwd=home)
+
+
+def _neo4j_ready(bolt: int, home: Path, password: str) -> Callable[[], bool]:
+    """The readiness check of :func:`wait_until`; a refused password is a :class:`DevStackError`."""
 
     def ready() -> bool:
         # a port check first, then one auto-commit query: execute_query would retry a Neo4j still
@@ -740,7 +775,7 @@ def start_neo4j(
         from neo4j import GraphDatabase
         from neo4j.exceptions import AuthError
 
-        with GraphDatabase.driver(f"bolt://127.0.0.1:{bolt}", auth=(NEO4J_USER, credentials.neo4j_password)) as driver:
+        with GraphDatabase.driver(f"bolt://127.0.0.1:{bolt}", auth=(NEO4J_USER, password)) as driver:
             try:
                 with driver.session(database="neo4j") as session:
                     record = session.run("RETURN 1 AS one").single()
@@ -752,10 +787,7 @@ def start_neo4j(
                 ) from exc
             return bool(record and record["one"] == 1)
 
-    wait_until(ready, "Neo4j", timeout, proc, logfile)
-    return ServiceInfo(
-        "neo4j", proc.pid, {"bolt": bolt, "http": http}, str(home), str(logfile), round(time.monotonic() - started, 2)
-    )
+    return ready
 
 
 def start_weaviate(
@@ -772,15 +804,49 @@ def start_weaviate(
     home.chmod(0o700)  # its files are the vectors and texts: other local users must not read past the key
     http, grpc = (ports["http"], ports["grpc"]) if ports else (free_port(), free_port())
     gossip = ports["gossip"] if ports else free_port_block(4)
+    raft = gossip + 2
+    env = _weaviate_env(data, credentials.weaviate_api_key, memory, grpc=grpc, gossip=gossip)
+    logfile = home / "weaviate.log"
+    started = time.monotonic()
+    proc = _spawn(
+        [
+            str(binary),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(http),
+            "--scheme",
+            "http",
+            "--read-timeout=600s",
+            "--write-timeout=600s",
+        ],
+        logfile,
+        env=env,
+        cwd=home,
+    )
+    wait_until(_weaviate_ready(http, grpc, credentials.weaviate_api_key), "Weaviate", timeout, proc, logfile)
+    return ServiceInfo(
+        "weaviate",
+        proc.pid,
+        {"http": http, "grpc": grpc, "gossip": gossip, "raft": raft},
+        str(data),
+        str(logfile),
+        round(time.monotonic() - started, 2),
+    )
+
+
+def _weaviate_env(data: Path, api_key: str, memory: str, *, grpc: int, gossip: int) -> dict[str, str]:
+    """Weaviate's whole environment: a single node on loopback whose cluster ports follow
+    ``gossip`` (data +1, raft +2, raft RPC +3)."""
     data_port, raft, raft_rpc = gossip + 1, gossip + 2, gossip + 3
-    env = {
+    return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "PERSISTENCE_DATA_PATH": str(data),
         # one API key, one user; without an authorization module an authenticated user may do
         # everything, an anonymous request nothing (401)
         "AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED": "false",
         "AUTHENTICATION_APIKEY_ENABLED": "true",
-        "AUTHENTICATION_APIKEY_ALLOWED_KEYS": credentials.weaviate_api_key,
+        "AUTHENTICATION_APIKEY_ALLOWED_KEYS": api_key,
         "AUTHENTICATION_APIKEY_USERS": WEAVIATE_USER,
         "DEFAULT_VECTORIZER_MODULE": "none",
         "CLUSTER_HOSTNAME": "node1",
@@ -803,24 +869,10 @@ def start_weaviate(
         "DISK_USE_READONLY_PERCENTAGE": "100",
         "DISK_USE_WARNING_PERCENTAGE": "100",
     }
-    logfile = home / "weaviate.log"
-    started = time.monotonic()
-    proc = _spawn(
-        [
-            str(binary),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(http),
-            "--scheme",
-            "http",
-            "--read-timeout=600s",
-            "--write-timeout=600s",
-        ],
-        logfile,
-        env=env,
-        cwd=home,
-    )
+
+
+def _weaviate_ready(http: int, grpc: int, api_key: str) -> Callable[[], bool]:
+    """The readiness check of :func:`wait_until`: ready, the schema readable with the key, gRPC open."""
 
     def ready() -> bool:
         import httpx
@@ -828,20 +880,12 @@ def start_weaviate(
         r = httpx.get(f"http://127.0.0.1:{http}/v1/.well-known/ready", timeout=2)  # open to anyone
         schema = httpx.get(
             f"http://127.0.0.1:{http}/v1/schema",
-            headers={"Authorization": f"Bearer {credentials.weaviate_api_key}"},
+            headers={"Authorization": f"Bearer {api_key}"},
             timeout=2,
         )
         return r.status_code == 200 and schema.status_code == 200 and port_open(grpc)
 
-    wait_until(ready, "Weaviate", timeout, proc, logfile)
-    return ServiceInfo(
-        "weaviate",
-        proc.pid,
-        {"http": http, "grpc": grpc, "gossip": gossip, "raft": raft},
-        str(data),
-        str(logfile),
-        round(time.monotonic() - started, 2),
-    )
+    return ready
 
 
 INSTALLERS: dict[str, Callable[[], object]] = {

@@ -70,13 +70,13 @@ INT8_FILE = "model.int8.onnx"
 INT8_META_FILE = "meta.int8.json"
 # ONNX Runtime's quantize_dynamic arguments: every MatMul (the weights of the attention projections
 # and feed-forward layers; the attention's activation products run in int8 too), signed weights per
-# output channel (per tensor: cosine to fp32 down to 0.88 on LoCoMo turns, per channel 0.98,
-# measured), the full 8-bit range (VNNI needs no reduce_range)
+# output channel (per tensor is as fast but much further from fp32: docs/bench.md, "int8"), the full
+# 8-bit range (VNNI needs no reduce_range)
 QUANT_RECIPE = {"op_types_to_quantize": ["MatMul"], "per_channel": True, "reduce_range": False, "weight_type": "QInt8"}
 QUANTIZE_MODES = ("auto", "int8", "off")
-# at most this many padded tokens (texts x longest) per fp32 batch: 150-word texts (~205 tokens)
-# ran 10.6-13.1 texts/s in batches of 1-4 against 6.8-7.6 in batches of 64 (docs/bench.md); short
-# texts still batch by the dozen. Batch size never changes an fp32 vector.
+# at most this many padded tokens (texts x longest) per fp32 batch: on CPU long texts embed faster
+# in small batches, short ones in large batches (docs/bench.md, "fp32 batches"). Batch size never
+# changes an fp32 vector.
 BATCH_TOKENS = 1024
 
 # the legacy ``pooling_mode_*`` booleans of 1_Pooling/config.json and the mode each means
@@ -429,13 +429,13 @@ def cpu_session(path: Path, threads: int) -> Any:
     options.intra_op_num_threads = max(0, threads)  # 0: ONNX Runtime's default (one per core)
     options.inter_op_num_threads = 1
     # a pool that spins after each call would burn the core the rest of the request needs (the
-    # lexical leg runs during the embedding): -20% embedding throughput with 4 callers, measured
+    # lexical leg runs during the embedding), and slows concurrent embedding calls
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.log_severity_level = 3  # errors only
-    # no arena: it would keep the peak of the largest batch ever run (a batch of 64 texts of 256
-    # tokens: ~700 MB) for the life of the server; without it RSS returns to ~300 MB, and phrase
-    # latency is unchanged (measured)
+    # no arena: it would keep the peak of the largest batch ever run (hundreds of MB for a batch of
+    # long texts) for the life of the server; without it memory is returned after each batch, at no
+    # cost in phrase latency
     options.enable_cpu_mem_arena = False
     return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
 

@@ -297,10 +297,9 @@ class Deletion(_Record):
 
 def entity_text(entity: Entity) -> str:
     """The text an entity is embedded and lexically indexed by. A concept's aliases follow its name
-    in parentheses, so both search legs find it by any of them; a concept without aliases has the
-    text it always had (the vectors of stored concepts stay valid). Measured with the bundled
-    MiniLM (docs/api.md, "Aliases"): "Bob" to "Robert Paulson (Bob, Bobby). person. ..." 0.56,
-    to the text without aliases 0.37."""
+    in parentheses, so both search legs find it by any of them; a concept without aliases is
+    ``<name>. <type>. <description>`` alone, so stored vectors of such concepts stay valid
+    (docs/api.md, "Aliases", has the cosines an alias gains)."""
     if isinstance(entity, Concept):
         name = f"{entity.name} ({', '.join(entity.aliases)})" if entity.aliases else entity.name
         return f"{name}. {entity.type}. {entity.description}".strip()

@@ -469,64 +469,80 @@ class Planner:
         max_df = self.opts.max_df(turns)
         keys = sorted(self.touched)
         terms = await st.get_many("term", keys)
-        log_n = math.log(turns + 1)
         for key in keys:
             term = terms.get(key)
             if term is None:
                 continue
             df = int(term["df"])
-            kept = self._kept(key, df, max_df)
-            was = bool(term["linked"])
-            if not kept:
-                if was and term["cid"]:
-                    self.deleted_concepts.add(term["cid"])
-                    term["linked"] = False
-                    term["rel"] = []
-                    st.put("term", key, term)
-                if df <= 0:
-                    st.put("term", key, None)
-                continue
-            if not term["cid"]:
-                term["cid"] = await self._concept_id(key)
-            source = term.get("src", "rules")
-            if key in self.llm_keys and source == "rules":
-                term["src"] = "rules+llm" if key in self.rule_keys or int(term["df"]) > 1 else "llm"
-            cid = term["cid"]
-            kind = key.partition(":")[0]
-            if kind == "person":
-                name = key.partition(":")[2]
-                salience = 1.0
+            if self._kept(key, df, max_df):
+                await self._link_key(key, term, df, max_df, turns)
             else:
-                name = sorted(term["surf"].items(), key=lambda kv: (-kv[1], kv[0]))[0][0] if term["surf"] else key
-                salience = round(min(1.0, 0.3 + 0.7 * (1.0 - df / (2 * max_df + 1))), 4)
-            stale = (
-                not was
-                or term.get("src", "rules") != source
-                or term.get("name") != name
-                or abs(float(term.get("sal", -1.0)) - salience) >= self.opts.salience_step
+                self._unlink_key(key, term, df)
+        await self._link_speakers()
+
+    def _unlink_key(self, key: str, term: dict[str, Any], df: int) -> None:
+        """A key no longer kept: its concept goes; a key no message mentions goes too."""
+        if term["linked"] and term["cid"]:
+            self.deleted_concepts.add(term["cid"])
+            term["linked"] = False
+            term["rel"] = []
+            self.st.put("term", key, term)
+        if df <= 0:
+            self.st.put("term", key, None)
+
+    async def _link_key(self, key: str, term: dict[str, Any], df: int, max_df: int, turns: int) -> None:
+        """A kept key: its concept (re)written when new or stale, and its MENTIONS edges."""
+        was = bool(term["linked"])
+        if not term["cid"]:
+            term["cid"] = await self._concept_id(key)
+        source = term.get("src", "rules")
+        if key in self.llm_keys and source == "rules":
+            term["src"] = "rules+llm" if key in self.rule_keys or int(term["df"]) > 1 else "llm"
+        cid = term["cid"]
+        kind = key.partition(":")[0]
+        if kind == "person":
+            name = key.partition(":")[2]
+            salience = 1.0
+        else:
+            name = sorted(term["surf"].items(), key=lambda kv: (-kv[1], kv[0]))[0][0] if term["surf"] else key
+            salience = round(min(1.0, 0.3 + 0.7 * (1.0 - df / (2 * max_df + 1))), 4)
+        stale = (
+            not was
+            or term.get("src", "rules") != source
+            or term.get("name") != name
+            or abs(float(term.get("sal", -1.0)) - salience) >= self.opts.salience_step
+        )
+        if stale:
+            self.concepts[cid] = Concept(
+                user_id=self.user,
+                id=cid,
+                name=name[:500],
+                type={"person": "person", "entity": "entity"}.get(kind, "topic"),
+                description="A participant of the user's conversations." if kind == "person" else "",
+                salience=salience,
+                properties={"turns": df, "source": term.get("src", "rules")},
             )
-            if stale:
-                self.concepts[cid] = Concept(
-                    user_id=self.user,
-                    id=cid,
-                    name=name[:500],
-                    type={"person": "person", "entity": "entity"}.get(kind, "topic"),
-                    description="A participant of the user's conversations." if kind == "person" else "",
-                    salience=salience,
-                    properties={"turns": df, "source": term.get("src", "rules")},
-                )
-                term["name"], term["sal"] = name, salience
-            term["linked"] = True
-            st.put("term", key, term)
-            # mentions: every message of the key when it was not linked, else this call's
-            muids = [k.split(SEP, 1)[1] for k in await st.scan("post", key + SEP)] if not was else []
-            muids = sorted({*muids, *self.new_posts.get(key, [])})
-            if kind == "topic":
-                weight = round(max(0.2, math.log((turns + 1) / df) / log_n), 4) if log_n > 0 else 1.0
-            else:
-                weight = 1.0
-            for muid in muids:
-                self._relate(EdgeType.MENTIONS, muid, cid, weight)
+            term["name"], term["sal"] = name, salience
+        term["linked"] = True
+        self.st.put("term", key, term)
+        await self._mentions(key, cid, kind, df, was, turns)
+
+    async def _mentions(self, key: str, cid: str, kind: str, df: int, was: bool, turns: int) -> None:
+        """MENTIONS from messages to a linked concept: every message of the key when it was not
+        linked, else this call's; a topic's weight falls with its df (an idf)."""
+        muids = [k.split(SEP, 1)[1] for k in await self.st.scan("post", key + SEP)] if not was else []
+        muids = sorted({*muids, *self.new_posts.get(key, [])})
+        log_n = math.log(turns + 1)
+        if kind == "topic":
+            weight = round(max(0.2, math.log((turns + 1) / df) / log_n), 4) if log_n > 0 else 1.0
+        else:
+            weight = 1.0
+        for muid in muids:
+            self._relate(EdgeType.MENTIONS, muid, cid, weight)
+
+    async def _link_speakers(self) -> None:
+        """Each message MENTIONS its speaker's concept, made for the speaker when missing."""
+        st = self.st
         for muid, speaker_key in sorted(self.speaker_of.items()):
             term = await st.get("term", speaker_key)
             if term is None or not term.get("cid"):

@@ -32,10 +32,10 @@ A circuit breaker (:mod:`hrt.breaker`) stops calling a server that keeps failing
 
 Determinism: temperature 0 and 6-decimal rounding are not enough on their own. A llama.cpp server
 reuses the KV cache of the prompt prefix shared with its previous request, and a prefix evaluated in
-a different batch split yields slightly different logits (measured with llama-cpp-python: 0.249195
-vs 0.257705 for one pair). Within one process the score cache makes repeated calls identical; for
-scores that do not depend on the server's history, run llama-cpp-python with ``--n_batch 1`` (about
-1.5x slower per document in our measurement).
+a different batch split yields slightly different logits. Within one process the score cache makes
+repeated calls identical; for scores that do not depend on the server's history, run
+llama-cpp-python with ``--n_batch 1``, which is slower per document (docs/deployment.md,
+"Reranking with Qwen3-Reranker (llama.cpp)").
 
 One instance belongs to one event loop (its semaphore and HTTP client are loop-bound).
 """
