@@ -26,7 +26,6 @@ from hrt.ingest import parse_jsonl
 
 if TYPE_CHECKING:
     from hrt.service import HRTService
-    from hrt.stores.base import StoreLifecycle
 
 log = logging.getLogger("hrt")
 
@@ -141,10 +140,10 @@ def configure_server_logging(settings: Settings) -> None:
 
 
 async def _active_keys(settings: Settings) -> int:
-    from hrt.service import open_key_store
+    from hrt.stores.factory import open_record_store
 
     now = time.time()
-    async with open_key_store(settings) as store:
+    async with open_record_store(settings) as store:
         return sum(1 for k in await store.keys() if k.status(now) == "active")
 
 
@@ -190,13 +189,13 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 def cmd_keys(args: argparse.Namespace) -> int:
     """``hrt keys create | list | revoke`` on the configured record store."""
     from hrt.auth import lineage_status, live_keys_named, new_key, parse_expiry
-    from hrt.service import open_key_store
+    from hrt.stores.factory import open_record_store
 
     settings = _settings(args)
     now = time.time()
 
     async def run() -> int:
-        async with open_key_store(settings) as store:
+        async with open_record_store(settings) as store:
             if args.action == "create":
                 expires = parse_expiry(args.expires, now) if args.expires else None
                 token, record = new_key(
@@ -336,7 +335,8 @@ async def export_user(settings: Settings, user: str, out: BinaryIO, progress: bo
     stderr shows on a terminal, or always with ``progress``."""
     from tqdm import tqdm
 
-    from hrt.export import check_exportable, export_lines, open_record_store
+    from hrt.export import check_exportable, export_lines
+    from hrt.stores.factory import open_record_store
 
     async with open_record_store(settings) as records:
         await check_exportable(records, user)
@@ -448,50 +448,13 @@ def cmd_query(args: argparse.Namespace) -> int:
 def cmd_migrate(args: argparse.Namespace) -> int:
     """Schema of every configured store: SQLite steps, PostgreSQL migrations, Neo4j constraints and
     indexes (graph_schema/), the Weaviate collection. Idempotent."""
+    from hrt.stores.factory import migrate_projections, migrate_records
+
     settings = _settings(args)
-    report: dict[str, Any] = {}
-    if "embedded" in (settings.record_store, settings.graph_store, settings.vector_index):
-        from hrt.stores.embedded.store import EmbeddedStore
-
-        store = EmbeddedStore(settings.db_path, dim=None)
-        try:
-            versions = store.schema_versions()
-        finally:
-            store.close()
-        report["embedded"] = {
-            "db_path": str(settings.db_path),
-            "applied_now": store.applied_on_open,
-            "schema_versions": versions,
-        }
-    if settings.record_store == "postgres":
-        from hrt.stores.postgres.migrate import applied_versions, migrate
-
-        applied = migrate(settings.postgres_dsn)
-        report["postgres"] = {"applied_now": applied, "schema_versions": applied_versions(settings.postgres_dsn)}
-    if settings.graph_store == "neo4j" or settings.vector_index == "weaviate":
-        report.update(asyncio.run(_migrate_projections(settings)))
+    report: dict[str, Any] = migrate_records(settings)
+    report.update(asyncio.run(migrate_projections(settings)))
     print(json.dumps(report))
     return 0
-
-
-async def _migrate_projections(settings: Settings) -> dict[str, Any]:
-    from hrt.service import HRTService
-
-    out: dict[str, Any] = {}
-    service = HRTService(settings, embedder=_NoEmbedder())
-    try:
-        await service.start()
-        parts: list[tuple[str, StoreLifecycle]] = []
-        if settings.graph_store == "neo4j":
-            parts.append(("neo4j", service.graph))
-        if settings.vector_index == "weaviate":
-            parts.append(("weaviate", service.vectors))
-        for name, part in parts:
-            await part.apply_schema()
-            out[name] = "ok"
-    finally:
-        await service.close()
-    return out
 
 
 class _NoEmbedder:

@@ -38,7 +38,7 @@ from hrt.records import Artifact, Concept, EdgeType, Entity, Kind, MemoryUnit, P
 from hrt.stores.base import ExportReader, RecordStore
 
 if TYPE_CHECKING:
-    from hrt.config import Settings
+    pass
 
 # entities per read from the record store (and relations per read)
 EXPORT_CHUNK = 500
@@ -208,13 +208,3 @@ async def export_lines(
         yield text.encode("utf-8")
         await asyncio.sleep(0)  # other requests between chunks
     counted["complete"] = True
-
-
-@contextlib.asynccontextmanager
-async def open_record_store(settings: Settings) -> AsyncIterator[RecordStore]:
-    """The record store alone (no embedder, graph or vectors): what ``hrt export`` reads."""
-    from hrt.service import open_key_store
-
-    async with open_key_store(settings) as store:  # the keys live in the record store
-        assert isinstance(store, RecordStore)
-        yield store

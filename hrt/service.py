@@ -1,10 +1,9 @@
 """The HRT service: one object wiring settings, embedder, stores, projector, reranker and metrics,
 used by the CLI and the HTTP API alike.
 
-Backends are chosen per store (``HRT_RECORD_STORE``, ``HRT_GRAPH_STORE``, ``HRT_VECTOR_INDEX``).
-The embedded record store writes its projections in the same SQLite transaction. With PostgreSQL
-as the record store, writes commit records plus outbox rows, and the projector delivers them to the
-graph store and vector index (embedded ones, or Neo4j and Weaviate).
+The stores come from the composition root (:func:`hrt.stores.factory.open_stores`) as ports; with
+an outbox (PostgreSQL), the service runs the projector that delivers it to the graph store and the
+vector index.
 """
 
 from __future__ import annotations
@@ -16,11 +15,10 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-from hrt.auth import KeyStore
 from hrt.config import Settings
 from hrt.contract import AugmentedMemoryContext, RetrieveRequest
 from hrt.embedder import CachedEmbedder, Embedder, SentenceTransformerEmbedder
@@ -33,18 +31,8 @@ from hrt.metrics import Metrics
 from hrt.pipeline import HybridRetrievalTool, utc_now
 from hrt.records import Deletion, Kind, valid_id
 from hrt.reranker import NoopReranker, Reranker
-from hrt.stores.ann import AnnConfig
-from hrt.stores.base import (
-    GraphStore,
-    RecordStore,
-    StoreLifecycle,
-    VectorIndex,
-    VectorRewriter,
-    WriteBatch,
-    WriteResult,
-)
-from hrt.stores.embedded.records import EmbeddedRecordStore
-from hrt.stores.embedded.store import EmbeddedStore
+from hrt.stores.base import StoreLifecycle, VectorRewriter, WriteBatch, WriteResult
+from hrt.stores.factory import open_stores
 
 if TYPE_CHECKING:
     from hrt.merge import MergeResult
@@ -142,27 +130,6 @@ def load_embedder(settings: Settings) -> Embedder:
 CONVERSATION_RETRIES = 5
 
 
-class Writer(Protocol):
-    async def apply(self, batch: WriteBatch) -> WriteResult: ...
-
-    async def delete_user(self, user_id: str) -> int: ...
-
-
-class _EmbeddedWriter:
-    """The embedded store writes records and projections in one SQLite transaction."""
-
-    def __init__(self, store: EmbeddedStore) -> None:
-        self._store = store
-
-    # in a worker thread: a large batch's transaction (and its cache updates) can take seconds,
-    # and reads (on their own connections) go on meanwhile
-    async def apply(self, batch: WriteBatch) -> WriteResult:
-        return await asyncio.to_thread(self._store.apply, batch)
-
-    async def delete_user(self, user_id: str) -> int:
-        return await asyncio.to_thread(self._store.delete_user, user_id)
-
-
 # set while a task holds an ingest slot, so a write made of writes (delete_entity) takes one
 _INGEST_SLOT_HELD: contextvars.ContextVar[bool] = contextvars.ContextVar("hrt_ingest_slot_held", default=False)
 
@@ -180,7 +147,8 @@ class HRTService:
         self.embedder = embedder or load_embedder(settings)
         self.metrics = Metrics()
         self._closers: list[Callable[[], object]] = []
-        self._opened: list[StoreLifecycle] = []  # the stores opened (their closers registered)
+        self._opened: list[StoreLifecycle] = []  # the stores whose closers are registered
+        self._connected: list[StoreLifecycle] = []  # the stores whose open succeeded
         self._setup_task: asyncio.Task[None] | None = None  # sets up the stores down at start
         self.projector: Projector | None = None
         self._projector_task: asyncio.Task[None] | None = None
@@ -201,65 +169,29 @@ class HRTService:
         # before the stores open: a reranker that cannot load (HRT_RERANKER_ONNX_MODEL) leaves none open
         own_reranker = reranker or self._own_reranker()
 
-        self.embedded: EmbeddedStore | None = None
-        if "embedded" in (settings.record_store, settings.graph_store, settings.vector_index):
-            ann = AnnConfig(
-                min_vectors=settings.ann_min_vectors,
-                m=settings.ann_m,
-                ef_construction=settings.ann_ef_construction,
-                ef_search=settings.ann_ef_search,
-            )
-            self.embedded = EmbeddedStore(settings.db_path, self.embedder.dim, ann=ann, model_id=self.embedder.model_id)
-            self._closers.append(self.embedded.close)
-
-        graph: GraphStore
-        vectors: VectorIndex
-        records: RecordStore
-        if settings.graph_store == "embedded":
-            assert self.embedded is not None
-            graph = self.embedded.graph
-        else:
-            graph = self._neo4j()
-        if settings.vector_index == "embedded":
-            assert self.embedded is not None
-            vectors = self.embedded.vectors
-        else:
-            vectors = self._weaviate()
-        if settings.record_store == "embedded":
-            assert self.embedded is not None
-            if settings.graph_store != "embedded" or settings.vector_index != "embedded":
-                raise StoreError(
-                    "the embedded record store projects only into the embedded graph and vector stores; "
-                    "use HRT_RECORD_STORE=postgres with Neo4j or Weaviate"
-                )
-            records = self.embedded.records
-            self.writer: Writer = _EmbeddedWriter(self.embedded)
-        else:
+        self.stores = open_stores(settings, dim=self.embedder.dim, model_id=self.embedder.model_id)
+        self._closers.append(self.stores.close)
+        self.records = self.stores.records
+        self.graph = self.stores.graph
+        self.vectors = self.stores.vectors
+        self.writer = self.stores.writer
+        self.deployment = self.stores.deployment
+        if self.stores.outbox is not None:
             from hrt.projector import Projector
-            from hrt.stores.postgres.records import PostgresRecordStore
 
-            if not settings.postgres_dsn:
-                raise StoreError("HRT_RECORD_STORE=postgres needs HRT_POSTGRES_DSN")
-            pg = PostgresRecordStore(
-                settings.postgres_dsn,
-                max_size=settings.postgres_pool_size,
-                embedder=(self.embedder.dim, self.embedder.model_id),
-            )
-            records = pg
-            self.writer = pg
             self.projector = Projector(
-                pg, graph, vectors, max_attempts=settings.projector_max_attempts, metrics=self.metrics
+                self.stores.outbox,
+                self.graph,
+                self.vectors,
+                max_attempts=settings.projector_max_attempts,
+                metrics=self.metrics,
             )
-        self.records = records
-        self.graph = graph
-        self.vectors = vectors
-        self.deployment = "+".join(dict.fromkeys([settings.record_store, settings.graph_store, settings.vector_index]))
         self.tool = HybridRetrievalTool(
             settings,
             self.embedder,
-            vectors=vectors,
-            graph=graph,
-            records=records,
+            vectors=self.vectors,
+            graph=self.graph,
+            records=self.records,
             reranker=own_reranker,
             metrics=self.metrics,
             deployment=self.deployment,
@@ -295,31 +227,6 @@ class HRTService:
         self._closers.insert(0, reranker.aclose)
         return reranker
 
-    def _neo4j(self) -> GraphStore:
-        from hrt.stores.neo4j.graph import Neo4jGraphStore
-
-        if not self.settings.neo4j_uri:
-            raise StoreError("HRT_GRAPH_STORE=neo4j needs HRT_NEO4J_URI")
-        s = self.settings
-        auth = (s.neo4j_user, s.neo4j_password.get_secret_value()) if s.neo4j_password is not None else None
-        store: GraphStore = Neo4jGraphStore(
-            s.neo4j_uri, database=s.neo4j_database, auth=auth, expansion=s.neo4j_expansion
-        )
-        return store
-
-    def _weaviate(self) -> VectorIndex:
-        from hrt.stores.weaviate.vectors import WeaviateVectorIndex
-
-        s = self.settings
-        index: VectorIndex = WeaviateVectorIndex(
-            host=s.weaviate_host,
-            http_port=s.weaviate_http_port,
-            grpc_port=s.weaviate_grpc_port,
-            collection=s.weaviate_collection,
-            api_key=s.weaviate_api_key.get_secret_value() if s.weaviate_api_key is not None else None,
-        )
-        return index
-
     # ---------------------------------------------------------------------------------------
     # lifecycle
     # ---------------------------------------------------------------------------------------
@@ -340,19 +247,18 @@ class HRTService:
                 down.append(part)
         if down:
             self._setup_task = asyncio.create_task(self._set_up_later(down))
-        if self.embedded is not None and background_projector:
-            # the serving process holds the file: a second server (or another process's writes,
-            # which this one's caches would never see) is refused, naming this process
-            self.embedded.claim(f"hrt serve on {self.settings.host}:{self.settings.port}")
+        if background_projector:
+            # the serving process holds an embedded file: a second server (or another process's
+            # writes, which this one's caches would never see) is refused, naming this process
+            self.stores.claim(f"hrt serve on {self.settings.host}:{self.settings.port}")
         if self.projector is not None and background_projector:
             self._projector_task = asyncio.create_task(self.projector.run(self._projector_stop))
         if background_projector and self.settings.preload_users > 0:
             # /readyz waits for the stores' query plans (Neo4j's, for every depth a request may
-            # ask): planning them after "ready" took Neo4j's CPU from the first ~30 s of traffic
-            # (services 100k p50 106 -> 147 ms in a bench run)
+            # ask): planned after "ready", they would take Neo4j's CPU from the first traffic
             self._preloading += 1
             self._warm_task = asyncio.create_task(self._warm_queries())
-            if self.embedded is not None:
+            if self.stores.caches_in_process:
                 # a daemon thread: it never holds up a shutdown (a million-vector HNSW build takes minutes)
                 self._preloading += 1
                 threading.Thread(target=self._preload, args=(self.settings.preload_users,), daemon=True).start()
@@ -361,21 +267,20 @@ class HRTService:
         return self
 
     def _parts(self) -> tuple[StoreLifecycle, ...]:
-        """The three stores, in the order they are opened and warmed."""
-        return (self.records, self.graph, self.vectors)
+        return self.stores.parts
 
     async def _open_part(self, part: StoreLifecycle, *, keep_trying: bool) -> None:
         """Open one store and apply its (idempotent, cheap) schema. The closer is registered once
-        the store is open, also when the schema then fails."""
-        if part not in self._opened:
-            # a record store keeps connecting in the background when asked (`hrt serve`)
-            records = keep_trying and part is self.records
+        the store is open, also when the schema then fails, and when an open that keeps trying
+        failed (a pool goes on connecting in the background)."""
+        if part not in self._connected:
             try:
-                await (self.records.open(keep_trying=True) if records else part.open())
+                await part.open(keep_trying=keep_trying)
             except StoreUnavailable:
-                if records:  # its pool stays open, connecting in the background
+                if keep_trying:
                     self._register_closer(part)
                 raise
+            self._connected.append(part)
             self._register_closer(part)
         # projection schemas are idempotent and cheap: a fresh Neo4j or Weaviate is usable at once
         await part.apply_schema()
@@ -401,28 +306,17 @@ class HRTService:
                 parts.remove(part)
                 log.info("a store that was down at start is set up")
 
-    def largest_users(self, limit: int) -> list[str]:
-        """The embedded store's users with the most entities, most first."""
-        if self.embedded is None:
-            return []
-        return self.embedded.largest_users(limit)
-
-    def warm(self, user_ids: Sequence[str]) -> None:
-        """Load the embedded stores' per-user caches now (graph, vectors, lexical index, HNSW
-        graph, which is built or brought up to date and saved), instead of on a first request."""
-        if self.embedded is None:
-            return
-        for user_id in user_ids:
-            if self.settings.graph_store == "embedded":
-                self.embedded.graph.preload(user_id)
-            if self.settings.vector_index == "embedded":
-                self.embedded.vectors.preload(user_id)
+    def preload_users(self, user_ids: Sequence[str]) -> None:
+        """Load the users' in-process caches now (graph, vectors, lexical index, HNSW graph, built
+        or brought up to date and saved) instead of on a first request; nothing for stores behind
+        servers."""
+        self.stores.preload(user_ids)
 
     def _preload(self, limit: int) -> None:
         try:
             started = time.perf_counter()
-            users = self.largest_users(limit)
-            self.warm(users)
+            users = self.stores.largest_users(limit)
+            self.preload_users(users)
             log.info("preloaded %d users' caches in %.1f s", len(users), time.perf_counter() - started)
             self._preloaded(ok=True)
         except Exception:  # a preload is an optimisation: requests load what they need themselves
@@ -452,18 +346,9 @@ class HRTService:
                 self.preload_state = "failed" if self._preload_failed else "done"
 
     def vector_rewriter(self) -> VectorRewriter:
-        """The record store's vectors for ``hrt reembed`` (:mod:`hrt.reembed`); the embedded file is
+        """The record store's vectors for ``hrt reembed`` (:mod:`hrt.reembed`); an embedded file is
         claimed, so a server cannot hold it meanwhile. Open the service with an embedder whose
         ``model_id`` is empty: the store's model is what is being replaced."""
-        if self.embedded is not None and self.settings.record_store == "embedded":
-            from hrt.stores.embedded.reembed import EmbeddedVectorRewriter
-
-            self.embedded.claim("hrt reembed")
-            return EmbeddedVectorRewriter(self.embedded)
-        from hrt.stores.postgres.records import PostgresRecordStore
-        from hrt.stores.postgres.reembed import PostgresVectorRewriter
-
-        assert isinstance(self.records, PostgresRecordStore)
         projector = self.projector
 
         async def drain() -> None:
@@ -472,7 +357,7 @@ class HRTService:
                 if report.failed:
                     raise StoreError(f"the new vectors are saved but not all projected yet: {report.failed}")
 
-        return PostgresVectorRewriter(self.records, drain)
+        return self.stores.vector_rewriter(drain)
 
     async def close(self) -> None:
         if self._setup_task is not None and not self._setup_task.done():
@@ -596,7 +481,7 @@ class HRTService:
         """The call's plan: tens of milliseconds of Python over the statistics. The embedded store
         reads from any thread, so there it runs on a loop of its own in a worker thread and never
         holds up this loop's requests; PostgreSQL's pool belongs to this loop."""
-        if isinstance(self.records, EmbeddedRecordStore) and self.llm_extractor is None:
+        if self.stores.reads_from_any_thread and self.llm_extractor is None:
             records = self.records
             return await asyncio.to_thread(lambda: asyncio.run(plan_messages(records, request, utc_now())))
         return await plan_messages(self.records, request, utc_now(), llm=self.llm_extractor)
@@ -644,26 +529,3 @@ class HRTService:
             n = await self.writer.delete_user(user_id)
             await self._project_now()
         return n
-
-
-@contextlib.asynccontextmanager
-async def open_key_store(settings: Settings) -> AsyncIterator[KeyStore]:
-    """The record store that holds the API keys, opened alone (no embedder, graph or vectors):
-    the embedded SQLite file, or PostgreSQL."""
-    if settings.record_store == "postgres":
-        from hrt.stores.postgres.records import PostgresRecordStore
-
-        if not settings.postgres_dsn:
-            raise StoreError("HRT_RECORD_STORE=postgres needs HRT_POSTGRES_DSN")
-        pg = PostgresRecordStore(settings.postgres_dsn, max_size=1)
-        await pg.open()
-        try:
-            yield pg
-        finally:
-            await pg.close()
-    else:
-        store = EmbeddedStore(settings.db_path, dim=None)
-        try:
-            yield store.records
-        finally:
-            store.close()

@@ -135,7 +135,7 @@ async def _ingest(
 
     settings = Settings(**overrides)
     svc = await HRTService(settings, embedder=embedder).start()
-    if settings.record_store != "embedded":  # the database is new; clear projections of an earlier run
+    if svc.stores.outbox is not None:  # the record store is new: clear projections of an earlier run
         await svc.graph.delete_user(cfg.user_id)
         await svc.vectors.delete_user(cfg.user_id)
     stats = GraphStats()
@@ -155,7 +155,7 @@ async def _ingest(
             n_records += len(records)
         seconds = time.perf_counter() - t0
         t = time.perf_counter()
-        svc.warm([cfg.user_id])  # embedded: build the user's caches and HNSW graph, as a server would
+        svc.preload_users([cfg.user_id])  # build the user's in-process caches and HNSW graph, as a server would
         index_s = time.perf_counter() - t
     finally:
         await svc.close()

@@ -25,13 +25,13 @@ def provision_key(env: dict[str, str]) -> str:
     request path a user gets, authentication included."""
     from hrt.auth import SCOPES, new_key
     from hrt.config import load_settings
-    from hrt.service import open_key_store
+    from hrt.stores.factory import open_record_store
 
     settings = load_settings(**{k[4:].lower(): v for k, v in env.items() if k.startswith("HRT_")})
     token, record = new_key(f"bench-{os.getpid()}-{free_port()}", SCOPES, None, rate_limit=0, max_concurrency=0)
 
     async def store() -> None:
-        async with open_key_store(settings) as keys:
+        async with open_record_store(settings) as keys:
             await keys.create_key(record)
 
     asyncio.run(store())

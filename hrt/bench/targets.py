@@ -35,7 +35,8 @@ def services_target(stack: Any, label: str, create: bool = True) -> Target:
     import psycopg
 
     from hrt import devstack
-    from hrt.stores.postgres.migrate import migrate
+    from hrt.config import Settings
+    from hrt.stores.factory import migrate_records
 
     name = f"hrt_bench_{label}"
     dsn = stack.postgres_dsn_for(name)  # HRT connects as the hrt role (no superuser), which owns it
@@ -43,7 +44,9 @@ def services_target(stack: Any, label: str, create: bool = True) -> Target:
         with psycopg.connect(stack.postgres_admin_dsn, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
             conn.execute(f"CREATE DATABASE {name} OWNER {devstack.HRT_POSTGRES_ROLE}")
-        migrate(dsn)
+        migrate_records(
+            Settings(record_store="postgres", graph_store="neo4j", vector_index="weaviate", postgres_dsn=dsn)
+        )
     collection = f"HRTBench{label.upper()}"
     settings = {
         "record_store": "postgres",

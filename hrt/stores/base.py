@@ -300,9 +300,13 @@ class StoreLifecycle(Protocol):
     ``/readyz`` says ready (``HRT_PRELOAD_USERS`` > 0), ``ping`` on every ``/readyz``, and
     ``close`` once at the end."""
 
-    async def open(self) -> None:
+    async def open(self, *, keep_trying: bool = False) -> None:
         """Connect (pools, clients); StoreUnavailable when the store does not answer. No-op for
-        a store opened by its constructor (the embedded adapters, over one SQLite file)."""
+        a store opened by its constructor (the embedded adapters, over one SQLite file).
+
+        ``keep_trying`` (a server starting while the store is down): a store that can connect in
+        the background (a pool) goes on connecting after that error; the caller closes it either
+        way and calls ``open`` again until it succeeds, which is then cheap."""
         ...
 
     async def close(self) -> None:
@@ -560,14 +564,23 @@ class ExportReader(Protocol):
 
 
 @runtime_checkable
+class Writer(Protocol):
+    """Where writes go: the embedded store commits records and projections in one transaction; the
+    PostgreSQL record store commits records and outbox rows for the projector."""
+
+    async def apply(self, batch: WriteBatch) -> WriteResult:
+        """Commit one batch (upserts, deletions, extraction state) in one transaction; StateChanged
+        when ``batch.state_expect`` no longer holds (another writer of the user came first)."""
+        ...
+
+    async def delete_user(self, user_id: str) -> int:
+        """Delete every record of one user; returns how many entities went."""
+        ...
+
+
+@runtime_checkable
 class RecordStore(StoreLifecycle, KeyStore, Protocol):
     """Records, and the deployment's API keys (:class:`hrt.auth.KeyStore`)."""
-
-    async def open(self, *, keep_trying: bool = False) -> None:
-        """Connect; StoreUnavailable when the store does not answer. ``keep_trying`` (a server
-        starting while the store is down): the store stays usable after that error, connects in
-        the background and serves once it answers; ``close`` it either way."""
-        ...
 
     @property
     def outbox(self) -> Outbox | None:

@@ -13,7 +13,7 @@ import pytest
 from hrt.auth import SCOPES, KeyRing, KeyStore, new_key
 from hrt.config import Settings
 from hrt.errors import Conflict, StoreError
-from hrt.service import open_key_store
+from hrt.stores.factory import open_record_store
 
 NOW = 1_764_000_000.0
 
@@ -27,7 +27,7 @@ async def keys(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
         dsn = request.getfixturevalue("postgres_dsn")
         migrate(dsn)
         settings = settings.model_copy(update={"record_store": "postgres", "postgres_dsn": dsn})
-    async with open_key_store(settings) as store:
+    async with open_record_store(settings) as store:
         yield store
 
 
@@ -90,7 +90,7 @@ async def test_last_use_only_moves_forward(keys: KeyStore) -> None:
 @pytest.mark.integration
 async def test_an_unmigrated_postgres_says_to_migrate(postgres_dsn: str, tmp_path: Path) -> None:
     settings = Settings(db_path=tmp_path / "x.db", record_store="postgres", postgres_dsn=postgres_dsn)
-    async with open_key_store(settings) as store:
+    async with open_record_store(settings) as store:
         with pytest.raises(StoreError) as info:
             await store.keys()
     assert "hrt migrate" in info.value.message

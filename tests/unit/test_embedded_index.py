@@ -329,21 +329,21 @@ def test_a_load_racing_a_write_is_not_cached(tmp_path):
 async def test_warm_and_preload_fill_the_largest_users_caches(loaded_service, tmp_path):
     svc = loaded_service
     await svc.ingest(parse_jsonl(jsonl(small_graph("u3", prefix="y")[:5])))
-    assert svc.largest_users(2) == ["u1", "u2"]  # u1 and u2 hold the same count: by id
-    assert svc.embedded is not None
-    svc.warm(["u1"])
-    assert "u1" in svc.embedded.graph._cache and "u1" in svc.embedded.vectors._cache
-    assert "u2" not in svc.embedded.vectors._cache
+    assert svc.stores.largest_users(2) == ["u1", "u2"]  # u1 and u2 hold the same count: by id
+    assert svc.stores.file is not None
+    svc.preload_users(["u1"])
+    assert "u1" in svc.stores.file.graph._cache and "u1" in svc.stores.file.vectors._cache
+    assert "u2" not in svc.stores.file.vectors._cache
 
     settings = svc.settings.model_copy(update={"preload_users": 2})
     again = HRTService(settings, embedder=HashingEmbedder())
     await again.start(background_projector=True)
-    assert again.embedded is not None
+    assert again.stores.file is not None
     for _ in range(200):
-        if "u1" in again.embedded.vectors._cache and "u2" in again.embedded.vectors._cache:
+        if "u1" in again.stores.file.vectors._cache and "u2" in again.stores.file.vectors._cache:
             break
         await asyncio.sleep(0.05)
-    cached = [u for u in ("u1", "u2", "u3") if u in again.embedded.vectors._cache and u in again.embedded.graph._cache]
+    cached = [u for u in ("u1", "u2", "u3") if u in again.stores.file.vectors._cache and u in again.stores.file.graph._cache]
     assert cached == ["u1", "u2"]
     await again.close()
 
@@ -380,12 +380,12 @@ async def _state_after(svc: HRTService, wanted: set[str]) -> str:
 async def test_serve_start_warms_store_queries_before_ready(loaded_service, fail):
     settings = loaded_service.settings.model_copy(update={"preload_users": 1, "default_depth": 1})
     svc = HRTService(settings, embedder=HashingEmbedder())
-    graph = svc.graph = _WarmingGraph(svc.graph, fail=fail)  # type: ignore[assignment]
+    graph = svc.stores.graph = _WarmingGraph(svc.graph, fail=fail)  # type: ignore[assignment]
     await svc.start(background_projector=True)
     try:
-        assert svc.embedded is not None
+        assert svc.stores.file is not None
         for _ in range(200):  # the embedded caches' preload finishes; the query warm-up still waits
-            if "u1" in svc.embedded.vectors._cache:
+            if "u1" in svc.stores.file.vectors._cache:
                 break
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.1)

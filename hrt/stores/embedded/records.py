@@ -34,9 +34,6 @@ class EmbeddedRecordStore(EmbeddedPart):
     def __init__(self, store: EmbeddedStore) -> None:
         self._store = store
 
-    async def open(self, *, keep_trying: bool = False) -> None:
-        """Nothing to connect: the file was opened with the store."""
-
     async def ping(self) -> None:
         """Raise StoreUnavailable unless the file answers a read of the records (a user no record
         can carry: it finds nothing)."""

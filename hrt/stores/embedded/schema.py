@@ -173,7 +173,7 @@ class EmbeddedPart:
     :class:`EmbeddedStore` they share opens the file (and migrates it) when it is made and closes it
     itself, so opening, closing, applying a schema and warming an adapter have nothing to do."""
 
-    async def open(self) -> None:
+    async def open(self, *, keep_trying: bool = False) -> None:
         """Nothing to connect: the file was opened with the store."""
 
     async def close(self) -> None:

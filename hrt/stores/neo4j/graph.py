@@ -643,7 +643,7 @@ class Neo4jGraphStore:
         self._expansion = expansion
         self._procedure: bool | None = False if expansion == "cypher" else None  # None: not asked yet
 
-    async def open(self) -> None:
+    async def open(self, *, keep_trying: bool = False) -> None:
         """Nothing to do: the driver connects lazily, so a Neo4j that is down at start only fails
         the calls that need it (as StoreUnavailable). Use :meth:`ping` to check readiness."""
 

@@ -88,6 +88,7 @@ class PostgresRecordStore:
         self._dsn = dsn
         self._embedder = embedder
         self._timeout = timeout
+        self._connecting = False  # open(keep_trying=True) failed: the pool connects in the background
         self._sizes = (min_size, max_size)
         self.pool = self._request_pool()
         # a lease holds its connection across the projector's write to Neo4j or Weaviate: the
@@ -120,7 +121,13 @@ class PostgresRecordStore:
         """Open the pools, waiting until PostgreSQL answers (StoreUnavailable after the timeout).
         ``keep_trying`` (a server starting while PostgreSQL is down): the pool stays open after
         that error and keeps connecting in the background, so the store serves once PostgreSQL is
-        back, without a restart; until then every call fails as StoreUnavailable."""
+        back, without a restart; until then every call fails as StoreUnavailable, and so does
+        ``open`` again, which succeeds once PostgreSQL answers."""
+        if self._connecting:  # a pool left connecting in the background by an earlier open
+            await self.ping()
+            self._connecting = False
+            await self._warn_if_superuser()
+            return
         try:
             with translate_errors("connect"):
                 await self.pool.open(wait=True, timeout=self._timeout)
@@ -129,6 +136,7 @@ class PostgresRecordStore:
                 self.pool = self._request_pool()
                 await self.pool.open(wait=False)
                 await self.lease_pool.open(wait=False)
+                self._connecting = True
             raise
         await self.lease_pool.open(wait=False)
         await self._warn_if_superuser()

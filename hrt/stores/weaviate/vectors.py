@@ -358,11 +358,12 @@ class WeaviateVectorIndex:
     # lifecycle
     # ------------------------------------------------------------------------------------------
 
-    async def open(self) -> None:
+    async def open(self, *, keep_trying: bool = False) -> None:
         """Connect the client (once), then move everything alive out of the cyclic garbage
         collector's reach: the client's generated protobuf modules alone are ~80k objects whose
         traversal made every full collection cost 50-90 ms, which landed on random requests
-        (services at 100k, in process: p95 153 -> 73 ms)."""
+        (docs/bench.md). Nothing connects in the background: with ``keep_trying`` the caller opens
+        it again."""
         if self._client.is_connected():
             return
         async with self._guard("connect", self._connect_timeout):
