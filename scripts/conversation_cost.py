@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from hrt.config import Settings
-from hrt.eval.locomo.dataset import load_samples
 from hrt.eval.locomo.evaluation import ingest_cost, ingest_turns
 from hrt.eval.locomo.importer import import_conversation
+from hrt.extraction.locomo import load_samples
 from hrt.service import HRTService, load_embedder
 
 

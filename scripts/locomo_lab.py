@@ -24,10 +24,10 @@ from typing import Any
 from hrt.config import Settings
 from hrt.embedder import Embedder
 from hrt.eval.locomo.compare import paired_bootstrap
-from hrt.eval.locomo.dataset import load_samples
 from hrt.eval.locomo.evaluation import import_samples, question_record, system_record
 from hrt.eval.locomo.metrics import CATEGORY_NAMES, OVERALL, aggregate, question_metrics
 from hrt.eval.locomo.systems import EvalConfig, Traced, hrt_system
+from hrt.extraction.locomo import load_samples
 
 # (label, aggregate's group key), as printed
 GROUPS = [("overall", OVERALL), *((name, str(c)) for c, name in CATEGORY_NAMES.items())]

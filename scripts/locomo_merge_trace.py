@@ -21,9 +21,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from hrt.config import Settings
-from hrt.eval.locomo.dataset import load_samples
 from hrt.eval.locomo.evaluation import import_samples
 from hrt.eval.locomo.systems import EvalConfig, request_for
+from hrt.extraction.locomo import load_samples
 
 
 def covered(ids: Iterable[str], derived: Mapping[str, frozenset[str]]) -> set[str]:

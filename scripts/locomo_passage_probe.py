@@ -27,10 +27,10 @@ import numpy as np
 
 from hrt.config import Settings
 from hrt.eval.locomo.compare import paired_bootstrap
-from hrt.eval.locomo.dataset import load_samples
 from hrt.eval.locomo.evaluation import import_samples
 from hrt.eval.locomo.metrics import recall_at
 from hrt.eval.locomo.systems import EvalConfig, request_for
+from hrt.extraction.locomo import load_samples
 from hrt.records import Kind, MemoryUnit
 
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")

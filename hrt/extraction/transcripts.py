@@ -11,7 +11,7 @@ Two formats, told apart by their shape:
   not. A message's index is its position in the file, so reading the file again after it grew
   sends its old messages unchanged and adds the new ones.
 - **LoCoMo**: a sample ``{"conversation": {"session_N": [...], "session_N_date_time": ...}}`` or a
-  list of them (:func:`hrt.eval.locomo.dataset.parse_sessions`). One session per LoCoMo session
+  list of them (:func:`hrt.extraction.locomo.parse_sessions`). One session per LoCoMo session
   (``session-N``); a turn's speaker is the message's name, its time the session's start plus
   (turn - 1) seconds (as :mod:`hrt.eval.locomo.importer` dates turns), its ``dia_id`` in metadata,
   an image's caption appended as `` [image: caption]``. Each sample suggests its own user
@@ -32,8 +32,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from hrt.errors import InvalidInput, MalformedBody
-from hrt.eval.locomo.dataset import parse_sessions
-from hrt.eval.locomo.importer import user_id_for
+from hrt.extraction.locomo import parse_sessions, user_id_for
 from hrt.extraction.messages import Message
 from hrt.extraction.wire import field_path
 from hrt.ingest import decode_json

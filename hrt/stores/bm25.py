@@ -95,10 +95,6 @@ def term_counts(text: str) -> dict[str, int]:
     return counts
 
 
-def text_length(text: str) -> int:
-    return len(_TOKEN.findall(text))
-
-
 class BM25Index:
     """Postings of one user's documents; document ``i`` is row ``i`` of the user's vector matrix.
     Built whole when a user's rows load; a write does not rebuild it but is scored through a

@@ -17,8 +17,9 @@ from hrt.devstack import Stack
 from hrt.records import EdgeType, Kind
 from hrt.stores.base import ExpansionCaps, GraphEdge, GraphNode
 from hrt.stores.embedded.store import EmbeddedStore
-from hrt.stores.neo4j.graph import _HOP_QUERY, _PROCEDURE_QUERY, Neo4jGraphStore, _min_key, expand_query
+from hrt.stores.neo4j.graph import _HOP_QUERY, _PROCEDURE_QUERY, Neo4jGraphStore, _min_key
 from tests.conftest import StackManager
+from tests.contract.neo4j_reference import expand_query
 
 pytestmark = pytest.mark.integration
 

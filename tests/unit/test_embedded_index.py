@@ -343,7 +343,8 @@ async def test_warm_and_preload_fill_the_largest_users_caches(loaded_service, tm
         if "u1" in again.stores.file.vectors._cache and "u2" in again.stores.file.vectors._cache:
             break
         await asyncio.sleep(0.05)
-    cached = [u for u in ("u1", "u2", "u3") if u in again.stores.file.vectors._cache and u in again.stores.file.graph._cache]
+    file = again.stores.file
+    cached = [u for u in ("u1", "u2", "u3") if u in file.vectors._cache and u in file.graph._cache]
     assert cached == ["u1", "u2"]
     await again.close()
 

@@ -1,10 +1,12 @@
-"""The tooling's import graph: the bench's and the evaluation's modules import each other without a
-cycle, and the server's modules (``hrt serve``: the CLI, the service, the API) never import the dev
-stack or the tooling.
+"""HRT's import graph: no cycle among all of ``hrt``'s modules, no arrow from a lower layer to a
+higher one (:data:`LAYERS`), only the composition root (``hrt.stores.factory``) imports the store
+adapters, and the server's modules (``hrt serve``: the CLI, the service, the API) never import the
+dev stack or the tooling.
 
-The cycle check reads the sources (every ``import``, at module level or inside a function, since a
-deferred import only hides a cycle); the server check imports in a fresh process, so that what
-other tests imported does not count.
+The graph is read from the sources: every ``import``, at module level or inside a function, since a
+deferred import only hides a cycle; imports under ``if TYPE_CHECKING:`` are annotations, never run,
+and do not count. The server check imports in a fresh process, so that what other tests imported
+does not count.
 """
 
 from __future__ import annotations
@@ -20,6 +22,85 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("hrt.bench", "hrt.eval.locomo")
+
+# Lowest first: a module imports only from its own layer or lower ones. A name is a module or a
+# package (all of its modules); a module takes the layer of the longest name that covers it.
+LAYERS: list[tuple[str, ...]] = [
+    ("hrt", "hrt.errors", "hrt.text", "hrt.cache_files", "hrt.breaker", "hrt.metrics"),  # foundations
+    ("hrt.records", "hrt.config", "hrt.embedding_models", "hrt.contract", "hrt.auth"),  # the domain
+    # the ports and what adapters share: values, projection of records, walks, indexes, caches
+    ("hrt.stores", "hrt.stores.base", "hrt.stores.projection", "hrt.stores.ann", "hrt.stores.bm25"),
+    ("hrt.stores.graph_walk", "hrt.stores.user_cache", "hrt.stores.vector_meta"),
+    ("hrt.embedder", "hrt.onnx_embedder", "hrt.reranker", "hrt.rerankers", "hrt.openai_compat"),  # models
+    ("hrt.stores.embedded", "hrt.stores.postgres", "hrt.stores.neo4j", "hrt.stores.weaviate"),  # adapters
+    ("hrt.stores.factory",),  # the composition root
+    ("hrt.ingest",),
+    ("hrt.pipeline", "hrt.projector", "hrt.browse", "hrt.export", "hrt.merge", "hrt.doctor"),  # use cases
+    ("hrt.prompts", "hrt.extraction"),
+    ("hrt.service",),
+    ("hrt.api", "hrt.mcp_server", "hrt.reembed"),  # front doors
+    ("hrt.cli", "hrt.client", "hrt.devstack", "hrt.bench", "hrt.eval", "hrt.config_docs"),  # entry points, tooling
+]
+ADAPTERS = ("hrt.stores.embedded", "hrt.stores.postgres", "hrt.stores.neo4j", "hrt.stores.weaviate")
+# the peer bench runs neo4j-graphrag's retriever over HRT's own Weaviate collection, so it names
+# the collection's tenants as the Weaviate adapter does
+ADAPTER_READERS = {"hrt.stores.factory", "hrt.bench.peer"}
+
+
+def all_modules() -> dict[str, Path]:
+    """Every module of ``hrt`` by its dotted name (a package by its ``__init__``)."""
+    out: dict[str, Path] = {}
+    for path in sorted((ROOT / "hrt").rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _run_time_nodes(tree: ast.AST) -> list[ast.AST]:
+    """The nodes of ``tree`` outside ``if TYPE_CHECKING:`` blocks."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(n) for n in ast.walk(node))
+    return [n for n in ast.walk(tree) if id(n) not in skipped]
+
+
+def hrt_imports() -> dict[str, set[str]]:
+    """Each module of ``hrt`` -> the modules of ``hrt`` it imports when it runs (a name imported
+    from a package counts as its module when it is one, else as the package)."""
+    modules = all_modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found: set[str] = set()
+        for node in _run_time_nodes(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the module's package, up level - 1
+                    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                    base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+                found.add(base)
+                found.update(f"{base}.{alias.name}" for alias in node.names)
+        resolved: set[str] = set()
+        for target in found:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                resolved.add(target)
+        graph[name] = resolved
+    return graph
+
+
+def layer_of(module: str) -> int | None:
+    best: tuple[int, int] | None = None
+    for index, names in enumerate(LAYERS):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and (best is None or len(name) > best[1]):
+                best = (index, len(name))
+    return None if best is None else best[0]
 
 
 def module_imports(package: str) -> dict[str, set[str]]:
@@ -65,6 +146,48 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_cycle_check_sees_a_deferred_import() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_hrt_imports_without_a_cycle() -> None:
+    graph = hrt_imports()
+    assert len(graph) > 100 and "hrt.stores.factory" in graph["hrt.service"]  # the graph was read
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+def test_every_module_has_a_layer_and_no_arrow_points_up() -> None:
+    graph = hrt_imports()
+    assert [m for m in graph if layer_of(m) is None] == []
+    up = [
+        f"{m} (layer {layer_of(m)}) -> {d} (layer {layer_of(d)})"
+        for m, targets in sorted(graph.items())
+        for d in sorted(targets)
+        if (layer_of(d) or 0) > (layer_of(m) or 0)
+    ]
+    assert up == []
+
+
+def test_the_layer_check_sees_an_arrow_up() -> None:
+    assert layer_of("hrt.stores.embedded.store") == layer_of("hrt.stores.neo4j") > layer_of("hrt.stores.base")
+    assert layer_of("hrt.service") > layer_of("hrt.stores.factory") > layer_of("hrt.stores.postgres.records")
+    assert layer_of("hrt.mcp_server") > layer_of("hrt.service")
+
+
+def test_only_the_composition_root_imports_the_store_adapters() -> None:
+    """Which backend is which is known in ``hrt.stores.factory`` alone: no other module imports an
+    adapter, and an adapter imports from no other backend's package."""
+    graph = hrt_imports()
+
+    def backend(module: str) -> str | None:
+        return next((a for a in ADAPTERS if module == a or module.startswith(a + ".")), None)
+
+    crossing = [
+        f"{m} -> {d}"
+        for m, targets in sorted(graph.items())
+        for d in sorted(targets)
+        if backend(d) is not None and backend(m) != backend(d) and m not in ADAPTER_READERS
+    ]
+    assert crossing == []
+    assert any(backend(d) for d in graph["hrt.stores.factory"])  # the check reads the root's imports
 
 
 @pytest.mark.parametrize("package", PACKAGES)

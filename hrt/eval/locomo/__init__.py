@@ -45,7 +45,7 @@ words for topics, a light suffix stemmer to group spellings. No network and no m
 The package, one module per concern (each re-exported here, so ``hrt.eval.locomo.X`` names what
 it always did):
 
-- :mod:`~hrt.eval.locomo.dataset`: LoCoMo's JSON format (sessions, turns, dates, evidence ids);
+- :mod:`~hrt.extraction.locomo`: LoCoMo's JSON format (sessions, turns, dates, evidence ids);
 - :mod:`hrt.extraction.rules` (in the product): the phrase extractor;
 - :mod:`~hrt.eval.locomo.importer`: a conversation as one user's records;
 - :mod:`~hrt.eval.locomo.questions`: the questions and their key phrases;
@@ -62,18 +62,6 @@ from __future__ import annotations
 
 from hrt.eval.locomo.cli import DEFAULT_DATA, add_arguments, build_parser, main, run
 from hrt.eval.locomo.compare import BOOTSTRAP_SEED, COMPARED, compare_report, paired_bootstrap
-from hrt.eval.locomo.dataset import (
-    DATE_FORMATS,
-    DIA_ID,
-    FALLBACK_START,
-    SESSION_KEY,
-    Session,
-    Turn,
-    evidence_ids,
-    load_samples,
-    parse_session_date,
-    parse_sessions,
-)
 from hrt.eval.locomo.evaluation import EvalResult, evaluate
 from hrt.eval.locomo.importer import (
     ImportedConversation,
@@ -116,6 +104,18 @@ from hrt.eval.locomo.systems import (
     request_for,
 )
 from hrt.extraction.ids import entity_id, slug
+from hrt.extraction.locomo import (
+    DATE_FORMATS,
+    DIA_ID,
+    FALLBACK_START,
+    SESSION_KEY,
+    Session,
+    Turn,
+    evidence_ids,
+    load_samples,
+    parse_session_date,
+    parse_sessions,
+)
 from hrt.extraction.rules import (
     CHAT_STOPWORDS,
     CONNECTORS,

@@ -16,13 +16,13 @@ from typing import Any
 from hrt.config import Settings
 from hrt.embedder import CachedEmbedder, Embedder
 from hrt.eval.locomo.compare import compare_report
-from hrt.eval.locomo.dataset import load_samples
 from hrt.eval.locomo.evaluation import evaluate, import_samples
 from hrt.eval.locomo.misses import MissReport, analyse, write_misses
 from hrt.eval.locomo.misses import markdown as misses_markdown
 from hrt.eval.locomo.questions import PHRASE_MODES
 from hrt.eval.locomo.report import markdown_report, write_outputs
 from hrt.eval.locomo.systems import DEFAULT_SYSTEMS, EVAL_SETTINGS, SYSTEMS, EvalConfig
+from hrt.extraction.locomo import load_samples
 
 log = logging.getLogger("hrt.eval.locomo")
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from hrt.eval.locomo.dataset import FALLBACK_START, Turn, evidence_ids, parse_sessions
 from hrt.extraction.ids import entity_id, slug
+from hrt.extraction.locomo import FALLBACK_START, Turn, evidence_ids, parse_sessions, user_id_for
 from hrt.extraction.rules import ProperNouns, extract, topic_key
 from hrt.ingest import Record
 from hrt.records import (
@@ -86,11 +86,6 @@ def too_common(key: str, df: int, max_df: int) -> bool:
     if key.startswith("topic:"):
         return df > max_df
     return key.startswith("entity:") and df > 2 * max_df
-
-
-def user_id_for(sample_id: str) -> str:
-    uid = f"locomo-{slug(sample_id, 100)}"
-    return uid if valid_id(uid) else "locomo-" + hashlib.sha1(sample_id.encode()).hexdigest()[:16]
 
 
 def turn_content(turn: Turn, fmt: str = "said") -> str:

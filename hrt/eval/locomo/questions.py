@@ -10,8 +10,8 @@ from datetime import datetime
 from typing import Any
 
 from hrt.contract import MAX_KEY_PHRASES, MAX_PHRASE_CHARS
-from hrt.eval.locomo.dataset import evidence_ids
 from hrt.eval.locomo.importer import ImportedConversation
+from hrt.extraction.locomo import evidence_ids
 from hrt.extraction.rules import Extraction, extract
 
 

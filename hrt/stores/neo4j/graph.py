@@ -63,9 +63,6 @@ never uses it.
 
 Driver errors are translated at this edge: connection loss and unavailable databases become
 :class:`~hrt.errors.StoreUnavailable`, any other driver or server error :class:`~hrt.errors.StoreError`.
-
-Over 600 lines because it is the whole GraphStore port for one backend: schema, writes, the
-procedure and the Cypher expansion (which must give the same answers), neighbours and doctor reads.
 """
 
 from __future__ import annotations
@@ -113,11 +110,6 @@ EXPANSION_MODES = ("auto", "procedure", "cypher")
 WARM_UP_LIST_SIZES = (1, 10, 100)
 
 
-_VISIBLE = "($not_after IS NULL OR %(v)s.ts IS NULL OR %(v)s.ts <= $not_after)"
-# A node's or relationship's own interval holds at $valid_at (valid_from included, valid_to
-# excluded, an absent end open; every interval holds without $valid_at: each comparison with null
-# is null). No OR, so it stays a filter on top of an ordered index seek.
-_HOLDS = "coalesce(%(v)s.valid_from <= $valid_at, true) AND coalesce($valid_at < %(v)s.valid_to, true)"
 _SCHEMA_FILE = re.compile(r"^\d{3}_[a-z0-9_]+\.cypher$")
 _IN_TRANSACTIONS = re.compile(r"\bIN\s+TRANSACTIONS\b", re.IGNORECASE)
 
@@ -138,6 +130,37 @@ def translate_errors(action: str) -> Iterator[None]:
 
 
 # --- Cypher ----------------------------------------------------------------------------------
+# Built one way: f-strings, with the fragments that recur made by the functions below from the
+# variable they apply to; every value is a parameter ($...), only schema tokens vary.
+
+
+def _visible(v: str) -> str:
+    """Node ``v`` is visible as of $not_after (one without a ts always is)."""
+    return f"($not_after IS NULL OR {v}.ts IS NULL OR {v}.ts <= $not_after)"
+
+
+def _holds(v: str) -> str:
+    """The node's or relationship's own interval holds at $valid_at (valid_from included, valid_to
+    excluded, an absent end open; every interval holds without $valid_at: each comparison with null
+    is null). No OR, so it stays a filter on top of an ordered index seek."""
+    return f"coalesce({v}.valid_from <= $valid_at, true) AND coalesce($valid_at < {v}.valid_to, true)"
+
+
+def _node_fields(v: str) -> str:
+    """A node's row (:func:`_node`'s columns)."""
+    return (
+        f"[{v}.id, {v}.kind, {v}.label, {v}.ts, {v}.salience, {v}.category, {v}.tags, {v}.source_agent_id, "
+        f"{v}.valid_from, {v}.valid_to]"
+    )
+
+
+def _key_visible(k: str, end: str) -> str:
+    """A link key ``k`` (``sts``/``tts``: -ts of the other end ``end``, 0.0 without one) is visible
+    as of $not_after when k >= $min_key (= -$not_after, or -inf without one), or when the other end
+    has no ts at all (k = 0.0 then, which the first test misses only for a $not_after before 1970).
+    A CASE, not an OR: the planner would split an OR into two index seeks and lose the index order."""
+    return f"CASE WHEN r.{k} >= $min_key THEN true ELSE r.{k} = 0.0 AND {end}.ts IS NULL END"
+
 
 # A node whose ts changes re-keys its relationships (sts where it is the source, tts where it is
 # the target); a new node has none, an unchanged one (every concept: no ts) is skipped.
@@ -206,26 +229,7 @@ _EDGES = (
     "ORDER BY source, target, type"
 )
 
-_NODE_FIELDS = (
-    "[%(v)s.id, %(v)s.kind, %(v)s.label, %(v)s.ts, %(v)s.salience, %(v)s.category, %(v)s.tags, %(v)s.source_agent_id, "
-    "%(v)s.valid_from, %(v)s.valid_to]"
-)
-
-_ALL_NODES = f"MATCH (n:Entity {{user_id: $user_id}}) RETURN {_NODE_FIELDS % {'v': 'n'}} AS row"
-
-# A link key ``k`` (``sts``/``tts``: -ts of the other end, 0.0 without one) is visible as of
-# $not_after when k >= $min_key (= -$not_after, or -inf without one), or when the other end has no
-# ts at all (k = 0.0 then, which the first test misses only for a $not_after before 1970). A CASE,
-# not an OR: the planner would split an OR into two index seeks and lose the index order.
-_KEY_VISIBLE = "CASE WHEN r.%(k)s >= $min_key THEN true ELSE r.%(k)s = 0.0 AND %(end)s.ts IS NULL END"
-
-_SEEDS = f"""
-UNWIND $seeds AS seed_id
-MATCH (s:Entity {{user_id: $user_id, id: seed_id}})
-WHERE {_VISIBLE % {"v": "s"}}
-WITH collect(DISTINCT s) AS level0
-WITH level0, [] AS expanded0
-"""
+_ALL_NODES = f"MATCH (n:Entity {{user_id: $user_id}}) RETURN {_node_fields('n')} AS row"
 
 
 def _seek(edge: EdgeType, outgoing: bool) -> str:
@@ -234,12 +238,12 @@ def _seek(edge: EdgeType, outgoing: bool) -> str:
     $valid_at is skipped before the cut: the seek reads on until it has $fanout that hold)."""
     me, other, key = ("sid", "tid", "tts") if outgoing else ("tid", "sid", "sts")
     end = "endNode(r)" if outgoing else "startNode(r)"
-    visible = _KEY_VISIBLE % {"k": key, "end": end}
+    visible = _key_visible(key, end)
     return f"""
       MATCH ()-[r:{edge.value}]->()
       USING INDEX r:{edge.value}(user_id, {me}, nw, {key}, {other})
       WHERE r.user_id = $user_id AND r.{me} = nid AND r.nw IS NOT NULL AND r.{key} IS NOT NULL
-        AND r.{other} IS NOT NULL AND {visible} AND {_HOLDS % {"v": "r"}}
+        AND r.{other} IS NOT NULL AND {visible} AND {_holds("r")}
       WITH r ORDER BY r.user_id, r.{me}, r.nw, r.{key}, r.{other} LIMIT $fanout
       RETURN r, {end} AS m, {"true" if outgoing else "false"} AS forward"""
 
@@ -255,57 +259,21 @@ def _walk_links(outgoing: bool) -> str:
     pattern, key, other = (
         (f"(n)-[r:{_TYPES}]->(m)", "tts", "tid") if outgoing else (f"(n)<-[r:{_TYPES}]-(m)", "sts", "sid")
     )
-    visible = _KEY_VISIBLE % {"k": key, "end": "m"}
+    visible = _key_visible(key, "m")
     return f"""
       WITH n, degree WHERE degree <= $sparse
       MATCH {pattern}
       WHERE r.user_id = $user_id AND r.nw IS NOT NULL AND r.{key} IS NOT NULL AND r.{other} IS NOT NULL AND {visible}
-        AND {_HOLDS % {"v": "r"}}
+        AND {_holds("r")}
       RETURN r, m, {"true" if outgoing else "false"} AS forward"""
 
 
-# One level: every node of the previous level not expanded yet (a node reached again at a deeper
-# level has the same links) gets its first $fanout visible links in the visit order of
-# graph_walk's visit order (weight, newest neighbour, neighbour id, edge type, the edge's source and
-# target ids, forward first); then the distinct nodes they reach. A node with at most $sparse
-# relationships (most of them: the median degree is 4) has them all read by walking them, which
-# costs less than its 8 index reads; a hub's come merged from its 8 (type, direction) index reads,
-# each cut at $fanout. Both give the same first $fanout links. Both directions are read separately
-# so a self-loop yields its two ends, as in the embedded adjacency.
-_LEVEL = f"""
-WITH *, [x IN level%(prev)d WHERE NOT x IN expanded%(prev)d] AS todo%(prev)d
-CALL (todo%(prev)d) {{
-  UNWIND todo%(prev)d AS n
-  CALL (n) {{
-    WITH n, n.id AS nid, COUNT {{ (n)--() }} AS degree
-    CALL (n, nid, degree) {{{_walk_links(True)}
-      UNION ALL{_walk_links(False)}
-      UNION ALL
-      WITH nid, degree WHERE degree > $sparse
-      CALL (nid) {{{_LINKS}
-      }}
-      RETURN r, m, forward
-    }}
-    WITH r, m, forward
-    ORDER BY r.nw, CASE WHEN forward THEN r.tts ELSE r.sts END, CASE WHEN forward THEN r.tid ELSE r.sid END,
-             type(r), r.sid, r.tid, forward DESC
-    LIMIT $fanout
-    RETURN collect([m.id, type(r), r.weight, forward]) AS links, collect(m) AS reached
-  }}
-  RETURN collect([n.id, links]) AS adjacency%(this)d, collect(reached) AS nested%(this)d
-}}
-CALL (nested%(this)d) {{
-  UNWIND nested%(this)d AS reached
-  UNWIND reached AS m
-  RETURN collect(DISTINCT m) AS level%(this)d
-}}
-WITH *, expanded%(prev)d + todo%(prev)d AS expanded%(this)d
-"""
-
-# Every node fetched, with its attributes; a memory unit's mentioned concepts (in visit order), a
-# concept's newest visible mentioning memory unit (the first of mentions_newest, newest first).
-_NODES = f"""
-WITH %(adjacency)s AS adjacency, %(levels)s AS fetched
+def _node_rows(adjacency: str, levels: str) -> str:
+    """Every node of ``levels`` (a list of nodes) with its attributes; a memory unit's mentioned
+    concepts (in visit order), a concept's newest visible mentioning memory unit (the first of
+    mentions_newest, newest first); returned with ``adjacency``."""
+    return f"""
+WITH {adjacency} AS adjacency, {levels} AS fetched
 CALL (fetched) {{
   UNWIND fetched AS x
   WITH DISTINCT x
@@ -334,9 +302,12 @@ RETURN adjacency, nodes
 
 # The Cypher expansion, hop by hop: the links of just the nodes the walk expands next (its
 # frontier, which the per-kind cap bounds at seeds + 3 x max_per_kind nodes), each node's first
-# $fanout visible links as in _LEVEL, with the reached nodes' attributes; then (_ROWS), for the
-# walk's result only, what candidates carry (a memory unit's mentions, a concept's newest mention).
-# expand_query fetches every node of every level instead.
+# $fanout visible links in the visit order of graph_walk (a node with at most $sparse relationships,
+# most of them, has them walked; a hub's come merged from its 8 (type, direction) index reads, each
+# cut at $fanout: both give the same first links), with the reached nodes' attributes; then
+# (_ROWS), for the walk's result only, what candidates carry (a memory unit's mentions, a concept's
+# newest mention). Both directions are read separately so a self-loop yields its two ends, as in
+# the embedded adjacency.
 _HOP = f"""
 UNWIND $todo AS ident
 MATCH (n:Entity {{user_id: $user_id, id: ident}})
@@ -354,19 +325,16 @@ CALL (n) {{
   ORDER BY r.nw, CASE WHEN forward THEN r.tts ELSE r.sts END, CASE WHEN forward THEN r.tid ELSE r.sid END,
            type(r), r.sid, r.tid, forward DESC
   LIMIT $fanout
-  RETURN collect([m.id, type(r), r.weight, forward]) AS links, collect({_NODE_FIELDS % {"v": "m"}}) AS reached
+  RETURN collect([m.id, type(r), r.weight, forward]) AS links, collect({_node_fields("m")}) AS reached
 }}
-RETURN {_NODE_FIELDS % {"v": "n"}} AS node, links, reached
+RETURN {_node_fields("n")} AS node, links, reached
 """
 
-_ROWS = (
-    """
+_ROWS = """
 UNWIND $ids AS ident
 MATCH (s:Entity {user_id: $user_id, id: ident})
 WITH collect(s) AS level0
-"""
-    + _NODES % {"adjacency": "[]", "levels": "level0"}
-)
+""" + _node_rows("[]", "level0")
 
 
 def _hop_params(
@@ -383,23 +351,9 @@ def _hop_params(
     }
 
 
-def expand_query(depth: int) -> str:
-    """The whole neighbourhood of ``depth`` levels (0 to 3) in one query: every node of every level
-    with its first ``$fanout`` visible links, and every node's row; all values are parameters.
-    Expansion reads less (the nodes the walk expands only); tests walk this as the reference."""
-    if not 0 <= depth <= MAX_DEPTH:
-        raise ValueError(f"depth must be 0 to {MAX_DEPTH}, got {depth}")
-    parts = [_SEEDS]
-    parts += [_LEVEL % {"prev": level - 1, "this": level} for level in range(1, depth + 1)]
-    adjacency = " + ".join(f"adjacency{level}" for level in range(1, depth + 1)) or "[]"
-    levels = " + ".join(f"level{level}" for level in range(depth + 1))
-    parts.append(_NODES % {"adjacency": adjacency, "levels": levels})
-    return _user_as_list("".join(parts))
-
-
 # The whole expansion in one call: graph_walk.walk run inside Neo4j, the walk's result (per node
 # reached: id, score, hops, seed, path as [type, id, forward] steps, first hop) and those nodes'
-# rows (_NODES's columns); ``read``, the number of links it read, is for tests
+# rows (_node_rows's columns); ``read``, the number of links it read, is for tests
 _PROCEDURE = """
 CALL hrt.expand($user_id, $seeds, $scores, $depth, $fanout, $max_per_kind, $hop_decay, $sparse, $not_after, $valid_at)
 YIELD walk, nodes, read
@@ -409,18 +363,22 @@ _PLUGIN_VERSION_QUERY = "RETURN hrt.version() AS version"
 
 
 # a neighbour and the relationship to it both hold at $valid_at (always without one)
-_NEIGHBOR_HOLDS = f"{_HOLDS % {'v': 'm'}} AND {_HOLDS % {'v': 'r'}}"
+_NEIGHBOR_HOLDS = f"{_holds('m')} AND {_holds('r')}"
 
-_NEIGHBORS = f"""
+
+def _neighbors(pattern: str) -> str:
+    """The neighbours of each of $ids along ``pattern`` (a relationship pattern), newest first."""
+    return f"""
 UNWIND $ids AS ident
 CALL (ident) {{
-  MATCH (:Entity {{user_id: $user_id, id: ident}})%(pattern)s(m:Entity {{user_id: $user_id}})
-  WHERE {_VISIBLE % {"v": "m"}} AND {_NEIGHBOR_HOLDS}
+  MATCH (:Entity {{user_id: $user_id, id: ident}}){pattern}(m:Entity {{user_id: $user_id}})
+  WHERE {_visible("m")} AND {_NEIGHBOR_HOLDS}
   WITH m ORDER BY coalesce(m.ts, 0.0) DESC, m.salience DESC, m.id LIMIT $limit
-  RETURN collect({_NODE_FIELDS % {"v": "m"}}) AS found
+  RETURN collect({_node_fields("m")}) AS found
 }}
 RETURN ident, found
 """
+
 
 # A concept's mentioning memory units (the hub case), newest first: mentions_newest gives them in
 # -ts order, so the first $limit visible ones (that hold at $valid_at, with their mention) fix the
@@ -433,19 +391,19 @@ CALL (ident) {{
     MATCH ()-[r:MENTIONS]->()
     USING INDEX r:MENTIONS(user_id, tid, sts)
     WHERE r.user_id = $user_id AND r.tid = ident AND r.sts IS NOT NULL
-      AND {_KEY_VISIBLE % {"k": "sts", "end": "startNode(r)"}}
-      AND {_HOLDS % {"v": "r"}} AND {_HOLDS % {"v": "startNode(r)"}}
+      AND {_key_visible("sts", "startNode(r)")}
+      AND {_holds("r")} AND {_holds("startNode(r)")}
     WITH r ORDER BY r.user_id, r.tid, r.sts LIMIT $limit
     RETURN max(r.sts) AS bound
   }}
   MATCH ()-[r:MENTIONS]->()
   USING INDEX r:MENTIONS(user_id, tid, sts)
   WHERE r.user_id = $user_id AND r.tid = ident AND r.sts <= bound
-    AND {_KEY_VISIBLE % {"k": "sts", "end": "startNode(r)"}}
-    AND {_HOLDS % {"v": "r"}} AND {_HOLDS % {"v": "startNode(r)"}}
+    AND {_key_visible("sts", "startNode(r)")}
+    AND {_holds("r")} AND {_holds("startNode(r)")}
   WITH startNode(r) AS m
   ORDER BY coalesce(m.ts, 0.0) DESC, m.salience DESC, m.id LIMIT $limit
-  RETURN collect({_NODE_FIELDS % {"v": "m"}}) AS found
+  RETURN collect({_node_fields("m")}) AS found
 }}
 RETURN ident, found
 """
@@ -459,9 +417,9 @@ MATCH ()-[r:SUPERSEDES]->()
 USING INDEX r:SUPERSEDES(user_id, tid)
 WHERE r.user_id = $user_id AND r.tid IN $ids
 WITH r, startNode(r) AS m
-WHERE m.user_id = $user_id AND {_VISIBLE % {"v": "m"}} AND {_NEIGHBOR_HOLDS}
+WHERE m.user_id = $user_id AND {_visible("m")} AND {_NEIGHBOR_HOLDS}
 WITH r.tid AS ident, m ORDER BY ident, coalesce(m.ts, 0.0) DESC, m.salience DESC, m.id
-WITH ident, collect({_NODE_FIELDS % {"v": "m"}}) AS found
+WITH ident, collect({_node_fields("m")}) AS found
 RETURN ident, found[0..$limit] AS found
 """
 
@@ -483,9 +441,7 @@ _HOP_QUERY = _user_as_list(_HOP)
 _ROWS_QUERY = _user_as_list(_ROWS)
 
 _NEIGHBOR_QUERIES: dict[tuple[EdgeType, bool], str] = {
-    (edge, outgoing): _user_as_list(
-        _NEIGHBORS % {"pattern": f"-[r:{edge.value}]->" if outgoing else f"<-[r:{edge.value}]-"}
-    )
+    (edge, outgoing): _user_as_list(_neighbors(f"-[r:{edge.value}]->" if outgoing else f"<-[r:{edge.value}]-"))
     for edge in EdgeType  # SUPERSEDES too: incoming, the successors of an old fact
     for outgoing in (True, False)
 }
@@ -500,7 +456,7 @@ def _error_code(error: StoreError, code: str, message: str = "") -> bool:
 
 
 def _min_key(not_after: float | None) -> float:
-    """The smallest visible link key as of ``not_after`` (see ``_KEY_VISIBLE``)."""
+    """The smallest visible link key as of ``not_after`` (see :func:`_key_visible`)."""
     return -math.inf if not_after is None else 0.0 - float(not_after)
 
 
@@ -508,7 +464,7 @@ _EDGE_OF: dict[str, EdgeType] = {e.value: e for e in EdgeType}
 
 
 def _candidates(best: dict[str, Any], rows: Mapping[str, Sequence[Any]]) -> list[GraphCandidate]:
-    """The walk's result as candidates, from the rows of the nodes reached (_NODES's columns, which
+    """The walk's result as candidates, from the rows of the nodes reached (_node_rows's columns, which
     the procedure returns too): both expansion paths end here."""
     return candidates(
         best,
@@ -524,7 +480,7 @@ def _float_or_none(value: float | None) -> float | None:
 
 
 def _node(row: Sequence[Any]) -> GraphNode:
-    """A node row (_NODE_FIELDS; the procedure's and _NODES's rows start with the same columns)."""
+    """A node row (_node_fields; the procedure's and _node_rows's rows start with the same columns)."""
     ident, kind, label, ts, salience, category, tags, agent, valid_from, valid_to = row[:10]
     return GraphNode(
         id=ident,

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 
 from hrt.records import ENTITY_MODELS, EdgeType, Entity, Kind, Preference, Relation
-from hrt.stores.postgres.records import translate_errors
+from hrt.stores.postgres.errors import translate_errors
 from hrt.stores.projection import RELATION_COLUMNS, relation_from_row
 
 _CURSORS = itertools.count(1)

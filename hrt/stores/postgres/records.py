@@ -41,6 +41,7 @@ from hrt.records import (
 from hrt.stores.base import WARM_UP_USER, BrowseFilter, EntityDetail, EntityRow, StoredEntity, WriteBatch, WriteResult
 from hrt.stores.postgres import browse as postgres_browse
 from hrt.stores.postgres import reembed as postgres_reembed
+from hrt.stores.postgres.errors import translate_errors
 from hrt.stores.projection import (
     RELATION_COLUMNS,
     passage_bytes,
@@ -60,17 +61,6 @@ T = TypeVar("T")
 
 # the advisory lock class of one user's conversation writes (the second key: hashtext of the user id)
 STATE_LOCK = 0x4852_5431  # "HRT1"
-
-
-@contextmanager
-def translate_errors(action: str) -> Iterator[None]:
-    """psycopg errors become HRT errors at this edge."""
-    try:
-        yield
-    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-        raise StoreUnavailable(f"PostgreSQL unavailable during {action}: {str(exc)[:300]}", store="PostgreSQL") from exc
-    except psycopg.Error as exc:
-        raise StoreError(f"PostgreSQL error during {action}: {str(exc)[:300]}", store="PostgreSQL") from exc
 
 
 class PostgresRecordStore:
@@ -602,43 +592,6 @@ class PostgresRecordStore:
     # ---------------------------------------------------------------------------------------
     # outbox access for the projector
     # ---------------------------------------------------------------------------------------
-
-    async def pending(self, target: str, limit: int) -> list[dict[str, Any]]:
-        column = _done_column(target)
-        async with self.connection("outbox read") as conn:
-            cur = await conn.execute(
-                f"SELECT seq, user_id, op, key, version FROM hrt_outbox WHERE NOT {column} ORDER BY seq LIMIT %s",
-                (limit,),
-            )
-            rows = await cur.fetchall()
-        return [{"seq": s, "user_id": u, "op": op, "key": k, "version": v} for s, u, op, k, v in rows]
-
-    async def mark_done(self, target: str, seqs: Sequence[int]) -> None:
-        if not seqs:
-            return
-        column = _done_column(target)
-        async with self.connection("outbox mark") as conn, conn.transaction():
-            # rows locked in seq order: the graph and vector drains run side by side and mark the
-            # same rows, and two UPDATEs locking them in different orders could deadlock
-            await conn.execute(
-                f"UPDATE hrt_outbox SET {column} = true WHERE seq IN "
-                "(SELECT seq FROM hrt_outbox WHERE seq = ANY(%s) ORDER BY seq FOR UPDATE)",
-                (list(seqs),),
-            )
-            await conn.execute(
-                "DELETE FROM hrt_outbox WHERE graph_done AND vector_done AND seq = ANY(%s)", (list(seqs),)
-            )
-
-    async def mark_failed(self, seq: int, error: str) -> None:
-        async with self.connection("outbox fail") as conn, conn.transaction():
-            await conn.execute(
-                "UPDATE hrt_outbox SET attempts = attempts + 1, last_error = %s WHERE seq = %s", (error[:500], seq)
-            )
-
-    async def outbox_size(self) -> int:
-        async with self.connection("outbox size") as conn:
-            row = await (await conn.execute("SELECT count(*) FROM hrt_outbox")).fetchone()
-        return int(row[0]) if row else 0
 
     @asynccontextmanager
     async def outbox_lease(self, target: str, *, wait: bool = False) -> AsyncIterator[PostgresOutboxLease | None]:

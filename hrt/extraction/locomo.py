@@ -5,6 +5,7 @@ The data is read at run time only (:func:`load_samples`); nothing of it is store
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -12,6 +13,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from hrt.extraction.ids import slug
+from hrt.records import valid_id
 
 SESSION_KEY = re.compile(r"^session_(\d+)$")
 DIA_ID = re.compile(r"D\d+:\d+")
@@ -96,3 +100,8 @@ def load_samples(path: Path) -> list[dict[str, Any]]:
     data = json.loads(path.read_text(encoding="utf-8"))
     samples = data if isinstance(data, list) else [data]
     return [s for s in samples if isinstance(s, dict) and isinstance(s.get("conversation"), dict)]
+
+
+def user_id_for(sample_id: str) -> str:
+    uid = f"locomo-{slug(sample_id, 100)}"
+    return uid if valid_id(uid) else "locomo-" + hashlib.sha1(sample_id.encode()).hexdigest()[:16]
