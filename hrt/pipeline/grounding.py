@@ -43,12 +43,18 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from hrt.config import GroundingConfig
 from hrt.contract import Filters
-from hrt.pipeline.intake import Intake
+from hrt.pipeline.context import settle
+from hrt.pipeline.seeds import add_named_seeds
 from hrt.records import Kind
 from hrt.stores.base import PhraseVectors, SearchFilter, VectorHit, VectorIndex
+
+if TYPE_CHECKING:
+    from hrt.pipeline.context import RequestContext, Services
+    from hrt.pipeline.intake import Intake
 
 EPS = 1e-9
 
@@ -190,3 +196,17 @@ async def run_grounding(intake: Intake, vectors: PhraseVectors, index: VectorInd
     if mode != "max":  # a seed scores its evidence over every phrase, as any other hit
         grounding.seeds = {i: min(1.0, max(0.0, grounding.similarity[i])) for i in grounding.seeds}
     return grounding
+
+
+async def grounding_stage(ctx: RequestContext, services: Services) -> str:
+    """The grounding stage: the search the intake stage started (and the user's preferences, read
+    beside it), then the request's named seeds join the grounded ones."""
+    searching = ctx.searching
+    assert searching is not None  # started by the intake stage
+    try:
+        ctx.grounding, ctx.preferences = await searching
+    except BaseException:
+        await settle(searching)
+        raise
+    add_named_seeds(ctx.grounding, ctx.intake.seed_ids)
+    return "ok"
