@@ -81,8 +81,8 @@ class IndexConfig(_Stage):
     # re-ingest.
     embedding_quantize: Literal["auto", "int8", "off"] = "off"
     # Threads per math library (torch, BLAS). One request's math runs at a time, and two libraries
-    # each spinning a pool on 2 cores fight each other: 1 thread cut intake p95 at 100k entities from
-    # ~550 ms to ~20 ms (docs/bench.md). 0 leaves the libraries' defaults.
+    # each spinning a pool on 2 cores fight each other (measured in docs/bench.md). 0 leaves the
+    # libraries' defaults.
     compute_threads: int = Field(1, ge=0, le=256)
     # Users with at least this many vectors are searched through an HNSW graph (hnswlib) whose
     # candidates are rescored exactly, instead of reading every vector per request (17 ms at 100k,
@@ -393,9 +393,8 @@ class Settings(
     embedding_batch_size: int = Field(64, ge=1, le=4096)
     embedding_cache_size: int = Field(4096, ge=0)
     # ONNX Runtime threads for one embedding call (the ONNX backend; its pool never spins, so idle
-    # threads leave the cores to the rest of the request). 2 cut the 3 phrases of a request from
-    # ~8.8 to ~5-7 ms on this 2-core machine with bit-identical vectors (docs/bench.md). 0: one per
-    # core.
+    # threads leave the cores to the rest of the request); the vectors are the same for any number
+    # (measured in docs/bench.md). 0: one per core.
     embedding_threads: int = Field(2, ge=0, le=256)
     # Where built artefacts are kept: the ONNX export in <cache_dir>/onnx (the dev stack keeps its
     # PostgreSQL, Neo4j and Weaviate binaries beside it). Unset: ~/.cache/hrt (cache_root()).

@@ -1,4 +1,4 @@
-"""Stage 2, grounding: hybrid vector + lexical search per phrase, fused by RRF, with seed 002's
+"""The grounding stage: hybrid vector + lexical search per phrase, fused by RRF, with seed 002's
 adaptive threshold decided in one pass over the scores the search already returned.
 
 Adaptive threshold (per phrase). Thresholds run from ``threshold_max`` down to ``threshold_min``
@@ -12,15 +12,16 @@ embedding is lukewarm). Admitted hits are ordered by RRF over their vector and l
 ties by id, and the first ``seeds_per_phrase`` become seeds. A phrase with no admitted hit is
 unmatched.
 
-Semantic evidence (``semantic_evidence``): with ``cosine`` (default) a hit's direct evidence for a
+Semantic evidence (``semantic_evidence``): with ``cosine`` a hit's direct evidence for a
 phrase is its cosine similarity; with ``fused`` it is its RRF score over both legs, normalised so
-that the first hit of both legs scores 1.0, which keeps the lexical leg's evidence in scoring.
+that the first hit of both legs scores 1.0, which keeps the lexical leg's evidence in scoring
+(the default).
 Seed choice and thresholds are the same in both modes: thresholds read the cosine, seeds are
 ordered by RRF.
 
 Across phrases (``phrase_evidence``): an entity's direct evidence, and a seed's score, is
 
-- ``max`` (default): its best evidence over the phrases (CombMAX);
+- ``max``: its best evidence over the phrases (CombMAX);
 - ``mean``: the sum of its evidence over all phrases divided by the number of phrases, a phrase
   that did not return it counting 0 (CombSUM, normalised into [0, 1]).
 
