@@ -47,20 +47,6 @@ class Weights(BaseModel):
         )
 
 
-# Named presets ("recipes"). `balanced` is seed 001's example weighting.
-WEIGHT_PRESETS: dict[str, Weights] = {
-    "balanced": Weights(),
-    "semantic": Weights(alpha_semantic_similarity=0.7, beta_recency=0.1, gamma_salience=0.1, delta_user_preference=0.1),
-    "recent": Weights(alpha_semantic_similarity=0.35, beta_recency=0.45, gamma_salience=0.1, delta_user_preference=0.1),
-    "salient": Weights(
-        alpha_semantic_similarity=0.35, beta_recency=0.1, gamma_salience=0.45, delta_user_preference=0.1
-    ),
-    "personal": Weights(
-        alpha_semantic_similarity=0.35, beta_recency=0.15, gamma_salience=0.15, delta_user_preference=0.35
-    ),
-}
-
-
 class _Stage(BaseModel):
     """One stage's part of the :class:`RetrievalConfig`. Its fields are also :class:`Settings` fields
     (``HRT_<NAME>``), declared once, here."""
@@ -95,8 +81,8 @@ class IndexConfig(_Stage):
     # re-ingest.
     embedding_quantize: Literal["auto", "int8", "off"] = "off"
     # Threads per math library (torch, BLAS). One request's math runs at a time, and two libraries
-    # each spinning a pool on 2 cores fight each other: 1 thread cut intake p95 at 100k entities from
-    # ~550 ms to ~20 ms (docs/bench.md). 0 leaves the libraries' defaults.
+    # each spinning a pool on 2 cores fight each other (measured in docs/bench.md). 0 leaves the
+    # libraries' defaults.
     compute_threads: int = Field(1, ge=0, le=256)
     # Users with at least this many vectors are searched through an HNSW graph (hnswlib) whose
     # candidates are rescored exactly, instead of reading every vector per request (17 ms at 100k,
@@ -114,10 +100,10 @@ class IndexConfig(_Stage):
 
 
 class GroundingConfig(_Stage):
-    """Stage 2: key phrases to seed entities (hrt/pipeline/grounding.py)."""
+    """The grounding stage: key phrases to seed entities (hrt/pipeline/grounding.py)."""
 
     rrf_k: int = Field(60, ge=1)
-    # hits per phrase and per leg (vector, lexical); 25 (was 50): LoCoMo dev, docs/eval-locomo.md
+    # hits per phrase and per leg (vector, lexical); docs/eval-locomo.md measures it
     search_k: int = Field(25, ge=1, le=1000)
     seeds_per_phrase: int = Field(10, ge=1, le=200)
     threshold_max: float = Field(0.75, ge=0.0, le=1.0)
@@ -142,7 +128,7 @@ class GroundingConfig(_Stage):
 
 
 class ExpansionConfig(_Stage):
-    """Stage 3: seeds to candidates along the user's graph (hrt/pipeline/expansion.py)."""
+    """The expansion stage: seeds to candidates along the user's graph (hrt/pipeline/expansion.py)."""
 
     # the semantic evidence of a candidate beyond the seeds (hrt/pipeline/scoring.py): scoped (seeds
     # their direct evidence; one hop out, hits the best of direct and path, others path x own cosine;
@@ -151,7 +137,7 @@ class ExpansionConfig(_Stage):
     # read per request
     reached_evidence: Literal["path", "path_x_cosine", "scoped"] = "scoped"
     default_depth: int = Field(2, ge=0, le=3)
-    # 0.5 (was 0.6): LoCoMo dev, recall@10 +0.52 [+0.00, +1.20], 3 questions better, none worse
+    # the path score's factor per hop, and the scoped rule's per hop past the first
     # (docs/eval-locomo.md, "Second round")
     hop_decay: float = Field(0.5, gt=0.0, le=1.0)
     fanout_per_node: int = Field(25, ge=1, le=10_000)
@@ -164,7 +150,7 @@ class ExpansionConfig(_Stage):
 
 
 class ScoringConfig(_Stage):
-    """Stage 4: the EntityScorer (hrt/pipeline/scoring.py)."""
+    """The scoring stage: the EntityScorer (hrt/pipeline/scoring.py)."""
 
     weights: Weights = Weights()
     # relevance first: per kind, recency, salience and preference count for a candidate in
@@ -190,7 +176,7 @@ class ScoringConfig(_Stage):
 
 
 class RerankConfig(_Stage):
-    """Stage 6: the optional cross-encoder (hrt/pipeline/rerank.py, hrt/rerankers/); where the
+    """The rerank stage: the optional cross-encoder (hrt/pipeline/rerank.py, hrt/rerankers/); where the
     reranker runs and its time budget are deployment settings."""
 
     reranker_model: str = "qwen3-reranker"
@@ -293,6 +279,11 @@ class RetrievalConfig(BaseModel):
             parts[name] = stage.model_validate({**part.model_dump(), **mine}) if mine else part
         return RetrievalConfig(**parts)
 
+    def with_preset(self, preset: str | None, overrides: Mapping[str, object]) -> RetrievalConfig:
+        """A request's configuration: this one, then the preset's changes (None: "balanced", none),
+        then ``overrides``."""
+        return self.with_overrides(PRESETS[preset or "balanced"]).with_overrides(overrides)
+
     def fingerprint(self) -> str:
         """A short hash of everything that can change a response (echoed as ``config_hash``)."""
         relevant = {k: v for k, v in self.flat().items() if HASHED_UNLESS_DEFAULT.get(k, object()) != v}
@@ -300,17 +291,38 @@ class RetrievalConfig(BaseModel):
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
-# Named presets: changes to the server's configuration that a request selects with "preset".
-# "balanced" is the product's default (seed 001's weights, the measured defaults of each stage).
-# "relevance" is what `hrt eval locomo` reports as HRT's headline row: relevance alone orders the
-# candidates (recency, salience and preference at 0), for questions about what was said rather than
-# what matters now. "tuned-2026-11" is the evaluation's tuned configuration before the defaults
-# became the best measured one (issue #23), kept as its baseline.
+# The named presets: changes to the server's configuration, by setting name, that a request selects
+# with "preset" (docs/configuration.md lists them). "balanced" is the server's configuration as it
+# is. "semantic", "recent", "salient" and "personal" change the weights alone (what the request
+# field "weights_preset" names, WEIGHT_PRESET_NAMES). "relevance" is what `hrt eval locomo` reports
+# as HRT's headline row: relevance alone orders the candidates (recency, salience and preference at
+# 0), for questions about what was said rather than what matters now. "tuned-2026-11" is the
+# evaluation's earlier tuned configuration, kept as its baseline (docs/eval-locomo.md).
 RELEVANCE_WEIGHTS = Weights(
     alpha_semantic_similarity=1.0, beta_recency=0.0, gamma_salience=0.0, delta_user_preference=0.0
 )
-RETRIEVAL_PRESETS: dict[str, Mapping[str, object]] = {
+PRESETS: dict[str, Mapping[str, object]] = {
     "balanced": {},
+    "semantic": {
+        "weights": Weights(
+            alpha_semantic_similarity=0.7, beta_recency=0.1, gamma_salience=0.1, delta_user_preference=0.1
+        )
+    },
+    "recent": {
+        "weights": Weights(
+            alpha_semantic_similarity=0.35, beta_recency=0.45, gamma_salience=0.1, delta_user_preference=0.1
+        )
+    },
+    "salient": {
+        "weights": Weights(
+            alpha_semantic_similarity=0.35, beta_recency=0.1, gamma_salience=0.45, delta_user_preference=0.1
+        )
+    },
+    "personal": {
+        "weights": Weights(
+            alpha_semantic_similarity=0.35, beta_recency=0.15, gamma_salience=0.15, delta_user_preference=0.35
+        )
+    },
     "relevance": {"weights": RELEVANCE_WEIGHTS},
     "tuned-2026-11": {
         "search_k": 25,
@@ -325,6 +337,20 @@ RETRIEVAL_PRESETS: dict[str, Mapping[str, object]] = {
         "artifact_evidence": "own",
     },
 }
+# the presets the request field "weights_preset" may name (checked against hrt.contract.PresetName)
+WEIGHT_PRESET_NAMES = ("balanced", "semantic", "recent", "salient", "personal")
+
+
+def preset_weights(name: str) -> Weights:
+    """The weights ``weights_preset`` = ``name`` sets: the preset's, or (a preset that leaves the
+    weights alone, "balanced") the default weights, 0.4/0.25/0.25/0.1 (seed 001's example)."""
+    weights = PRESETS[name].get("weights", Weights())
+    assert isinstance(weights, Weights)
+    return weights
+
+
+# each weights preset's weights, by name (a view of PRESETS)
+WEIGHT_PRESETS: dict[str, Weights] = {name: preset_weights(name) for name in WEIGHT_PRESET_NAMES}
 
 
 class Settings(
@@ -367,9 +393,8 @@ class Settings(
     embedding_batch_size: int = Field(64, ge=1, le=4096)
     embedding_cache_size: int = Field(4096, ge=0)
     # ONNX Runtime threads for one embedding call (the ONNX backend; its pool never spins, so idle
-    # threads leave the cores to the rest of the request). 2 cut the 3 phrases of a request from
-    # ~8.8 to ~5-7 ms on this 2-core machine with bit-identical vectors (docs/bench.md). 0: one per
-    # core.
+    # threads leave the cores to the rest of the request); the vectors are the same for any number
+    # (measured in docs/bench.md). 0: one per core.
     embedding_threads: int = Field(2, ge=0, le=256)
     # Where built artefacts are kept: the ONNX export in <cache_dir>/onnx (the dev stack keeps its
     # PostgreSQL, Neo4j and Weaviate binaries beside it). Unset: ~/.cache/hrt (cache_root()).

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, SecretStr
 
-from hrt.config import RETRIEVAL_PRESETS, STAGES, Settings
+from hrt.config import PRESETS, STAGES, Settings
 from hrt.contract import ConfigOverrides
 
 # (settings shown in one row, what they do), in the order of the reference
@@ -385,9 +385,13 @@ change a response and are not hashed.
 
 A request may name a **preset**, a change to the server's configuration (`"preset": "relevance"`), and
 then **override** the settings marked *(request)* (`"config": {{"search_k": 50}}`), each validated within
-bounds that keep a request's cost near a default one's; `weights`, `weights_preset` and `max_depth`
-still apply on top. Both are echoed in `retrieval_metadata.config` and enter `config_hash`; a request
-that names neither runs the server's configuration and carries no `config` key.
+bounds that keep a request's cost near a default one's. The request fields `weights`, `weights_preset`
+and `max_depth` are older names of overrides, applied on top of `config`: `weights` is `config.weights`,
+`weights_preset` the weights of that preset (`balanced`: the default weights) as `config.weights`, and
+`max_depth` is `config.default_depth`. The preset and the overrides, whichever name set them, are
+echoed in `retrieval_metadata.config` and enter `config_hash`, so one configuration has one hash
+however it was asked for; a request that names none of them runs the server's configuration and
+carries no `config` key.
 
 | preset | changes |
 |---|---|
@@ -432,7 +436,7 @@ def render_configuration() -> str:
         f"| `{name}` | "
         + (", ".join(f"`{k}` = {default_text(v)}" for k, v in changes.items()) or "none: the server's configuration")
         + " |"
-        for name, changes in RETRIEVAL_PRESETS.items()
+        for name, changes in PRESETS.items()
     )
     return HEADER + "\n".join(rows) + "\n" + RETRIEVAL.format(stages=stages, presets=presets)
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 import json
 import unicodedata
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from hrt.auth import KEY_NAME, SCOPES
 from hrt.auth import Scope as KeyScope
-from hrt.config import Weights
+from hrt.config import PRESETS, WEIGHT_PRESET_NAMES, Weights, preset_weights
 from hrt.records import EntityId, IsoDateTime, UserId, utc
 
 CONTRACT_VERSION = "9.4"
@@ -93,14 +93,20 @@ class RenderOptions(_Strict):
 
 DEFAULT_RENDER_CHARS = 8_000
 
-RetrievalPresetName = Literal["balanced", "relevance", "tuned-2026-11"]
+# the names of hrt.config.PRESETS (checked below: the table is the one source, the Literal gives the
+# JSON Schema its enum and mypy its type)
+RetrievalPresetName = Literal["balanced", "semantic", "recent", "salient", "personal", "relevance", "tuned-2026-11"]
 
 
 class ConfigOverrides(_Strict):
     """The retrieval settings one request may change (docs/configuration.md names them; unset ones
     keep the server's or the preset's). Bounded so that no request costs much more than a default
-    one: the walk's fan-out and caps, the index and the reranker stay the server's."""
+    one: the walk's fan-out and caps, the index and the reranker stay the server's. The request's
+    ``weights``, ``weights_preset`` and ``max_depth`` are the same settings (``weights``,
+    ``default_depth``) under their older names."""
 
+    weights: Weights | None = None
+    default_depth: int | None = Field(None, ge=0, le=3)
     search_k: int | None = Field(None, ge=1, le=200)
     seeds_per_phrase: int | None = Field(None, ge=1, le=50)
     lexical_admits_at_floor: bool | None = None
@@ -132,7 +138,10 @@ def normalise_phrase(text: str) -> str:
 
 # a phrase with something in it: the JSON Schema says so too, so generated clients and fuzzers know
 KeyPhrase = Annotated[str, Field(min_length=1, max_length=MAX_PHRASE_CHARS, pattern=r"\S")]
+# the presets that change the weights alone (hrt.config.WEIGHT_PRESET_NAMES, checked below)
 PresetName = Literal["balanced", "semantic", "recent", "salient", "personal"]
+if set(get_args(RetrievalPresetName)) != set(PRESETS) or get_args(PresetName) != WEIGHT_PRESET_NAMES:
+    raise ImportError("hrt.contract's preset names differ from hrt.config.PRESETS / WEIGHT_PRESET_NAMES")
 
 
 class RetrieveRequest(_Strict):
@@ -158,9 +167,16 @@ class RetrieveRequest(_Strict):
     # entities the caller already knows: seeds of the walk at full strength (#33)
     seed_ids: Annotated[list[EntityId], Field(min_length=1, max_length=MAX_SEED_IDS)] | SkipJsonSchema[None] = None
     limits: Limits = Field(default_factory=Limits)
-    max_depth: int | None = Field(None, ge=0, le=3)
-    weights: Weights | None = None
-    weights_preset: PresetName | None = None
+    # three older names of config overrides, applied on top of "config" (overrides()):
+    # max_depth is config.default_depth, weights config.weights, weights_preset the weights of
+    # that preset
+    max_depth: int | None = Field(
+        None, ge=0, le=3, description="the walk's depth: config.default_depth under its older name"
+    )
+    weights: Weights | None = Field(None, description="the scoring weights: config.weights under its older name")
+    weights_preset: PresetName | None = Field(
+        None, description="the weights of this preset (balanced: the default weights) as config.weights"
+    )
     as_of: IsoDateTime | None = None
     # event time: what was true then, as known at as_of (default: as_of); docs/api.md "Facts that change"
     valid_at: IsoDateTime | None = None
@@ -171,9 +187,9 @@ class RetrieveRequest(_Strict):
     # seed 003: items scoring below it are not returned (after rerank when reranking)
     min_score: float | None = Field(None, ge=0.0, le=1.0)
     render: RenderOptions | None = None
-    # a named retrieval configuration (hrt/config.py RETRIEVAL_PRESETS), then per-field overrides;
-    # both echoed in retrieval_metadata.config and part of config_hash. weights, weights_preset and
-    # max_depth above still apply on top
+    # a named retrieval configuration (hrt/config.py PRESETS), then per-setting overrides; both
+    # echoed in retrieval_metadata.config and part of config_hash. weights, weights_preset and
+    # max_depth above are overrides too, applied on top
     preset: RetrievalPresetName | None = None
     config: ConfigOverrides | None = None
 
@@ -202,6 +218,18 @@ class RetrieveRequest(_Strict):
     @classmethod
     def _as_of(cls, value: datetime | None) -> datetime | None:
         return utc(value) if value is not None else None
+
+    def overrides(self) -> dict[str, object]:
+        """The settings this request changes on top of its preset, by name, sorted: ``config``,
+        then ``weights`` / ``weights_preset`` and ``max_depth`` (their older names) over it."""
+        given = self.config.given() if self.config is not None else {}
+        if self.weights is not None:
+            given["weights"] = self.weights.model_dump()
+        elif self.weights_preset is not None:
+            given["weights"] = preset_weights(self.weights_preset).model_dump()
+        if self.max_depth is not None:
+            given["default_depth"] = self.max_depth
+        return dict(sorted(given.items()))
 
     @model_validator(mode="after")
     def _has_input(self) -> RetrieveRequest:

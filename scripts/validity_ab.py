@@ -20,12 +20,11 @@ from typing import Any
 
 
 async def run(db: Path, size: str, requests: int, warmup: int, seed: int) -> dict[str, dict[str, list[float]]]:
-    import hrt.pipeline as pipeline
     from hrt.bench.stats import parse_size, size_label
     from hrt.bench.synth import SynthConfig, key_phrases
     from hrt.config import load_settings
     from hrt.contract import RetrieveRequest
-    from hrt.pipeline import grounding, intake
+    from hrt.pipeline import expansion, grounding, intake
     from hrt.pipeline.validity import Validity
     from hrt.service import HRTService
 
@@ -38,11 +37,11 @@ async def run(db: Path, size: str, requests: int, warmup: int, seed: int) -> dic
     async def no_validity(it: Any, candidates: Any, graph: Any) -> Validity:
         return Validity(list(candidates), at=it.event_time.timestamp())
 
-    real_validity, real_filter = pipeline.run_validity, grounding.search_filter
+    real_validity, real_filter = expansion.run_validity, grounding.search_filter
     real_prop = intake.Intake.validity_filter
 
     def switch(on: bool) -> None:
-        pipeline.run_validity = real_validity if on else no_validity  # type: ignore[assignment]
+        expansion.run_validity = real_validity if on else no_validity  # type: ignore[assignment]
         grounding.search_filter = real_filter if on else (lambda f, valid_at=None: real_filter(f))  # type: ignore[assignment]
         intake.Intake.validity_filter = real_prop if on else property(lambda self: None)  # type: ignore[assignment,method-assign]
 

@@ -1,4 +1,4 @@
-"""Stage 8, assembly: the AugmentedMemoryContext V9.4, deterministic to the byte.
+"""The assembly stage: the AugmentedMemoryContext V9.4, deterministic to the byte.
 
 Snippets: a text that fits in ``snippet_chars`` is kept whole. A longer one is cut to a window
 around the earliest occurrence of a key phrase (whole phrase first, else its first content word
@@ -8,15 +8,15 @@ marking each cut. With no occurrence, the window is the text's beginning.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hrt.config import AssemblyConfig
 from hrt.contract import (
     CONTRACT_VERSION,
-    AppliedConfig,
     AugmentedMemoryContext,
     IdName,
     IdTitle,
@@ -38,12 +38,15 @@ from hrt.contract import (
 )
 from hrt.pipeline.grounding import Grounding
 from hrt.pipeline.intake import Intake
-from hrt.pipeline.scoring import PLAIN, Evidence, EvidenceSource, Scored, evidence_source
-from hrt.pipeline.temporal import TimeWindow
-from hrt.pipeline.validity import Validity
-from hrt.records import Artifact, Concept, Entity, Kind, MemoryUnit, iso
-from hrt.stores.base import GraphNode
+from hrt.pipeline.render import render_context
+from hrt.pipeline.scoring import Evidence, EvidenceSource, Scored, best_semantic, evidence_source
+from hrt.pipeline.validity import Validity, current_neighbours
+from hrt.records import Artifact, Concept, EdgeType, Entity, Kind, MemoryUnit, iso
+from hrt.stores.base import GraphNode, GraphStore
 from hrt.text import STOPWORDS, WORD
+
+if TYPE_CHECKING:
+    from hrt.pipeline.context import RequestContext, Services
 
 
 def iso_ts(ts: float) -> str:
@@ -144,42 +147,111 @@ def summary_text(
     return " ".join(parts)
 
 
+async def assembly_stage(ctx: RequestContext, services: Services) -> str:
+    """The assembly stage: the returned items' neighbours (a memory unit's concepts, a concept's
+    related memory units), the response, and its rendered text when the request asks for one
+    (hrt/pipeline/render.py)."""
+    intake, graph = ctx.intake, services.graph
+    not_after, at = intake.as_of.timestamp(), intake.validity_filter
+    mu_ids = [x.id for x in ctx.selected[Kind.MEMORY_UNIT]]
+    concept_ids = [x.id for x in ctx.selected[Kind.CONCEPT]]
+    # both reads at once: two round trips in flight, not one after the other. A concept's related
+    # memory units are the selected ones that mention it, then its newest others
+    # (related_memory_units): its newest related_items + len(mu_ids) suffice
+    related = ctx.cfg.assembly.related_items + len(mu_ids)
+    mu_concepts, concept_mus = await asyncio.gather(
+        mentions(graph, intake.user_id, mu_ids, True, CONNECTED_CONCEPTS, not_after, at),
+        mentions(graph, intake.user_id, concept_ids, False, related, not_after, at),
+    )
+    concept_mus = await current_neighbours(intake, concept_mus, ctx.validity, graph)
+    ctx.stages["assembly"] = "ok"  # the response reports this stage, which cannot fail from here
+    response = ctx.response = assemble(ctx, services.deployment, mu_concepts, concept_mus)
+    response.retrieval_metadata.seed_grounding = ctx.named
+    if ctx.request.render is not None:
+        response.retrieval_metadata.rendered = render_context(response, ctx.entities, ctx.request.render)
+    return "ok"
+
+
+async def mentions(
+    graph: GraphStore,
+    user_id: str,
+    ids: list[str],
+    outgoing: bool,
+    limit: int,
+    not_after: float,
+    valid_at: float | None,
+) -> dict[str, list[GraphNode]]:
+    """The ``MENTIONS`` neighbours (up to ``limit`` each) that assembly shows, as true at
+    ``valid_at``; no read for no ids."""
+    if not ids:
+        return {}
+    return await graph.neighbors(user_id, ids, EdgeType.MENTIONS, outgoing, limit, not_after, valid_at)
+
+
 def assemble(
-    *,
-    intake: Intake,
-    grounding: Grounding,
-    n_candidates: int,
+    ctx: RequestContext,
+    deployment: str,
+    mu_concepts: Mapping[str, Sequence[GraphNode]],
+    concept_mus: Mapping[str, Sequence[GraphNode]],
+) -> AugmentedMemoryContext:
+    """The response of a request whose selection is made (``ctx.selected``)."""
+    cfg, intake, grounding, selected = ctx.cfg.assembly, ctx.intake, ctx.grounding, ctx.selected
+    r = rounder(cfg.score_decimals)
+    phrases = list(intake.phrases)
+    mus = memory_units_out(selected, ctx.entities, mu_concepts, phrases, cfg, r)
+    concepts = concepts_out(selected, ctx.entities, mu_concepts, concept_mus, phrases, cfg, r)
+    artifacts = artifacts_out(selected, ctx.entities, phrases, cfg, r)
+    counts = {Kind.MEMORY_UNIT: len(mus), Kind.CONCEPT: len(concepts), Kind.ARTIFACT: len(artifacts)}
+    n_candidates = len(ctx.scored)
+    w = intake.weights
+    return AugmentedMemoryContext(
+        retrieved_memory_units=mus,
+        retrieved_concepts=concepts,
+        retrieved_artifacts=artifacts,
+        retrieval_summary=summary_text(
+            len(phrases),
+            len(grounding.seeds),
+            n_candidates,
+            intake.depth,
+            counts,
+            grounding.unmatched,
+            ctx.rerank.applied,
+            ctx.degraded,
+        ),
+        scoring_details=ScoringDetails(
+            total_candidates_considered=n_candidates,
+            seed_entities_identified_from_key_phrases=len(grounding.seeds),
+            graph_traversal_depth_used=intake.depth,
+            weights_used=WeightsUsed(
+                alpha_semantic_similarity=r(w.alpha_semantic_similarity),
+                beta_recency=r(w.beta_recency),
+                gamma_salience=r(w.gamma_salience),
+                delta_user_preference=r(w.delta_user_preference),
+            ),
+        ),
+        unmatched_key_phrases=grounding.unmatched,
+        retrieval_metadata=metadata(ctx, deployment, mus, r),
+    )
+
+
+def _breakdown(s: Scored, r: Callable[[float], float]) -> ScoreBreakdown:
+    return ScoreBreakdown(
+        semantic=r(s.semantic),
+        recency=r(s.recency),
+        salience=r(s.salience),
+        preference=r(s.preference),
+        rerank=None if s.rerank is None else r(s.rerank),
+    )
+
+
+def memory_units_out(
     selected: Mapping[Kind, Sequence[Scored]],
     entities: Mapping[str, Entity],
     mu_concepts: Mapping[str, Sequence[GraphNode]],
-    concept_mus: Mapping[str, Sequence[GraphNode]],
-    missing: Mapping[str, list[str]],
-    stages: Mapping[str, str],
-    degraded_reasons: Sequence[str],
-    rerank_applied: bool,
-    near_duplicates_removed: int,
+    phrases: Sequence[str],
     cfg: AssemblyConfig,
-    deployment: str,
-    config_hash: str,
-    applied: AppliedConfig | None = None,
-    windows: Sequence[TimeWindow] = (),
-    gate: float = 0.0,
-    best: Mapping[Kind, float] | None = None,
-    evidence: Evidence = PLAIN,
-    validity: Validity | None = None,
-) -> AugmentedMemoryContext:
-    r = rounder(cfg.score_decimals)
-    phrases = list(intake.phrases)
-
-    def breakdown(s: Scored) -> ScoreBreakdown:
-        return ScoreBreakdown(
-            semantic=r(s.semantic),
-            recency=r(s.recency),
-            salience=r(s.salience),
-            preference=r(s.preference),
-            rerank=None if s.rerank is None else r(s.rerank),
-        )
-
+    r: Callable[[float], float],
+) -> list[RetrievedMemoryUnit]:
     mus: list[RetrievedMemoryUnit] = []
     for s in selected.get(Kind.MEMORY_UNIT, ()):
         mu = entities[s.id]
@@ -193,11 +265,22 @@ def assemble(
                 source_type=mu.source_type,
                 importance_score=r(mu.importance_score),
                 final_retrieval_score=r(s.final),
-                score_breakdown=breakdown(s),
+                score_breakdown=_breakdown(s, r),
                 connected_concept_ids_and_names=[IdName(id=n.id, name=n.label) for n in mu_concepts.get(s.id, ())],
             )
         )
+    return mus
 
+
+def concepts_out(
+    selected: Mapping[Kind, Sequence[Scored]],
+    entities: Mapping[str, Entity],
+    mu_concepts: Mapping[str, Sequence[GraphNode]],
+    concept_mus: Mapping[str, Sequence[GraphNode]],
+    phrases: Sequence[str],
+    cfg: AssemblyConfig,
+    r: Callable[[float], float],
+) -> list[RetrievedConcept]:
     selected_mus = [s.candidate.node for s in selected.get(Kind.MEMORY_UNIT, ())]
     concepts: list[RetrievedConcept] = []
     for s in selected.get(Kind.CONCEPT, ()):
@@ -213,12 +296,21 @@ def assemble(
                 status=c.status,
                 salience=r(c.salience),
                 final_retrieval_score=r(s.final),
-                score_breakdown=breakdown(s),
+                score_breakdown=_breakdown(s, r),
                 related_top_memory_unit_ids_and_titles=[IdTitle(id=n.id, title=n.label) for n in neighbours],
                 key_properties_values={k: c.properties[k] for k in sorted(c.properties)},
             )
         )
+    return concepts
 
+
+def artifacts_out(
+    selected: Mapping[Kind, Sequence[Scored]],
+    entities: Mapping[str, Entity],
+    phrases: Sequence[str],
+    cfg: AssemblyConfig,
+    r: Callable[[float], float],
+) -> list[RetrievedArtifact]:
     artifacts: list[RetrievedArtifact] = []
     for s in selected.get(Kind.ARTIFACT, ()):
         a = entities[s.id]
@@ -231,89 +323,67 @@ def assemble(
                 content_snippet=make_snippet(a.content, phrases, cfg.snippet_chars),
                 created_at=iso(a.created_at),
                 final_retrieval_score=r(s.final),
-                score_breakdown=breakdown(s),
+                score_breakdown=_breakdown(s, r),
             )
         )
+    return artifacts
 
+
+def metadata(
+    ctx: RequestContext, deployment: str, mus: Sequence[RetrievedMemoryUnit], r: Callable[[float], float]
+) -> RetrievalMetadata:
+    """``retrieval_metadata``: how the request was understood, grounded, scored and configured."""
+    intake, grounding, evidence, selected = ctx.intake, ctx.grounding, ctx.evidence, ctx.selected
     provenance = {s.id: item_provenance(s, grounding, evidence, r) for kind in Kind for s in selected.get(kind, ())}
-    unmatched = grounding.unmatched
-    counts = {Kind.MEMORY_UNIT: len(mus), Kind.CONCEPT: len(concepts), Kind.ARTIFACT: len(artifacts)}
-    w = intake.weights
-    return AugmentedMemoryContext(
-        retrieved_memory_units=mus,
-        retrieved_concepts=concepts,
-        retrieved_artifacts=artifacts,
-        retrieval_summary=summary_text(
-            len(phrases),
-            len(grounding.seeds),
-            n_candidates,
-            intake.depth,
-            counts,
-            unmatched,
-            rerank_applied,
-            degraded_reasons,
+    windows = evidence.windows if evidence.temporal else ()
+    best = best_semantic(ctx.scored)
+    return RetrievalMetadata(
+        contract_version=CONTRACT_VERSION,
+        user_id=intake.user_id,
+        as_of=iso(intake.as_of),
+        key_phrases_processed=list(intake.phrases),
+        key_phrase_source=intake.phrase_source,
+        phrase_grounding=[
+            PhraseGrounding(
+                key_phrase=p.phrase,
+                threshold=r(p.threshold),
+                best_similarity=r(p.best_similarity),
+                seed_ids=list(p.seed_ids),
+                matched=p.matched,
+            )
+            for p in grounding.phrases
+        ],
+        stages=dict(ctx.stages),
+        degraded=bool(ctx.degraded),
+        degraded_reasons=list(ctx.degraded),
+        rerank_applied=ctx.rerank.applied,
+        missing_records={k: list(ctx.missing[k]) for k in sorted(ctx.missing)},
+        near_duplicates_removed=ctx.near_duplicates_removed,
+        deployment=deployment,
+        config_hash=ctx.config_hash,
+        config=ctx.applied,
+        time_windows=[
+            TimeWindowOut(key_phrase=w.phrase, text=w.text, start=iso_ts(w.start), end=iso_ts(w.end)) for w in windows
+        ],
+        relevance_gate=RelevanceGate(
+            threshold=r(evidence.gate),
+            best_semantic={k.value: r(v) for k, v in sorted(best.items(), key=lambda kv: kv[0].value)},
         ),
-        scoring_details=ScoringDetails(
-            total_candidates_considered=n_candidates,
-            seed_entities_identified_from_key_phrases=len(grounding.seeds),
-            graph_traversal_depth_used=intake.depth,
-            weights_used=WeightsUsed(
-                alpha_semantic_similarity=r(w.alpha_semantic_similarity),
-                beta_recency=r(w.beta_recency),
-                gamma_salience=r(w.gamma_salience),
-                delta_user_preference=r(w.delta_user_preference),
-            ),
+        validity=validity_report(
+            intake, ctx.validity, {s.id: s.candidate.node for kind in Kind for s in selected.get(kind, ())}
         ),
-        unmatched_key_phrases=unmatched,
-        retrieval_metadata=RetrievalMetadata(
-            contract_version=CONTRACT_VERSION,
-            user_id=intake.user_id,
-            as_of=iso(intake.as_of),
-            key_phrases_processed=phrases,
-            key_phrase_source=intake.phrase_source,
-            phrase_grounding=[
-                PhraseGrounding(
-                    key_phrase=p.phrase,
-                    threshold=r(p.threshold),
-                    best_similarity=r(p.best_similarity),
-                    seed_ids=list(p.seed_ids),
-                    matched=p.matched,
+        provenance={k: provenance[k] for k in sorted(provenance)},
+        memory_unit_attributes=dict(
+            sorted(
+                (
+                    mu.muid,
+                    MemoryUnitAttributes(
+                        source_agent_id=m.source_agent_id, tags=list(m.tags), metadata=sorted_keys(m.metadata)
+                    ),
                 )
-                for p in grounding.phrases
-            ],
-            stages=dict(stages),
-            degraded=bool(degraded_reasons),
-            degraded_reasons=list(degraded_reasons),
-            rerank_applied=rerank_applied,
-            missing_records={k: list(missing[k]) for k in sorted(missing)},
-            near_duplicates_removed=near_duplicates_removed,
-            deployment=deployment,
-            config_hash=config_hash,
-            config=applied,
-            time_windows=[
-                TimeWindowOut(key_phrase=w.phrase, text=w.text, start=iso_ts(w.start), end=iso_ts(w.end))
-                for w in windows
-            ],
-            relevance_gate=RelevanceGate(
-                threshold=r(gate),
-                best_semantic={k.value: r(v) for k, v in sorted((best or {}).items(), key=lambda kv: kv[0].value)},
-            ),
-            validity=validity_report(
-                intake, validity, {s.id: s.candidate.node for kind in Kind for s in selected.get(kind, ())}
-            ),
-            provenance={k: provenance[k] for k in sorted(provenance)},
-            memory_unit_attributes=dict(
-                sorted(
-                    (
-                        mu.muid,
-                        MemoryUnitAttributes(
-                            source_agent_id=m.source_agent_id, tags=list(m.tags), metadata=sorted_keys(m.metadata)
-                        ),
-                    )
-                    for mu in mus
-                    if isinstance(m := entities[mu.muid], MemoryUnit)
-                )
-            ),
+                for mu in mus
+                if isinstance(m := ctx.entities[mu.muid], MemoryUnit)
+            )
         ),
     )
 

@@ -1,4 +1,5 @@
-"""Stage 3, expansion: one graph call from all seeds to the request's depth.
+"""The expansion stage: one graph call from all seeds to the request's depth, then the filters,
+validity (hrt/pipeline/validity.py) and the vector reads scoring needs, those two at once.
 
 Fan-out is capped per node (strongest edges first, then newest neighbours, then id) and per kind,
 so a hub concept cannot explode the frontier. A candidate's path score is its seed's semantic
@@ -18,17 +19,25 @@ a second (:func:`passage_evidence`) the best passage cosine (hrt.records.passage
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from hrt.config import ExpansionConfig
+from hrt.config import ExpansionConfig, RetrievalConfig
 from hrt.pipeline.grounding import Grounding
 from hrt.pipeline.intake import Intake
 from hrt.pipeline.scoring import candidate_semantic
+from hrt.pipeline.seeds import settle_named_seeds
+from hrt.pipeline.selection import filter_candidates
+from hrt.pipeline.validity import run_validity
 from hrt.records import Kind
 from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphStore, Vector, VectorIndex
+
+if TYPE_CHECKING:
+    from hrt.pipeline.context import RequestContext, Services
 
 
 async def run_expansion(
@@ -139,3 +148,47 @@ async def passage_evidence(
         read = await index.passage_similarities(intake.user_id, top, vectors)
         out.update({ident: best for ident, (_, best) in read.items()})
     return out
+
+
+async def scoring_reads(
+    intake: Intake,
+    candidates: list[GraphCandidate],
+    hits: Mapping[str, float],
+    vectors: Vector,
+    index: VectorIndex,
+    cfg: RetrievalConfig,
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The vector-index reads scoring needs beyond the search hits: the own cosines the
+    reached-evidence rule needs, then (``passage_weight`` above 0) the memory units' passage
+    evidence. The passage pool is chosen among the candidates of the walk, before what was not
+    valid is set aside."""
+    if not intake.phrases:  # named seeds alone: no cosine to read (hrt/pipeline/seeds.py)
+        return {}, {}
+    passages = cfg.scoring.passage_weight > 0.0
+    own, unit_own = await own_similarities(
+        intake, candidates, hits, vectors, index, cfg.expansion.reached_evidence, units=passages
+    )
+    if not passages:
+        return own, {}
+    passage = await passage_evidence(
+        intake, candidates, hits, own, unit_own, vectors, index, cfg.expansion, cfg.scoring.passage_pool
+    )
+    return own, passage
+
+
+async def expansion_stage(ctx: RequestContext, services: Services) -> str:
+    """The expansion stage: the walk; the named seeds settled; what the request's filters exclude
+    left out (never scored: the relevance gate measures against the best candidate the request can
+    get); then what was not true at valid_at set aside, its read beside the vector reads scoring
+    needs (two round trips in flight at once). ``skipped`` at depth 0."""
+    intake, grounding = ctx.intake, ctx.grounding
+    candidates = await run_expansion(intake, grounding, services.graph, ctx.cfg.expansion)
+    ctx.named = settle_named_seeds(grounding, intake.seed_ids, candidates)
+    candidates = filter_candidates(candidates, intake.filters)
+    validity, (ctx.own, ctx.passages) = await asyncio.gather(
+        run_validity(intake, candidates, services.graph),
+        scoring_reads(intake, candidates, grounding.similarity, ctx.embedding.result(), services.vectors, ctx.cfg),
+    )
+    ctx.validity = validity
+    ctx.candidates = validity.candidates
+    return "ok" if intake.depth > 0 else "skipped"

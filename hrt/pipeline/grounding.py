@@ -1,4 +1,4 @@
-"""Stage 2, grounding: hybrid vector + lexical search per phrase, fused by RRF, with seed 002's
+"""The grounding stage: hybrid vector + lexical search per phrase, fused by RRF, with seed 002's
 adaptive threshold decided in one pass over the scores the search already returned.
 
 Adaptive threshold (per phrase). Thresholds run from ``threshold_max`` down to ``threshold_min``
@@ -12,15 +12,16 @@ embedding is lukewarm). Admitted hits are ordered by RRF over their vector and l
 ties by id, and the first ``seeds_per_phrase`` become seeds. A phrase with no admitted hit is
 unmatched.
 
-Semantic evidence (``semantic_evidence``): with ``cosine`` (default) a hit's direct evidence for a
+Semantic evidence (``semantic_evidence``): with ``cosine`` a hit's direct evidence for a
 phrase is its cosine similarity; with ``fused`` it is its RRF score over both legs, normalised so
-that the first hit of both legs scores 1.0, which keeps the lexical leg's evidence in scoring.
+that the first hit of both legs scores 1.0, which keeps the lexical leg's evidence in scoring
+(the default).
 Seed choice and thresholds are the same in both modes: thresholds read the cosine, seeds are
 ordered by RRF.
 
 Across phrases (``phrase_evidence``): an entity's direct evidence, and a seed's score, is
 
-- ``max`` (default): its best evidence over the phrases (CombMAX);
+- ``max``: its best evidence over the phrases (CombMAX);
 - ``mean``: the sum of its evidence over all phrases divided by the number of phrases, a phrase
   that did not return it counting 0 (CombSUM, normalised into [0, 1]).
 
@@ -43,12 +44,18 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from hrt.config import GroundingConfig
 from hrt.contract import Filters
-from hrt.pipeline.intake import Intake
+from hrt.pipeline.context import settle
+from hrt.pipeline.seeds import add_named_seeds
 from hrt.records import Kind
 from hrt.stores.base import PhraseVectors, SearchFilter, VectorHit, VectorIndex
+
+if TYPE_CHECKING:
+    from hrt.pipeline.context import RequestContext, Services
+    from hrt.pipeline.intake import Intake
 
 EPS = 1e-9
 
@@ -190,3 +197,17 @@ async def run_grounding(intake: Intake, vectors: PhraseVectors, index: VectorInd
     if mode != "max":  # a seed scores its evidence over every phrase, as any other hit
         grounding.seeds = {i: min(1.0, max(0.0, grounding.similarity[i])) for i in grounding.seeds}
     return grounding
+
+
+async def grounding_stage(ctx: RequestContext, services: Services) -> str:
+    """The grounding stage: the search the intake stage started (and the user's preferences, read
+    beside it), then the request's named seeds join the grounded ones."""
+    searching = ctx.searching
+    assert searching is not None  # started by the intake stage
+    try:
+        ctx.grounding, ctx.preferences = await searching
+    except BaseException:
+        await settle(searching)
+        raise
+    add_named_seeds(ctx.grounding, ctx.intake.seed_ids)
+    return "ok"

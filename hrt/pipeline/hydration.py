@@ -1,5 +1,7 @@
-"""Stage 5, hydration (after scoring's shortlist, before rerank): one batched read per kind from
-the record store, the kinds' reads concurrent.
+"""The hydration stage: the shortlist (per kind the best ``limit x shortlist_factor``, at least
+``limit x reranker_oversample`` when reranking: what rerank and selection choose from, since both
+need the entities' text), then one batched read per kind from the record store, the kinds' reads
+concurrent.
 
 An id that the graph or the vector index returned but the record store lacks is reported in
 ``retrieval_metadata.missing_records``, never silently dropped.
@@ -9,10 +11,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from hrt.pipeline.scoring import Scored
+from hrt.pipeline.selection import shortlist
 from hrt.records import Entity, Kind
 from hrt.stores.base import RecordStore
+
+if TYPE_CHECKING:
+    from hrt.pipeline.context import RequestContext, Services
 
 
 async def run_hydration(
@@ -29,3 +36,17 @@ async def run_hydration(
         if lacking:
             missing[kind.value] = lacking
     return entities, missing
+
+
+async def hydration_stage(ctx: RequestContext, services: Services) -> str:
+    """The hydration stage: the shortlist read from the record store; records missing make the
+    response degraded."""
+    intake, cfg = ctx.intake, ctx.cfg
+    factor = cfg.assembly.shortlist_factor
+    if intake.rerank:
+        factor = max(factor, cfg.rerank.reranker_oversample)
+    ctx.shortlist = shortlist(ctx.scored, intake.limits, factor)
+    ctx.entities, ctx.missing = await run_hydration(intake.user_id, ctx.shortlist, services.records)
+    if ctx.missing:
+        ctx.degraded.append("records missing for " + ", ".join(f"{len(v)} {k}" for k, v in sorted(ctx.missing.items())))
+    return "ok"

@@ -1,4 +1,9 @@
-"""Stage 1, intake: decide the key phrases and the effective parameters of one request.
+"""The intake stage: decide the key phrases and the effective configuration of one request.
+
+The configuration (:func:`applied_config`, :func:`configure`): the server's, then the request's
+``preset`` (hrt.config.PRESETS), then its overrides (``RetrieveRequest.overrides``: ``config``,
+then ``weights`` / ``weights_preset`` and ``max_depth``, older names of ``config.weights`` and
+``config.default_depth``). The pipeline and ``hrt eval locomo`` build it with these functions alone.
 
 Key phrases come from the request; else the ``query`` is the one phrase; else the contents of the
 last three ``messages`` (seed 003's simple build, 200 characters each). Phrases are normalised
@@ -7,13 +12,28 @@ last three ``messages`` (seed 003's simple build, 200 characters each). Phrases 
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from hrt.config import WEIGHT_PRESETS, RetrievalConfig, Weights
-from hrt.contract import MAX_KEY_PHRASES, MAX_PHRASE_CHARS, Filters, Limits, RetrieveRequest, normalise_phrase
-from hrt.errors import InvalidInput
+from hrt.config import RetrievalConfig, Weights
+from hrt.contract import (
+    MAX_KEY_PHRASES,
+    MAX_PHRASE_CHARS,
+    AppliedConfig,
+    Filters,
+    Limits,
+    RetrieveRequest,
+    normalise_phrase,
+)
+from hrt.errors import InvalidInput, NotFound
+from hrt.pipeline.context import settle
+from hrt.pipeline.grounding import run_grounding
 from hrt.pipeline.temporal import TimeWindow, phrase_windows
+
+if TYPE_CHECKING:
+    from hrt.pipeline.context import RequestContext, Services
 
 MESSAGES_USED = 3
 MESSAGE_CHARS = 200
@@ -61,7 +81,23 @@ def dedupe_phrases(raw: list[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def applied_config(request: RetrieveRequest) -> AppliedConfig | None:
+    """What a request changes in the server's configuration: its preset and overrides (echoed as
+    ``retrieval_metadata.config``); None when it names none of preset, config, weights,
+    weights_preset and max_depth."""
+    overrides = request.overrides()
+    if request.preset is None and request.config is None and not overrides:
+        return None
+    return AppliedConfig(preset=request.preset, overrides=overrides)
+
+
+def configure(base: RetrievalConfig, applied: AppliedConfig | None) -> RetrievalConfig:
+    """The configuration a request runs with: ``base`` (the server's), then ``applied``."""
+    return base if applied is None else base.with_preset(applied.preset, applied.overrides)
+
+
 def run_intake(request: RetrieveRequest, cfg: RetrievalConfig, now: datetime) -> Intake:
+    """The request's phrases and parameters; ``cfg`` is its configuration (:func:`configure`)."""
     if request.key_phrases:
         phrases, source = dedupe_phrases(request.key_phrases), "key_phrases"
     elif request.query and normalise_phrase(request.query):
@@ -73,20 +109,14 @@ def run_intake(request: RetrieveRequest, cfg: RetrievalConfig, now: datetime) ->
         phrases, source = (), "seed_ids"
     if not phrases and not request.seed_ids:
         raise InvalidInput("no usable key phrase after normalisation", field="key_phrases")
-    if request.weights is not None:
-        weights = request.weights
-    elif request.weights_preset is not None:
-        weights = WEIGHT_PRESETS[request.weights_preset]
-    else:
-        weights = cfg.scoring.weights
     as_of = request.as_of or now
     return Intake(
         user_id=request.user_id,
         phrases=phrases,
         phrase_source=source,
         limits=request.limits,
-        depth=cfg.expansion.default_depth if request.max_depth is None else request.max_depth,
-        weights=weights.normalised(),
+        depth=cfg.expansion.default_depth,
+        weights=cfg.scoring.weights.normalised(),
         as_of=as_of,
         filters=request.filters,
         rerank=request.rerank,
@@ -96,3 +126,31 @@ def run_intake(request: RetrieveRequest, cfg: RetrievalConfig, now: datetime) ->
         include_invalidated=request.include_invalidated,
         seed_ids=tuple(request.seed_ids or ()),
     )
+
+
+async def intake_stage(ctx: RequestContext, services: Services) -> str:
+    """The intake stage: the request's phrases and parameters, and the reads that need nothing
+    else started. The embedding runs off the event loop (ONNX Runtime releases the GIL, so under
+    concurrent requests it overlaps with other requests' Python work on the second core), and the
+    record store's user check meanwhile. Grounding's search starts before the vectors are in (its
+    lexical leg needs none: at 1M documents that leg is most of the grounding), with the
+    preferences scoring needs beside it; the stage ends when the vectors are in."""
+    intake = ctx.intake = run_intake(ctx.request, ctx.cfg, ctx.now)
+    embedding = ctx.embedding = asyncio.ensure_future(
+        asyncio.to_thread(services.embedder.embed_queries, list(intake.phrases))
+    )
+    ctx.searching = None
+    try:
+        if not await services.records.user_exists(intake.user_id):
+            raise NotFound(f"unknown user_id {intake.user_id!r}: nothing was ingested for it", field="user_id")
+        ctx.searching = asyncio.ensure_future(
+            asyncio.gather(
+                run_grounding(intake, embedding, services.vectors, ctx.cfg.grounding),
+                services.records.preferences(intake.user_id),
+            )
+        )
+        await asyncio.shield(embedding)
+    except BaseException:
+        await settle(embedding, ctx.searching)
+        raise
+    return "ok"

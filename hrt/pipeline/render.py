@@ -1,4 +1,4 @@
-"""Stage 9 (on request): the context as one text an agent pastes into its prompt.
+"""Rendering, the end of the assembly stage (on request): the context as one text an agent pastes into its prompt.
 
 ``RetrieveRequest.render`` asks for it; it goes in ``retrieval_metadata.rendered``. The text is a
 pure function of the response and the returned entities, so it is byte-identical for the same

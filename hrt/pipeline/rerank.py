@@ -1,4 +1,4 @@
-"""Stage 5, rerank (optional): the shortlisted items go to the Reranker in one call.
+"""The rerank stage (on request): the shortlisted items go to the Reranker in one call.
 
 Which items: per kind the best ``limit x reranker_oversample`` of the shortlist, at most
 ``reranker_max_candidates`` in all (taken round-robin over kinds by rank, so no kind is starved).
@@ -16,7 +16,7 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from hrt.config import RerankConfig
 from hrt.contract import Limits
@@ -25,6 +25,9 @@ from hrt.pipeline.scoring import Scored
 from hrt.pipeline.selection import limit_for
 from hrt.records import Entity, Kind, entity_text
 from hrt.reranker import Reranker
+
+if TYPE_CHECKING:
+    from hrt.pipeline.context import RequestContext, Services
 
 log = logging.getLogger(__name__)
 
@@ -97,3 +100,20 @@ async def run_rerank(
             for s in items
         ]
     return RerankOutcome(out, "ok", None, True)
+
+
+async def rerank_stage(ctx: RequestContext, services: Services) -> str:
+    """The rerank stage: its status is the outcome's; a reranker that fails or runs past
+    ``rerank_budget_s`` makes the response degraded."""
+    outcome = ctx.rerank = await run_rerank(
+        ctx.intake,
+        ctx.shortlist,
+        ctx.entities,
+        services.reranker,
+        ctx.cfg.rerank,
+        budget_s=services.settings.rerank_budget_s,
+    )
+    if outcome.status in ("degraded", "timeout") and outcome.reason:
+        ctx.degraded.append(outcome.reason)
+        services.metrics.degraded.labels(stage="rerank").inc()
+    return outcome.status

@@ -1,4 +1,4 @@
-"""Stage 4, scoring: the EntityScorer, pure functions with explicit inputs.
+"""The scoring stage: the EntityScorer, pure functions with explicit inputs.
 
     final = alpha * semantic + relevance * (beta * recency + gamma * salience + delta * preference)
 
@@ -59,12 +59,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from hrt.config import Weights
+from hrt.config import ExpansionConfig, RetrievalConfig, ScoringConfig, Weights
 from hrt.pipeline.temporal import TimeWindow, in_any
 from hrt.records import EdgeType, Kind, Preference
 from hrt.stores.base import GraphCandidate, GraphNode, positional_maker
+
+if TYPE_CHECKING:
+    from hrt.pipeline.context import RequestContext, Services
 
 SECONDS_PER_DAY = 86_400.0
 
@@ -86,31 +89,60 @@ def semantic_score(direct_similarity: float | None, path_score: float) -> float:
 
 
 REACHED_RULES = ("path", "path_x_cosine", "scoped")
+# the configuration's defaults, which Evidence's are
+_EXPANSION, _SCORING = ExpansionConfig(), ScoringConfig()
 
 
 @dataclass(frozen=True, slots=True)
 class Evidence:
     """How the semantic term is made beyond the direct evidence (module docstring): the rule, the
     candidates' own cosines (``own``: ids the index has a vector for), ``hop_decay``, the
-    phrases' time windows (used when ``temporal``) and the relevance gate's ``tau``."""
+    phrases' time windows (used when ``temporal``) and the relevance gate's ``tau``. The settings'
+    defaults are the configuration's (:meth:`of` a default ``RetrievalConfig``); :data:`PLAIN` is
+    the plain weighted sum."""
 
-    rule: str = "path"
+    rule: str = _EXPANSION.reached_evidence
     own: Mapping[str, float] = field(default_factory=dict)
-    hop_decay: float = 0.6
+    hop_decay: float = _EXPANSION.hop_decay
     windows: Sequence[TimeWindow] = ()
-    temporal: bool = False
-    gate: float = 0.0
+    temporal: bool = _SCORING.temporal_match == "tier"
+    gate: float = _SCORING.relevance_gate
     # candidates kept that do not hold at the request's valid_at (include_invalidated): no recency
     stale: frozenset[str] = frozenset()
     # memory units' best passage cosines (``passage_weight`` > 0): see :func:`with_passage`
     passages: Mapping[str, float] = field(default_factory=dict)
-    passage_weight: float = 0.0
+    passage_weight: float = _SCORING.passage_weight
     # ``artifact_evidence`` "source": an artifact reached from a memory unit takes at least its
     # semantic term (:func:`derived_source`)
-    artifact_source: bool = False
+    artifact_source: bool = _SCORING.artifact_evidence == "source"
+
+    @classmethod
+    def of(
+        cls,
+        cfg: RetrievalConfig,
+        own: Mapping[str, float] | None = None,
+        windows: Sequence[TimeWindow] = (),
+        stale: frozenset[str] = frozenset(),
+        passages: Mapping[str, float] | None = None,
+    ) -> Evidence:
+        """A request's evidence: ``cfg``'s rules with the request's reads."""
+        ex, sc = cfg.expansion, cfg.scoring
+        return cls(
+            rule=ex.reached_evidence,
+            own={} if own is None else own,
+            hop_decay=ex.hop_decay,
+            windows=windows,
+            temporal=sc.temporal_match == "tier",
+            gate=sc.relevance_gate,
+            stale=stale,
+            passages={} if passages is None else passages,
+            passage_weight=sc.passage_weight,
+            artifact_source=sc.artifact_evidence == "source",
+        )
 
 
-PLAIN = Evidence()
+# the plain weighted sum: the path rule, no time match, no gate, no passages, artifacts on their own
+PLAIN = Evidence(rule="path", temporal=False, gate=0.0, passage_weight=0.0, artifact_source=False)
 
 
 def candidate_semantic(
@@ -198,10 +230,10 @@ class PreferenceBook:
     concept_types: Mapping[str, float]
     source_types: Mapping[str, float]
     artifact_types: Mapping[str, float]
-    neutral: float = 0.5
+    neutral: float = _SCORING.neutral_preference
 
     @classmethod
-    def build(cls, prefs: Iterable[Preference], neutral: float = 0.5) -> PreferenceBook:
+    def build(cls, prefs: Iterable[Preference], neutral: float = _SCORING.neutral_preference) -> PreferenceBook:
         tables: dict[str, dict[str, float]] = {
             "concept": {},
             "concept_type": {},
@@ -324,29 +356,23 @@ def score_candidates(
     weights: Weights,
     as_of: float,
     half_life_days: float,
-    evidence: Evidence = PLAIN,
+    evidence: Evidence,
 ) -> list[Scored]:
     """Score every candidate; returned best first, ties broken by id.
 
     The loop is :func:`candidate_semantic`, :func:`time_matched`, :func:`recency_score`,
-    :func:`preference_score`, :func:`relevance_factor` and :func:`combine` written out (the same
-    operations in the same order, so the same floats): it runs for every candidate of every
-    request, ~700 at 100k entities. The relevance gate needs every candidate's semantic term
-    first, so the final scores are a second pass."""
+    :func:`preference_score` written out (the same operations in the same order, so the same
+    floats): it runs for every candidate of every request, ~700 at 100k entities. The relevance
+    gate needs every candidate's semantic term first, so the final scores are a second pass
+    (:func:`rank`)."""
     cands = list(candidates)
     concept_types = {c.node.id: c.node.category for c in cands if c.node.kind is Kind.CONCEPT}
-    a, b, g, d = (
-        weights.alpha_semantic_similarity,
-        weights.beta_recency,
-        weights.gamma_salience,
-        weights.delta_user_preference,
-    )
     concept, memory_unit = Kind.CONCEPT, Kind.MEMORY_UNIT
     mention_weight: dict[str, float] = {}  # per mentioned concept: its weight, -1.0 for none
     plain_mentions = not book.concepts and not book.concept_types  # no mention can carry a weight
     concept_weights, concept_type_weights, artifact_weights = book.concepts, book.concept_types, book.artifact_types
     neutral = book.neutral
-    rule, own_cosine, decay, tau = evidence.rule, evidence.own, evidence.hop_decay, evidence.gate
+    rule, own_cosine, decay = evidence.rule, evidence.own, evidence.hop_decay
     stale = evidence.stale
     passage, lam = evidence.passages, evidence.passage_weight
     windows = evidence.windows if evidence.temporal else ()
@@ -378,21 +404,7 @@ def score_candidates(
         if kind is memory_unit and plain_mentions:
             pref = book.source_types.get(node.category, book.neutral)
         elif kind is memory_unit:
-            signals: list[float] = []
-            if node.category in book.source_types:
-                signals.append(book.source_types[node.category])
-            strongest = -1.0
-            for cid in c.mentions:
-                w = mention_weight.get(cid)
-                if w is None:
-                    w = mention_weight[cid] = book.concepts.get(
-                        cid, book.concept_types.get(concept_types.get(cid, ""), -1.0)
-                    )
-                if w >= 0.0 and w > strongest:
-                    strongest = w
-            if strongest >= 0.0:
-                signals.append(strongest)
-            pref = sum(signals) / len(signals) if signals else book.neutral
+            pref = _unit_preference(node, c.mentions, book, concept_types, mention_weight)
         elif kind is concept:
             own = concept_weights.get(node.id)
             pref = concept_type_weights.get(node.category, neutral) if own is None else own
@@ -400,9 +412,49 @@ def score_candidates(
             pref = artifact_weights.get(node.category, neutral)
         pref = 0.0 if pref < 0.0 else 1.0 if pref > 1.0 else pref
         terms.append((c, sem, rec, sal, pref))
-    sources: dict[int, str] = {}
-    if evidence.artifact_source:
-        sources = lift_artifacts(terms, best)
+    sources = lift_artifacts(terms, best) if evidence.artifact_source else {}
+    return rank(terms, best, weights, evidence.gate, sources)
+
+
+def _unit_preference(
+    node: GraphNode,
+    mentions: Iterable[str],
+    book: PreferenceBook,
+    concept_types: Mapping[str, str],
+    mention_weight: dict[str, float],
+) -> float:
+    """:func:`preference_score` of a memory unit whose mentions may carry a weight, with each
+    mentioned concept's weight memoised in ``mention_weight`` (-1.0: none)."""
+    signals: list[float] = []
+    if node.category in book.source_types:
+        signals.append(book.source_types[node.category])
+    strongest = -1.0
+    for cid in mentions:
+        w = mention_weight.get(cid)
+        if w is None:
+            w = mention_weight[cid] = book.concepts.get(cid, book.concept_types.get(concept_types.get(cid, ""), -1.0))
+        if w >= 0.0 and w > strongest:
+            strongest = w
+    if strongest >= 0.0:
+        signals.append(strongest)
+    return sum(signals) / len(signals) if signals else book.neutral
+
+
+def rank(
+    terms: Sequence[tuple[GraphCandidate, float, float, float, float]],
+    best: Mapping[Kind, float],
+    weights: Weights,
+    tau: float,
+    sources: Mapping[int, str],
+) -> list[Scored]:
+    """The final scores (:func:`relevance_factor` and :func:`combine` written out), best first,
+    ties by id."""
+    a, b, g, d = (
+        weights.alpha_semantic_similarity,
+        weights.beta_recency,
+        weights.gamma_salience,
+        weights.delta_user_preference,
+    )
     # sorted by (-final, id, position): the position only orders a repeated id, so a Scored is never compared
     ranked: list[tuple[float, str, int, Scored]] = []
     for position, (c, sem, rec, sal, pref) in enumerate(terms):
@@ -418,3 +470,23 @@ def score_candidates(
         ranked.append((-final, c.node.id, position, scored))
     ranked.sort()
     return [item for *_, item in ranked]
+
+
+async def scoring_stage(ctx: RequestContext, services: Services) -> str:
+    """The scoring stage: every candidate scored with the request's evidence (its configuration's
+    rules, its reads) and weights, best first; the trace hook sees them."""
+    intake, cfg = ctx.intake, ctx.cfg
+    book = PreferenceBook.build(ctx.preferences, cfg.scoring.neutral_preference)
+    evidence = ctx.evidence = Evidence.of(cfg, ctx.own, intake.windows, ctx.validity.stale, ctx.passages)
+    ctx.scored = score_candidates(
+        ctx.candidates,
+        ctx.grounding.similarity,
+        book,
+        intake.weights,
+        intake.as_of.timestamp(),
+        cfg.scoring.recency_half_life_days,
+        evidence,
+    )
+    if services.trace is not None:
+        services.trace(intake, ctx.scored)
+    return "ok"

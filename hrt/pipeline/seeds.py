@@ -1,4 +1,4 @@
-"""Named seeds (#33): entities a request names in ``seed_ids``, walked from as grounded seeds are.
+"""Named seeds: entities a request names in ``seed_ids``, walked from as grounded seeds are.
 
 A named seed enters the walk with seed score 1.0 (the caller knows it is relevant: nothing to be
 unsure of), so its neighbours' paths start at full strength; where a phrase grounded it too, the
@@ -14,10 +14,13 @@ user's, a future one, or none) is ``unknown`` (docs/api.md, "Starting from known
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from hrt.contract import SeedGrounding
-from hrt.pipeline.grounding import Grounding
 from hrt.stores.base import GraphCandidate
+
+if TYPE_CHECKING:
+    from hrt.pipeline.grounding import Grounding
 
 NAMED_SEED_SCORE = 1.0
 

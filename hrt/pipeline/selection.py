@@ -1,4 +1,4 @@
-"""Stage 6, selection (with the filters and the shortlist that feeds hydration and rerank).
+"""The selection stage (with the filters expansion applies and the shortlist hydration reads).
 
 - Filters drop candidates the request excludes (kinds, tags, agents, time range), before scoring.
 - The shortlist keeps, per kind, the best ``limit x shortlist_factor`` by score then id: enough
@@ -8,18 +8,24 @@
   ``dedup_jaccard - 0.1`` (same words, mostly in the same order). Seed 000 compared 200-character
   prefix hashes, which misses a changed first word and flags texts that merely open alike. The
   better scored item stays.
+- The score floor (``min_score``, seed 003): items whose final score, rounded as the response
+  shows it, is below it are left out (after rerank when reranking).
 - Top-N per kind, ties broken by id.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from hrt.contract import Filters, Limits
 from hrt.pipeline.scoring import Scored
-from hrt.records import Kind
+from hrt.records import Kind, entity_body
 from hrt.stores.base import GraphCandidate, GraphNode
 from hrt.text import words as tokenize
+
+if TYPE_CHECKING:
+    from hrt.pipeline.context import RequestContext, Services
 
 
 def limit_for(limits: Limits, kind: Kind) -> int:
@@ -132,3 +138,20 @@ def select(
             kept.append(fp)
         selected[kind] = keep
     return selected, removed
+
+
+def above_floor(ranked: dict[Kind, list[Scored]], floor: float | None, places: int) -> Mapping[Kind, Sequence[Scored]]:
+    """The items whose final score, rounded to ``places`` as the response shows it, reaches
+    ``floor`` (None: all of them, unchanged)."""
+    if floor is None:
+        return ranked
+    return {k: [x for x in v if round(x.final, places) >= floor] for k, v in ranked.items()}
+
+
+async def selection_stage(ctx: RequestContext, services: Services) -> str:
+    """The selection stage: the score floor, then per kind the best items without near-duplicates."""
+    ac = ctx.cfg.assembly
+    texts = {i: entity_body(e) for i, e in ctx.entities.items()}
+    ranked = above_floor(ctx.rerank.items, ctx.request.min_score, ac.score_decimals)
+    ctx.selected, ctx.near_duplicates_removed = select(ranked, texts, ctx.intake.limits, ac.dedup_jaccard)
+    return "ok"

@@ -1,4 +1,4 @@
-"""Stage 3b, validity: set aside the candidates that were not true at the request's ``valid_at``.
+"""Validity, part of the expansion stage: set aside the candidates that were not true at the request's ``valid_at``.
 
 HRT keeps two times (docs/api.md, "Facts that change"): when it learned a fact (a memory unit's
 ``creation_ts``, an artifact's ``created_at``: the request's ``as_of`` hides what was learned

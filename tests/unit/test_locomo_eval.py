@@ -372,7 +372,11 @@ def test_the_command_runs_end_to_end_on_the_fixture(tmp_path: Path) -> None:
     assert meta["hrt"]["max_depth"].startswith("HRT_DEFAULT_DEPTH")
     unweighted = meta["hrt-unweighted"]
     assert unweighted["weights"].startswith("HRT_WEIGHTS") and unweighted["settings_overrides"] == {}
-    assert meta["hrt"]["config_hash"] == meta["hrt-depth3"]["config_hash"] != meta["hrt-before"]["config_hash"]
+    # one configuration, one hash: the default depth asked for by name is the default; another
+    # depth, other weights or a preset is another configuration
+    assert meta["hrt"]["config_hash"] == meta["hrt-depth2"]["config_hash"]
+    hashes = [meta[n]["config_hash"] for n in ("hrt", "hrt-unweighted", "hrt-depth3", "hrt-before")]
+    assert len(set(hashes)) == len(hashes)
     assert meta["hrt-before"]["preset"] == "tuned-2026-11" and meta["hrt"]["preset"] is None
     table = (out / "locomo-results.md").read_text()
     assert "HRT, product defaults" in table and "nothing overridden" in table and "BM25 only" in table
@@ -438,7 +442,7 @@ async def test_noisy_or_path_evidence_sums_each_seeds_path(node: str, direct: fl
     from hrt.contract import RetrieveRequest
     from hrt.pipeline.expansion import run_expansion
     from hrt.pipeline.grounding import Grounding
-    from hrt.pipeline.intake import run_intake
+    from hrt.pipeline.intake import applied_config, configure, run_intake
     from hrt.records import Kind
     from hrt.stores.base import GraphNode
 
@@ -452,10 +456,9 @@ async def test_noisy_or_path_evidence_sums_each_seeds_path(node: str, direct: fl
         for t in ts:
             adjacency.setdefault(o, []).append((t, EdgeType.DERIVED_FROM, 1.0, True))
             adjacency.setdefault(t, []).append((o, EdgeType.DERIVED_FROM, 1.0, False))
-    cfg = Settings(hop_decay=0.6).retrieval()
-    intake = run_intake(
-        RetrieveRequest(user_id="u", key_phrases=["q"], max_depth=1), cfg, datetime(2025, 1, 1, tzinfo=UTC)
-    )
+    request = RetrieveRequest(user_id="u", key_phrases=["q"], max_depth=1)
+    cfg = configure(Settings(hop_decay=0.6).retrieval(), applied_config(request))
+    intake = run_intake(request, cfg, datetime(2025, 1, 1, tzinfo=UTC))
     grounding = Grounding(phrases=[], seeds={"o1": 0.9, "o2": 0.5}, similarity={"o1": 0.9, "o2": 0.5})
     if direct is not None:
         grounding.similarity[node] = direct
@@ -511,16 +514,16 @@ async def test_turn_by_turn_an_observation_links_the_concepts_the_route_made(tmp
 
 
 def test_the_command_runs_with_path_sum_as_a_request_override(tmp_path: Path) -> None:
-    import hrt.pipeline as pipeline
+    from hrt.pipeline import expansion
 
-    before = pipeline.run_expansion
+    before = expansion.run_expansion
     data = tmp_path / "tiny-locomo.json"
     data.write_text(json.dumps([fixture_sample()]))
     out = tmp_path / "out"
     argv = ["--data", str(data), "--out", str(out), "--db", str(tmp_path / "e.db"), "--systems", "hrt"]
     args = L.build_parser().parse_args([*argv, "--experimental-path-sum"])
     assert L.run(args, embedder=HashingEmbedder()) == 0
-    assert pipeline.run_expansion is before
+    assert expansion.run_expansion is before
     body = json.loads((out / "locomo-results.json").read_text())
     assert body["meta"]["config"]["experimental_path_sum"] is True
     system = body["meta"]["hrt_systems"]["hrt"]

@@ -8,8 +8,17 @@ import typing
 import pytest
 from pydantic import ValidationError
 
-from hrt.config import RETRIEVAL_PRESETS, STAGES, RetrievalConfig, Settings, Weights
-from hrt.contract import AugmentedMemoryContext, ConfigOverrides, RetrievalPresetName, RetrieveRequest
+from hrt.config import (
+    PRESETS,
+    STAGES,
+    WEIGHT_PRESET_NAMES,
+    WEIGHT_PRESETS,
+    RetrievalConfig,
+    Settings,
+    Weights,
+    preset_weights,
+)
+from hrt.contract import AugmentedMemoryContext, ConfigOverrides, PresetName, RetrievalPresetName, RetrieveRequest
 
 AS_OF = "2025-08-01T00:00:00Z"
 # config_hash of the default settings before the settings were split into stages (commit 18bc21a):
@@ -68,10 +77,12 @@ def test_overrides_are_validated_by_their_stage() -> None:
 
 
 def test_the_request_surface_matches_the_config() -> None:
-    assert set(typing.get_args(RetrievalPresetName)) == set(RETRIEVAL_PRESETS)
+    assert set(typing.get_args(RetrievalPresetName)) == set(PRESETS)
+    assert typing.get_args(PresetName) == WEIGHT_PRESET_NAMES
+    assert set(WEIGHT_PRESET_NAMES) <= set(PRESETS)
     owner = {f for stage in STAGES.values() for f in stage.model_fields}
     assert set(ConfigOverrides.model_fields) <= owner
-    for changes in RETRIEVAL_PRESETS.values():
+    for changes in PRESETS.values():
         RetrievalConfig().with_overrides(changes)  # every preset is a valid configuration
 
 
@@ -97,8 +108,9 @@ async def test_the_relevance_preset_is_the_semantic_weights_with_its_own_hash(lo
     assert ranked(preset) != ranked(default)
     md = preset.retrieval_metadata
     assert md.config is not None and (md.config.preset, md.config.overrides) == ("relevance", {})
-    assert md.config_hash not in (weighted.retrieval_metadata.config_hash, "")
-    assert weighted.retrieval_metadata.config_hash == default.retrieval_metadata.config_hash
+    # one configuration, one hash: the preset's weights asked for by name or given as weights
+    assert md.config_hash == weighted.retrieval_metadata.config_hash
+    assert md.config_hash not in (default.retrieval_metadata.config_hash, "")
 
 
 async def test_overrides_change_the_answer_the_echo_and_the_hash_deterministically(loaded_service) -> None:
@@ -132,3 +144,111 @@ async def test_a_preset_then_overrides_on_top(loaded_service) -> None:
     assert doc.retrieval_metadata.config_hash == config_hash == cfg.fingerprint()
     assert doc.retrieval_metadata.relevance_gate.threshold == 0.3
     assert applied is not None and applied.overrides == {"relevance_gate": 0.3}
+
+
+# --- the older request fields are config overrides (weights, weights_preset, max_depth) ---------
+
+
+ALIASES = [
+    ({"max_depth": 0}, {"config": {"default_depth": 0}}),
+    ({"max_depth": 3}, {"config": {"default_depth": 3}}),
+    (
+        {"weights": {**Weights().model_dump(), "beta_recency": 0.5}},
+        {"config": {"weights": {**Weights().model_dump(), "beta_recency": 0.5}}},
+    ),
+    *[
+        ({"weights_preset": name}, {"config": {"weights": preset_weights(name).model_dump()}})
+        for name in WEIGHT_PRESET_NAMES
+    ],
+    ({"weights_preset": "semantic"}, {"preset": "semantic"}),
+    (
+        {"max_depth": 1, "weights_preset": "recent", "config": {"search_k": 9}},
+        {"config": {"default_depth": 1, "search_k": 9, "weights": WEIGHT_PRESETS["recent"].model_dump()}},
+    ),
+]
+
+
+@pytest.mark.parametrize(("alias", "config"), ALIASES)
+def test_an_alias_gives_the_config_and_hash_of_the_same_config_override(alias, config) -> None:
+    from hrt.pipeline import HybridRetrievalTool
+
+    tool = HybridRetrievalTool.__new__(HybridRetrievalTool)
+    tool.reconfigure(Settings())
+    by_alias = tool.config_for(req(key_phrases=["x"], **alias))
+    by_config = tool.config_for(req(key_phrases=["x"], **config))
+    assert by_alias[0] == by_config[0]
+    assert by_alias[1] == by_config[1] == by_config[0].fingerprint()
+
+
+def test_aliases_apply_on_top_of_config_and_are_echoed_as_overrides() -> None:
+    request = req(key_phrases=["x"], max_depth=1, weights_preset="salient", config={"default_depth": 3})
+    assert request.overrides() == {"default_depth": 1, "weights": WEIGHT_PRESETS["salient"].model_dump()}
+    assert req(key_phrases=["x"]).overrides() == {}
+    assert req(key_phrases=["x"], weights_preset="balanced").overrides() == {"weights": Weights().model_dump()}
+
+
+async def test_an_alias_request_runs_and_echoes_what_the_config_request_does(loaded_service) -> None:
+    phrases = ["Project Phoenix timeline", "team bandwidth"]
+    by_alias = await loaded_service.retrieve(req(key_phrases=phrases, max_depth=1, weights_preset="recent"))
+    by_config = await loaded_service.retrieve(
+        req(key_phrases=phrases, config={"default_depth": 1, "weights": WEIGHT_PRESETS["recent"].model_dump()})
+    )
+    assert by_alias.canonical_json() == by_config.canonical_json()
+    md = by_alias.retrieval_metadata
+    assert md.config is not None and md.config.overrides["default_depth"] == 1
+    assert by_alias.scoring_details.graph_traversal_depth_used == 1
+    # the server's own depth asked for by name changes nothing but the echo
+    same = await loaded_service.retrieve(req(key_phrases=phrases, max_depth=loaded_service.settings.default_depth))
+    assert same.retrieval_metadata.config_hash == loaded_service.settings.fingerprint()
+
+
+def test_the_pipeline_and_the_evaluation_build_the_configuration_alike() -> None:
+    from hrt.eval.locomo import evaluation
+    from hrt.eval.locomo.systems import HRT_SYSTEMS, EvalConfig, request_for
+    from hrt.pipeline import HybridRetrievalTool, intake
+
+    assert evaluation.configure is intake.configure and evaluation.applied_config is intake.applied_config
+    settings = Settings()
+    tool = HybridRetrievalTool.__new__(HybridRetrievalTool)
+    tool.reconfigure(settings)
+    cfg = EvalConfig(experimental_path_sum=True)
+
+    class Q:
+        user_id, as_of = "u1", None
+
+        def key_phrases(self, mode: str) -> list[str]:
+            return ["x"]
+
+    for name in HRT_SYSTEMS:
+        depth, weights, preset = evaluation.system_request(name, cfg)
+        _, config_hash, _ = tool.config_for(request_for(Q(), cfg, depth, weights, preset))  # type: ignore[arg-type]
+        assert evaluation._system_json(name, cfg, settings)["config_hash"] == config_hash
+
+
+# --- the stages' defaults and names ----------------------------------------------------------
+
+
+def test_the_scorers_defaults_are_the_configurations() -> None:
+    from hrt.pipeline.scoring import PLAIN, Evidence, PreferenceBook
+
+    assert Evidence() == Evidence.of(RetrievalConfig())
+    cfg = RetrievalConfig()
+    assert (Evidence().rule, Evidence().hop_decay) == (cfg.expansion.reached_evidence, cfg.expansion.hop_decay)
+    assert PreferenceBook.build([]).neutral == cfg.scoring.neutral_preference
+    assert (PLAIN.rule, PLAIN.gate, PLAIN.temporal, PLAIN.passage_weight, PLAIN.artifact_source) == (
+        "path",
+        0.0,
+        False,
+        0.0,
+        False,
+    )
+
+
+async def test_the_stage_names_are_the_timing_and_status_keys(loaded_service) -> None:
+    from hrt.pipeline import PIPELINE
+
+    names = [stage.name for stage in PIPELINE]
+    assert len(names) == len(set(names))
+    doc, timings = await loaded_service.tool.run(req(key_phrases=["Project Phoenix timeline"], rerank=True))
+    assert list(timings) == [*names, "total"]
+    assert list(doc.retrieval_metadata.stages) == names

@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from hrt.config import WEIGHT_PRESETS, Weights
 from hrt.pipeline.scoring import (
+    PLAIN,
     PreferenceBook,
     combine,
     preference_score,
@@ -102,7 +103,7 @@ def test_score_candidates_orders_by_score_then_id_and_uses_last_mention_for_conc
         GraphCandidate(node("c", Kind.CONCEPT), 1, "a", (), 0.3, last_mention_ts=recent),
         GraphCandidate(node("d", Kind.CONCEPT), 1, "a", (), 0.3, last_mention_ts=None),
     ]
-    out = score_candidates(cands, {}, book, w, AS_OF, 30)
+    out = score_candidates(cands, {}, book, w, AS_OF, 30, PLAIN)
     assert [s.id for s in out] == ["a", "b", "c", "d"]  # a/b tie -> id; c newer than d
     assert out[2].recency > out[3].recency == 0.5
     assert all(0.0 <= s.final <= 1.0 for s in out)
@@ -144,7 +145,7 @@ def test_score_candidates_is_the_per_term_functions(raw, with_book):
         sal = min(1.0, max(0.0, c.node.salience))
         pref = min(1.0, max(0.0, preference_score(c.node, c.mentions, book, types)))
         expected[c.node.id] = (sem, rec, sal, pref, combine(w, sem, rec, sal, pref))
-    out = score_candidates(cands, similarity, book, w, AS_OF, 30)
+    out = score_candidates(cands, similarity, book, w, AS_OF, 30, PLAIN)
     assert {s.id: (s.semantic, s.recency, s.salience, s.preference, s.final) for s in out} == expected
     assert [s.id for s in out] == sorted(expected, key=lambda i: (-expected[i][4], i))
 
@@ -235,7 +236,7 @@ def test_no_gate_is_the_plain_weighted_sum():
 
     w = Weights().normalised()
     cands = [GraphCandidate(node("a", Kind.MEMORY_UNIT, ts=AS_OF), 0, "a", (), 0.1)]
-    plain = score_candidates(cands, {"a": 0.1}, PreferenceBook.build([]), w, AS_OF, 30)
+    plain = score_candidates(cands, {"a": 0.1}, PreferenceBook.build([]), w, AS_OF, 30, PLAIN)
     gate0 = score_candidates(cands, {"a": 0.1}, PreferenceBook.build([]), w, AS_OF, 30, Evidence(rule="path", gate=0.0))
     assert plain[0].final == gate0[0].final == combine(w, 0.1, 1.0, 0.5, 0.5)
 

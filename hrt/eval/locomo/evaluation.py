@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hrt.config import RETRIEVAL_PRESETS, Settings
+from hrt.config import Settings, Weights
+from hrt.contract import RetrievalPresetName, RetrieveRequest
 from hrt.embedder import CachedEmbedder, Embedder
 from hrt.eval.locomo.importer import ImportedConversation, ImportOptions, import_conversation
 from hrt.eval.locomo.metrics import PER_QUESTION_METRICS, Ranking, aggregate, question_metrics
@@ -29,6 +30,7 @@ from hrt.eval.locomo.systems import (
 )
 from hrt.extraction.messages import ConversationRequest, Message
 from hrt.ingest import Record
+from hrt.pipeline.intake import applied_config, configure
 from hrt.records import Artifact, EdgeType, MemoryUnit, Relation
 
 if TYPE_CHECKING:
@@ -100,35 +102,9 @@ async def evaluate(
         derived = {c.user_id: c.derived_from for c in imported}
         baselines = baseline_systems(service, derived, cfg.top_k)
         traced = Traced()
-        runners: dict[str, System] = {}
         tallies: dict[str, PhraseTally] = {}
-        for name in systems:
-            if name in baselines:
-                runners[name] = baselines[name]
-            elif name in HRT_SYSTEMS:
-                depth, semantic_weights, preset = HRT_SYSTEMS[name]
-                if name in ("hrt", "hrt-unweighted") and cfg.depth is not None:
-                    depth = cfg.depth
-                weights = cfg.weights if semantic_weights else None
-                tallies[name] = PhraseTally()
-                runners[name] = hrt_system(service.tool, derived, cfg, depth, weights, traced, preset, tallies[name])
-            else:
-                raise ValueError(f"unknown system {name!r}; one of {', '.join(SYSTEMS)}")
-        rows: dict[str, list[tuple[int, dict[str, float]]]] = {n: [] for n in runners}
-        seconds: dict[str, float] = dict.fromkeys(runners, 0.0)
-        per_question: list[dict[str, Any]] = []
-        for qi, q in enumerate(questions):
-            entry = question_record(q)
-            for name, runner in runners.items():
-                start = time.perf_counter()
-                ranking = await runner(q)
-                seconds[name] += time.perf_counter() - start
-                metrics = question_metrics(ranking, q.evidence)
-                rows[name].append((q.category, metrics))
-                entry["systems"][name] = system_record(ranking, q.evidence, metrics)
-            per_question.append(entry)
-            if (qi + 1) % 100 == 0:
-                say(f"{qi + 1}/{len(questions)} questions")
+        runners = _runners(systems, baselines, service, derived, cfg, traced, tallies)
+        rows, seconds, per_question = await _ask(questions, runners, say)
         meta = {
             "conversations": [c.sample_id for c in imported],
             "import_counts": {c.sample_id: c.counts for c in imported},
@@ -262,21 +238,78 @@ def system_record(ranking: Ranking, evidence: frozenset[str], metrics: Mapping[s
     }
 
 
-def _system_json(name: str, cfg: EvalConfig, settings: Settings) -> dict[str, Any]:
-    """What an HRT system of the run was asked with: depth, weights, preset, the run's Settings and
-    request overrides, and the config_hash its responses carry."""
+def _runners(
+    systems: Sequence[str],
+    baselines: Mapping[str, System],
+    service: HRTService,
+    derived: Mapping[str, Mapping[str, frozenset[str]]],
+    cfg: EvalConfig,
+    traced: Traced,
+    tallies: dict[str, PhraseTally],
+) -> dict[str, System]:
+    """The systems of the run by name, each HRT system with its tally of unmatched phrases."""
+    runners: dict[str, System] = {}
+    for name in systems:
+        if name in baselines:
+            runners[name] = baselines[name]
+        elif name in HRT_SYSTEMS:
+            depth, weights, preset = system_request(name, cfg)
+            tallies[name] = PhraseTally()
+            runners[name] = hrt_system(service.tool, derived, cfg, depth, weights, traced, preset, tallies[name])
+        else:
+            raise ValueError(f"unknown system {name!r}; one of {', '.join(SYSTEMS)}")
+    return runners
+
+
+async def _ask(
+    questions: Sequence[Question], runners: Mapping[str, System], say: Callable[[str], None]
+) -> tuple[dict[str, list[tuple[int, dict[str, float]]]], dict[str, float], list[dict[str, Any]]]:
+    """Every question of every system: the metrics per system, the seconds each took, and the
+    questions' lines."""
+    rows: dict[str, list[tuple[int, dict[str, float]]]] = {n: [] for n in runners}
+    seconds: dict[str, float] = dict.fromkeys(runners, 0.0)
+    per_question: list[dict[str, Any]] = []
+    for qi, q in enumerate(questions):
+        entry = question_record(q)
+        for name, runner in runners.items():
+            start = time.perf_counter()
+            ranking = await runner(q)
+            seconds[name] += time.perf_counter() - start
+            metrics = question_metrics(ranking, q.evidence)
+            rows[name].append((q.category, metrics))
+            entry["systems"][name] = system_record(ranking, q.evidence, metrics)
+        per_question.append(entry)
+        if (qi + 1) % 100 == 0:
+            say(f"{qi + 1}/{len(questions)} questions")
+    return rows, seconds, per_question
+
+
+def system_request(name: str, cfg: EvalConfig) -> tuple[int | None, Weights | None, RetrievalPresetName | None]:
+    """What an HRT system's requests name: depth (the run's for the headline rows when it sets
+    one), weights (None: the server's) and preset."""
     depth, semantic_weights, preset = HRT_SYSTEMS[name]
     if name in ("hrt", "hrt-unweighted") and cfg.depth is not None:
         depth = cfg.depth
+    return depth, cfg.weights if semantic_weights else None, preset
+
+
+def _system_json(name: str, cfg: EvalConfig, settings: Settings) -> dict[str, Any]:
+    """What an HRT system of the run was asked with: depth, weights, preset, the run's Settings and
+    request overrides, and the config_hash its responses carry."""
+    depth, weights, preset = system_request(name, cfg)
     given = overrides.given() if (overrides := cfg.overrides()) is not None else {}
-    effective = settings.retrieval().with_overrides(RETRIEVAL_PRESETS[preset or "balanced"]).with_overrides(given)
+    # the request the system sends (request_for), configured as the pipeline configures it
+    request = RetrieveRequest(
+        user_id="eval", key_phrases=["eval"], max_depth=depth, weights=weights, preset=preset, config=overrides
+    )
+    effective = configure(settings.retrieval(), applied_config(request))
     return {
         "max_depth": depth if depth is not None else f"HRT_DEFAULT_DEPTH ({settings.default_depth})",
-        "weights": "semantic only (EVAL_WEIGHTS)" if semantic_weights else "HRT_WEIGHTS (the default weights)",
+        "weights": "semantic only (EVAL_WEIGHTS)" if weights is not None else "HRT_WEIGHTS (the default weights)",
         "preset": preset,
         "request_config": given,
         "settings_overrides": {k: _jsonable(v) for k, v in sorted(cfg.settings.items())},
-        "config_hash": effective.fingerprint(),  # no preset and no overrides: the server's own
+        "config_hash": effective.fingerprint(),  # what the system's responses carry
     }
 
 

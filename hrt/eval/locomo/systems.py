@@ -60,7 +60,7 @@ HRT_SYSTEMS: dict[str, tuple[int | None, bool, RetrievalPresetName | None]] = {
     "hrt-depth3": (3, True, None),
     # the eval's tuned configuration before the defaults became the best measured one (issue #23):
     # search_k 25, fused evidence over the best phrase, reached candidates path x cosine, no date
-    # match, no relevance gate, depth 1 (hrt/config.py RETRIEVAL_PRESETS)
+    # match, no relevance gate, depth 1 (hrt/config.py PRESETS)
     "hrt-before": (1, True, "tuned-2026-11"),
 }
 # The one thing the headline row overrides: the weights. "Which turn holds the evidence" is a question

@@ -1,0 +1,111 @@
+"""One request's state through the pipeline, and the shape every stage has.
+
+A stage is ``async (ctx, services) -> status``: it reads what earlier stages put in the
+:class:`RequestContext`, sets its own fields, and returns its status for
+``retrieval_metadata.stages`` (``ok``, ``skipped``, or rerank's outcome). The pipeline
+(``hrt/pipeline/__init__.py``, ``PIPELINE``) runs them in order, each timed under its name: the
+keys of the timings the pipeline returns (the ``Server-Timing`` header's) are the stage names, then
+``total``. A context field without a default is set by the stage that produces it; reading it
+before raises ``AttributeError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from hrt.config import RetrievalConfig, Settings
+    from hrt.contract import AppliedConfig, AugmentedMemoryContext, RetrieveRequest, SeedGrounding
+    from hrt.embedder import Embedder
+    from hrt.metrics import Metrics
+    from hrt.pipeline.grounding import Grounding
+    from hrt.pipeline.intake import Intake
+    from hrt.pipeline.rerank import RerankOutcome
+    from hrt.pipeline.scoring import Evidence, Scored
+    from hrt.pipeline.validity import Validity
+    from hrt.records import Entity, Kind, Preference
+    from hrt.reranker import Reranker
+    from hrt.stores.base import GraphCandidate, GraphStore, RecordStore, Vector, VectorIndex
+
+
+class Services(Protocol):
+    """What the stages run against (the :class:`~hrt.pipeline.HybridRetrievalTool` is one)."""
+
+    settings: Settings
+    embedder: Embedder
+    vectors: VectorIndex
+    graph: GraphStore
+    records: RecordStore
+    reranker: Reranker
+    metrics: Metrics
+    deployment: str  # retrieval_metadata.deployment
+    # sees every request's scored candidates (the LoCoMo eval's candidate recall); never in a response
+    trace: Callable[[Intake, list[Scored]], None] | None
+
+
+@dataclass(slots=True, eq=False)
+class RequestContext:
+    """A request, its configuration, and each stage's output, in the stages' order."""
+
+    request: RetrieveRequest
+    cfg: RetrievalConfig
+    config_hash: str
+    applied: AppliedConfig | None  # retrieval_metadata.config
+    now: datetime
+    stages: dict[str, str] = field(default_factory=dict)  # retrieval_metadata.stages, in order
+    degraded: list[str] = field(default_factory=list)  # retrieval_metadata.degraded_reasons
+    # intake
+    intake: Intake = field(init=False)
+    embedding: asyncio.Future[Vector] = field(init=False)
+    searching: asyncio.Future[tuple[Grounding, list[Preference]]] | None = field(init=False)
+    # grounding
+    grounding: Grounding = field(init=False)
+    preferences: list[Preference] = field(init=False)
+    # expansion (with validity and the vector reads scoring needs)
+    candidates: list[GraphCandidate] = field(init=False)
+    named: SeedGrounding | None = field(init=False)
+    validity: Validity = field(init=False)
+    own: dict[str, float] = field(init=False)
+    passages: dict[str, float] = field(init=False)
+    # scoring
+    evidence: Evidence = field(init=False)
+    scored: list[Scored] = field(init=False)
+    # hydration
+    shortlist: dict[Kind, list[Scored]] = field(init=False)
+    entities: dict[str, Entity] = field(init=False)
+    missing: dict[str, list[str]] = field(init=False)
+    # rerank
+    rerank: RerankOutcome = field(init=False)
+    # selection
+    selected: dict[Kind, list[Scored]] = field(init=False)
+    near_duplicates_removed: int = field(init=False)
+    # assembly
+    response: AugmentedMemoryContext = field(init=False)
+
+
+StageRun = Callable[[RequestContext, Services], Awaitable[str]]
+
+
+async def settle(*pending: asyncio.Future[Any] | None) -> None:
+    """Cancel what a failed request left running and wait for it, so nothing outlives the request
+    and no exception goes unretrieved."""
+    for future in pending:
+        if future is not None and not future.done():
+            future.cancel()
+    for future in pending:
+        if future is not None:
+            with contextlib.suppress(BaseException):
+                await future
+
+
+class Stage(NamedTuple):
+    """A stage of the pipeline: its name (its timing key, its ``stages`` key) and its function."""
+
+    name: str
+    run: StageRun
