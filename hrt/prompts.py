@@ -1,40 +1,9 @@
-"""Render the prompts in ``prompts/`` (packaged as ``hrt/prompt_templates``) for downstream agents."""
+"""Render the prompts in ``prompts/`` for downstream agents (the files are read by :mod:`hrt.templates`)."""
 
 from __future__ import annotations
 
-from importlib import resources
-from string import Formatter
-
 from hrt.contract import AugmentedMemoryContext, RenderOptions
-
-
-def load_template(name: str) -> str:
-    text = resources.files("hrt.prompt_templates").joinpath(name).read_text(encoding="utf-8")
-    if text.startswith("<!--"):
-        text = text[text.index("-->") + 3 :].lstrip("\n")
-    return text
-
-
-def chat_prompt_sections(text: str, fields: set[str], what: str) -> tuple[str, str]:
-    """The ``## system`` and ``## user`` sections of a chat prompt file (each used as is, without its
-    trailing newline), checking that the user section is a ``str.format`` template of exactly ``fields``
-    (``what`` names the prompt in errors)."""
-    sections: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in text.splitlines():
-        heading = line.strip().lower()
-        if heading in ("## system", "## user"):
-            current = sections.setdefault(heading[3:], [])
-        elif current is not None:
-            current.append(line)
-    try:
-        system, user = ("\n".join(sections[k]).strip("\n") for k in ("system", "user"))
-    except KeyError as exc:
-        raise ValueError(f"{what} prompt lacks a '## {exc.args[0]}' section") from exc
-    found = {name for _, name, _, _ in Formatter().parse(user) if name is not None}
-    if found != fields or not system:
-        raise ValueError(f"{what} prompt: user template fields {sorted(found)}, expected {sorted(fields)}")
-    return system, user
+from hrt.templates import load_template
 
 
 def render_second_pass(final_input_text: str, context: AugmentedMemoryContext) -> str:

@@ -44,7 +44,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstr
 
 from hrt.errors import HRTError
 from hrt.openai_compat import ServerClient, api_root
-from hrt.prompts import chat_prompt_sections, load_template
+from hrt.templates import chat_prompt_sections, load_template
 
 if TYPE_CHECKING:
     from hrt.config import Settings

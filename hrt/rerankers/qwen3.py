@@ -55,10 +55,10 @@ import httpx
 
 from hrt.errors import HRTError, StoreError, StoreUnavailable
 from hrt.openai_compat import ServerClient, api_root
-from hrt.prompts import chat_prompt_sections, load_template
 from hrt.reranker import SCORE_DECIMALS
 from hrt.rerankers.metrics import RerankMetrics
 from hrt.rerankers.score_cache import ScoreCache
+from hrt.templates import chat_prompt_sections, load_template
 
 log = logging.getLogger(__name__)
 

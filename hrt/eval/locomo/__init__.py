@@ -68,7 +68,6 @@ from hrt.eval.locomo.importer import (
     ImportOptions,
     import_conversation,
     turn_content,
-    user_id_for,
 )
 from hrt.eval.locomo.metrics import (
     ALL,
@@ -115,6 +114,7 @@ from hrt.extraction.locomo import (
     load_samples,
     parse_session_date,
     parse_sessions,
+    user_id_for,
 )
 from hrt.extraction.rules import (
     CHAT_STOPWORDS,
