@@ -84,6 +84,13 @@ class _UserGraph:
     """One user's graph as arrays (see the module docstring)."""
 
     def __init__(self, node_rows: list[tuple[object, ...]], edge_rows: list[tuple[object, ...]]) -> None:
+        self._load_nodes(node_rows)
+        self._load_links(edge_rows)
+        self._index_mentions()
+        self._mask: tuple[float, list[bool]] | None = None
+
+    def _load_nodes(self, node_rows: list[tuple[object, ...]]) -> None:
+        """The nodes in id order, with their timestamps, saliences and kinds as arrays."""
         node_rows.sort(key=lambda r: str(r[0]))
         # every node built once here: built on first use instead, each request's new nodes cost
         # more than its whole walk (json tags, enum lookups), and a built node takes the memory
@@ -91,16 +98,18 @@ class _UserGraph:
         self.nodes: list[GraphNode] = [_node(r, KIND_BY_VALUE) for r in node_rows]
         self.ids: list[str] = [n.id for n in self.nodes]
         self.index: dict[str, int] = {ident: i for i, ident in enumerate(self.ids)}
-        n = len(self.ids)
         self.ts = np.array([np.nan if r[3] is None else r[3] for r in node_rows], dtype=np.float64)
-        salience = np.array([r[4] for r in node_rows], dtype=np.float64)
         self.kinds: list[Kind] = list(Kind)
         code_of = {k.value: c for c, k in enumerate(self.kinds)}
         self.kind_codes: list[int] = [code_of[str(r[1])] for r in node_rows]
         self.node = self.nodes.__getitem__  # node index -> GraphNode
         self.name = self.ids.__getitem__  # node index -> id
+        self.salience = np.array([r[4] for r in node_rows], dtype=np.float64)
+        self.size = len(self.ids)  # node handles of the base: 0 .. size - 1, in id order
 
-        index = self.index
+    def _load_links(self, edge_rows: list[tuple[object, ...]]) -> None:
+        """Every edge seen from both ends, in the walk's visit order and in neighbour order."""
+        n, salience, index = self.size, self.salience, self.index
         ends = [
             (index.get(str(r[0])), index.get(str(r[1])), EDGE_CODE[EdgeType(str(r[2]))], r[3], r[4], r[5])
             for r in edge_rows
@@ -151,9 +160,11 @@ class _UserGraph:
         self.n_key = node[by_kind] * 16 + code2[by_kind].astype(np.int64) * 2 + (~forward[by_kind])
         self.n_from, self.n_to = from2[by_kind], to2[by_kind]
         self.n_weight = weight2[by_kind]
-        self.salience = salience
-        self.size = n  # node handles of the base: 0 .. size - 1, in id order
         self.edge_codes = frozenset(np.unique(code).tolist())  # the edge types the user has
+
+    def _index_mentions(self) -> None:
+        """Each concept's newest mention and each memory unit's mentioned concepts, made once."""
+        n = self.size
         # each concept's newest mentioning memory unit (NaN: none with a timestamp); requests whose
         # as_of is after it, nearly all, need no per-request scan of a hub's mentions
         at = np.repeat(np.arange(n), np.diff(self.offsets))
@@ -172,7 +183,6 @@ class _UserGraph:
             self.mentions_of[i] = tuple(named[start : start + count])
             start += count
         self.mentions = self.mentions_of.__getitem__  # node index -> its mentioned concepts' ids
-        self._mask: tuple[float, list[bool]] | None = None
 
     def visible(self, not_after: float | None) -> Callable[[int], bool]:
         """Per node index: does the node exist as of ``not_after`` (no timestamp: always)."""

@@ -236,6 +236,12 @@ class _UserMatrix:
             scores = exact_scores(self.gather(rows), query)
         return top_k(rows, scores, self.id_rank, k)
 
+    def _overrides(self, overrides: dict[int, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """The base rows rewritten since the base was built, in row order, with their vectors."""
+        kept = sorted(overrides)
+        vectors = np.stack([overrides[r] for r in kept]).astype(np.float32) if kept else self.extra[:0]
+        return np.array(kept, dtype=np.int64), vectors
+
     def changed(self, written: Sequence[DocRow], gone: Sequence[str]) -> _UserMatrix:
         """The next snapshot: ``written`` rows as they are now (rewritten at their rowid, or
         added), ``gone`` ids deleted. Costs the copy of the per-row arrays (bytes a row) and
@@ -292,9 +298,7 @@ class _UserMatrix:
         base_list = self.ids.base if isinstance(self.ids, _Ids) else self.ids
         nxt.ids = _Ids(base_list, past) if past else self.ids
         if overrides or self.override_rows.size:
-            kept = sorted(overrides)
-            nxt.override_rows = np.array(kept, dtype=np.int64)
-            nxt.override_vectors = np.stack([overrides[r] for r in kept]).astype(np.float32) if kept else self.extra[:0]
+            nxt.override_rows, nxt.override_vectors = self._overrides(overrides)
         nxt.changed_attrs = changed_attrs
         nxt.added = added
         nxt.live = None if live.all() else live
@@ -311,16 +315,20 @@ class _UserMatrix:
         ordered, _ = self.sorted_base_ids()
         nxt.id_rank = np.concatenate([self.id_rank[: self.base_n], _keys_past(ordered, past)])
         nxt.bm25 = self.bm25.changed(removed, fresh, len(nxt.ids))
-        # conservative bounds (a row gone does not narrow them): they only spare masks
-        for doc in written:
-            nxt.kinds_present = nxt.kinds_present | {doc.kind}
-            if doc.ts == doc.ts:
-                nxt.newest = max(nxt.newest, doc.ts)
-            if doc.valid_from == doc.valid_from:
-                nxt.latest_start = max(nxt.latest_start, doc.valid_from)
-            if doc.valid_to == doc.valid_to:
-                nxt.earliest_end = min(nxt.earliest_end, doc.valid_to)
+        nxt.widen_bounds(written)
         return nxt
+
+    def widen_bounds(self, written: Sequence[DocRow]) -> None:
+        """Take the written rows into the conservative bounds (a row gone does not narrow them):
+        they only spare masks."""
+        for doc in written:
+            self.kinds_present = self.kinds_present | {doc.kind}
+            if doc.ts == doc.ts:
+                self.newest = max(self.newest, doc.ts)
+            if doc.valid_from == doc.valid_from:
+                self.latest_start = max(self.latest_start, doc.valid_from)
+            if doc.valid_to == doc.valid_to:
+                self.earliest_end = min(self.earliest_end, doc.valid_to)
 
 
 class _Ids(Sequence[str]):
