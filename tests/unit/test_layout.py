@@ -1,0 +1,68 @@
+"""House rules read from the sources: short functions, and one module that decides the backend.
+
+- No function or method in ``hrt/`` is over :data:`MAX_LINES` lines (decorators and docstring
+  included), outside the evaluation and the bench, whose reports are long by nature.
+- Only the composition root (``hrt/stores/factory.py``) reads which backend the settings choose
+  (``settings.record_store``, ``.graph_store``, ``.vector_index``): every other module gets ports.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MAX_LINES = 80
+EXEMPT = ("hrt/eval/", "hrt/bench/")
+BACKEND_SETTINGS = {"record_store", "graph_store", "vector_index"}
+COMPOSITION_ROOT = "hrt/stores/factory.py"
+
+
+def sources() -> dict[str, ast.Module]:
+    out = {}
+    for path in sorted((ROOT / "hrt").rglob("*.py")):
+        name = path.relative_to(ROOT).as_posix()
+        out[name] = ast.parse(path.read_text(encoding="utf-8"), name)
+    return out
+
+
+def long_functions(tree: ast.AST, limit: int) -> list[tuple[str, int]]:
+    """(name, lines) of each function in ``tree`` longer than ``limit`` lines."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            lines = (node.end_lineno or node.lineno) - start + 1
+            if lines > limit:
+                found.append((node.name, lines))
+    return found
+
+
+def test_the_length_check_sees_a_long_function() -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(5))
+    tree = ast.parse(f"@decorated\ndef f():\n{body}\n\ndef g():\n    pass\n")
+    assert long_functions(tree, 6) == [("f", 7)]
+    assert long_functions(tree, 7) == []
+
+
+def test_no_function_in_hrt_is_over_80_lines() -> None:
+    trees = sources()
+    assert len(trees) > 100
+    too_long = {
+        name: found
+        for name, tree in trees.items()
+        if not name.startswith(EXEMPT) and (found := long_functions(tree, MAX_LINES))
+    }
+    assert too_long == {}
+
+
+def test_only_the_composition_root_reads_the_backend_settings() -> None:
+    trees = sources()
+    readers = {
+        name
+        for name, tree in trees.items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr in BACKEND_SETTINGS
+    }
+    assert COMPOSITION_ROOT in readers  # the check sees the root's reads
+    assert readers == {COMPOSITION_ROOT}
