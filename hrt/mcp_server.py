@@ -40,14 +40,13 @@ from pydantic import Field, ValidationError, WithJsonSchema
 from starlette.routing import Match, Route
 
 from hrt import __version__
-from hrt.api.errors import error_dict, field_name, refusal_reason, status_for
-from hrt.api.guard import audit_line
 from hrt.auth import SCOPES, Principal
 from hrt.browse import DEFAULT_RELATION_LIMIT, read_entity, written_by
 from hrt.contract import RetrieveRequest
 from hrt.errors import HRTError, InvalidInput, Unauthenticated
 from hrt.extraction.messages import ConversationRequest
 from hrt.extraction.wire import conversation_request
+from hrt.front import audit_line, error_dict, field_name, refusal_reason, status_for
 from hrt.ingest import ingest_body_schema, parse_record
 from hrt.records import Kind, valid_id
 from hrt.service import HRTService
