@@ -5,11 +5,12 @@ reason of the ``hrt_auth_refusals_total`` metric, and the ``hrt.audit`` log line
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hrt.errors import (
     Conflict,
@@ -26,6 +27,9 @@ from hrt.errors import (
     Unauthenticated,
 )
 from hrt.records import valid_id
+
+if TYPE_CHECKING:
+    from hrt.metrics import Metrics
 
 audit_log = logging.getLogger("hrt.audit")
 
@@ -66,11 +70,31 @@ def error_dict(exc: HRTError) -> dict[str, object]:
     return exc.to_dict()
 
 
+# the body of an error no one raised on purpose (a bug): logged whole, answered without internals
+INTERNAL_ERROR: dict[str, object] = {
+    "code": "internal_error",
+    "message": "internal error; the server log has the details",
+    "field": None,
+}
+
+
 def refusal_reason(exc: HRTError) -> str | None:
     """The ``hrt_auth_refusals_total`` label of an authentication or authorisation refusal."""
     if isinstance(exc, Unauthenticated | Forbidden | RateLimited):
         return exc.reason
     return None
+
+
+def count_refusal(exc: HRTError, metrics: Callable[[], Metrics | None]) -> str | None:
+    """Count a refusal in ``hrt_auth_refusals_total`` (``metrics()`` None: no service to count in);
+    its reason, None when ``exc`` is no refusal. Counting never fails the answer."""
+    reason = refusal_reason(exc)
+    if reason is not None:
+        with contextlib.suppress(Exception):
+            found = metrics()
+            if found is not None:
+                found.auth_refusals.labels(reason=reason).inc()
+    return reason
 
 
 # pydantic names the member of a union in an error's location ("key_phrases.list[constrained-str].0");

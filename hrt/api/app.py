@@ -27,7 +27,7 @@ from hrt.api.state import AUTH_OFF_WARNING, ServerState
 from hrt.auth import KeyRing, Principal, auth_off_refused, is_loopback
 from hrt.config import Settings
 from hrt.errors import HRTError, StoreUnavailable
-from hrt.front import refusal_reason
+from hrt.front import count_refusal as refused
 from hrt.service import HRTService
 
 log = logging.getLogger(__name__)
@@ -126,9 +126,7 @@ def _counters(state: ServerState) -> tuple[Callable[[Scope, int], None], Callabl
             metrics.key_requests.labels(key=caller.key_id, status=str(status)).inc()
 
     def count_refusal(exc: HRTError) -> None:
-        reason = refusal_reason(exc)
-        if reason is not None and state.has_service:
-            state.service.metrics.auth_refusals.labels(reason=reason).inc()
+        refused(exc, lambda: state.service.metrics if state.has_service else None)
 
     return count_request, count_refusal
 

@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from hrt.errors import HRTError, InvalidInput, RateLimited, Unauthenticated
-from hrt.front import error_dict, field_name, refusal_reason, status_for
+from hrt.front import INTERNAL_ERROR, error_dict, field_name, refusal_reason, status_for
 
 log = logging.getLogger(__name__)
 
@@ -152,4 +152,4 @@ def install_error_handlers(app: FastAPI, count: Callable[[HRTError], None] | Non
     async def _bug(request: Request, exc: Exception) -> JSONResponse:
         # a 5xx is a bug: logged whole, answered without internals
         log.error("%s %s failed unexpectedly", request.method, request.url.path, exc_info=exc)
-        return _json(500, "internal_error", "internal error; the server log has the details", None)
+        return JSONResponse(status_code=500, content={"error": INTERNAL_ERROR})

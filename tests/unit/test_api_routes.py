@@ -111,7 +111,7 @@ def test_the_mcp_server_imports_nothing_from_the_http_package():
     assert not [m for m in modules if m == "hrt.api" or m.startswith("hrt.api.")]
 
 
-FRONT_FILES = [ROOT / "hrt" / "front.py", *sorted((ROOT / "hrt" / "api").rglob("*.py"))]
+FRONT_FILES = [ROOT / "hrt" / "mcp_server.py", ROOT / "hrt" / "front.py", *sorted((ROOT / "hrt" / "api").rglob("*.py"))]
 
 
 @pytest.mark.parametrize("path", FRONT_FILES, ids=lambda p: str(p.relative_to(ROOT)))
