@@ -4,8 +4,8 @@ For every HTTP request but ``GET /healthz`` it authenticates the ``Authorization
 (401), checks the route's scope (403), takes a place within the key's request rate and
 concurrency (429), and only then lets the request reach the routes, which check the users the
 key may act for. Nothing has read the body before that, so a refused request writes nothing
-and costs nothing to parse. Writes (ingest and deletes) are audited here, one structured log
-line each, whatever their outcome.
+and costs nothing to parse. The routes that declare it (writes, the key routes, the export) are
+audited here, one ``hrt.audit`` line each (:func:`hrt.front.audit`), whatever their outcome.
 """
 
 from __future__ import annotations

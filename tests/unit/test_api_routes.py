@@ -125,3 +125,23 @@ def test_no_function_of_the_front_door_is_over_80_lines(path: Path):
         and node.end_lineno - node.lineno + 1 > 80
     ]
     assert long == []
+
+
+async def test_the_mcp_arguments_carry_the_contracts_schemas():
+    from mcp import Client
+
+    from hrt.contract import RetrieveRequest
+    from hrt.mcp_server import RETRIEVE_FIELDS, build_server, operator_principal
+    from hrt.records import ID_PATTERN
+
+    server = build_server(lambda: None, lambda _ctx: operator_principal())  # list_tools needs no service
+    async with Client(server) as client:
+        tools = {t.name: t.input_schema["properties"] for t in (await client.list_tools()).tools}
+    own = {"user_id", "include_json"}
+    for name, schema in tools["retrieve_memory"].items():
+        if name not in own:
+            assert name in RetrieveRequest.model_fields
+            shown = {k: v for k, v in schema.items() if k not in ("description", "title", "default")}
+            assert shown == {k: v for k, v in RETRIEVE_FIELDS[name].items() if k != "description"}, name
+    ids = [p for props in tools.values() for n, p in props.items() if n in ("user_id", "entity_id")]
+    assert len(ids) >= 6 and all(p["pattern"] == ID_PATTERN for p in ids)
