@@ -12,10 +12,12 @@ expires after it, is never less limited, and stops working when any key above it
 expires. Names are unique among the live keys of one parent (the operator's ``hrt keys`` is one),
 so a name says nothing about other tenants' keys; logs and metrics carry the key id.
 
-Scopes (``SCOPE_ROUTES`` in ``hrt.api.app`` lists the routes of each):
+Scopes (each route declares its own, ``dependencies=[needs(scope)]`` in ``hrt/api/routes/``;
+``hrt.api.access.route_rules`` reads them back):
 
-    retrieve   POST /v1/retrieve, GET /v1/users/{u}/stats
-    ingest     POST /v1/ingest, POST /v1/conversations, DELETE /v1/users/{u}/entities/{kind}/{id}
+    retrieve   POST /v1/retrieve, GET /v1/users/{u}/stats, GET /v1/users/{u}/entities[/{kind}/{id}]
+    ingest     POST /v1/ingest, POST /v1/conversations, DELETE /v1/users/{u}/entities/{kind}/{id},
+               POST /v1/users/{u}/concepts/{id}/merge
     admin      DELETE /v1/users/{u}, the /v1/keys routes
     ops        GET /readyz, GET /metrics
     export     GET /v1/users/{u}/export (everything of a user, in bulk: a right of access, per user)

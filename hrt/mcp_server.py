@@ -9,6 +9,10 @@
 - ``recall_entity`` (scope ``retrieve``): one entity with its relations, validity, supersession and
   writer, as ``GET /v1/users/{user_id}/entities/{kind}/{id}`` answers it (:mod:`hrt.browse`).
 
+Each tool's arguments are declared once, in a table of name and description: the schema of an
+argument that is a field of the contract's models (``RetrieveRequest``, ``ConversationRequest``,
+the ingest records) is that field's, and the values are validated by those models.
+
 Who acts: every tool call is made by a :class:`~hrt.auth.Principal` and checked exactly as the
 REST routes check theirs: the scope first, then the request's fields, then the users. Over HTTP
 (``/mcp`` on ``hrt serve``) that is the API key the Guard authenticated for the HTTP request that
@@ -17,21 +21,19 @@ the store anyway, with every scope for every user unless ``--user`` and ``--scop
 
 Errors are tool errors (``isError``) whose text and structured content are the REST error body,
 ``{"error": {"code", "message", "field"}}``. Every ``remember`` and ``forget`` is one line of the
-audit log (``hrt.audit``), as a REST write is.
-
-Over 600 lines because each tool's arguments carry the JSON Schema and description an MCP host shows
-a model, written out here beside the four tools and their key checks.
+audit log (``hrt.audit``), as a REST write is; both come from :mod:`hrt.front`, as the REST API's do.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
-from typing import Annotated, Any, TypeAlias
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
@@ -40,26 +42,25 @@ from pydantic import Field, ValidationError, WithJsonSchema
 from starlette.routing import Match, Route
 
 from hrt import __version__
-from hrt.api.errors import error_dict, field_name, refusal_reason, status_for
-from hrt.api.guard import audit_line
 from hrt.auth import SCOPES, Principal
-from hrt.browse import DEFAULT_RELATION_LIMIT, read_entity, written_by
+from hrt.browse import DEFAULT_RELATION_LIMIT, MAX_RELATION_LIMIT, read_entity, written_by
 from hrt.contract import RetrieveRequest
 from hrt.errors import HRTError, InvalidInput, Unauthenticated
-from hrt.extraction.messages import ConversationRequest
+from hrt.extraction import messages as conversation
 from hrt.extraction.wire import conversation_request
+from hrt.front import INTERNAL_ERROR, audit, check_id, count_refusal, error_dict, field_name, status_for
 from hrt.ingest import ingest_body_schema, parse_record
-from hrt.records import Kind, valid_id
+from hrt.records import ID_PATTERN, Kind
 from hrt.service import HRTService
 
 log = logging.getLogger(__name__)
-audit_log = logging.getLogger("hrt.audit")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 PrincipalOf = Callable[[Context[Any, Any]], Principal]
+Action = Callable[[Principal, dict[str, Any]], Awaitable[CallToolResult]]
 
 INSTRUCTIONS = (
     "HRT is the user's long-term memory: a knowledge graph of their past conversations (memory units), "
@@ -72,8 +73,7 @@ INSTRUCTIONS = (
 
 
 # --------------------------------------------------------------------------------------------
-# Argument schemas: taken from the contract's own models, so the tools cannot drift from the REST
-# API; the values are validated by those models (errors name the field as the REST API does)
+# Arguments: each tool's names and descriptions; the schemas are the contract's own
 # --------------------------------------------------------------------------------------------
 
 
@@ -89,249 +89,111 @@ def _inline(schema: Any, defs: dict[str, Any]) -> Any:
     return schema
 
 
-_REQUEST = RetrieveRequest.model_json_schema()
-
-
-def _request_field(name: str, model: dict[str, Any] = _REQUEST) -> dict[str, Any]:
-    """A field's schema in ``model``'s JSON Schema (the retrieve request's by default), inlined."""
-    found = _inline(model["properties"][name], model.get("$defs", {}))
-    assert isinstance(found, dict)
-    found.pop("default", None)
+def _fields(model: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each property of a model's JSON Schema, its definitions inlined, without its default."""
+    found = {}
+    for name, schema in model["properties"].items():
+        field = _inline(schema, model.get("$defs", {}))
+        field.pop("default", None)
+        found[name] = field
     return found
 
 
 def _records_schema() -> dict[str, Any]:
     body, defs = ingest_body_schema(ref_template="#/$defs/{model}")
-    found = _inline(body["properties"]["records"], defs)
-    assert isinstance(found, dict)
-    return found
+    return _fields({"properties": body["properties"], "$defs": defs})["records"]
 
 
-# Each argument is typed Any with the contract's schema: the SDK passes the value through and the
-# contract's model validates it, so a bad value is answered in HRT's error format with the field named.
-ID_SCHEMA: dict[str, Any] = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.:@\-]{0,127}$"}
+KINDS = [k.value for k in Kind]
+ID_SCHEMA: dict[str, Any] = {"type": "string", "pattern": ID_PATTERN}
+RETRIEVE_FIELDS = _fields(RetrieveRequest.model_json_schema())
+CONVERSATION_FIELDS = _fields(conversation.ConversationRequest.model_json_schema())
+# the arguments that are no field of a contract model
+OWN_SCHEMAS: dict[str, dict[str, Any]] = {
+    "user_id": ID_SCHEMA,
+    "entity_id": ID_SCHEMA,
+    "kind": {"type": "string", "enum": KINDS},
+    "what": {"type": "string", "enum": ["entity", "user"]},
+    "text": _fields(conversation.Message.model_json_schema())["content"],
+    "records": _records_schema(),
+    "relation_limit": {"type": "integer", "minimum": 1, "maximum": MAX_RELATION_LIMIT},
+    "include_json": {"type": "boolean"},
+}
+
+RETRIEVE_ARGS = {
+    "user_id": "The user whose memory to use. May be left out when this server acts for one user only.",
+    "key_phrases": "1 to 20 short noun phrases naming what you want to know about, e.g. "
+    '["Project Phoenix timeline", "team bandwidth"]. Best input: one phrase per topic, names kept as written.',
+    "query": "A free-text question, used as the one key phrase when key_phrases is absent.",
+    "messages": "The conversation's recent messages ({role, content}); with neither key_phrases nor query, the "
+    "last three contents become the key phrases.",
+    "limits": "How many items of each kind to return (default 5 memory units, 5 concepts, 3 artifacts).",
+    "max_depth": "How many graph hops to expand from the matched entities (0 to 3; default 2).",
+    "as_of": "ISO-8601 time to retrieve as of: newer entities are invisible and recency counts back from it "
+    "(default now). Pin it for identical answers to identical calls.",
+    "valid_at": "ISO-8601 event time: return what was true then, as known at as_of (default: as_of). Facts that a "
+    "later one superseded, or whose validity ended, are left out and counted.",
+    "include_invalidated": "Also return facts that are no longer true at valid_at, marked so (default false).",
+    "filters": "Restrict what is returned: tags, source_agent_ids, kinds, time_range.",
+    "min_score": "Leave out items scoring below this (0 to 1).",
+    "weights": "Custom scoring weights (alpha..delta); or use weights_preset.",
+    "weights_preset": "Scoring preset: balanced, semantic (meaning only), recent, salient, personal (the user's "
+    "preferences).",
+    "preset": "Retrieval preset: balanced (the server's configuration), relevance (what was said, regardless of "
+    "how recent or important), tuned-2026-11.",
+    "rerank": "Rerank the shortlist with the configured reranker (slower; default false).",
+    "render": "The context text's format and budget: format markdown (default) or text; max_chars (default "
+    "8000) or max_tokens with tokenizer cl100k_base (default) or minilm-wordpiece.",
+    "include_json": "Also return the full AugmentedMemoryContext JSON as a second text block (default true; the same "
+    "JSON is always in the structured content).",
+}
+REMEMBER_ARGS = {
+    "text": "One message the user said, stored as the next message of the session (role user).",
+    "messages": "Messages of the conversation, in order, each {role, content; name (the speaker), timestamp, index "
+    "(its position in the session: sent again, it changes nothing), metadata}; up to 500 a call.",
+    "records": "The records to store, each an object with kind and user_id: memory_unit (muid, content, "
+    "creation_ts; title, importance_score 0-10, tags, metadata), concept (id, name; type, description, "
+    "salience 0-1), artifact (id, artifact_type, content, created_at; title), relation (type MENTIONS "
+    "memory_unit->concept, RELATED_TO concept->concept, DERIVED_FROM artifact->memory_unit or concept, "
+    "FOLLOWS memory_unit->memory_unit; source, target, weight), preference (target_kind, target, "
+    'weight 0-1). Add "op": "delete" to remove a record by its key.',
+    "user_id": "Applied to every record that has no user_id of its own; with text or messages, the user whose "
+    "conversation it is. May be left out when this server acts for one user only.",
+    "session_id": 'With text or messages: the conversation they belong to (default "mcp").',
+    "agent_id": "With text or messages: the agent taking part in the conversation (its memory units' source).",
+}
+FORGET_ARGS = {
+    "what": "entity: delete one memory unit, concept or artifact (and its relations); user: delete everything"
+    " of the user (needs the admin permission).",
+    "user_id": "The user to delete from (required with what=user; else may be left out when this server acts for"
+    " one user).",
+    "kind": "With what=entity: the entity's kind.",
+    "entity_id": "With what=entity: the entity's id (a memory unit's muid).",
+}
+STATS_ARGS = {"user_id": RETRIEVE_ARGS["user_id"]}
+RECALL_ARGS = {
+    "kind": "The entity's kind, as retrieve_memory returned it.",
+    "entity_id": "The entity's id, as retrieve_memory returned it (a memory unit's muid, a concept's id).",
+    "user_id": RETRIEVE_ARGS["user_id"],
+    "relation_limit": "At most this many relations (default 100); relation_count says how many it has.",
+}
 
 
-UserArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema(ID_SCHEMA),
-    Field(description="The user whose memory to use. May be left out when this server acts for one user only."),
-]
-KeyPhrasesArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema(_request_field("key_phrases")),
-    Field(
-        description="1 to 20 short noun phrases naming what you want to know about, e.g. "
-        '["Project Phoenix timeline", "team bandwidth"]. Best input: one phrase per topic, names kept as written.'
-    ),
-]
-QueryArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema(_request_field("query")),
-    Field(description="A free-text question, used as the one key phrase when key_phrases is absent."),
-]
-MessagesArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema(_request_field("messages")),
-    Field(
-        description=(
-            "The conversation's recent messages ({role, content}); with neither key_phrases nor query, the "
-            "last three contents become the key phrases."
-        )
-    ),
-]
-LimitsArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema(_request_field("limits")),
-    Field(description="How many items of each kind to return (default 5 memory units, 5 concepts, 3 artifacts)."),
-]
-DepthArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema(_request_field("max_depth")),
-    Field(description="How many graph hops to expand from the matched entities (0 to 3; default 2)."),
-]
-AsOfArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema({"type": "string", "format": "date-time"}),
-    Field(
-        description=(
-            "ISO-8601 time to retrieve as of: newer entities are invisible and recency counts back from it "
-            "(default now). Pin it for identical answers to identical calls."
-        )
-    ),
-]
-ValidAtArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema({"type": "string", "format": "date-time"}),
-    Field(
-        description=(
-            "ISO-8601 event time: return what was true then, as known at as_of (default: as_of). Facts that a "
-            "later one superseded, or whose validity ended, are left out and counted."
-        )
-    ),
-]
-IncludeInvalidatedArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema({"type": "boolean"}),
-    Field(description="Also return facts that are no longer true at valid_at, marked so (default false)."),
-]
-FiltersArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema(_request_field("filters")),
-    Field(description="Restrict what is returned: tags, source_agent_ids, kinds, time_range."),
-]
-MinScoreArg: TypeAlias = Annotated[
-    Any, WithJsonSchema(_request_field("min_score")), Field(description="Leave out items scoring below this (0 to 1).")
-]
-WeightsArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema(_request_field("weights")),
-    Field(description="Custom scoring weights (alpha..delta); or use weights_preset."),
-]
-PresetArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema(_request_field("weights_preset")),
-    Field(
-        description=(
-            "Scoring preset: balanced, semantic (meaning only), recent, salient, personal (the user's preferences)."
-        )
-    ),
-]
-RetrievalPresetArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema(_request_field("preset")),
-    Field(
-        description=(
-            "Retrieval preset: balanced (the server's configuration), relevance (what was said, regardless of "
-            "how recent or important), tuned-2026-11."
-        )
-    ),
-]
-RerankArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema({"type": "boolean"}),
-    Field(description="Rerank the shortlist with the configured reranker (slower; default false)."),
-]
-RenderArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema(_request_field("render")),
-    Field(
-        description=(
-            "The context text's format and budget: format markdown (default) or text; max_chars (default "
-            "8000) or max_tokens with tokenizer cl100k_base (default) or minilm-wordpiece."
-        )
-    ),
-]
-IncludeJsonArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema({"type": "boolean"}),
-    Field(
-        description=(
-            "Also return the full AugmentedMemoryContext JSON as a second text block (default true; the same "
-            "JSON is always in the structured content)."
-        )
-    ),
-]
-RecordsArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema(_records_schema()),
-    Field(
-        description=(
-            "The records to store, each an object with kind and user_id: memory_unit (muid, content, "
-            "creation_ts; title, importance_score 0-10, tags, metadata), concept (id, name; type, description, "
-            "salience 0-1), artifact (id, artifact_type, content, created_at; title), relation (type MENTIONS "
-            "memory_unit->concept, RELATED_TO concept->concept, DERIVED_FROM artifact->memory_unit or concept, "
-            "FOLLOWS memory_unit->memory_unit; source, target, weight), preference (target_kind, target, "
-            'weight 0-1). Add "op": "delete" to remove a record by its key.'
-        )
-    ),
-]
-_CONVERSATION = ConversationRequest.model_json_schema()
-
-
-TextArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema({"type": "string", "minLength": 1, "maxLength": 100_000}),
-    Field(description="One message the user said, stored as the next message of the session (role user)."),
-]
-ConversationArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema(_request_field("messages", _CONVERSATION)),
-    Field(
-        description=(
-            "Messages of the conversation, in order, each {role, content; name (the speaker), timestamp, index "
-            "(its position in the session: sent again, it changes nothing), metadata}; up to 500 a call."
-        )
-    ),
-]
-SessionArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema(_request_field("session_id", _CONVERSATION)),
-    Field(description='With text or messages: the conversation they belong to (default "mcp").'),
-]
-AgentArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema(_request_field("agent_id", _CONVERSATION)),
-    Field(description="With text or messages: the agent taking part in the conversation (its memory units' source)."),
-]
-RememberUserArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema(ID_SCHEMA),
-    Field(
-        description=(
-            "Applied to every record that has no user_id of its own; with text or messages, the user whose "
-            "conversation it is. May be left out when this server acts for one user only."
-        )
-    ),
-]
-WhatArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema({"type": "string", "enum": ["entity", "user"]}),
-    Field(
-        description=(
-            "entity: delete one memory unit, concept or artifact (and its relations); user: delete everything"
-            " of the user (needs the admin permission)."
-        )
-    ),
-]
-KindArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema({"type": "string", "enum": ["memory_unit", "concept", "artifact"]}),
-    Field(description="With what=entity: the entity's kind."),
-]
-EntityIdArg: TypeAlias = Annotated[
-    Any, WithJsonSchema(ID_SCHEMA), Field(description="With what=entity: the entity's id (a memory unit's muid).")
-]
-ForgetUserArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema(ID_SCHEMA),
-    Field(
-        description=(
-            "The user to delete from (required with what=user; else may be left out when this server acts for"
-            " one user)."
-        )
-    ),
-]
-
-RecallKindArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema({"type": "string", "enum": ["memory_unit", "concept", "artifact"]}),
-    Field(description="The entity's kind, as retrieve_memory returned it."),
-]
-RecallIdArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema(ID_SCHEMA),
-    Field(description="The entity's id, as retrieve_memory returned it (a memory unit's muid, a concept's id)."),
-]
-RelationLimitArg: TypeAlias = Annotated[
-    Any,
-    WithJsonSchema({"type": "integer", "minimum": 1, "maximum": 1000}),
-    Field(description="At most this many relations (default 100); relation_count says how many it has."),
-]
+def _signature(args: Mapping[str, str], contract: Mapping[str, dict[str, Any]]) -> inspect.Signature:
+    """A tool's signature for the SDK: the context, then each argument typed Any with its schema (the
+    contract's field, else its own) and description, so that the SDK passes the value through and the
+    contract's model validates it (a bad value is answered in HRT's error format, the field named)."""
+    params = [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Context[Any, Any])]
+    for name, description in args.items():
+        schema = OWN_SCHEMAS[name] if name in OWN_SCHEMAS else contract[name]
+        annotation = Annotated[Any, WithJsonSchema(schema), Field(description=description)]
+        default = True if name == "include_json" else None
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
+    return inspect.Signature(params, return_annotation=CallToolResult)
 
 
 # --------------------------------------------------------------------------------------------
-# Results
+# Results and checks
 # --------------------------------------------------------------------------------------------
 
 
@@ -342,28 +204,19 @@ def _json_result(data: dict[str, Any]) -> CallToolResult:
 
 def error_result(exc: HRTError) -> CallToolResult:
     """A tool error carrying the REST error body: ``{"error": {"code", "message", "field"}}``."""
-    body = {"error": error_dict(exc)}
+    return _error_body({"error": error_dict(exc)})
+
+
+def _error_body(body: dict[str, Any]) -> CallToolResult:
     text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=body, is_error=True)
 
 
-INTERNAL_ERROR: dict[str, Any] = {
-    "error": {"code": "internal_error", "message": "internal error; the server log has the details", "field": None}
-}
-
-
-def _invalid(exc: ValidationError, prefix: str = "") -> InvalidInput:
+def _invalid(exc: ValidationError) -> InvalidInput:
     """A model's validation error as the REST API reports it: the first error's field and message."""
     first = exc.errors()[0]
     where = field_name(tuple(first.get("loc", ())))
-    where = f"{prefix}{where}" if prefix else where
     return InvalidInput(f"field '{where}': {first.get('msg', 'invalid')}", field=where)
-
-
-def _check_id(value: Any, name: str) -> str:
-    if not isinstance(value, str) or not valid_id(value):
-        raise InvalidInput(f"{value!r} is not a valid {name}", field=name)
-    return value
 
 
 def _user(caller: Principal, user_id: Any) -> str:
@@ -372,12 +225,13 @@ def _user(caller: Principal, user_id: Any) -> str:
         if caller.users is not None and len(caller.users) == 1:
             return next(iter(caller.users))
         raise InvalidInput("give user_id: this server acts for more than one user", field="user_id")
-    return _check_id(user_id, "user_id")
+    return check_id(user_id, "user_id")
 
 
-# --------------------------------------------------------------------------------------------
-# The server
-# --------------------------------------------------------------------------------------------
+def _kind(value: Any) -> Kind:
+    if value not in KINDS:
+        raise InvalidInput(f"kind must be {', '.join(KINDS[:-1])} or {KINDS[-1]}", field="kind")
+    return Kind(value)
 
 
 def request_principal(ctx: Context[Any, Any]) -> Principal:
@@ -394,304 +248,9 @@ def request_principal(ctx: Context[Any, Any]) -> Principal:
 def operator_principal(users: list[str] | None = None, scopes: list[str] | None = None) -> Principal:
     """``hrt mcp`` over stdio: the operator who can open the store, narrowed to ``users`` and ``scopes``."""
     for u in users or []:
-        _check_id(u, "user")
+        check_id(u, "user")
     chosen = frozenset(scopes) if scopes else frozenset(SCOPES)
     return Principal(name="stdio", key_id="-", scopes=chosen, users=frozenset(users) if users else None)
-
-
-def build_server(
-    service: Callable[[], HRTService],
-    principal_of: PrincipalOf,
-    lifespan: Callable[[MCPServer[Any]], contextlib.AbstractAsyncContextManager[Any]] | None = None,
-) -> MCPServer[Any]:
-    """The four tools over ``service()`` (looked up at each call), acting as ``principal_of(ctx)``."""
-    server: MCPServer[Any] = MCPServer(
-        "hrt",
-        title="HRT long-term memory",
-        instructions=INSTRUCTIONS,
-        version=__version__,
-        log_level="WARNING",
-        lifespan=lifespan,
-    )
-
-    async def run(
-        tool: str,
-        ctx: Context[Any, Any],
-        action: Callable[[Principal, dict[str, Any]], Awaitable[CallToolResult]],
-        *,
-        write: bool,
-    ) -> CallToolResult:
-        started = time.perf_counter()
-        caller: Principal | None = None
-        audit: dict[str, Any] = {"users": [], "records": 0}
-        status, reason = 200, None
-        try:
-            caller = principal_of(ctx)
-            return await action(caller, audit)
-        except HRTError as exc:
-            status = status_for(exc)
-            refusal = refusal_reason(exc)
-            if refusal is not None:
-                reason = refusal
-                with contextlib.suppress(Exception):
-                    service().metrics.auth_refusals.labels(reason=refusal).inc()
-            if status >= 500:
-                log.error("MCP tool %s failed: %s", tool, exc.message, exc_info=exc.__cause__)
-            return error_result(exc)
-        except Exception:
-            status = 500
-            log.exception("MCP tool %s failed unexpectedly", tool)
-            text = json.dumps(INTERNAL_ERROR, separators=(",", ":"))
-            return CallToolResult(
-                content=[TextContent(type="text", text=text)], structured_content=INTERNAL_ERROR, is_error=True
-            )
-        finally:
-            if write:
-                _audit(_scope_of(ctx), tool, caller, status, reason, audit, time.perf_counter() - started)
-
-    @server.tool(
-        title="Retrieve from the user's memory",
-        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
-    )
-    async def retrieve_memory(
-        ctx: Context[Any, Any],
-        user_id: UserArg = None,
-        key_phrases: KeyPhrasesArg = None,
-        query: QueryArg = None,
-        messages: MessagesArg = None,
-        limits: LimitsArg = None,
-        max_depth: DepthArg = None,
-        as_of: AsOfArg = None,
-        valid_at: ValidAtArg = None,
-        include_invalidated: IncludeInvalidatedArg = None,
-        filters: FiltersArg = None,
-        min_score: MinScoreArg = None,
-        weights: WeightsArg = None,
-        weights_preset: PresetArg = None,
-        preset: RetrievalPresetArg = None,
-        rerank: RerankArg = None,
-        render: RenderArg = None,
-        include_json: IncludeJsonArg = True,
-    ) -> CallToolResult:
-        """Search the user's long-term memory (their past conversations, the people, projects and topics in
-        them, and documents derived from them) and return what is relevant, best first, as a context text
-        ready to read (each item with its date, id, score and how it was found), followed by the full result
-        as JSON (AugmentedMemoryContext V9.4). Call it before answering whenever the user refers to something
-        from earlier that is not in this conversation. Give key_phrases (best), or a query, or the recent
-        messages. Key phrases that matched nothing are named in the text's header: the memory holds nothing
-        on them. The same call with the same as_of always returns the same answer."""
-
-        async def action(caller: Principal, audit: dict[str, Any]) -> CallToolResult:
-            caller.require_scope("retrieve")
-            fields = {
-                "key_phrases": key_phrases,
-                "query": query,
-                "messages": messages,
-                "limits": limits,
-                "max_depth": max_depth,
-                "as_of": as_of,
-                "valid_at": valid_at,
-                "include_invalidated": include_invalidated,
-                "filters": filters,
-                "min_score": min_score,
-                "weights": weights,
-                "weights_preset": weights_preset,
-                "preset": preset,
-                "rerank": rerank,
-                "render": render if render is not None else {},
-            }
-            body = {"user_id": _user(caller, user_id), **{k: v for k, v in fields.items() if v is not None}}
-            if not isinstance(include_json, bool):
-                raise InvalidInput("field 'include_json': must be true or false", field="include_json")
-            try:
-                request = RetrieveRequest.model_validate(body)
-            except ValidationError as exc:
-                raise _invalid(exc) from None
-            caller.require_users([request.user_id])
-            result = await service().retrieve(request)
-            canonical = result.canonical_json()  # byte for byte what POST /v1/retrieve answers
-            rendered = result.retrieval_metadata.rendered
-            assert rendered is not None  # the request always asks for it
-            content = [TextContent(type="text", text=rendered.text)]
-            if include_json:
-                content.append(TextContent(type="text", text=canonical))
-            return CallToolResult(content=content, structured_content=json.loads(canonical))
-
-        return await run("retrieve_memory", ctx, action, write=False)
-
-    @server.tool(
-        title="Remember: store messages or records in the user's memory",
-        # messages without an index (and text) go after the session's last one: sent twice, twice
-        annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=False, open_world_hint=False),
-    )
-    async def remember(
-        ctx: Context[Any, Any],
-        text: TextArg = None,
-        messages: ConversationArg = None,
-        records: RecordsArg = None,
-        user_id: RememberUserArg = None,
-        session_id: SessionArg = None,
-        agent_id: AgentArg = None,
-    ) -> CallToolResult:
-        """Store new memories for the user; give exactly one of text, messages or records. The simplest: text,
-        one thing the user said, or messages, the turns of the conversation ({role, content}), kept under
-        session_id: HRT stores each message as a memory unit, links it to the previous one and to the people,
-        projects and topics it mentions, and answers each message's memory unit id (muid) and whether it was
-        added, unchanged (sent before with the same index) or replaced. Records are for a graph you build
-        yourself: memory units (something said, done or decided, with when), the concepts they mention,
-        artifacts (documents, summaries, decisions), relations between them and preferences, idempotent by id
-        (a record with an id that exists replaces it); link each new memory unit to its concepts with MENTIONS
-        relations so retrieval can find it through them, and expect the number of records upserted and deleted
-        back. Everything is validated first; one bad message or record writes nothing."""
-
-        async def action(caller: Principal, audit: dict[str, Any]) -> CallToolResult:
-            caller.require_scope("ingest")
-            given = [k for k, v in (("text", text), ("messages", messages), ("records", records)) if v is not None]
-            if len(given) != 1:
-                both = f", not {' and '.join(given)}" if given else ""
-                raise InvalidInput(
-                    f"give exactly one of text (a message), messages (a list of messages) or records{both}",
-                    field=given[-1] if given else "records",
-                )
-            if text is not None or messages is not None:
-                return await conversation(caller, audit)
-            if not isinstance(records, list):
-                raise InvalidInput("give records: a list of records", field="records")
-            default_user = None
-            if user_id is not None or (caller.users is not None and len(caller.users) == 1):
-                default_user = _user(caller, user_id)
-            parsed = []
-            for i, obj in enumerate(records):
-                if default_user is not None and isinstance(obj, dict) and "user_id" not in obj:
-                    obj = {**obj, "user_id": default_user}
-                where = f"records[{i}]"
-                try:
-                    parsed.append(parse_record(obj, where))
-                except InvalidInput as exc:
-                    raise InvalidInput(exc.message, field=f"{where}.{exc.field}") from exc
-            users = sorted({r.user_id for r in parsed})
-            audit.update(users=users, records=len(parsed))
-            caller.require_users(users)  # before anything is written
-            result = await service().ingest(parsed, written_by=written_by(caller))
-            audit.update(upserted=result.upserted, deleted=result.deleted)
-            return _json_result({"upserted": result.upserted, "deleted": result.deleted})
-
-        async def conversation(caller: Principal, audit: dict[str, Any]) -> CallToolResult:
-            """``text`` or ``messages`` as ``POST /v1/conversations`` takes them."""
-            said = [{"role": "user", "content": text}] if text is not None else messages
-            body = {"user_id": _user(caller, user_id), "session_id": session_id or "mcp", "messages": said}
-            if agent_id is not None:
-                body["agent_id"] = agent_id
-            try:
-                request = conversation_request(body)
-            except InvalidInput as exc:  # the first error, as every tool reports (text: the text's)
-                field, message = exc.field or "messages", exc.message
-                if text is not None and field.startswith("messages[0]"):
-                    field, message = "text", message.replace(f"'{field}'", "'text'")
-                raise type(exc)(message, field=field) from None
-            audit.update(users=[request.user_id], records=len(request.messages), messages=len(request.messages))
-            caller.require_users([request.user_id])  # before anything is written
-            with service().ingest_slot():
-                result = await service().add_messages(request, written_by=written_by(caller))
-            audit.update(upserted=sum(m.status != "unchanged" for m in result.messages))
-            return _json_result(result.model_dump(mode="json"))
-
-        return await run("remember", ctx, action, write=True)
-
-    @server.tool(
-        title="Forget: delete from the user's memory",
-        annotations=ToolAnnotations(
-            read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
-        ),
-    )
-    async def forget(
-        ctx: Context[Any, Any],
-        what: WhatArg = None,
-        user_id: ForgetUserArg = None,
-        kind: KindArg = None,
-        entity_id: EntityIdArg = None,
-    ) -> CallToolResult:
-        """Delete from the user's memory, for good: one entity (what="entity" with kind and entity_id: a memory
-        unit, concept or artifact, with its relations), or everything of a user (what="user" with user_id;
-        needs the admin permission). Use it only when the user asks to forget something. Answers the number of
-        records deleted (0 when there was nothing to delete)."""
-
-        async def action(caller: Principal, audit: dict[str, Any]) -> CallToolResult:
-            if what == "entity":
-                caller.require_scope("ingest")
-                user = _user(caller, user_id)
-                audit.update(users=[user], records=1)
-                caller.require_users([user])
-                if kind not in ("memory_unit", "concept", "artifact"):
-                    raise InvalidInput("kind must be memory_unit, concept or artifact", field="kind")
-                ident = _check_id(entity_id, "entity_id")
-                n = await service().delete_entity(user, Kind(kind), ident)
-            elif what == "user":
-                caller.require_scope("admin")
-                if user_id is None:
-                    raise InvalidInput("give the user_id whose memory to delete", field="user_id")
-                user = _check_id(user_id, "user_id")
-                audit.update(users=[user])
-                caller.require_users([user])
-                n = await service().delete_user(user)
-            else:
-                raise InvalidInput('what must be "entity" or "user"', field="what")
-            audit.update(deleted=n)
-            return _json_result({"upserted": 0, "deleted": n})
-
-        return await run("forget", ctx, action, write=True)
-
-    @server.tool(
-        title="Count what the user's memory holds",
-        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
-    )
-    async def memory_stats(ctx: Context[Any, Any], user_id: UserArg = None) -> CallToolResult:
-        """Count the records stored for the user, per kind: memory_unit, concept, artifact, relation,
-        preference (all 0 for a user with no memory). Use it to see whether there is any memory to retrieve
-        from, or to check the effect of remember and forget."""
-
-        async def action(caller: Principal, audit: dict[str, Any]) -> CallToolResult:
-            caller.require_scope("retrieve")
-            user = _user(caller, user_id)
-            caller.require_users([user])
-            counts = await service().records.counts(user)
-            return _json_result(dict(counts))
-
-        return await run("memory_stats", ctx, action, write=False)
-
-    @server.tool(
-        title="Open one entity of the user's memory with its relations",
-        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
-    )
-    async def recall_entity(
-        ctx: Context[Any, Any],
-        kind: RecallKindArg = None,
-        entity_id: RecallIdArg = None,
-        user_id: UserArg = None,
-        relation_limit: RelationLimitArg = None,
-    ) -> CallToolResult:
-        """Open one memory unit, concept or artifact by its kind and id (as retrieve_memory returned them):
-        the record as stored (full content), when it was true (validity), what it replaces and what replaces
-        it, its relations in both directions with the other end's kind, id and title, and for a concept how
-        many memory units mention it. Use it to follow up an item of a retrieval: read a whole memory, see
-        who and what a concept is connected to, or check whether a fact was superseded."""
-
-        async def action(caller: Principal, audit: dict[str, Any]) -> CallToolResult:
-            caller.require_scope("retrieve")
-            user = _user(caller, user_id)
-            if kind not in ("memory_unit", "concept", "artifact"):
-                raise InvalidInput("kind must be memory_unit, concept or artifact", field="kind")
-            ident = _check_id(entity_id, "entity_id")
-            limit = DEFAULT_RELATION_LIMIT if relation_limit is None else relation_limit
-            if not isinstance(limit, int) or isinstance(limit, bool):
-                raise InvalidInput("relation_limit must be an integer", field="relation_limit")
-            caller.require_users([user])
-            view = await read_entity(service().records, user, Kind(kind), ident, limit)
-            return _json_result(view.model_dump(mode="json"))
-
-        return await run("recall_entity", ctx, action, write=False)
-
-    return server
 
 
 def _scope_of(ctx: Context[Any, Any]) -> dict[str, Any] | None:
@@ -703,20 +262,272 @@ def _scope_of(ctx: Context[Any, Any]) -> dict[str, Any] | None:
     return scope if isinstance(scope, dict) else None
 
 
-def _audit(
-    scope: dict[str, Any] | None,
-    tool: str,
-    caller: Principal | None,
-    status: int,
-    reason: str | None,
-    audit: dict[str, Any],
-    seconds: float,
-) -> None:
-    line = audit_line(scope, caller, "MCP", f"mcp:{tool}", status, audit)
-    if reason is not None:
-        line["reason"] = reason
-    line["ms"] = round(seconds * 1000, 1)
-    audit_log.info("%s", json.dumps(line, separators=(",", ":")))
+# --------------------------------------------------------------------------------------------
+# The tools
+# --------------------------------------------------------------------------------------------
+
+
+class _Tools:
+    """The tools over ``service()`` (looked up at each call), acting as ``principal_of(ctx)``. Each
+    method's docstring is the tool's description, as an MCP host shows it to a model."""
+
+    def __init__(self, service: Callable[[], HRTService], principal_of: PrincipalOf) -> None:
+        self.service = service
+        self.principal_of = principal_of
+
+    def _metrics(self) -> Any:
+        return self.service().metrics
+
+    async def run(self, tool: str, ctx: Context[Any, Any], action: Action, *, write: bool) -> CallToolResult:
+        """``action`` as the caller, its errors as tool errors; a write's every outcome is audited."""
+        started = time.perf_counter()
+        caller: Principal | None = None
+        written: dict[str, Any] = {"users": [], "records": 0}
+        status, reason = 200, None
+        try:
+            caller = self.principal_of(ctx)
+            return await action(caller, written)
+        except HRTError as exc:
+            status = status_for(exc)
+            reason = count_refusal(exc, self._metrics)
+            if status >= 500:
+                log.error("MCP tool %s failed: %s", tool, exc.message, exc_info=exc.__cause__)
+            return error_result(exc)
+        except Exception:
+            status = 500
+            log.exception("MCP tool %s failed unexpectedly", tool)
+            return _error_body({"error": INTERNAL_ERROR})
+        finally:
+            if write:
+                seconds = time.perf_counter() - started
+                audit(_scope_of(ctx), caller, "MCP", f"mcp:{tool}", status, written, reason=reason, seconds=seconds)
+
+    async def retrieve_memory(self, ctx: Context[Any, Any], args: dict[str, Any]) -> CallToolResult:
+        """Search the user's long-term memory (their past conversations, the people, projects and topics in
+        them, and documents derived from them) and return what is relevant, best first, as a context text
+        ready to read (each item with its date, id, score and how it was found), followed by the full result
+        as JSON (AugmentedMemoryContext V9.4). Call it before answering whenever the user refers to something
+        from earlier that is not in this conversation. Give key_phrases (best), or a query, or the recent
+        messages. Key phrases that matched nothing are named in the text's header: the memory holds nothing
+        on them. The same call with the same as_of always returns the same answer."""
+        include_json = args.pop("include_json")
+
+        async def action(caller: Principal, written: dict[str, Any]) -> CallToolResult:
+            caller.require_scope("retrieve")
+            fields = {k: v for k, v in args.items() if k != "user_id" and v is not None}
+            body = {"user_id": _user(caller, args["user_id"]), "render": {}, **fields}
+            if not isinstance(include_json, bool):
+                raise InvalidInput("field 'include_json': must be true or false", field="include_json")
+            try:
+                request = RetrieveRequest.model_validate(body)
+            except ValidationError as exc:
+                raise _invalid(exc) from None
+            caller.require_users([request.user_id])
+            result = await self.service().retrieve(request)
+            canonical = result.canonical_json()  # byte for byte what POST /v1/retrieve answers
+            rendered = result.retrieval_metadata.rendered
+            assert rendered is not None  # the request always asks for it
+            content = [TextContent(type="text", text=rendered.text)]
+            if include_json:
+                content.append(TextContent(type="text", text=canonical))
+            return CallToolResult(content=content, structured_content=json.loads(canonical))
+
+        return await self.run("retrieve_memory", ctx, action, write=False)
+
+    async def remember(self, ctx: Context[Any, Any], args: dict[str, Any]) -> CallToolResult:
+        """Store new memories for the user; give exactly one of text, messages or records. The simplest: text,
+        one thing the user said, or messages, the turns of the conversation ({role, content}), kept under
+        session_id: HRT stores each message as a memory unit, links it to the previous one and to the people,
+        projects and topics it mentions, and answers each message's memory unit id (muid) and whether it was
+        added, unchanged (sent before with the same index) or replaced. Records are for a graph you build
+        yourself: memory units (something said, done or decided, with when), the concepts they mention,
+        artifacts (documents, summaries, decisions), relations between them and preferences, idempotent by id
+        (a record with an id that exists replaces it); link each new memory unit to its concepts with MENTIONS
+        relations so retrieval can find it through them, and expect the number of records upserted and deleted
+        back. Everything is validated first; one bad message or record writes nothing."""
+
+        async def action(caller: Principal, written: dict[str, Any]) -> CallToolResult:
+            caller.require_scope("ingest")
+            given = [k for k in ("text", "messages", "records") if args[k] is not None]
+            if len(given) != 1:
+                both = f", not {' and '.join(given)}" if given else ""
+                raise InvalidInput(
+                    f"give exactly one of text (a message), messages (a list of messages) or records{both}",
+                    field=given[-1] if given else "records",
+                )
+            if given == ["records"]:
+                return await self._records(caller, args, written)
+            return await self._conversation(caller, args, written)
+
+        return await self.run("remember", ctx, action, write=True)
+
+    async def _records(self, caller: Principal, args: dict[str, Any], written: dict[str, Any]) -> CallToolResult:
+        """``remember``'s records, as ``POST /v1/ingest`` takes them."""
+        records, user_id = args["records"], args["user_id"]
+        if not isinstance(records, list):
+            raise InvalidInput("give records: a list of records", field="records")
+        default_user = None
+        if user_id is not None or (caller.users is not None and len(caller.users) == 1):
+            default_user = _user(caller, user_id)
+        parsed = []
+        for i, obj in enumerate(records):
+            if default_user is not None and isinstance(obj, dict) and "user_id" not in obj:
+                obj = {**obj, "user_id": default_user}
+            where = f"records[{i}]"
+            try:
+                parsed.append(parse_record(obj, where))
+            except InvalidInput as exc:
+                raise InvalidInput(exc.message, field=f"{where}.{exc.field}") from exc
+        users = sorted({r.user_id for r in parsed})
+        written.update(users=users, records=len(parsed))
+        caller.require_users(users)  # before anything is written
+        result = await self.service().ingest(parsed, written_by=written_by(caller))
+        written.update(upserted=result.upserted, deleted=result.deleted)
+        return _json_result({"upserted": result.upserted, "deleted": result.deleted})
+
+    async def _conversation(self, caller: Principal, args: dict[str, Any], written: dict[str, Any]) -> CallToolResult:
+        """``remember``'s ``text`` or ``messages``, as ``POST /v1/conversations`` takes them."""
+        text = args["text"]
+        said = [{"role": "user", "content": text}] if text is not None else args["messages"]
+        body = {"user_id": _user(caller, args["user_id"]), "session_id": args["session_id"] or "mcp", "messages": said}
+        if args["agent_id"] is not None:
+            body["agent_id"] = args["agent_id"]
+        try:
+            request = conversation_request(body)
+        except InvalidInput as exc:  # the first error, as every tool reports (text: the text's)
+            field, message = exc.field or "messages", exc.message
+            if text is not None and field.startswith("messages[0]"):
+                field, message = "text", message.replace(f"'{field}'", "'text'")
+            raise type(exc)(message, field=field) from None
+        written.update(users=[request.user_id], records=len(request.messages), messages=len(request.messages))
+        caller.require_users([request.user_id])  # before anything is written
+        service = self.service()
+        with service.ingest_slot():
+            result = await service.add_messages(request, written_by=written_by(caller))
+        written.update(upserted=sum(m.status != "unchanged" for m in result.messages))
+        return _json_result(result.model_dump(mode="json"))
+
+    async def forget(self, ctx: Context[Any, Any], args: dict[str, Any]) -> CallToolResult:
+        """Delete from the user's memory, for good: one entity (what="entity" with kind and entity_id: a memory
+        unit, concept or artifact, with its relations), or everything of a user (what="user" with user_id;
+        needs the admin permission). Use it only when the user asks to forget something. Answers the number of
+        records deleted (0 when there was nothing to delete)."""
+        what, user_id = args["what"], args["user_id"]
+
+        async def action(caller: Principal, written: dict[str, Any]) -> CallToolResult:
+            if what == "entity":
+                caller.require_scope("ingest")
+                user = _user(caller, user_id)
+                written.update(users=[user], records=1)
+                caller.require_users([user])
+                kind = _kind(args["kind"])
+                n = await self.service().delete_entity(user, kind, check_id(args["entity_id"], "entity_id"))
+            elif what == "user":
+                caller.require_scope("admin")
+                if user_id is None:
+                    raise InvalidInput("give the user_id whose memory to delete", field="user_id")
+                user = check_id(user_id, "user_id")
+                written.update(users=[user])
+                caller.require_users([user])
+                n = await self.service().delete_user(user)
+            else:
+                raise InvalidInput('what must be "entity" or "user"', field="what")
+            written.update(deleted=n)
+            return _json_result({"upserted": 0, "deleted": n})
+
+        return await self.run("forget", ctx, action, write=True)
+
+    async def memory_stats(self, ctx: Context[Any, Any], args: dict[str, Any]) -> CallToolResult:
+        """Count the records stored for the user, per kind: memory_unit, concept, artifact, relation,
+        preference (all 0 for a user with no memory). Use it to see whether there is any memory to retrieve
+        from, or to check the effect of remember and forget."""
+
+        async def action(caller: Principal, written: dict[str, Any]) -> CallToolResult:
+            caller.require_scope("retrieve")
+            user = _user(caller, args["user_id"])
+            caller.require_users([user])
+            counts = await self.service().records.counts(user)
+            return _json_result(dict(counts))
+
+        return await self.run("memory_stats", ctx, action, write=False)
+
+    async def recall_entity(self, ctx: Context[Any, Any], args: dict[str, Any]) -> CallToolResult:
+        """Open one memory unit, concept or artifact by its kind and id (as retrieve_memory returned them):
+        the record as stored (full content), when it was true (validity), what it replaces and what replaces
+        it, its relations in both directions with the other end's kind, id and title, and for a concept how
+        many memory units mention it. Use it to follow up an item of a retrieval: read a whole memory, see
+        who and what a concept is connected to, or check whether a fact was superseded."""
+
+        async def action(caller: Principal, written: dict[str, Any]) -> CallToolResult:
+            caller.require_scope("retrieve")
+            user = _user(caller, args["user_id"])
+            kind = _kind(args["kind"])
+            ident = check_id(args["entity_id"], "entity_id")
+            limit = DEFAULT_RELATION_LIMIT if args["relation_limit"] is None else args["relation_limit"]
+            if not isinstance(limit, int) or isinstance(limit, bool):
+                raise InvalidInput("relation_limit must be an integer", field="relation_limit")
+            caller.require_users([user])
+            view = await read_entity(self.service().records, user, kind, ident, limit)
+            return _json_result(view.model_dump(mode="json"))
+
+        return await self.run("recall_entity", ctx, action, write=False)
+
+
+_READ = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+# (name, title, annotations, arguments, the contract fields their schemas come from)
+TOOLS: list[tuple[str, str, ToolAnnotations, dict[str, str], dict[str, dict[str, Any]]]] = [
+    ("retrieve_memory", "Retrieve from the user's memory", _READ, RETRIEVE_ARGS, RETRIEVE_FIELDS),
+    (
+        "remember",
+        "Remember: store messages or records in the user's memory",
+        # messages without an index (and text) go after the session's last one: sent twice, twice
+        ToolAnnotations(read_only_hint=False, idempotent_hint=False, open_world_hint=False),
+        REMEMBER_ARGS,
+        CONVERSATION_FIELDS,
+    ),
+    (
+        "forget",
+        "Forget: delete from the user's memory",
+        ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False),
+        FORGET_ARGS,
+        {},
+    ),
+    ("memory_stats", "Count what the user's memory holds", _READ, STATS_ARGS, {}),
+    ("recall_entity", "Open one entity of the user's memory with its relations", _READ, RECALL_ARGS, {}),
+]
+
+
+def _tool_function(
+    name: str, handler: Callable[[Context[Any, Any], dict[str, Any]], Awaitable[CallToolResult]]
+) -> Callable[..., Awaitable[CallToolResult]]:
+    async def tool(ctx: Context[Any, Any], **args: Any) -> CallToolResult:
+        return await handler(ctx, args)
+
+    tool.__name__ = tool.__qualname__ = name
+    return tool
+
+
+def build_server(
+    service: Callable[[], HRTService],
+    principal_of: PrincipalOf,
+    lifespan: Callable[[MCPServer[Any]], contextlib.AbstractAsyncContextManager[Any]] | None = None,
+) -> MCPServer[Any]:
+    """The tools over ``service()`` (looked up at each call), acting as ``principal_of(ctx)``."""
+    server: MCPServer[Any] = MCPServer(
+        "hrt",
+        title="HRT long-term memory",
+        instructions=INSTRUCTIONS,
+        version=__version__,
+        log_level="WARNING",
+        lifespan=lifespan,
+    )
+    tools = _Tools(service, principal_of)
+    for name, title, hints, args, contract in TOOLS:
+        handler = getattr(tools, name)
+        fn = _tool_function(name, handler)
+        fn.__signature__ = _signature(args, contract)  # type: ignore[attr-defined]
+        server.add_tool(fn, name=name, title=title, description=handler.__doc__, annotations=hints)
+    return server
 
 
 # --------------------------------------------------------------------------------------------

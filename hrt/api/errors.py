@@ -1,4 +1,5 @@
-"""HTTP status codes are decided here, in one place; the service layer raises HRT errors only.
+"""Every error as an HTTP answer; the service layer raises HRT errors only, whose status
+:func:`hrt.front.status_for` decides.
 
 Every error, whoever raised it (HRT, request validation, routing, a bug), answers in one format:
 ``{"error": {"code", "message", "field"}}``, with ``errors`` (every invalid field, ``{"field",
@@ -19,46 +20,13 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from hrt.errors import (
-    Conflict,
-    Forbidden,
-    HRTError,
-    InvalidInput,
-    MalformedBody,
-    NotFound,
-    PayloadTooLarge,
-    RateLimited,
-    RequestTimeout,
-    StoreError,
-    StoreUnavailable,
-    Unauthenticated,
-)
+from hrt.errors import HRTError, InvalidInput, RateLimited, Unauthenticated
+from hrt.front import INTERNAL_ERROR, error_dict, field_name, refusal_reason, status_for
 
 log = logging.getLogger(__name__)
 
 # nginx's status for a request its client closed before the answer: never seen by the client
 CLIENT_CLOSED = 499
-
-STATUS: list[tuple[type[HRTError], int]] = [
-    (PayloadTooLarge, 413),
-    (MalformedBody, 400),
-    (InvalidInput, 422),
-    (Unauthenticated, 401),
-    (Forbidden, 403),
-    (RateLimited, 429),
-    (NotFound, 404),
-    (Conflict, 409),
-    (StoreUnavailable, 503),
-    (RequestTimeout, 408),
-    (HRTError, 500),
-]
-
-
-def status_for(exc: HRTError) -> int:
-    for cls, code in STATUS:
-        if isinstance(exc, cls):
-            return code
-    return 500
 
 
 class FieldError(BaseModel):
@@ -102,13 +70,6 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def error_dict(exc: HRTError) -> dict[str, object]:
-    """What a caller sees: a store error's public message, every other error's own."""
-    if isinstance(exc, StoreError):
-        return exc.public_dict()
-    return exc.to_dict()
-
-
 def error_headers(exc: HRTError) -> dict[str, str]:
     if isinstance(exc, Unauthenticated):
         if exc.reason == "missing":
@@ -117,24 +78,6 @@ def error_headers(exc: HRTError) -> dict[str, str]:
     if isinstance(exc, RateLimited):
         return {"Retry-After": str(exc.retry_after_s)}
     return {}
-
-
-def refusal_reason(exc: HRTError) -> str | None:
-    """The ``hrt_auth_refusals_total`` label of an authentication or authorisation refusal."""
-    if isinstance(exc, Unauthenticated | Forbidden | RateLimited):
-        return exc.reason
-    return None
-
-
-# pydantic names the member of a union in an error's location ("key_phrases.list[constrained-str].0");
-# a caller wants the field ("key_phrases.0")
-_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "none", "list", "dict", "constrained-str"})
-
-
-def field_name(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
-    parts = [p for p in parts if not ("[" in p or p in _TYPE_TAGS)]
-    return ".".join(parts) or "body"
 
 
 def _ctx_error(error: dict[str, Any]) -> str:
@@ -209,4 +152,4 @@ def install_error_handlers(app: FastAPI, count: Callable[[HRTError], None] | Non
     async def _bug(request: Request, exc: Exception) -> JSONResponse:
         # a 5xx is a bug: logged whole, answered without internals
         log.error("%s %s failed unexpectedly", request.method, request.url.path, exc_info=exc)
-        return _json(500, "internal_error", "internal error; the server log has the details", None)
+        return JSONResponse(status_code=500, content={"error": INTERNAL_ERROR})

@@ -4,8 +4,8 @@ For every HTTP request but ``GET /healthz`` it authenticates the ``Authorization
 (401), checks the route's scope (403), takes a place within the key's request rate and
 concurrency (429), and only then lets the request reach the routes, which check the users the
 key may act for. Nothing has read the body before that, so a refused request writes nothing
-and costs nothing to parse. Writes (ingest and deletes) are audited here, one structured log
-line each, whatever their outcome.
+and costs nothing to parse. The routes that declare it (writes, the key routes, the export) are
+audited here, one ``hrt.audit`` line each (:func:`hrt.front.audit`), whatever their outcome.
 """
 
 from __future__ import annotations
@@ -16,17 +16,16 @@ import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
-from datetime import UTC, datetime
 from typing import Any
 
 from starlette.routing import Match, Route
 
-from hrt.api.errors import error_dict, error_headers, status_for
+from hrt.api.errors import error_headers
 from hrt.auth import UNAUTHENTICATED_DEV, KeyLimiter, KeyRing, Principal, is_loopback
 from hrt.errors import HRTError, Unauthenticated
+from hrt.front import audit, error_dict, status_for
 
 log = logging.getLogger(__name__)
-audit_log = logging.getLogger("hrt.audit")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -34,7 +33,6 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-OPEN_PATHS = frozenset({"/healthz"})
 # a caller's X-Request-ID is kept when it looks like one; otherwise the server makes one
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
@@ -49,8 +47,10 @@ async def send_error(send: Send, status: int, exc: HRTError, extra: Mapping[str,
 
 class Guard:
     """``scopes`` maps (method, route path) to the scope it needs; a route it does not list needs a
-    valid key of any scope (the OpenAPI document, an unknown path answering 404). ``audited``:
-    the routes whose every outcome is logged to ``hrt.audit``. ``keyring`` None: HRT_AUTH=off,
+    valid key of any scope (the OpenAPI document, ``/mcp``, an unknown path answering 404).
+    ``audited``: the routes whose every outcome is logged to ``hrt.audit``. ``open_paths``: the
+    paths that need no key. All three come from the routes' declarations
+    (:func:`hrt.api.access.route_rules`). ``keyring`` None: HRT_AUTH=off,
     every request acts with every scope for every user (``hrt serve`` allows it on loopback only).
     ``on_refusal`` sees every refusal (the metric). With auth off, a request that reached the server
     on an address other than loopback is refused, whatever host the settings name."""
@@ -62,6 +62,7 @@ class Guard:
         routes: Callable[[], list[Any]],
         scopes: Mapping[tuple[str, str], str],
         audited: frozenset[tuple[str, str]],
+        open_paths: frozenset[str],
         keyring: Callable[[], KeyRing] | None,
         limiter: KeyLimiter,
         on_refusal: Callable[[HRTError], None],
@@ -70,6 +71,7 @@ class Guard:
         self.routes = routes
         self.scopes = scopes
         self.audited = audited
+        self.open_paths = open_paths
         self.keyring = keyring
         self.limiter = limiter
         self.on_refusal = on_refusal
@@ -84,7 +86,7 @@ class Guard:
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or scope["path"] in self.open_paths:
             await self.app(scope, receive, send)
             return
         target = self._route(scope)
@@ -125,11 +127,9 @@ class Guard:
         finally:
             if audited:
                 route = target[1] if target else scope["path"]
-                line = audit_line(scope, principal, scope["method"], route, status, state.get("audit", {}))
-                if "refusal" in state:
-                    line["reason"] = state["refusal"]
-                line["ms"] = round((time.perf_counter() - started) * 1000, 1)
-                audit_log.info("%s", json.dumps(line, separators=(",", ":")))
+                seconds = time.perf_counter() - started
+                write, reason = state.get("audit", {}), state.get("refusal")
+                audit(scope, principal, scope["method"], route, status, write, reason=reason, seconds=seconds)
 
     async def _authenticate(self, scope: Scope) -> Principal:
         if self.keyring is None:
@@ -159,55 +159,3 @@ def request_id(scope: Scope) -> str:
             if _REQUEST_ID.fullmatch(text):
                 return text
     return uuid.uuid4().hex
-
-
-def audit_line(
-    scope: Scope | None,
-    principal: Principal | None,
-    method: str,
-    route: str,
-    status: int,
-    write: Mapping[str, Any],
-) -> dict[str, Any]:
-    """One ``hrt.audit`` line (REST writes here, MCP tools in hrt.mcp_server): when, which request
-    from which address, which key (its id; names are not unique across owners), what it asked, how
-    it ended and what it wrote."""
-    state: Mapping[str, Any] = scope.get("state", {}) if scope is not None else {}
-    client = scope.get("client") if scope is not None else None
-    outcome = (
-        "ok"
-        if status < 300
-        else "refused"
-        if status in (401, 403, 429)
-        else "aborted"
-        if status == 499
-        else "rejected"
-        if status < 500
-        else "failed"
-    )
-    line: dict[str, Any] = {
-        "event": "write",
-        "ts": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-        "request_id": state.get("request_id"),
-        "client": client[0] if client else None,
-        "key_id": principal.key_id if principal is not None else None,
-        "key": principal.name if principal is not None else None,
-        "method": method,
-        "route": route,
-        "status": status,
-        "outcome": outcome,
-        "users": write.get("users", []),
-        "records": write.get("records", 0),
-        "upserted": write.get("upserted", 0),
-        "deleted": write.get("deleted", 0),
-    }
-    if "target_key" in write:  # the key a key route created or revoked
-        line["target_key"] = write["target_key"]
-    if "messages" in write:  # a conversation's messages (records: the same count, what was asked)
-        line["messages"] = write["messages"]
-    if "target_concept" in write:  # the concept a merge merged into (records: the ids it named)
-        line["target_concept"] = write["target_concept"]
-    if method == "GET":  # the one audited read, an export: records are the lines sent, and did the last go out
-        line["event"] = "export"
-        line["complete"] = bool(write.get("complete", False))
-    return line

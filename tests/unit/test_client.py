@@ -355,11 +355,15 @@ def test_the_client_shares_the_servers_models_without_importing_the_server():
     import subprocess
     import sys
 
-    from hrt import client
-    from hrt.api import app as server
+    from fastapi.routing import APIRoute
 
+    from hrt import client
+    from hrt.api import create_app
+    from hrt.config import Settings
+
+    answered = {r.response_model for r in create_app(Settings()).routes if isinstance(r, APIRoute)}
     for name in ("WriteSummary", "UserStats", "Health", "Readiness", "KeyInfo", "NewKey", "ConversationResult"):
-        assert getattr(client, name) is getattr(server, name), name
+        assert getattr(client, name) in answered, name
     server_side = ("fastapi", "hrt.api", "hrt.service")
     code = f"import sys, hrt.client; print(sorted(m for m in sys.modules if m.startswith({server_side!r})))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

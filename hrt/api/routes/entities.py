@@ -1,0 +1,103 @@
+"""Reading one user's records: counts, one entity with its relations, a page of entities
+(:mod:`hrt.browse`)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from hrt.api.access import Caller, needs
+from hrt.api.errors import ERROR_RESPONSES
+from hrt.api.routes.common import EntityKindPath, UserIdPath
+from hrt.api.state import Service
+from hrt.browse import (
+    DEFAULT_LIMIT,
+    DEFAULT_RELATION_LIMIT,
+    MAX_CURSOR_CHARS,
+    MAX_FILTER_VALUES,
+    MAX_LIMIT,
+    MAX_RELATION_LIMIT,
+    BrowseRequest,
+    EntityPage,
+    EntityView,
+    browse_entities,
+    read_entity,
+)
+from hrt.contract import UserStats
+from hrt.front import check_id
+from hrt.records import Kind
+
+router = APIRouter()
+
+
+@router.get(
+    "/v1/users/{user_id}/stats",
+    dependencies=[needs("retrieve")],
+    response_model=UserStats,
+    responses=ERROR_RESPONSES,
+    summary="Counts of one user's records",
+)
+async def user_stats(user_id: UserIdPath, caller: Caller, svc: Service) -> UserStats:
+    check_id(user_id, "user_id")
+    caller.require_users([user_id])
+    return UserStats(**await svc.records.counts(user_id))
+
+
+@router.get(
+    "/v1/users/{user_id}/entities/{kind}/{entity_id}",
+    dependencies=[needs("retrieve")],
+    response_model=EntityView,
+    responses=ERROR_RESPONSES,
+    summary="One entity as ingested, with its relations, validity, supersession and writer",
+)
+async def get_entity(
+    user_id: UserIdPath,
+    kind: EntityKindPath,
+    entity_id: UserIdPath,
+    caller: Caller,
+    svc: Service,
+    relation_limit: Annotated[int, Query(ge=1, le=MAX_RELATION_LIMIT)] = DEFAULT_RELATION_LIMIT,
+) -> EntityView:
+    check_id(user_id, "user_id")
+    caller.require_users([user_id])
+    return await read_entity(svc.records, user_id, Kind(kind), entity_id, relation_limit)
+
+
+@router.get(
+    "/v1/users/{user_id}/entities",
+    dependencies=[needs("retrieve")],
+    response_model=EntityPage,
+    responses=ERROR_RESPONSES,
+    summary="A page of one user's entities in id order, filtered, with the next page's cursor",
+)
+async def list_entities(
+    user_id: UserIdPath,
+    caller: Caller,
+    svc: Service,
+    kind: EntityKindPath | None = None,
+    tags: Annotated[list[str] | None, Query(max_length=MAX_FILTER_VALUES)] = None,
+    agent: Annotated[list[str] | None, Query(max_length=MAX_FILTER_VALUES)] = None,
+    created_after: Annotated[str | None, Query(max_length=64)] = None,
+    created_before: Annotated[str | None, Query(max_length=64)] = None,
+    valid_at: Annotated[str | None, Query(max_length=64)] = None,
+    prefix: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
+    include_invalidated: bool = False,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
+    cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
+) -> EntityPage:
+    check_id(user_id, "user_id")
+    caller.require_users([user_id])
+    request = BrowseRequest(
+        kind=Kind(kind) if kind is not None else None,
+        tags=tuple(tags or ()),
+        agents=tuple(agent or ()),
+        created_after=created_after,
+        created_before=created_before,
+        valid_at=valid_at,
+        prefix=prefix,
+        include_invalidated=include_invalidated,
+        limit=limit,
+        cursor=cursor,
+    )
+    return await browse_entities(svc.records, user_id, request, svc.clock())

@@ -1,0 +1,34 @@
+"""``GET /v1/users/{user_id}/export``: one user's records, streamed (:mod:`hrt.api.export`)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+
+from hrt.api.access import Caller, needs
+from hrt.api.errors import ERROR_RESPONSES
+from hrt.api.export import export_response
+from hrt.api.routes.common import UserIdPath
+from hrt.api.state import Server
+from hrt.front import check_id
+
+router = APIRouter()
+
+
+@router.get(
+    "/v1/users/{user_id}/export",
+    dependencies=[needs("export", audited=True)],
+    response_class=Response,
+    responses={
+        200: {
+            "description": "the user's records, one JSON object per line in the ingest format, streamed",
+            "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
+        },
+        **ERROR_RESPONSES,
+    },
+    summary="One user's records as NDJSON in the ingest format, streamed",
+)
+async def export_user(request: Request, user_id: UserIdPath, caller: Caller, server: Server) -> Response:
+    audit = request.state.audit = {"users": [user_id], "records": 0}
+    check_id(user_id, "user_id")
+    caller.require_users([user_id])
+    return await export_response(server.service.records, user_id, server.export_slots, audit)

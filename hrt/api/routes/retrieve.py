@@ -1,0 +1,36 @@
+"""``POST /v1/retrieve``: the AugmentedMemoryContext V9.4 as canonical JSON."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from hrt.api.access import Caller, needs
+from hrt.api.errors import ERROR_RESPONSES
+from hrt.api.state import Service
+from hrt.contract import RetrieveRequest
+
+router = APIRouter()
+
+
+@router.post(
+    "/v1/retrieve",
+    dependencies=[needs("retrieve")],
+    response_class=Response,
+    responses={
+        200: {
+            "description": "AugmentedMemoryContext V9.4 (canonical JSON)",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/AugmentedMemoryContext"}}},
+        },
+        **ERROR_RESPONSES,
+    },
+    summary="Ground key phrases, expand, score and return the AugmentedMemoryContext V9.4",
+)
+async def retrieve(request: RetrieveRequest, caller: Caller, svc: Service) -> Response:
+    caller.require_users([request.user_id])
+    result, timings = await svc.retrieve_timed(request)
+    server_timing = ", ".join(f"{stage};dur={sec * 1000:.2f}" for stage, sec in timings.items())
+    return Response(
+        content=result.canonical_json().encode(),
+        media_type="application/json",
+        headers={"Server-Timing": server_timing},
+    )

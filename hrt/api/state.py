@@ -1,0 +1,73 @@
+"""What the routes share, kept on ``app.state.hrt``: the settings, the HRT service, the key ring
+and the bounds held across requests; and the dependencies by which a route reaches them."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from hrt.api.bodies import IngestBodies
+from hrt.auth import KeyLimiter, KeyRing
+from hrt.config import Settings
+from hrt.export import ExportSlots
+from hrt.service import HRTService
+
+AUTH_OFF_WARNING = "HRT_AUTH=off: every route answers without an API key (development on loopback only)"
+
+
+class ServerState:
+    """``service``: set by :func:`hrt.api.create_app` when given, else by the app's lifespan."""
+
+    def __init__(self, settings: Settings, service: HRTService | None) -> None:
+        self.settings = settings
+        self._service = service
+        self._keyring: KeyRing | None = None
+        self.limiter = KeyLimiter(settings.key_rate_limit, settings.key_max_concurrency)
+        self.ingest_bodies = IngestBodies(settings.max_ingest_bodies, settings.ingest_retry_after_s)
+        self.export_slots = ExportSlots()
+
+    @property
+    def has_service(self) -> bool:
+        return self._service is not None
+
+    @property
+    def service(self) -> HRTService:
+        assert self._service is not None
+        return self._service
+
+    def set_service(self, service: HRTService) -> None:
+        self._service = service
+
+    def keyring(self) -> KeyRing:
+        """Made at start by the lifespan (which checks that a key exists); an app driven without its
+        lifespan (an in-process test client) makes it on first use."""
+        if self._keyring is None:
+            self._keyring = KeyRing(self.service.records, refresh_s=self.settings.auth_refresh_s)
+        return self._keyring
+
+    def set_keyring(self, ring: KeyRing) -> None:
+        self._keyring = ring
+
+    def take_keyring(self) -> KeyRing | None:
+        """The key ring, forgotten (the lifespan's end)."""
+        ring, self._keyring = self._keyring, None
+        return ring
+
+
+def server_state(request: Request) -> ServerState:
+    found = request.app.state.hrt
+    assert isinstance(found, ServerState)
+    return found
+
+
+async def _server(request: Request) -> ServerState:
+    return server_state(request)
+
+
+async def _service(request: Request) -> HRTService:
+    return server_state(request).service
+
+
+Server = Annotated[ServerState, Depends(_server)]
+Service = Annotated[HRTService, Depends(_service)]
