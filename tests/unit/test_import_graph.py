@@ -38,6 +38,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("hrt.pipeline", "hrt.projector", "hrt.browse", "hrt.export", "hrt.merge", "hrt.doctor"),  # use cases
     ("hrt.prompts", "hrt.extraction"),
     ("hrt.service",),
+    ("hrt.front",),  # what the front doors share
     ("hrt.api", "hrt.mcp_server", "hrt.reembed"),  # front doors
     ("hrt.cli", "hrt.client", "hrt.devstack", "hrt.bench", "hrt.eval", "hrt.config_docs"),  # entry points, tooling
 ]

@@ -66,3 +66,17 @@ def test_only_the_composition_root_reads_the_backend_settings() -> None:
     }
     assert COMPOSITION_ROOT in readers  # the check sees the root's reads
     assert readers == {COMPOSITION_ROOT}
+
+
+def test_every_package_ships() -> None:
+    """Each folder of ``hrt/`` with Python modules is listed in pyproject.toml's packages, so a wheel
+    (the Docker image, ``pip install .``) holds it as the editable install does."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+    folders = {
+        path.parent.relative_to(ROOT).as_posix().replace("/", ".")
+        for path in (ROOT / "hrt").rglob("*.py")
+        if "__pycache__" not in path.parts
+    }
+    assert folders - listed == set()
