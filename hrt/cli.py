@@ -1,8 +1,8 @@
 """The ``hrt`` command: demo, serve, mcp, keys, ingest, export, query, migrate, project, doctor, eval,
 bench, dev, export-schema.
 
-A little over 600 lines because it holds the parser and a short handler for each of fourteen
-commands; the work is in the modules they call (eval, bench and dev are imported lazily).
+Each command is a short handler; the work is in the modules they call (eval, bench and dev are
+imported lazily, so the server never loads them).
 """
 
 from __future__ import annotations

@@ -164,7 +164,7 @@ class RetrieveRequest(_Strict):
     )
     query: Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=r"\S")] | SkipJsonSchema[None] = None
     messages: Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES)] | SkipJsonSchema[None] = None
-    # entities the caller already knows: seeds of the walk at full strength (#33)
+    # entities the caller already knows: seeds of the walk at full strength
     seed_ids: Annotated[list[EntityId], Field(min_length=1, max_length=MAX_SEED_IDS)] | SkipJsonSchema[None] = None
     limits: Limits = Field(default_factory=Limits)
     # three older names of config overrides, applied on top of "config" (overrides()):
@@ -596,7 +596,7 @@ class Readiness(BaseModel):
 
 
 # --------------------------------------------------------------------------------------------
-# Merging concepts (hrt/merge.py, #33)
+# Merging concepts (hrt/merge.py)
 # --------------------------------------------------------------------------------------------
 
 MAX_MERGE_IDS = 32

@@ -27,12 +27,7 @@ Across phrases (``phrase_evidence``): an entity's direct evidence, and a seed's 
 
 ``mean`` rewards what several phrases agree on and keeps one short phrase ("Caroline") from lifting
 everything it matches. ``fused`` evidence needs it most: it gives the first hit of every phrase
-1.0, however short the phrase. LoCoMo dev, depth 1, recall@10 / nDCG@10 with (cosine, max),
-(cosine, mean), (fused, max), (fused, mean) (docs/eval-locomo.md):
-
-- question + one keyword phrase (the eval's request): 74.2 / 50.8, 72.7 / 51.8, 74.7 / 53.4,
-  74.0 / 54.2;
-- question + every keyword its own phrase: 66.9 / 45.2, 68.2 / 47.7, 62.6 / 41.7, 70.1 / 51.1.
+1.0, however short the phrase (the four combinations on LoCoMo dev: docs/eval-locomo.md).
 
 ``mean`` shrinks the semantic term of an entity only one phrase matches (to 1/n of it), which
 matters when recency, salience or preference also weigh: it suits requests whose phrases describe

@@ -100,7 +100,7 @@ SCHEMA: list[tuple[int, str]] = [
     ),
     (
         6,
-        # API keys (#30): the admin key that made a key over HTTP (NULL: the operator), and names
+        # API keys: the admin key that made a key over HTTP (NULL: the operator), and names
         # unique among the live keys of one parent, not across tenants. New keys store the SHA-256
         # of the token with an empty salt; a key with a salt keeps its scrypt hash until first used.
         """
@@ -111,7 +111,7 @@ SCHEMA: list[tuple[int, str]] = [
     ),
     (
         7,
-        # conversation memory (#32): a user's extraction statistics, written with the records
+        # conversation memory: a user's extraction statistics, written with the records
         """
         CREATE TABLE extraction_state (
             user_id TEXT NOT NULL, ns TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
@@ -121,7 +121,7 @@ SCHEMA: list[tuple[int, str]] = [
     ),
     (
         8,
-        # reading and browsing entities (#33): when and by which API key each was last written
+        # reading and browsing entities: when and by which API key each was last written
         # (NULL for rows written before: unknown), and its lower-cased title or name
         # (hrt.records.title_key; backfilled with SQLite's lower, which folds ASCII only: a re-ingest
         # refreshes it) for prefix filters, indexed. Pages in id order come from the primary key, or

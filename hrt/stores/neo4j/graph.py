@@ -99,8 +99,8 @@ KIND_LABELS: dict[Kind, str] = {
 }
 MAX_DEPTH = 3
 # Expansion reads the links of a node with at most this many relationships by walking them, a
-# hub's from the link order indexes (at 100k, the 8 index reads per node cost more than walking
-# the few relationships most nodes have: the expand query 30 -> 22 ms p50)
+# hub's from the link order indexes (the 8 index reads per node cost more than walking the few
+# relationships most nodes have)
 SPARSE_DEGREE = 64
 # The version of hrt.expand (neo4j-plugin/, Expansion.VERSION) whose output this adapter reads
 PLUGIN_VERSION = "3"

@@ -5,9 +5,6 @@ A write batch commits its records and one outbox row per change in one transacti
 are written in sorted order so concurrent batches over overlapping ids lock rows in the same
 order; a deadlock or serialisation failure retries the whole batch. Every statement is
 parameterised and filters on ``user_id``.
-
-Over 600 lines because it is the whole RecordStore and Outbox ports for one backend (records, keys,
-outbox leases, dead letters, doctor reads), each a few SQL statements that belong with the others.
 """
 
 from __future__ import annotations

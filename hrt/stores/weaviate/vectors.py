@@ -37,7 +37,7 @@ Timestamps: ``ts`` is epoch seconds; an entity without one (a concept) stores :d
 sentinel before any real date, so ``ts <= not_after`` alone admits it (no null-state index and
 no OR in every filter). :meth:`WeaviateVectorIndex.ids` never exposes the sentinel.
 
-Validity (#20): ``valid_from`` / ``valid_to`` (epoch seconds, range-filterable) hold a document's
+Validity: ``valid_from`` / ``valid_to`` (epoch seconds, range-filterable) hold a document's
 own interval, null for an open end: no sentinel, because objects written before the properties
 existed have them null too and must pass a ``valid_at`` filter. The filter is
 ``NOT(valid_from > at) AND NOT(valid_to <= at)``: a comparison never matches a null or missing
@@ -72,9 +72,6 @@ Errors: client, gRPC and HTTP failures are translated at this edge by :meth:`_gu
 unreachable, timed out or closed become :class:`~hrt.errors.StoreUnavailable`, anything else
 :class:`~hrt.errors.StoreError`. Every call also runs under an ``asyncio`` deadline, because the
 client retries an unavailable gRPC server with exponential backoff for about a minute.
-
-Over 600 lines because it is the whole VectorIndex port for one backend: tenants, schema, batched
-writes with their error translation, the hybrid search with its filters, similarities and doctor reads.
 """
 
 from __future__ import annotations
@@ -132,9 +129,9 @@ DEFAULT_COLLECTION = "HRTEntity"
 NO_TS = -1.0e18  # "no timestamp": before any real date, so `ts <= not_after` always admits it
 PROPERTIES = ("entity_id", "kind", "text", "ts", "tags", "source_agent_id", "valid_from", "valid_to", "passages")
 # added after the first collections were made: apply_schema adds them to an older collection
-FILTER_PROPERTIES = ("tags", "source_agent_id")  # search filters (#18)
-VALIDITY_PROPERTIES = ("valid_from", "valid_to")  # facts that change (#20)
-PASSAGE_PROPERTIES = ("passages",)  # passage vectors (#23)
+FILTER_PROPERTIES = ("tags", "source_agent_id")  # search filters
+VALIDITY_PROPERTIES = ("valid_from", "valid_to")  # facts that change
+PASSAGE_PROPERTIES = ("passages",)  # passage vectors
 LATER_PROPERTIES = (*FILTER_PROPERTIES, *VALIDITY_PROPERTIES, *PASSAGE_PROPERTIES)
 RETURNED = ["entity_id", "kind"]
 TIE_SLACK = 4  # extra hits fetched per leg so that ties at the k cut can be broken by id
@@ -811,7 +808,7 @@ class WeaviateVectorIndex:
         """One gRPC ``Search`` through the client's connection (its channel, auth headers, retries,
         timeout, and its errors: ``WeaviateQueryError``), read from the protobuf reply here: the
         client's object model costs ~25 us an object and ~30 more for a vector, reading the reply
-        ~2 us (measured at 100k: 6 legs with their first pages 17 -> 10 ms). The query API has no
+        ~2 us (docs/bench.md). The query API has no
         call that returns the raw reply, so this one uses the connection the client exposes to its
         own executors (covered by the contract tests of this adapter)."""
         reply: search_get_pb2.SearchReply = await self._client._connection.grpc_search(request)
