@@ -384,9 +384,6 @@ class Principal:
         if scope not in self.scopes:
             raise Forbidden(f"this API key lacks the {scope!r} scope", reason="scope")
 
-    def acts_for(self, user_id: str) -> bool:
-        return self.users is None or user_id in self.users
-
     def require_users(self, user_ids: Iterable[str]) -> None:
         """Forbidden unless the key may act for every one of ``user_ids``. The answer never
         depends on whether a user exists, so a 403 tells nothing about who is stored."""

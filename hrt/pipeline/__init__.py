@@ -102,11 +102,15 @@ class HybridRetrievalTool:
 
     def config_for(self, request: RetrieveRequest) -> tuple[RetrievalConfig, str, AppliedConfig | None]:
         """The configuration one request runs with (hrt.pipeline.intake.configure: the server's,
-        then the request's preset, then its overrides), its ``config_hash``, and what to echo
-        (None: the server's, unchanged). Built once per distinct preset and overrides."""
+        then the request's preset, then its overrides), its ``config_hash``, and what to echo as
+        ``retrieval_metadata.config``: the preset and overrides of a request that names ``preset``
+        or ``config`` (None otherwise: a request that uses only the ``max_depth``, ``weights`` or
+        ``weights_preset`` aliases gets the response it always got, its hash that of the
+        configuration it ran). Built once per distinct preset and overrides."""
         applied = applied_config(request)
         if applied is None:
             return self.config, self._config_hash, None
+        echo = applied if request.preset is not None or request.config is not None else None
         key = applied.model_dump_json()
         known = self._configs.get(key)
         if known is None:
@@ -115,7 +119,7 @@ class HybridRetrievalTool:
             if len(self._configs) >= MAX_CACHED_CONFIGS:
                 self._configs.clear()
             self._configs[key] = known
-        return known[0], known[1], applied
+        return known[0], known[1], echo
 
     async def retrieve(self, request: RetrieveRequest) -> AugmentedMemoryContext:
         return (await self.run(request))[0]

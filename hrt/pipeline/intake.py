@@ -82,9 +82,8 @@ def dedupe_phrases(raw: list[str]) -> tuple[str, ...]:
 
 
 def applied_config(request: RetrieveRequest) -> AppliedConfig | None:
-    """What a request changes in the server's configuration: its preset and overrides (echoed as
-    ``retrieval_metadata.config``); None when it names none of preset, config, weights,
-    weights_preset and max_depth."""
+    """What a request changes in the server's configuration: its preset and overrides, the aliases'
+    included; None when it names none of preset, config, weights, weights_preset and max_depth."""
     overrides = request.overrides()
     if request.preset is None and request.config is None and not overrides:
         return None

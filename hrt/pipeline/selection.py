@@ -61,14 +61,6 @@ def filter_candidates(candidates: list[GraphCandidate], filters: Filters) -> lis
     return [c for c in candidates if node_passes(c.node, filters)]
 
 
-def apply_filters(scored: list[Scored], filters: Filters) -> list[Scored]:
-    """The items the request's filters keep, in their order; the list itself when it sets none
-    (the common case: no check per candidate)."""
-    if not (filters.kinds or filters.tags or filters.source_agent_ids or filters.time_range is not None):
-        return scored
-    return [x for x in scored if passes_filters(x, filters)]
-
-
 def order(items: Iterable[Scored]) -> list[Scored]:
     return sorted(items, key=lambda s: (-s.final, s.id))
 

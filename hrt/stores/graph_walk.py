@@ -25,12 +25,6 @@ from hrt.records import EdgeType, Kind
 from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphNode, PathStep, make_candidate
 
 
-def neighbour_order(node: GraphNode) -> tuple[float, float, str]:
-    """Order of :meth:`GraphStore.neighbors`: newest first (no timestamp counts as 0), then most
-    salient, then id."""
-    return (-(node.ts or 0.0), -node.salience, node.id)
-
-
 def visible(node: GraphNode | None, not_after: float | None) -> bool:
     """A node exists for a request as of ``not_after`` unless it is timestamped after it."""
     return node is not None and (not_after is None or node.ts is None or node.ts <= not_after)

@@ -187,19 +187,26 @@ def test_aliases_apply_on_top_of_config_and_are_echoed_as_overrides() -> None:
     assert req(key_phrases=["x"], weights_preset="balanced").overrides() == {"weights": Weights().model_dump()}
 
 
-async def test_an_alias_request_runs_and_echoes_what_the_config_request_does(loaded_service) -> None:
+async def test_an_alias_request_runs_as_the_config_request_does_without_the_echo(loaded_service) -> None:
     phrases = ["Project Phoenix timeline", "team bandwidth"]
     by_alias = await loaded_service.retrieve(req(key_phrases=phrases, max_depth=1, weights_preset="recent"))
     by_config = await loaded_service.retrieve(
         req(key_phrases=phrases, config={"default_depth": 1, "weights": WEIGHT_PRESETS["recent"].model_dump()})
     )
-    assert by_alias.canonical_json() == by_config.canonical_json()
-    md = by_alias.retrieval_metadata
-    assert md.config is not None and md.config.overrides["default_depth"] == 1
+    # the same response and hash; only a request naming preset or config has its overrides echoed
+    assert by_alias.retrieval_metadata.config is None
+    assert by_config.retrieval_metadata.config is not None
+    assert by_config.retrieval_metadata.config.overrides["default_depth"] == 1
+    echoed = by_config.model_copy(
+        update={"retrieval_metadata": by_config.retrieval_metadata.model_copy(update={"config": None})}
+    )
+    assert by_alias.canonical_json() == echoed.canonical_json()
+    assert by_alias.retrieval_metadata.config_hash != loaded_service.settings.fingerprint()
     assert by_alias.scoring_details.graph_traversal_depth_used == 1
-    # the server's own depth asked for by name changes nothing but the echo
+    # the server's own depth asked for by name changes nothing
+    plain = await loaded_service.retrieve(req(key_phrases=phrases))
     same = await loaded_service.retrieve(req(key_phrases=phrases, max_depth=loaded_service.settings.default_depth))
-    assert same.retrieval_metadata.config_hash == loaded_service.settings.fingerprint()
+    assert same.canonical_json() == plain.canonical_json()
 
 
 def test_the_pipeline_and_the_evaluation_build_the_configuration_alike() -> None:

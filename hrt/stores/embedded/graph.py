@@ -1,15 +1,16 @@
 """GraphStore over the embedded SQLite file, with a per-user in-memory adjacency cache.
 
-A user's graph is loaded in two queries on first use and dropped when a write touches that user,
-so expansion runs without any query. It is held as arrays, not objects: node ``i`` is the ``i``-th
-id in sorted order (so comparing indices compares ids), and the links of every node sit in one
-CSR layout already in the walk's visit order (see :mod:`hrt.stores.graph_walk`), computed
-with one ``numpy.lexsort`` at load; a second permutation holds them in
-:func:`~hrt.stores.graph_walk.neighbour_order` per (node, edge type, direction) for
-:meth:`neighbors`. The walk, :func:`hrt.stores.graph_walk.walk` (the same one the Neo4j adapter
-runs over its fetched rows), moves over node indices; the :class:`~hrt.stores.base.GraphNode`
-objects are built once at load, in place of the rows they come from, and the walk stops reading a
-hub's links after its fan-out cap, so a concept with 40,000 mentions costs what one with 4 does.
+A user's graph is loaded in two queries on first use and kept up to date by the writes that touch
+that user (:mod:`hrt.stores.embedded.graph_changes`), so expansion runs without any query. It is
+held as arrays, not objects: node ``i`` is the ``i``-th id in sorted order (so comparing indices
+compares ids), and the links of every node sit in one CSR layout already in the walk's visit
+order (see :mod:`hrt.stores.graph_walk`), computed with one ``numpy.lexsort`` at load; a second
+permutation holds them in the order of :meth:`GraphStore.neighbors` (newest first, no timestamp
+counting as 0, then most salient, then id) per (node, edge type, direction). The walk,
+:func:`hrt.stores.graph_walk.walk` (the same one the Neo4j adapter runs over its fetched rows),
+moves over node indices; the :class:`~hrt.stores.base.GraphNode` objects are built once at load,
+in place of the rows they come from, and the walk stops reading a hub's links after its fan-out
+cap, so a concept with 40,000 mentions costs what one with 4 does.
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ class _UserGraph:
         self.forward = w_forward[visit]
         self.valid_from = from2[walked][visit]
         self.valid_to = to2[walked][visit]
-        # neighbour_order within (node, edge type, direction): newest, most salient, id
+        # the neighbours' order within (node, edge type, direction): newest, most salient, id
         by_kind = np.lexsort((other, -salience[other], -ts0[other], ~forward, code2, node))
         self.n_other = other[by_kind]
         self.n_key = node[by_kind] * 16 + code2[by_kind].astype(np.int64) * 2 + (~forward[by_kind])
