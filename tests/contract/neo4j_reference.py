@@ -3,11 +3,11 @@ tests walk in Python to hold ``hrt.expand`` and the hop-by-hop Cypher expansion 
 
 Expansion reads less (only the nodes the walk expands, :data:`hrt.stores.neo4j.graph._HOP`); this
 query reads every node of every level, each with its first ``$fanout`` visible links in the visit
-order, with the same link reads (``_walk_links``, ``_LINKS``) and node rows (``_node_rows``)."""
+order, with the same link reads (``_FIRST_LINKS``) and node rows (``_node_rows``)."""
 
 from __future__ import annotations
 
-from hrt.stores.neo4j.graph import _LINKS, MAX_DEPTH, _node_rows, _user_as_list, _visible, _walk_links
+from hrt.stores.neo4j.graph import _FIRST_LINKS, MAX_DEPTH, _node_rows, _user_as_list, _visible
 
 _SEEDS = f"""
 UNWIND $seeds AS seed_id
@@ -26,20 +26,7 @@ def _level(prev: int, this: int) -> str:
 WITH *, [x IN level{prev} WHERE NOT x IN expanded{prev}] AS todo{prev}
 CALL (todo{prev}) {{
   UNWIND todo{prev} AS n
-  CALL (n) {{
-    WITH n, n.id AS nid, COUNT {{ (n)--() }} AS degree
-    CALL (n, nid, degree) {{{_walk_links(True)}
-      UNION ALL{_walk_links(False)}
-      UNION ALL
-      WITH nid, degree WHERE degree > $sparse
-      CALL (nid) {{{_LINKS}
-      }}
-      RETURN r, m, forward
-    }}
-    WITH r, m, forward
-    ORDER BY r.nw, CASE WHEN forward THEN r.tts ELSE r.sts END, CASE WHEN forward THEN r.tid ELSE r.sid END,
-             type(r), r.sid, r.tid, forward DESC
-    LIMIT $fanout
+  CALL (n) {{{_FIRST_LINKS}
     RETURN collect([m.id, type(r), r.weight, forward]) AS links, collect(m) AS reached
   }}
   RETURN collect([n.id, links]) AS adjacency{this}, collect(reached) AS nested{this}

@@ -308,10 +308,7 @@ RETURN adjacency, nodes
 # (_ROWS), for the walk's result only, what candidates carry (a memory unit's mentions, a concept's
 # newest mention). Both directions are read separately so a self-loop yields its two ends, as in
 # the embedded adjacency.
-_HOP = f"""
-UNWIND $todo AS ident
-MATCH (n:Entity {{user_id: $user_id, id: ident}})
-CALL (n) {{
+_FIRST_LINKS = f"""
   WITH n, n.id AS nid, COUNT {{ (n)--() }} AS degree
   CALL (n, nid, degree) {{{_walk_links(True)}
     UNION ALL{_walk_links(False)}
@@ -324,7 +321,12 @@ CALL (n) {{
   WITH r, m, forward
   ORDER BY r.nw, CASE WHEN forward THEN r.tts ELSE r.sts END, CASE WHEN forward THEN r.tid ELSE r.sid END,
            type(r), r.sid, r.tid, forward DESC
-  LIMIT $fanout
+  LIMIT $fanout"""
+
+_HOP = f"""
+UNWIND $todo AS ident
+MATCH (n:Entity {{user_id: $user_id, id: ident}})
+CALL (n) {{{_FIRST_LINKS}
   RETURN collect([m.id, type(r), r.weight, forward]) AS links, collect({_node_fields("m")}) AS reached
 }}
 RETURN {_node_fields("n")} AS node, links, reached
