@@ -197,3 +197,10 @@ def services_settings(stack: Any, postgres_dsn: str, db_path: Any, collection: s
         weaviate_api_key=stack.weaviate_api_key,
         weaviate_collection=collection + uuid.uuid4().hex[:8],
     )
+
+
+async def outbox_rows(store: Any) -> int:
+    """The outbox's rows: an event leaves once every target has it."""
+    async with store.connection("outbox rows") as conn:
+        row = await (await conn.execute("SELECT count(*) FROM hrt_outbox")).fetchone()
+    return int(row[0]) if row else 0

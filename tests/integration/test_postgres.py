@@ -27,16 +27,9 @@ from hrt.stores.embedded.store import EmbeddedStore
 from hrt.stores.postgres.migrate import Migration, applied_versions, bundled_migrations, migrate
 from hrt.stores.postgres.records import PostgresRecordStore
 from tests.conftest import FIXED_NOW
-from tests.helpers import HashingEmbedder, artifact, concept, jsonl, mu, rel, small_graph
+from tests.helpers import HashingEmbedder, artifact, concept, jsonl, mu, outbox_rows, rel, small_graph
 
 pytestmark = pytest.mark.integration
-
-
-async def outbox_rows(store: PostgresRecordStore) -> int:
-    """The outbox's rows: an event leaves once every target has it."""
-    async with store.connection("outbox rows") as conn:
-        row = await (await conn.execute("SELECT count(*) FROM hrt_outbox")).fetchone()
-    return int(row[0]) if row else 0
 
 
 def test_migrations_from_empty_rerun_and_refusals(postgres_dsn):
@@ -410,7 +403,7 @@ CRASHING_WRITER = """
 import asyncio, os, sys
 from hrt.ingest import build_batch, parse_jsonl
 from hrt.stores.postgres.records import PostgresRecordStore
-from tests.helpers import HashingEmbedder, concept, jsonl, mu, rel, small_graph
+from tests.helpers import HashingEmbedder, outbox_rows, concept, jsonl, mu, rel, small_graph
 
 async def main():
     store = PostgresRecordStore(sys.argv[1])
