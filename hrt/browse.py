@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from hrt.auth import Principal
 from hrt.errors import InvalidInput, NotFound
-from hrt.records import Concept, IsoDateTime, Kind, entity_label, iso, utc, valid_id
+from hrt.records import Concept, IsoDateTime, Kind, check_id, entity_label, iso, utc, valid_id
 from hrt.stores.base import BrowseFilter, EntityDetail, EntityLink, RecordStore, StoredEntity
 from hrt.stores.projection import instant, interval
 
@@ -191,8 +191,7 @@ async def read_entity(
 ) -> EntityView:
     """One entity of the user with what HRT knows of it, or :class:`NotFound`, whose answer is the
     same whether nothing has the id or another user's entity does (the caller checked the user)."""
-    if not valid_id(ident):
-        raise InvalidInput(f"{ident!r} is not a valid entity_id", field="entity_id")
+    check_id(ident, "entity_id")
     if not 1 <= relation_limit <= MAX_RELATION_LIMIT:
         raise InvalidInput(f"relation_limit must be 1 to {MAX_RELATION_LIMIT}", field="relation_limit")
     detail = await records.entity_detail(user_id, Kind(kind), ident, relation_limit)

@@ -26,7 +26,6 @@ from hrt.errors import (
     StoreUnavailable,
     Unauthenticated,
 )
-from hrt.records import valid_id
 
 if TYPE_CHECKING:
     from hrt.metrics import Metrics
@@ -46,13 +45,6 @@ STATUS: list[tuple[type[HRTError], int]] = [
     (RequestTimeout, 408),
     (HRTError, 500),
 ]
-
-
-def check_id(value: Any, field: str) -> str:
-    """``value`` when it is a valid id (:data:`hrt.records.ID_PATTERN`), else InvalidInput naming ``field``."""
-    if not isinstance(value, str) or not valid_id(value):
-        raise InvalidInput(f"{value!r} is not a valid {field}", field=field)
-    return value
 
 
 def status_for(exc: HRTError) -> int:

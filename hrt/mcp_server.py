@@ -48,9 +48,9 @@ from hrt.contract import RetrieveRequest
 from hrt.errors import HRTError, InvalidInput, Unauthenticated
 from hrt.extraction import messages as conversation
 from hrt.extraction.wire import conversation_request
-from hrt.front import INTERNAL_ERROR, audit, check_id, count_refusal, error_dict, field_name, status_for
+from hrt.front import INTERNAL_ERROR, audit, count_refusal, error_dict, field_name, status_for
 from hrt.ingest import ingest_body_schema, parse_record
-from hrt.records import ID_PATTERN, Kind
+from hrt.records import ID_PATTERN, Kind, check_id
 from hrt.service import HRTService
 
 log = logging.getLogger(__name__)

@@ -24,6 +24,8 @@ from pydantic import (
     field_validator,
 )
 
+from hrt.errors import InvalidInput
+
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@\-]{0,127}$"
 _ID_RE = re.compile(ID_PATTERN)
 
@@ -110,6 +112,13 @@ def iso(ts: datetime) -> str:
 def valid_id(value: str) -> bool:
     # fullmatch: re.match with "$" would accept a trailing newline
     return _ID_RE.fullmatch(value) is not None
+
+
+def check_id(value: Any, field: str) -> str:
+    """``value`` when it is a valid id (:data:`ID_PATTERN`), else InvalidInput naming ``field``."""
+    if not isinstance(value, str) or not valid_id(value):
+        raise InvalidInput(f"{value!r} is not a valid {field}", field=field)
+    return value
 
 
 MAX_METADATA_CHARS = 65_536

@@ -23,15 +23,24 @@ from hrt.config import Settings
 from hrt.contract import AugmentedMemoryContext, RetrieveRequest
 from hrt.embedder import CachedEmbedder, Embedder, SentenceTransformerEmbedder
 from hrt.embedding_models import prebuilt
-from hrt.errors import InvalidInput, RateLimited, StateChanged, StoreError, StoreUnavailable
+from hrt.errors import RateLimited, StateChanged, StoreError, StoreUnavailable
 from hrt.extraction.conversation import LLMCall, LLMOutcome, Plan, plan_messages
 from hrt.extraction.messages import ConversationRequest, ConversationResult
 from hrt.ingest import Record, build_batch
 from hrt.metrics import Metrics
 from hrt.pipeline import HybridRetrievalTool, utc_now
-from hrt.records import Deletion, Kind, valid_id
+from hrt.records import Deletion, Kind, check_id
 from hrt.reranker import NoopReranker, Reranker
-from hrt.stores.base import StoreLifecycle, VectorRewriter, WriteBatch, WriteResult
+from hrt.stores.base import (
+    GraphStore,
+    RecordStore,
+    StoreLifecycle,
+    VectorIndex,
+    VectorRewriter,
+    WriteBatch,
+    Writer,
+    WriteResult,
+)
 from hrt.stores.factory import open_stores
 
 if TYPE_CHECKING:
@@ -171,11 +180,6 @@ class HRTService:
 
         self.stores = open_stores(settings, dim=self.embedder.dim, model_id=self.embedder.model_id)
         self._closers.append(self.stores.close)
-        self.records = self.stores.records
-        self.graph = self.stores.graph
-        self.vectors = self.stores.vectors
-        self.writer = self.stores.writer
-        self.deployment = self.stores.deployment
         if self.stores.outbox is not None:
             from hrt.projector import Projector
 
@@ -194,9 +198,26 @@ class HRTService:
             records=self.records,
             reranker=own_reranker,
             metrics=self.metrics,
-            deployment=self.deployment,
+            deployment=self.stores.deployment,
             clock=clock,
         )
+
+    # the stores' ports, as the front doors and the commands reach them
+    @property
+    def records(self) -> RecordStore:
+        return self.stores.records
+
+    @property
+    def graph(self) -> GraphStore:
+        return self.stores.graph
+
+    @property
+    def vectors(self) -> VectorIndex:
+        return self.stores.vectors
+
+    @property
+    def writer(self) -> Writer:
+        return self.stores.writer
 
     def _own_llm_extractor(self) -> LLMCall | None:
         """The optional LLM extractor (``HRT_EXTRACTOR_BASE_URL``) as the conversation planner
@@ -502,8 +523,7 @@ class HRTService:
             log.warning("projection delayed: %s", report.failed)
 
     async def delete_entity(self, user_id: str, kind: Kind, ident: str) -> int:
-        if not valid_id(ident):
-            raise InvalidInput(f"{ident!r} is not a valid id", field="id")
+        check_id(ident, "id")
         deletion = Deletion(op="delete", kind=Kind(kind).value, user_id=user_id, id=ident)
         return (await self.ingest([deletion])).deleted
 
@@ -511,9 +531,8 @@ class HRTService:
         """Merge concepts into ``target`` in one write (:mod:`hrt.merge`); again, a no-op."""
         from hrt.merge import merge_records, prepare_merge
 
-        for ident, name in ((user_id, "user_id"), (target, "id")):
-            if not valid_id(ident):
-                raise InvalidInput(f"{ident!r} is not a valid {name}", field=name)
+        check_id(user_id, "user_id")
+        check_id(target, "id")
         with self.ingest_slot():
             plan, result = await prepare_merge(self.records, user_id, target, ids)
             records = merge_records(plan)

@@ -25,8 +25,7 @@ from hrt.browse import (
     read_entity,
 )
 from hrt.contract import UserStats
-from hrt.front import check_id
-from hrt.records import Kind
+from hrt.records import Kind, check_id
 
 router = APIRouter()
 

@@ -9,7 +9,7 @@ from hrt.api.errors import ERROR_RESPONSES
 from hrt.api.export import export_response
 from hrt.api.routes.common import UserIdPath
 from hrt.api.state import Server
-from hrt.front import check_id
+from hrt.records import check_id
 
 router = APIRouter()
 

@@ -67,7 +67,7 @@ async def readyz(server: Server) -> Response:
         caches=service.preload_state,
         embedder=service.embedder.name,
         reranker=service.tool.reranker.name,
-        deployment=service.deployment,
+        deployment=service.stores.deployment,
         # Neo4j: "procedure" (hrt.expand) or "cypher"; the embedded graph walks in process
         graph_expansion=service.graph.expansion_path,
         auth=server.settings.auth,

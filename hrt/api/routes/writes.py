@@ -16,9 +16,8 @@ from hrt.browse import written_by
 from hrt.contract import MergeRequest, MergeResult, WriteSummary
 from hrt.extraction.messages import ConversationResult
 from hrt.extraction.wire import parse_conversation_body
-from hrt.front import check_id
 from hrt.ingest import parse_ingest_body
-from hrt.records import Kind
+from hrt.records import Kind, check_id
 
 router = APIRouter()
 
