@@ -139,8 +139,9 @@ RETRIEVE_ARGS = {
     "weights": "Custom scoring weights (alpha..delta); or use weights_preset.",
     "weights_preset": "Scoring preset: balanced, semantic (meaning only), recent, salient, personal (the user's "
     "preferences).",
-    "preset": "Retrieval preset: balanced (the server's configuration), relevance (what was said, regardless of "
-    "how recent or important), tuned-2026-11.",
+    "preset": "Retrieval preset: balanced (the server's configuration), semantic, recent, salient or personal (the "
+    "weights_preset of that name), relevance (what was said, regardless of how recent or important), "
+    "tuned-2026-11.",
     "rerank": "Rerank the shortlist with the configured reranker (slower; default false).",
     "render": "The context text's format and budget: format markdown (default) or text; max_chars (default "
     "8000) or max_tokens with tokenizer cl100k_base (default) or minilm-wordpiece.",
