@@ -172,6 +172,13 @@ class ScoringConfig(_Stage):
     # only (docs/eval-locomo.md, "Artifacts and their sources")
     artifact_evidence: Literal["own", "source"] = "source"
     recency_half_life_days: float = Field(30.0, gt=0.0)
+    # the clock recency runs on: latest, the newest time among the request's candidates (a
+    # conversation's own clock: its newest statement about a subject is the most recent however
+    # long ago it was held, and a pinned as_of gives the same answer); as_of, the request's as_of
+    recency_clock: Literal["latest", "as_of"] = "latest"
+    # a fact kept by include_invalidated that does not hold at valid_at scores its final score
+    # times this, so it ranks below what replaced it (1: no penalty beyond losing its recency)
+    invalidated_factor: float = Field(0.5, ge=0.0, le=1.0)
     neutral_preference: float = Field(0.5, ge=0.0, le=1.0)
 
 
@@ -231,6 +238,8 @@ HASHED_UNLESS_DEFAULT: dict[str, object] = {
     "reranker_onnx_model": None,
     "reranker_onnx_tokenizer": None,
     "reranker_onnx_max_length": 512,
+    "recency_clock": "as_of",
+    "invalidated_factor": 1.0,
 }
 
 

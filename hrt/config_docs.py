@@ -212,6 +212,8 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
         ),
     ),
     (("recency_half_life_days",), "recency half-life"),
+    (("recency_clock",), "what recency's age is measured back from"),
+    (("invalidated_factor",), "score factor of a fact no longer true (include_invalidated)"),
     (("neutral_preference",), "preference without a record"),
     (
         ("reranker_base_url",),

@@ -121,6 +121,8 @@ class ConfigOverrides(_Strict):
     passage_pool: int | None = Field(None, ge=1, le=200)
     artifact_evidence: Literal["own", "source"] | None = None
     recency_half_life_days: float | None = Field(None, gt=0.0, le=36_500.0)
+    recency_clock: Literal["latest", "as_of"] | None = None
+    invalidated_factor: float | None = Field(None, ge=0.0, le=1.0)
     rerank_blend: float | None = Field(None, ge=0.0, le=1.0)
     dedup_jaccard: float | None = Field(None, gt=0.0, le=1.0)
     snippet_chars: int | None = Field(None, ge=40, le=4000)
@@ -332,6 +334,15 @@ class PhraseGrounding(_Out):
     matched: bool
 
 
+class BestEffort(_Out):
+    """No phrase reached its floor, so each phrase's best hits seeded the walk anyway (a question in
+    plain words over a user with memories never gets nothing): ``phrases`` searched that way,
+    ``seed_ids`` the hits walked from, in order. Present only then."""
+
+    phrases: list[str]
+    seed_ids: list[str]
+
+
 class SeedGrounding(_Out):
     """The request's ``seed_ids``, beside the phrases' grounding: those walked from (``found``:
     entities of the user known as of the request) and those that name none (``unknown``), each in
@@ -470,6 +481,8 @@ class RetrievalMetadata(_Out):
     config: AppliedConfig | None = None
     # present only when the request named seed_ids
     seed_grounding: SeedGrounding | None = None
+    # present only when no phrase grounded and the phrases' best hits below the floor were walked from
+    best_effort: BestEffort | None = None
 
 
 class AugmentedMemoryContext(_Out):
@@ -489,6 +502,8 @@ class AugmentedMemoryContext(_Out):
             del data["retrieval_metadata"]["config"]
         if data["retrieval_metadata"]["seed_grounding"] is None:  # absent unless asked for
             del data["retrieval_metadata"]["seed_grounding"]
+        if data["retrieval_metadata"]["best_effort"] is None:  # absent unless it happened
+            del data["retrieval_metadata"]["best_effort"]
         return canonical_dumps(data, indent=indent)
 
 

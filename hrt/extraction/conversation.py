@@ -38,9 +38,10 @@ from typing import Any, Protocol
 
 from hrt.extraction.ids import entity_id, message_id, slug
 from hrt.extraction.messages import ConversationRequest, Message, MessageResult
-from hrt.extraction.rules import ProperNouns, extract, name_counts, topic_key
+from hrt.extraction.rules import ProperNouns, allowance, extract, name_counts, too_common, topic_key
+from hrt.extraction.superseding import ChangeFinder, restatement_id
 from hrt.ingest import Record
-from hrt.records import Artifact, Concept, Deletion, EdgeType, MemoryUnit, Relation, iso, utc
+from hrt.records import Artifact, Concept, Deletion, EdgeType, Entity, Kind, MemoryUnit, Relation, iso, utc
 
 SEP = "\x1f"
 
@@ -52,6 +53,7 @@ class ExtractionOptions:
     follows_weight: float = 0.5
     speaker_mentions_weight: float = 0.1  # a message MENTIONS its own speaker
     max_topic_df_ratio: float = 0.05  # topics in more messages than this share are too common
+    common_topic_floor: int = 8  # ... but never fewer than this many (rules.allowance)
     min_topic_df: int = 2  # topics in fewer messages connect nothing
     related_per_concept: int = 10
     min_cooccurrence: int = 2
@@ -60,10 +62,12 @@ class ExtractionOptions:
     fact_weight: float = 1.0  # an LLM fact DERIVED_FROM its message
 
     def max_df(self, turns: int) -> int:
-        return max(self.min_topic_df, math.floor(self.max_topic_df_ratio * turns))
+        return allowance(turns, self.max_topic_df_ratio, self.min_topic_df, self.common_topic_floor)
 
 
 class StateStore(Protocol):
+    async def get_many(self, user_id: str, kind: Kind, ids: Sequence[str]) -> dict[str, Entity]: ...
+
     async def state_get(self, user_id: str, ns: str, keys: Sequence[str]) -> dict[str, str]: ...
 
     async def state_scan(self, user_id: str, ns: str, prefix: str) -> dict[str, str]: ...
@@ -158,10 +162,10 @@ class Plan:
     llm_fallbacks: int = 0
 
 
-def message_hash(message: Message) -> str:
+def message_hash(message: Message, speaker: str | None = None) -> str:
     body = [
         message.role,
-        message.speaker,
+        speaker or message.speaker,
         message.content,
         iso(message.timestamp) if message.timestamp else None,
         message.metadata,
@@ -192,6 +196,8 @@ class Planner:
         self.opts = options
         self.llm = llm
         self.st = State(store, self.user)
+        self.changes = ChangeFinder(self.st, self.user, request.session_id)
+        self.imported: set[str] = set()  # units at this call's positions the statistics do not know
         self.records: list[Record] = []
         self.relations: dict[tuple[str, str, str], Relation] = {}
         self.unrelate: set[tuple[str, str, str]] = set()
@@ -214,7 +220,7 @@ class Planner:
         meta = await st.get("meta", "meta") or {"turns": 0, "version": 0}
         turns_before = int(meta["turns"])
         session = await st.get("session", self.req.session_id) or {"next": 0, "last_ts": None}
-        hashes = [message_hash(m) for m in self.req.messages]
+        hashes = [message_hash(m, self.req.speaker(m)) for m in self.req.messages]
         positions = await self._positions(session, hashes)
         turns = turns_before
         history: list[str] = []
@@ -267,8 +273,10 @@ class Planner:
                 p = m.index if m.index is not None else (req.start + i if req.start is not None else following)
                 out.append(p)
                 following = max(following, p + 1)
+            await self._imported(out)
             return out
         sid = self.req.session_id
+        following = await self._first_free(following, len(hashes))
         known = await self.st.get_many("mh", [sid + SEP + h for h in hashes])
         for h in hashes:
             if sid + SEP + h in known:
@@ -279,6 +287,27 @@ class Planner:
                 following += 1
         return out
 
+    async def _taken(self, positions: Sequence[int]) -> list[int]:
+        """The positions held by a memory unit the statistics do not know: a session written by
+        ``hrt ingest`` of an export, or by the batch import, holds its messages' ids."""
+        ids = {message_id(self.req.session_id, p): p for p in positions}
+        known = await self.st.get_many("msg", list(ids))
+        units = await self.st.store.get_many(self.user, Kind.MEMORY_UNIT, [i for i in ids if i not in known])
+        return sorted(ids[i] for i in units)
+
+    async def _first_free(self, following: int, n: int) -> int:
+        """After the session's last known message, past any position an imported unit holds, so an
+        append never replaces a message it does not know (the common case: one read of one id)."""
+        if not await self._taken([following]):
+            return following
+        while taken := await self._taken(range(following, following + n + 64)):
+            following = taken[-1] + 1
+        return following
+
+    async def _imported(self, positions: Sequence[int]) -> None:
+        """Explicit positions that an imported unit holds: their messages replace it, and say so."""
+        self.imported.update(message_id(self.req.session_id, p) for p in await self._taken(positions))
+
     async def _message(
         self, message: Message, h: str, position: int, session: dict[str, Any], history: list[str]
     ) -> int:
@@ -288,11 +317,11 @@ class Planner:
         existing = await st.get("msg", muid)
         if existing is not None and existing["h"] == h:
             self.results.append(MessageResult(index=position, muid=muid, status="unchanged"))
-            history.append(f"{message.speaker}: {message.content}")
+            history.append(f"{self.req.speaker(message)}: {message.content}")
             return 0
         if existing is not None:
             await self._retract(muid, existing)
-        speaker = message.speaker
+        speaker = self.req.speaker(message)
         if message.timestamp is not None:
             ts = message.timestamp
         elif existing is not None:
@@ -312,6 +341,9 @@ class Planner:
         }
         if self.req.agent_id is not None:
             metadata["agent_id"] = self.req.agent_id
+        change = await self.changes.plan(muid, speaker, message.content, ts, position)
+        if change.meta is not None:
+            metadata["changes"] = change.meta
         self.records.append(
             MemoryUnit(
                 user_id=self.user,
@@ -322,8 +354,14 @@ class Planner:
                 importance_score=5.0,
                 source_agent_id=speaker[:128],
                 metadata=metadata,
+                supersedes=change.supersedes,
             )
         )
+        if change.restatement is not None:
+            self.records.append(change.restatement)
+            for source in (muid, *change.restated):
+                self._relate(EdgeType.DERIVED_FROM, change.restatement.id, source, self.opts.fact_weight)
+        self.changes.remember(muid, speaker, message.content)
         for other, src, dst in ((position - 1, muid, None), (position + 1, None, muid)):
             if other < 0:
                 continue
@@ -332,7 +370,12 @@ class Planner:
                 source, target = (src or neighbour), (dst or neighbour)
                 self._relate(EdgeType.FOLLOWS, source, target, self.opts.follows_weight)
         keys = await self._extract(muid, speaker, message.content, h, history)
-        st.put("msg", muid, {"h": h, "pos": position, "ts": iso(ts), "keys": keys, "speaker": speaker})
+        row: dict[str, Any] = {"h": h, "pos": position, "ts": iso(ts), "keys": keys, "speaker": speaker}
+        fams = self.changes.index_rows(muid, message.content, +1)
+        for name, value in (("fam", fams), ("sup", change.supersedes), ("rs", change.restatement is not None)):
+            if value:
+                row[name] = value
+        st.put("msg", muid, row)
         last_ts = datetime.fromisoformat(session["last_ts"]) if session["last_ts"] else None
         if last_ts is None or ts > last_ts:
             session["last_ts"] = iso(ts)
@@ -340,10 +383,9 @@ class Planner:
         if existing is not None:
             st.put("mh", self.req.session_id + SEP + existing["h"], None)
         st.put("mh", self.req.session_id + SEP + h, position)
-        self.results.append(
-            MessageResult(index=position, muid=muid, status="replaced" if existing is not None else "added")
-        )
-        history.append(f"{message.speaker}: {message.content}")
+        replaced = existing is not None or muid in self.imported
+        self.results.append(MessageResult(index=position, muid=muid, status="replaced" if replaced else "added"))
+        history.append(f"{speaker}: {message.content}")
         return 0 if existing is not None else 1
 
     async def _extract(self, muid: str, speaker: str, text: str, h: str, history: Sequence[str]) -> list[str]:
@@ -401,6 +443,10 @@ class Planner:
     async def _retract(self, muid: str, existing: Mapping[str, Any]) -> None:
         """An edited message: its old keys no longer count, its old mentions go."""
         keys = list(existing["keys"])
+        for fam in existing.get("fam", []):
+            self.st.put("fam", fam + SEP + muid, None)
+        if existing.get("rs"):
+            self.records.append(Deletion(op="delete", kind="artifact", user_id=self.user, id=restatement_id(muid)))
         terms = await self.st.get_many("term", keys)
         for key in keys:
             cid = terms.get(key, {}).get("cid")
@@ -441,8 +487,8 @@ class Planner:
         if key.startswith("person:"):
             return True
         if key.startswith("entity:"):
-            return 0 < df <= max_df * 2
-        return self.opts.min_topic_df <= df <= max_df
+            return df > 0
+        return self.opts.min_topic_df <= df and not too_common(key, df, max_df)
 
     async def _thresholds(self, before: int, after: int) -> None:
         """The share that is too common grew with the messages: keys at the new allowance are
@@ -505,7 +551,7 @@ class Planner:
             salience = 1.0
         else:
             name = sorted(term["surf"].items(), key=lambda kv: (-kv[1], kv[0]))[0][0] if term["surf"] else key
-            salience = round(min(1.0, 0.3 + 0.7 * (1.0 - df / (2 * max_df + 1))), 4)
+            salience = round(min(1.0, 0.3 + 0.7 * max(0.0, 1.0 - df / (2 * max_df + 1))), 4)
         stale = (
             not was
             or term.get("src", "rules") != source

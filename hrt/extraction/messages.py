@@ -46,7 +46,24 @@ class ConversationRequest(BaseModel):
     session_id: SessionId
     agent_id: str | None = Field(None, min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")
     start: int | None = Field(None, ge=0, le=10_000_000)
+    user_name: str | None = Field(
+        None, min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$", description="the speaker of role user"
+    )
+    agent_name: str | None = Field(
+        None, min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$", description="the speaker of role assistant"
+    )
     messages: list[Message] = Field(..., min_length=1, max_length=MAX_MESSAGES)
+
+    def speaker(self, message: Message) -> str:
+        """Who said a message: its own ``name``, else the name the call gives its role
+        (``user_name``, ``agent_name``), else the role, capitalised."""
+        if message.name:
+            return message.name
+        if message.role == "user" and self.user_name:
+            return self.user_name
+        if message.role == "assistant" and self.agent_name:
+            return self.agent_name
+        return message.speaker
 
 
 class MessageResult(BaseModel):

@@ -7,6 +7,7 @@ to group spellings. No network and no model.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -38,8 +39,34 @@ CHAT_STOPWORDS = _word_set(
     here being having doing done am should might must shall may let lets those yourself anyone
     someone everyone people person guy guys man wow haha lol omg hmm um uh wish day days time times
     year years week weeks month months likely long ago current able absolutely best better bad
+    please pls anyway btw kinda sorta stuff guess okay alright lol yay ugh oops hey by-the-way
+    two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen
+    seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred
+    hundreds thousand thousands million millions dozen half twice once first second third
     """
 )
+# months and weekdays: a date, never part of a name ("October Marco" is a month and a name)
+DATE_NAMES = _word_set(
+    """
+    january february march april may june july august september october november december
+    monday tuesday wednesday thursday friday saturday sunday
+    """
+)
+
+
+def allowance(turns: int, ratio: float, min_df: int, floor: int) -> int:
+    """How many messages may name a topic before it is too common to be a concept: the share
+    ``ratio`` of the conversation's messages, never fewer than ``floor`` (a short, focused
+    conversation names its subjects in many of its messages) nor ``min_df``."""
+    return max(min_df, floor, math.floor(ratio * turns))
+
+
+def too_common(key: str, df: int, max_df: int) -> bool:
+    """A topic named in more than ``max_df`` messages carries no subject; names (entities) and
+    speakers are subjects however often they recur."""
+    return key.startswith("topic:") and df > max_df
+
+
 CONNECTORS = frozenset({"of", "the", "de"})
 QUESTION_WORDS = frozenset({"what", "when", "where", "who", "whom", "whose", "which", "why", "how"})
 TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’\-]*|&")
@@ -145,7 +172,9 @@ def _entity_runs(tokens: Sequence[str], names: NameOracle | None) -> tuple[list[
             continue
         end = i + 1
         j = i + 1
-        while j < len(tokens):
+        while j < len(tokens) and _bare(tokens[i]) not in DATE_NAMES:
+            if _capitalised(tokens[j]) and _bare(tokens[j]) in DATE_NAMES:
+                break
             if _capitalised(tokens[j]):
                 j += 1
                 end = j

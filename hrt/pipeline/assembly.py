@@ -18,6 +18,7 @@ from hrt.config import AssemblyConfig
 from hrt.contract import (
     CONTRACT_VERSION,
     AugmentedMemoryContext,
+    BestEffort,
     IdName,
     IdTitle,
     ItemInterval,
@@ -362,6 +363,11 @@ def metadata(
         deployment=deployment,
         config_hash=ctx.config_hash,
         config=ctx.applied,
+        best_effort=(
+            BestEffort(phrases=ctx.grounding.unmatched, seed_ids=list(ctx.grounding.best_effort))
+            if ctx.grounding.best_effort
+            else None
+        ),
         time_windows=[
             TimeWindowOut(key_phrase=w.phrase, text=w.text, start=iso_ts(w.start), end=iso_ts(w.end)) for w in windows
         ],

@@ -37,7 +37,7 @@ one need, not phrases naming unrelated topics. Both stay off by default.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -96,6 +96,7 @@ class Grounding:
     similarity: dict[str, float] = field(default_factory=dict)  # direct evidence per hit seen (over phrases)
     phrases_of: dict[str, list[str]] = field(default_factory=dict)  # seed id -> phrases grounding it
     hit_phrases: dict[str, list[str]] = field(default_factory=dict)  # hit id -> phrases whose search returned it
+    best_effort: list[str] = field(default_factory=list)  # seeds taken below the floor (:func:`best_effort`)
 
     @property
     def unmatched(self) -> list[str]:
@@ -156,6 +157,28 @@ def search_filter(filters: Filters, valid_at: float | None = None) -> SearchFilt
     return where or None
 
 
+# hits per phrase that seed the walk when no phrase grounded (:func:`best_effort`)
+BEST_EFFORT_SEEDS = 3
+
+
+def best_effort(
+    grounding: Grounding,
+    per_phrase: Sequence[Sequence[VectorHit]],
+    evidence: Callable[[VectorHit], float],
+    cfg: GroundingConfig,
+) -> None:
+    """No phrase reached its floor: each phrase's best :data:`BEST_EFFORT_SEEDS` hits (by RRF)
+    seed the walk with their own evidence, and the response says so (``best_effort``). The
+    phrases stay unmatched."""
+    for result, hits in zip(grounding.phrases, per_phrase, strict=True):
+        ranked = sorted(hits, key=lambda h: (-rrf_score((h.vector_rank, h.lexical_rank), cfg.rrf_k), h.id))
+        for h in ranked[:BEST_EFFORT_SEEDS]:
+            grounding.seeds[h.id] = max(grounding.seeds.get(h.id, 0.0), min(1.0, max(0.0, evidence(h))))
+            grounding.phrases_of.setdefault(h.id, []).append(result.phrase)
+            if h.id not in grounding.best_effort:
+                grounding.best_effort.append(h.id)
+
+
 async def run_grounding(intake: Intake, vectors: PhraseVectors, index: VectorIndex, cfg: GroundingConfig) -> Grounding:
     if not intake.phrases:  # named seeds alone (hrt/pipeline/seeds.py): nothing to search for
         return Grounding(phrases=[])
@@ -186,6 +209,8 @@ async def run_grounding(intake: Intake, vectors: PhraseVectors, index: VectorInd
             score = min(1.0, max(0.0, evidence(h)))
             grounding.seeds[h.id] = max(grounding.seeds.get(h.id, 0.0), score)
             grounding.phrases_of.setdefault(h.id, []).append(phrase)
+    if not grounding.seeds:
+        best_effort(grounding, per_phrase, evidence, cfg)
     mode = cfg.phrase_evidence
     n = len(intake.phrases)
     grounding.similarity = {i: combine_phrase_evidence(e, n, mode) for i, e in found.items()}

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from hrt.pipeline.scoring import Scored
-from hrt.pipeline.selection import shortlist
+from hrt.pipeline.selection import phrase_best, shortlist
 from hrt.records import Entity, Kind
 from hrt.stores.base import RecordStore
 
@@ -45,7 +45,8 @@ async def hydration_stage(ctx: RequestContext, services: Services) -> str:
     factor = cfg.assembly.shortlist_factor
     if intake.rerank:
         factor = max(factor, cfg.rerank.reranker_oversample)
-    ctx.shortlist = shortlist(ctx.scored, intake.limits, factor)
+    held = phrase_best(ctx.scored, ctx.grounding.hit_phrases).values()
+    ctx.shortlist = shortlist(ctx.scored, intake.limits, factor, held)
     ctx.entities, ctx.missing = await run_hydration(intake.user_id, ctx.shortlist, services.records)
     if ctx.missing:
         ctx.degraded.append("records missing for " + ", ".join(f"{len(v)} {k}" for k, v in sorted(ctx.missing.items())))

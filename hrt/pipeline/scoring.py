@@ -115,6 +115,10 @@ class Evidence:
     # ``artifact_evidence`` "source": an artifact reached from a memory unit takes at least its
     # semantic term (:func:`derived_source`)
     artifact_source: bool = _SCORING.artifact_evidence == "source"
+    # ``recency_clock`` "latest": recency's age measured back from the newest candidate, not as_of
+    latest_clock: bool = _SCORING.recency_clock == "latest"
+    # a stale candidate's final score is multiplied by this (``invalidated_factor``)
+    stale_factor: float = _SCORING.invalidated_factor
 
     @classmethod
     def of(
@@ -138,11 +142,33 @@ class Evidence:
             passages={} if passages is None else passages,
             passage_weight=sc.passage_weight,
             artifact_source=sc.artifact_evidence == "source",
+            latest_clock=sc.recency_clock == "latest",
+            stale_factor=sc.invalidated_factor,
         )
 
 
 # the plain weighted sum: the path rule, no time match, no gate, no passages, artifacts on their own
-PLAIN = Evidence(rule="path", temporal=False, gate=0.0, passage_weight=0.0, artifact_source=False)
+PLAIN = Evidence(
+    rule="path",
+    temporal=False,
+    gate=0.0,
+    passage_weight=0.0,
+    artifact_source=False,
+    latest_clock=False,
+    stale_factor=1.0,
+)
+
+
+def recency_clock(candidates: Sequence[GraphCandidate], as_of: float) -> float:
+    """What recency's age is measured back from under ``recency_clock`` "latest": the newest time
+    among the candidates (a concept's newest mention), never after ``as_of``; ``as_of`` when none
+    has a time."""
+    newest: float | None = None
+    for c in candidates:
+        ts = c.last_mention_ts if c.node.kind is Kind.CONCEPT else c.node.ts
+        if ts is not None and (newest is None or ts > newest):
+            newest = ts
+    return as_of if newest is None or newest > as_of else newest
 
 
 def candidate_semantic(
@@ -279,6 +305,8 @@ class Scored:
     relevance: float = 1.0  # the relevance gate's factor on recency, salience and preference
     # the memory unit whose semantic term an artifact took (``artifact_evidence`` "source")
     source: str | None = None
+    # no longer true at valid_at (kept by include_invalidated): ranked after what holds
+    stale: bool = False
 
     @property
     def id(self) -> str:
@@ -366,6 +394,8 @@ def score_candidates(
     gate needs every candidate's semantic term first, so the final scores are a second pass
     (:func:`rank`)."""
     cands = list(candidates)
+    if evidence.latest_clock:
+        as_of = recency_clock(cands, as_of)
     concept_types = {c.node.id: c.node.category for c in cands if c.node.kind is Kind.CONCEPT}
     concept, memory_unit = Kind.CONCEPT, Kind.MEMORY_UNIT
     mention_weight: dict[str, float] = {}  # per mentioned concept: its weight, -1.0 for none
@@ -393,7 +423,8 @@ def score_candidates(
             sem = with_passage(sem, passage.get(node.id), lam)
         if windows:
             sem = time_matched(sem, node.ts, windows)
-        if sem > best.get(kind, -1.0):
+        # what no longer holds sets no bar for what does (the relevance gate's best)
+        if sem > best.get(kind, -1.0) and not (stale and node.id in stale):
             best[kind] = sem
         ts = c.last_mention_ts if kind is concept else node.ts
         rec = 0.5 if ts is None else float(0.5 ** ((max(0.0, as_of - ts) / SECONDS_PER_DAY) / half_life_days))
@@ -413,7 +444,7 @@ def score_candidates(
         pref = 0.0 if pref < 0.0 else 1.0 if pref > 1.0 else pref
         terms.append((c, sem, rec, sal, pref))
     sources = lift_artifacts(terms, best) if evidence.artifact_source else {}
-    return rank(terms, best, weights, evidence.gate, sources)
+    return rank(terms, best, weights, evidence.gate, sources, stale, evidence.stale_factor)
 
 
 def _unit_preference(
@@ -446,9 +477,11 @@ def rank(
     weights: Weights,
     tau: float,
     sources: Mapping[int, str],
+    stale: frozenset[str] = frozenset(),
+    stale_factor: float = 1.0,
 ) -> list[Scored]:
     """The final scores (:func:`relevance_factor` and :func:`combine` written out), best first,
-    ties by id."""
+    ties by id; a stale candidate's times ``stale_factor``, after every candidate that holds."""
     a, b, g, d = (
         weights.alpha_semantic_similarity,
         weights.beta_recency,
@@ -456,18 +489,21 @@ def rank(
         weights.delta_user_preference,
     )
     # sorted by (-final, id, position): the position only orders a repeated id, so a Scored is never compared
-    ranked: list[tuple[float, str, int, Scored]] = []
+    ranked: list[tuple[bool, float, str, int, Scored]] = []
     for position, (c, sem, rec, sal, pref) in enumerate(terms):
+        late = bool(stale) and c.node.id in stale
         if tau > 0.0:
-            top = best[c.node.kind]
+            top = best.get(c.node.kind, sem)
             rel = 0.0 if top <= 0.0 else (sem / top - tau) / (1.0 - tau)
             rel = 0.0 if rel < 0.0 else 1.0 if rel > 1.0 else rel
             final = a * sem + rel * (b * rec + g * sal + d * pref)
         else:
             rel = 1.0
             final = a * sem + b * rec + g * sal + d * pref
-        scored = make_scored(c, sem, rec, sal, pref, final, None, rel, sources.get(position))
-        ranked.append((-final, c.node.id, position, scored))
+        if late:
+            final *= stale_factor
+        scored = make_scored(c, sem, rec, sal, pref, final, None, rel, sources.get(position), late)
+        ranked.append((late, -final, c.node.id, position, scored))
     ranked.sort()
     return [item for *_, item in ranked]
 

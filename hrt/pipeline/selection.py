@@ -62,18 +62,38 @@ def filter_candidates(candidates: list[GraphCandidate], filters: Filters) -> lis
 
 
 def order(items: Iterable[Scored]) -> list[Scored]:
-    return sorted(items, key=lambda s: (-s.final, s.id))
+    """Best first, ties by id; what no longer holds (include_invalidated) after what does."""
+    return sorted(items, key=lambda s: (s.stale, -s.final, s.id))
 
 
-def shortlist(scored: Sequence[Scored], limits: Limits, factor: int) -> dict[Kind, list[Scored]]:
+def phrase_best(
+    scored: Iterable[Scored], hit_phrases: Mapping[str, Sequence[str]], kind: Kind = Kind.MEMORY_UNIT
+) -> dict[str, str]:
+    """Per phrase, the id of its best candidate of ``kind`` among those its own search returned
+    (``scored`` best first): what the phrase asked for, whatever the other phrases found."""
+    out: dict[str, str] = {}
+    for item in scored:
+        if item.candidate.node.kind is kind and not item.stale:
+            for phrase in hit_phrases.get(item.id, ()):
+                out.setdefault(phrase, item.id)
+    return out
+
+
+def shortlist(
+    scored: Sequence[Scored], limits: Limits, factor: int, keep: Iterable[str] = ()
+) -> dict[Kind, list[Scored]]:
     """Per kind the first ``limit x factor`` of ``scored``, which is best first, ties by id (as
-    :func:`~hrt.pipeline.scoring.score_candidates` returns it)."""
+    :func:`~hrt.pipeline.scoring.score_candidates` returns it), and the ids of ``keep`` wherever
+    they rank (each phrase's best hit: :func:`phrase_best`)."""
     out: dict[Kind, list[Scored]] = {k: [] for k in Kind}
     room = {k: limit_for(limits, k) * factor for k in Kind}
+    wanted = set(keep)
     for item in scored:
         kind = item.candidate.node.kind
         if room[kind] > 0:
             room[kind] -= 1
+            out[kind].append(item)
+        elif item.id in wanted:
             out[kind].append(item)
     return out
 
@@ -107,29 +127,75 @@ def select(
     texts: Mapping[str, str],
     limits: Limits,
     dedup_threshold: float,
+    hit_phrases: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[dict[Kind, list[Scored]], int]:
     """Per kind, the best items in order, skipping near-duplicates and items without a text
     (not hydrated); ``texts`` holds each item's body (content, or a concept's name and
-    description). Returns the selection and how many near-duplicates were removed."""
+    description). Each phrase keeps its best memory unit (:func:`phrase_best` over
+    ``hit_phrases``): one that ranks below the limit takes the place of the last item no phrase
+    holds. Returns the selection and how many near-duplicates were removed."""
     selected: dict[Kind, list[Scored]] = {}
     removed = 0
     for kind in Kind:
-        keep: list[Scored] = []
-        kept: list[Fingerprint] = []
-        for item in order(shortlisted.get(kind, ())):
-            if len(keep) >= limit_for(limits, kind):
-                break
-            text = texts.get(item.id)
-            if text is None:
-                continue
-            fp = Fingerprint(text)
-            if any(fp.near_duplicate(other, dedup_threshold) for other in kept):
-                removed += 1
-                continue
-            keep.append(item)
-            kept.append(fp)
+        ordered = order(shortlisted.get(kind, ()))
+        held = phrase_best(ordered, hit_phrases or {}) if kind is Kind.MEMORY_UNIT else {}
+        keep, kept, duplicates = _fill(ordered, texts, limit_for(limits, kind), dedup_threshold)
+        removed += duplicates
+        if held:
+            keep = _hold(keep, kept, ordered, texts, list(dict.fromkeys(held.values())), dedup_threshold)
         selected[kind] = keep
     return selected, removed
+
+
+def _fill(
+    ordered: Sequence[Scored], texts: Mapping[str, str], limit: int, threshold: float
+) -> tuple[list[Scored], list[Fingerprint], int]:
+    """The best ``limit`` items with a text and no near-duplicate before them; their fingerprints;
+    the near-duplicates skipped."""
+    keep: list[Scored] = []
+    kept: list[Fingerprint] = []
+    removed = 0
+    for item in ordered:
+        if len(keep) >= limit:
+            break
+        text = texts.get(item.id)
+        if text is None:
+            continue
+        fp = Fingerprint(text)
+        if any(fp.near_duplicate(other, threshold) for other in kept):
+            removed += 1
+            continue
+        keep.append(item)
+        kept.append(fp)
+    return keep, kept, removed
+
+
+def _hold(
+    keep: list[Scored],
+    kept: list[Fingerprint],
+    ordered: Sequence[Scored],
+    texts: Mapping[str, str],
+    held: Sequence[str],
+    threshold: float,
+) -> list[Scored]:
+    """``keep`` with each held id in it (phrase order): one missing replaces the last kept item
+    that no phrase holds, unless it has no text or a kept item is its near-duplicate (the phrase
+    is answered already). Returned in :func:`order`."""
+    by_id = {s.id: s for s in ordered}
+    holds = set(held)
+    for ident in held:
+        item = by_id.get(ident)
+        text = texts.get(ident)
+        if item is None or text is None or any(s.id == ident for s in keep):
+            continue
+        fp = Fingerprint(text)
+        if any(fp.near_duplicate(other, threshold) for other in kept):
+            continue
+        free = [i for i, s in enumerate(keep) if s.id not in holds]
+        if not free:
+            break
+        keep[free[-1]], kept[free[-1]] = item, fp
+    return order(keep)
 
 
 def above_floor(ranked: dict[Kind, list[Scored]], floor: float | None, places: int) -> Mapping[Kind, Sequence[Scored]]:
@@ -145,5 +211,7 @@ async def selection_stage(ctx: RequestContext, services: Services) -> str:
     ac = ctx.cfg.assembly
     texts = {i: entity_body(e) for i, e in ctx.entities.items()}
     ranked = above_floor(ctx.rerank.items, ctx.request.min_score, ac.score_decimals)
-    ctx.selected, ctx.near_duplicates_removed = select(ranked, texts, ctx.intake.limits, ac.dedup_jaccard)
+    ctx.selected, ctx.near_duplicates_removed = select(
+        ranked, texts, ctx.intake.limits, ac.dedup_jaccard, ctx.grounding.hit_phrases
+    )
     return "ok"

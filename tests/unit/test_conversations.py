@@ -21,7 +21,7 @@ from hrt.extraction.ids import message_id
 from hrt.extraction.messages import ConversationRequest
 from hrt.ingest import build_batch
 from hrt.pipeline import utc_now
-from hrt.records import Concept, EdgeType, MemoryUnit, Relation
+from hrt.records import Concept, EdgeType, Kind, MemoryUnit, Relation
 from hrt.service import HRTService
 from tests.helpers import HashingEmbedder
 
@@ -216,35 +216,58 @@ async def test_an_edited_message_replaces_its_unit_and_its_mentions(tmp_path: Pa
 
 
 async def test_a_topic_too_common_is_unlinked_and_linked_again_as_the_conversation_grows(tmp_path: Path) -> None:
-    # 0.05 of the messages: with 40 messages at most 2 may mention a topic; with 60, 3
+    # a topic may be named in 0.05 of the messages, never fewer than 8: with 160 messages 8, with 180, 9
     svc = await service(tmp_path / "c.db")
+
+    async def send(said: list[tuple[str, int]], start: int, stop: int) -> Any:
+        last = None
+        for i in range(start, stop, 20):
+            messages = [{"content": t} for t, _ in said[i : i + 20]]
+            body = {"user_id": "u1", "session_id": "s", "start": i, "messages": messages}
+            last = await svc.add_messages(ConversationRequest.model_validate(body))
+        return last
+
     try:
-        said = [(f"Day {i}: nothing special.", i) for i in range(60)]
-        for i in (0, 1, 2):
-            said[i * 10] = ("Rain again, so I stayed in the greenhouse.", i * 10)
-        for i in range(0, 40, 5):
-            part = said[i : i + 5]
-            await svc.add_messages(
-                ConversationRequest.model_validate(
-                    {"user_id": "u1", "session_id": "s", "start": i, "messages": [{"content": t} for t, _ in part]}
-                )
-            )
+        said = [(f"Day {i}: nothing special.", i) for i in range(180)]
+        for i in range(9):
+            said[i * 10] = ("Rain again, so I stayed in the greenhouse with Bruno.", i * 10)
+        await send(said, 0, 160)
         rows = dump(tmp_path / "c.db")
-        assert "topic:greenhouse" not in entities(rows, "concept")  # 3 of 40 messages: too common
-        for i in range(40, 60, 5):
-            part = said[i : i + 5]
-            last = await svc.add_messages(
-                ConversationRequest.model_validate(
-                    {"user_id": "u1", "session_id": "s", "start": i, "messages": [{"content": t} for t, _ in part]}
-                )
-            )
+        assert "topic:greenhouse" not in entities(rows, "concept")  # 9 of 160 messages: too common
+        assert "entity:bruno" in entities(rows, "concept")  # a name is a subject however often it recurs
+        last = await send(said, 160, 180)
         assert last.concepts_linked >= 1
     finally:
         await svc.close()
     rows = dump(tmp_path / "c.db")
-    assert "topic:greenhouse" in entities(rows, "concept")  # 3 of 60: linked again
+    assert "topic:greenhouse" in entities(rows, "concept")  # 9 of 180: linked again
     mentions = {s for s, t, ty, _, _ in rows["edges"] if t == "topic:greenhouse" and ty == "MENTIONS"}
-    assert mentions == {message_id("s", 0), message_id("s", 10), message_id("s", 20)}
+    assert mentions == {message_id("s", i * 10) for i in range(9)}
+
+
+async def test_a_focused_chat_keeps_its_subjects_and_no_filler_becomes_a_concept(tmp_path: Path) -> None:
+    """A short chat about one trip names Japan, Tokyo and the trip in most of its messages: they stay
+    concepts; "please", number words and a month run into a name ("October Marco") do not."""
+    svc = await service(tmp_path / "c.db")
+    lines = [
+        "We are planning a trip to Japan, Tokyo first.",
+        "Please book the Japan trip hotel in Tokyo, ten nights.",
+        "The Japan trip is in October Marco says.",
+        "Please check Tokyo trains for the Japan trip.",
+        "Tokyo in October: the trip to Japan is set.",
+        "Please, ten times please, remember the Japan trip to Tokyo.",
+        "Japan trip budget: three thousand for Tokyo.",
+        "Marco likes Tokyo and the Japan trip plan.",
+    ]
+    try:
+        for line in lines:
+            body = {"user_id": "u1", "session_id": "s", "messages": [{"name": "Maya", "content": line}]}
+            await svc.add_messages(ConversationRequest.model_validate(body))
+    finally:
+        await svc.close()
+    concepts = entities(dump(tmp_path / "c.db"), "concept")
+    assert {"entity:japan", "entity:tokyo", "entity:october", "entity:marco", "topic:trip"} <= set(concepts)
+    assert not {"topic:please", "topic:ten", "topic:thousand", "topic:three", "entity:october-marco"} & set(concepts)
 
 
 async def test_a_plan_made_from_stale_statistics_writes_nothing(tmp_path: Path) -> None:
@@ -340,3 +363,32 @@ def test_bad_requests_name_their_field(body: dict[str, Any], field: str) -> None
     with pytest.raises(ValidationError) as err:
         ConversationRequest.model_validate(body)
     assert ".".join(str(p) for p in err.value.errors()[0]["loc"]) == field
+
+
+async def test_appending_to_an_imported_session_never_overwrites_its_messages(tmp_path: Path) -> None:
+    """A session that came in as records (an export imported with `hrt ingest`) has units at its
+    messages' ids but no statistics: an append without positions goes after them, and an explicit
+    position that one holds says `replaced`, never `added`."""
+    svc = await service(tmp_path / "c.db")
+    try:
+        imported = [
+            MemoryUnit(
+                user_id="u1",
+                muid=message_id("s", i),
+                content=f'Maya said, "imported message {i}"',
+                creation_ts=f"2026-01-01T10:0{i}:00Z",
+                source_type="dialogue_turn",
+            )
+            for i in range(3)
+        ]
+        await svc.ingest(imported)
+        body = {"user_id": "u1", "session_id": "s", "messages": [{"name": "Maya", "content": "a new message"}]}
+        added = await svc.add_messages(ConversationRequest.model_validate(body))
+        assert [(m.index, m.status) for m in added.messages] == [(3, "added")]
+        units = await svc.records.get_many("u1", Kind.MEMORY_UNIT, [message_id("s", i) for i in range(4)])
+        assert [units[message_id("s", i)].content for i in range(3)] == [u.content for u in imported]
+        again = {**body, "messages": [{"name": "Maya", "content": "an edit of message 1", "index": 1}]}
+        replaced = await svc.add_messages(ConversationRequest.model_validate(again))
+        assert [(m.index, m.status) for m in replaced.messages] == [(1, "replaced")]
+    finally:
+        await svc.close()

@@ -254,7 +254,7 @@ def test_positional_makers_build_what_the_frozen_constructors_build() -> None:
     values = (node, 2, "c-0", (step,), 0.375, ("c-1",), 4.0, 1)
     fast, slow = make_candidate(*values), GraphCandidate(*values)
     assert fast == slow and dataclasses.astuple(fast) == dataclasses.astuple(slow)
-    scored = make_scored(fast, 0.5, 0.25, 0.125, 0.75, 0.6, None, 0.9, "mu-0")
-    assert scored == Scored(fast, 0.5, 0.25, 0.125, 0.75, 0.6, None, 0.9, "mu-0")
+    scored = make_scored(fast, 0.5, 0.25, 0.125, 0.75, 0.6, None, 0.9, "mu-0", True)
+    assert scored == Scored(fast, 0.5, 0.25, 0.125, 0.75, 0.6, None, 0.9, "mu-0", True)
     with pytest.raises(dataclasses.FrozenInstanceError):
         scored.final = 1.0  # type: ignore[misc]

@@ -15,7 +15,7 @@ from typing import Any
 
 from hrt.extraction.ids import entity_id, slug
 from hrt.extraction.locomo import FALLBACK_START, Turn, evidence_ids, parse_sessions, user_id_for
-from hrt.extraction.rules import ProperNouns, extract, topic_key
+from hrt.extraction.rules import ProperNouns, allowance, extract, too_common, topic_key
 from hrt.ingest import Record
 from hrt.records import (
     MAX_ALIAS_CHARS,
@@ -45,6 +45,7 @@ class ImportOptions:
     observation_concept_weight: float = 0.3
     summary_weight: float = 0.3  # session summary DERIVED_FROM each turn of its session
     max_topic_df_ratio: float = 0.05  # topics in more turns than this share are too common
+    common_topic_floor: int = 8  # ... but never fewer than this many (hrt.extraction.rules.allowance)
     min_topic_df: int = 2  # topics in fewer turns connect nothing
     related_per_concept: int = 10
     min_cooccurrence: int = 2
@@ -78,14 +79,6 @@ class ImportedConversation:
 def speaker_concept_id(speaker: str) -> str:
     """The id of a speaker's concept (type ``person``), which every turn of the speaker MENTIONS."""
     return entity_id("person", speaker.lower())
-
-
-def too_common(key: str, df: int, max_df: int) -> bool:
-    """A concept the import leaves out for being named in too many turns: a topic in more than
-    ``max_df``, an entity in more than twice that (speakers are always kept)."""
-    if key.startswith("topic:"):
-        return df > max_df
-    return key.startswith("entity:") and df > 2 * max_df
 
 
 def turn_content(turn: Turn, fmt: str = "said") -> str:
@@ -337,7 +330,7 @@ def _concepts(
 
     df: Counter[str] = Counter(k for keys in per_turn.values() for k in keys)
     n_turns = max(1, len(per_turn))
-    max_df = max(opts.min_topic_df, math.floor(opts.max_topic_df_ratio * n_turns))
+    max_df = allowance(n_turns, opts.max_topic_df_ratio, opts.min_topic_df, opts.common_topic_floor)
 
     def kept(key: str) -> bool:
         if key.startswith("person:"):
@@ -383,7 +376,7 @@ def _concepts(
                 name=name[:500],
                 type="entity" if kind == "entity" else "topic",
                 description="",
-                salience=round(min(1.0, 0.3 + 0.7 * (1.0 - df[key] / (2 * max_df + 1))), 4),
+                salience=round(min(1.0, 0.3 + 0.7 * max(0.0, 1.0 - df[key] / (2 * max_df + 1))), 4),
                 properties={"turns": df[key]},
                 aliases=aliases,
             )

@@ -1,0 +1,366 @@
+"""What changed: when a later message updates, corrects, cancels or reverts an earlier one, by rules.
+
+A message is searched for a *cue* (:func:`find_cue`): a plan moved ("we pushed the trip to
+October"), something replaced ("switched to", "instead", "a new job", "no longer"), a correction
+("sorry, I meant Tuesday"), a cancellation ("we called off the party") or a revert ("back to the
+original plan"). A cue alone supersedes nothing; an earlier message is superseded for what it
+stated (:func:`superseded`) only when it is about the same subject and stated what changed:
+
+- **the same subject**: the cue's clause and the earlier message share a content key (an entity or
+  a topic the rule extractor finds, the speaker's own name left out), or both are about the same
+  life fact of the same person (a job, a home, a phone number, an email address, a diet: *families*),
+  or, for a cue without an object of its own ("we moved it to October"), the earlier message is one
+  of the last few of the conversation;
+- **what changed**: the earlier message named the old value the cue names ("instead of Kyoto",
+  "not 2pm", "dropping Kyoto", "no longer at Acme"), or it stated a value of the kind the cue
+  gives anew (a date, a time, a name, a number) that the cue does not repeat. A cancellation needs
+  no new value: the earlier statements of what it cancels end.
+
+Questions state nothing and are never superseded; a message that only mentions the subject again
+("still on for October", "can't wait for Japan") carries no cue and supersedes nothing. Every
+decision names the rule that fired. Pure functions: the planner (:mod:`hrt.extraction.conversation`)
+gives them the texts and keys it has.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from hrt.extraction.rules import TOKEN, extract, stem, topic_key
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+# how many of the conversation's last messages a cue without an object of its own looks back on
+RECENT = 6
+# the kinds of value a statement states exactly (a name may be a subject)
+_TYPED = ("date", "time", "number")
+# the words on each side of a cancellation's cue that name what it cancels
+WINDOW = 6
+# how many earlier statements one message ends at the most, and of those through a family alone
+MAX_ENDED = 6
+MAX_BY_FAMILY = 1
+# how many of the speaker's last messages a correction ("I meant ...") may correct
+CORRECTABLE = 3
+
+MONTHS = _words(
+    """january february march april may june july august september october november december
+    jan feb mar apr jun jul aug sep sept oct nov dec"""
+)
+WEEKDAYS = _words("monday tuesday wednesday thursday friday saturday sunday mon tue tues wed thu thur thurs fri sat")
+SEASONS = _words("spring summer autumn fall winter christmas easter weekend")
+# words that name a month only when capitalised ("may" and "march" are verbs too)
+_AMBIGUOUS = frozenset({"may", "march", "sun", "sat", "wed", "fall", "mar", "jan"})
+_DATE_WORDS = MONTHS | WEEKDAYS | SEASONS
+
+_TIME = re.compile(r"\b(\d{1,2}(?::\d{2})?\s?(?:am|pm|a\.m\.|p\.m\.)|\d{1,2}:\d{2}|noon|midnight)\b", re.I)
+_NUMERIC_DATE = re.compile(
+    r"\b(\d{1,2}[/.]\d{1,2}(?:[/.]\d{2,4})?|\d{4}-\d{2}-\d{2}|(?:19|20)\d{2}|\d{1,2}(?:st|nd|rd|th))\b"
+)
+_PHONE = re.compile(r"(?<![\w])(\+?\d[\d ()\-]{5,}\d)(?![\w])")
+_EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
+_MONEY = re.compile(r"(?:[$€£]\s?\d[\d,.]*|\b\d[\d,.]*\s?(?:dollars|euros|pounds|k)\b)", re.I)
+
+# life facts one holds one of at a time: the subject when two messages share no other key
+_JOB = (
+    r"jobs?|employer|career|salary|hired|promoted|resigned|internship|(?:work(?:s|ing|ed)?|position|role) (?:at|as|for)"
+)
+FAMILIES: dict[str, re.Pattern[str]] = {
+    "job": re.compile(r"\b(?:" + _JOB + r")\b", re.I),
+    "home": re.compile(r"\b(?:(?:live|lives|living|lived) in|mov(?:ed|ing) (?:in)?to|apartment|address|rent)\b", re.I),
+    "phone": re.compile(r"\b(?:phone|cell|mobile)(?: number)?\b", re.I),
+    "email": re.compile(r"\be-?mail\b", re.I),
+    "diet": re.compile(r"\b(?:vegan|vegetarian|pescatarian|keto|gluten|dairy|diet)\b", re.I),
+}
+# who a statement is about, when it is not the speaker
+HOLDERS = _words(
+    """brother sister mom mum mother dad father wife husband partner boyfriend girlfriend son daughter
+    friend boss colleague coworker roommate neighbor neighbour cousin aunt uncle grandma grandpa kid kids"""
+)
+
+
+class _NoSentenceStart:
+    """A name oracle for one message: a sentence's first word is never taken for a name (it is a
+    topic word instead, so "Kyoto is lovely." still shares "kyoto" with "... then Kyoto.")."""
+
+    def is_name(self, bare: str) -> bool:
+        return False
+
+
+_MID_SENTENCE = _NoSentenceStart()
+
+
+@dataclass(frozen=True, slots=True)
+class Cue:
+    """A change a message announces: its kind, the rule that fired, the clause it is in, and the
+    old values it names."""
+
+    kind: str  # update | correction | cancellation | revert
+    rule: str
+    clause: str  # the sentence the cue is in (its object and new values)
+    old_values: tuple[str, ...]  # lower case: what the cue says no longer holds
+    start: int = 0  # where the cue starts in the clause
+    at: int = 0  # where it ends
+
+    @property
+    def strength(self) -> int:
+        return 0 if self.kind == "correction" else 1
+
+
+def _any(*alternatives: str) -> str:
+    return r"\b(?:" + "|".join(alternatives) + r")\b"
+
+
+_BACK = r"back to (?:the |our |my )?(?:original|old|first|initial|previous|earlier)(?: \w+)?"
+_STOPPED = r"stopped (?:going|doing|eating|drinking|using|playing|taking)"
+_NOT_DOING = r"(?:are|is|am|'re|'m|'s) not (?:going|happening|doing)(?: \w+)? (?:anymore|any more|after all)"
+_NOW = r"(?:now|these days) (?:it's|it is|we're|we are|i'm|i am|they're|she's|he's|i live|we live|i work|she works)"
+# a verb of change with what it changes after it ("moved the trip", "changed it to"), not an
+# adjective ("a moving speech", "my changing body")
+_OBJ = r"{}(?= (?:the|my|our|it|them|to|from|back|over|a|an|his|her|their|this|that|everything|plans?|dates?)\b)"
+_NEW_THING = r"new (?:job|role|position|address|number|phone|apartment|flat|place|house|home|email|date|time|plans?)"
+
+# (kind, rule, pattern) in order: the first that matches is the message's cue
+_CUES: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(
+    (kind, rule, re.compile(pattern, re.I))
+    for kind, rule, pattern in (
+        (
+            "revert",
+            "reverted",
+            _any(_BACK, "going back to", "went back to", "revert(?:ing|ed) to", "as originally planned"),
+        ),
+        ("revert", "reverted", r"\b\w+ after all\b(?! (?:the|that|this|these))"),
+        (
+            "correction",
+            "corrected",
+            _any(r"(?:sorry|oops|wait)[,.!]? i meant", "i meant", "correction", "my (?:bad|mistake)", "scratch that"),
+        ),
+        ("cancellation", "cancelled", _any("cancel(?:l?ed|l?ing|s)?", "call(?:ed|ing)? off", "scrapp(?:ed|ing)")),
+        ("cancellation", "cancelled", _any("fell through", _NOT_DOING, "won't be (?:going|doing)", "isn't happening")),
+        ("cancellation", "cancelled", _any("not happening anymore", "g(?:a|i)ve up on", "giving up on", "quit the")),
+        ("cancellation", "ended", _any("no longer", r"not \w+ any ?more", "any ?more", _STOPPED)),
+        ("update", "moved", _any(_OBJ.format("mov(?:ed|ing)"), _OBJ.format("push(?:ed|ing)"), "postpon(?:e|ed|ing)")),
+        ("update", "moved", _any("reschedul(?:e|ed|ing)")),
+        ("update", "moved", _any("delayed", "bumped", "shifted", "brought forward", "moved up", "push(?:ed)? back")),
+        ("update", "replaced", _any(_OBJ.format("switch(?:ed|ing)"), _OBJ.format("swapp(?:ed|ing)"), "instead")),
+        ("update", "replaced", _any(_OBJ.format("replac(?:ed|ing)"), _OBJ.format("chang(?:ed|ing)"), "rather than")),
+        ("update", "replaced", _any("change of plans?", "plans? (?:have |has )?changed")),
+        ("update", "new", _any(_NEW_THING, "started (?:a new|my new|working (?:at|as|for)|at)", "got (?:a|the) job")),
+        ("update", "new", _any("got hired", "took (?:a|the) job", "accepted (?:an|the) offer", "quit my", "left my")),
+        ("update", "new", _any("resigned", _NOW, "updated?:")),
+    )
+)
+
+_OLD_VALUE = (
+    re.compile(r"\binstead of ([\w' -]{2,40}?)(?=[,.;!?]|$| and | but )", re.I),
+    re.compile(r"\brather than ([\w' -]{2,40}?)(?=[,.;!?]|$| and | but )", re.I),
+    re.compile(r"\bfrom ([\w' :-]{2,30}?) to\b", re.I),
+    re.compile(r"\bnot ([\w':]{2,20}(?: ?[ap]m)?)[,;]? (?:but|it's|its|it is)\b", re.I),
+    re.compile(
+        r"\b(?:dropping|dropped|skipping|skipped|ditching|ditched|no more|no longer at|no longer in|left) "
+        r"([A-Z][\w'-]+(?: [A-Z][\w'-]+)?)"
+    ),
+    re.compile(r"\bnot ([A-Z][\w'-]+|\d[\w:]*)\b"),
+)
+
+
+def _sentences(text: str) -> list[str]:
+    return [s for s in re.split(r"(?<=[.!?;])\s+|\n+", text) if s.strip()]
+
+
+# a cue under a negation announces nothing ("I won't give up on", "we didn't change the date")
+_NEGATED = re.compile(
+    r"\b(?:not|never|don't|didn't|won't|wouldn't|can't|cannot|shouldn't|no need to)\W+(?:\w+\W+){0,2}$", re.I
+)
+# where a sentence stops stating the change and starts giving a reason or an aside
+_ASIDE = re.compile(r"(?:\b(?:because|so that|although|though|but|whereas)\b|,\s*(?:which|since|as)\b).*$", re.I | re.S)
+
+
+def find_cue(text: str) -> Cue | None:
+    """The change a message announces, or None. Questions announce nothing. The cue's clause is its
+    sentence without a reason or an aside ("... to October because Lena can't in April")."""
+    for sentence in _sentences(text):
+        if sentence.rstrip().endswith("?"):
+            continue
+        for kind, rule, pattern in _CUES:
+            found = pattern.search(sentence)
+            if found and (rule == "ended" or not _NEGATED.search(sentence[: found.start()])):
+                old = tuple(
+                    dict.fromkeys(v.strip().lower() for p in _OLD_VALUE for v in p.findall(sentence) if v.strip())
+                )
+                core = _ASIDE.sub("", sentence).strip() or sentence
+                return Cue(kind, rule, core, old, min(found.start(), len(core)), min(found.end(), len(core)))
+    return None
+
+
+def values(text: str) -> dict[str, frozenset[str]]:
+    """The values a text states, by kind: dates, times, names (capitalised runs), numbers."""
+    out: dict[str, set[str]] = {"date": set(), "time": set(), "name": set(), "number": set()}
+    for token in TOKEN.findall(text):
+        bare = token.lower().strip("'")
+        if bare in _DATE_WORDS and (bare not in _AMBIGUOUS or token[0].isupper()):
+            out["date"].add(bare[:3])
+    out["date"].update(m.lower() for m in _NUMERIC_DATE.findall(text))
+    out["time"].update(re.sub(r"[\s.]", "", m.lower()) for m in _TIME.findall(text))
+    for phone in _PHONE.findall(text):
+        digits = re.sub(r"\D", "", phone)
+        if len(digits) >= 7:
+            out["number"].add(digits)
+    out["number"].update(m.lower() for m in _EMAIL.findall(text))
+    out["number"].update(re.sub(r"[\s,]", "", m.lower()) for m in _MONEY.findall(text))
+    for entity in extract(text, _MID_SENTENCE).entities:
+        lowered = entity.lower()
+        if not (set(lowered.split()) & _DATE_WORDS):
+            out["name"].add(lowered)
+    return {k: frozenset(v) for k, v in out.items() if v}
+
+
+def families(text: str) -> frozenset[str]:
+    """The life facts a text is about (:data:`FAMILIES`)."""
+    found = {name for name, pattern in FAMILIES.items() if pattern.search(text)}
+    if _PHONE.search(text):
+        found.add("phone")
+    if _EMAIL.search(text):
+        found.add("email")
+    return frozenset(found)
+
+
+def holders(text: str) -> frozenset[str]:
+    """Whom a text's statements are about when not its speaker: the relatives and friends its
+    sentences start with ("My brother got a job at ..."; not "... a trip with my sister")."""
+    out: set[str] = set()
+    for sentence in _sentences(text):
+        words = [w.lower() for w in TOKEN.findall(sentence)[:3]]
+        out.update(stem(w) for w in words if w in HOLDERS)
+    return frozenset(out)
+
+
+def subject_keys(text: str, speaker: str) -> frozenset[str]:
+    """Content keys of a text, as the rule extractor finds them (entities and topics, stemmed),
+    without its speaker's name and without the values themselves (months, days)."""
+    found = extract(text, _MID_SENTENCE)
+    keys = {e.lower() for e in found.entities}
+    keys.update(topic_key(t) for t in found.topics if " " not in t)
+    keys.discard(speaker.lower())
+    return frozenset(k for k in keys if not (set(k.split()) & _DATE_WORDS) and not any(ch.isdigit() for ch in k))
+
+
+@dataclass(frozen=True, slots=True)
+class Earlier:
+    """An earlier message as the rules see it."""
+
+    muid: str
+    speaker: str
+    text: str  # as the user sent it
+    recent: int  # how many messages back it is in the conversation (1: the one before), 0: far
+    mine: int  # how many of the same speaker's messages back it is (1: the speaker's last), 0: far
+
+
+def superseded(cue: Cue, text: str, speaker: str, earlier: Sequence[Earlier]) -> list[str]:
+    """The earlier messages (muids, in the given order, newest first) the message ``text`` with
+    ``cue`` ends (module docstring), :data:`MAX_ENDED` at the most. A revert ends nothing here:
+    see :func:`revert_target`."""
+    if cue.kind == "revert":
+        return []
+    clause_keys = subject_keys(cue.clause[: cue.start] + " … " + cue.clause[cue.at :], speaker)  # the cue's words aside
+    new = values(cue.clause)
+    fams = families(cue.clause)
+    who = holders(cue.clause)
+    out: list[str] = []
+    by_family = 0
+    for old in earlier:
+        if old.text.rstrip().endswith("?") or not _same_holder(who, holders(old.text)):
+            continue
+        how = _ends(cue, clause_keys, new, fams, old)
+        if how == "family":
+            # a life fact is held once: only the speaker's latest statement of it ends
+            if by_family >= MAX_BY_FAMILY or old.speaker != speaker:
+                continue
+            by_family += 1
+        if how:
+            out.append(old.muid)
+    return out[:MAX_ENDED]
+
+
+def _same_holder(new: frozenset[str], old: frozenset[str]) -> bool:
+    """A statement about one's sister does not end one about oneself, nor the reverse."""
+    return new == old or (not new and not old) or bool(new & old)
+
+
+def _named_old(cue: Cue, old_text: str) -> bool:
+    lowered = old_text.lower()
+    return any(re.search(r"\b" + re.escape(v) + r"\b", lowered) for v in cue.old_values)
+
+
+def _ends(
+    cue: Cue, clause_keys: frozenset[str], new: Mapping[str, frozenset[str]], fams: frozenset[str], old: Earlier
+) -> str:
+    """How the cue ends ``old``: "named" (it names the old value), "value" (a value of the kind the
+    cue gives anew), "subject" (a cancellation of what it names), "family" (a life fact replaced
+    without a value the rules can type), or "" (it does not)."""
+    if cue.kind == "correction" and not (0 < old.mine <= CORRECTABLE):
+        return ""
+    if _named_old(cue, old.text):
+        return "named"
+    shared = bool(clause_keys & subject_keys(old.text, old.speaker))
+    same_family = bool(fams & families(old.text))
+    about = shared or same_family or (not clause_keys and 0 < old.recent <= RECENT) or cue.kind == "correction"
+    if not about:
+        return ""
+    if cue.kind == "cancellation":
+        return "subject" if _cancels(cue, old) else ""
+    stated = values(old.text)
+    # a name is a value only for a life fact (where one works, lives); elsewhere it is a subject
+    typed = [k for k in new if k != "name" or same_family]
+    if any(stated.get(kind, frozenset()) - new[kind] for kind in typed):
+        return "value"
+    # a life fact replaced without a value the rules can type ("I quit my job", "new apartment")
+    return "family" if same_family and cue.rule == "new" and not new else ""
+
+
+def _cancels(cue: Cue, old: Earlier) -> bool:
+    """A cancellation ends what states its object, the keys within :data:`WINDOW` words of the cue
+    ("we called off the wedding party", "I don't go to the gym anymore"): two of them in common,
+    or one in a message of the same speaker."""
+    before = cue.clause[: cue.start].split()[-WINDOW:]
+    after = cue.clause[cue.at :].split()[:WINDOW]
+    keys = subject_keys(" ".join([*before, "…", *after]), "")
+    common = keys & subject_keys(old.text, old.speaker)
+    return len(common) >= 2 or (len(common) == 1 and old.mine > 0)
+
+
+def echoes(target: str, earlier: Sequence[Earlier]) -> list[str]:
+    """The messages after a change (``earlier`` newest first, down to ``target``) that repeat one
+    of its dates, times or numbers ("Noted, June 2."): a revert ends them with the change."""
+    by_id = {e.muid: e for e in earlier}
+    if target not in by_id:
+        return []
+    changed = values(by_id[target].text)
+    out: list[str] = []
+    for e in earlier:
+        if e.muid == target:
+            break
+        stated = values(e.text)
+        if not e.text.rstrip().endswith("?") and any(
+            stated.get(k, frozenset()) & changed.get(k, frozenset()) for k in _TYPED
+        ):
+            out.append(e.muid)
+    return out[: MAX_ENDED - 1]
+
+
+def revert_target(clause: str, speaker: str, changers: Iterable[tuple[str, str, int]]) -> str | None:
+    """A revert ends the latest change about its subject: ``changers`` are (muid, text, recent)
+    of earlier messages that superseded something, newest first; the first that shares a key with
+    the revert's clause, else the newest within :data:`RECENT` messages."""
+    keys = subject_keys(clause, speaker)
+    fallback: str | None = None
+    for muid, text, recent in changers:
+        if keys & subject_keys(text, speaker):
+            return muid
+        if fallback is None and 0 < recent <= RECENT:
+            fallback = muid
+    return fallback

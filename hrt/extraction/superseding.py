@@ -1,0 +1,183 @@
+"""The planner's side of :mod:`hrt.extraction.changes`: which earlier messages a new one ends.
+
+For a message with a cue, the candidates are the messages that mention a key of the cue's clause
+(the statistics' postings), those about the same life fact (the ``fam`` rows: family + SEP +
+muid), and the conversation's last :data:`~hrt.extraction.changes.RECENT` messages of the session;
+only those written before the new one count. Their texts come from this call or the record store
+(one batched read, only when a cue fired). What a message ended is kept in its statistics row
+(``sup``), so a later revert finds the change it undoes.
+
+The result goes on the new message's memory unit: ``supersedes`` names what it ended (validity
+then ends those at its time: hrt/pipeline/validity.py) and ``metadata.changes`` says which rule
+fired. A revert ends the change it undoes and restates what that change had ended as a
+``restatement`` artifact derived from the reverting message, so today's truth has a current text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from hrt.extraction.changes import (
+    RECENT,
+    Cue,
+    Earlier,
+    echoes,
+    families,
+    find_cue,
+    revert_target,
+    subject_keys,
+    superseded,
+)
+from hrt.extraction.ids import message_id
+from hrt.records import MAX_SUPERSEDES, Artifact, Kind, MemoryUnit
+
+if TYPE_CHECKING:
+    from hrt.extraction.conversation import State
+
+SEP = "\x1f"
+# candidates read at the most for one cue, newest first
+MAX_CANDIDATES = 64
+# a key with more messages than this names no subject (its postings are not read for a cue)
+MAX_POSTINGS = 400
+
+
+@dataclass(slots=True)
+class Change:
+    """What a message changes: the units it supersedes, its ``metadata.changes``, and a
+    restatement (a revert's) to write."""
+
+    supersedes: list[str] = field(default_factory=list)
+    meta: dict[str, Any] | None = None
+    restatement: Artifact | None = None
+    restated: list[str] = field(default_factory=list)  # the muids the restatement derives from
+
+
+def inner_text(content: str, speaker: str) -> str:
+    """A message's text from its memory unit's content (``unit_content``)."""
+    prefix = f'{speaker} said, "'
+    if content.startswith(prefix) and content.endswith('"'):
+        return content[len(prefix) : -1]
+    return content
+
+
+class ChangeFinder:
+    """One call's supersession decisions, over the statistics the planner holds."""
+
+    def __init__(self, state: State, user_id: str, session_id: str) -> None:
+        self.st = state
+        self.user = user_id
+        self.session = session_id
+        self.texts: dict[str, tuple[str, str]] = {}  # muid -> (speaker, text), this call's messages
+
+    def remember(self, muid: str, speaker: str, text: str) -> None:
+        self.texts[muid] = (speaker, text)
+
+    def index_rows(self, muid: str, text: str, sign: int) -> list[str]:
+        """The ``fam`` rows of a message, added (sign 1) or removed; returns its families."""
+        fams = sorted(families(text))
+        for fam in fams:
+            self.st.put("fam", fam + SEP + muid, 1 if sign > 0 else None)
+        return fams
+
+    async def plan(self, muid: str, speaker: str, text: str, ts: datetime, position: int) -> Change:
+        cue = find_cue(text)
+        if cue is None:
+            return Change()
+        earlier = await self._earlier(cue, speaker, text, ts, position)
+        if cue.kind == "revert":
+            return await self._revert(cue, muid, speaker, ts, earlier)
+        ended = superseded(cue, text, speaker, [e for e, _ in earlier])[:MAX_SUPERSEDES]
+        if not ended:
+            return Change()
+        return Change(supersedes=sorted(ended), meta={"kind": cue.kind, "rule": cue.rule, "supersedes": sorted(ended)})
+
+    async def _candidates(self, cue: Cue, speaker: str, text: str, position: int) -> list[str]:
+        keys = subject_keys(cue.clause, speaker)
+        terms = [f"{kind}:{k}" for k in sorted(keys) for kind in ("entity", "topic")]
+        found: set[str] = set()
+        stats = await self.st.get_many("term", terms)
+        for term in terms:
+            if term in stats and 0 < int(stats[term].get("df", 0)) <= MAX_POSTINGS:
+                found.update(k.split(SEP, 1)[1] for k in await self.st.scan("post", term + SEP))
+        for fam in sorted(families(cue.clause) or families(text)):
+            found.update(k.split(SEP, 1)[1] for k in await self.st.scan("fam", fam + SEP))
+        found.update(message_id(self.session, p) for p in range(max(0, position - 2 * RECENT), position))
+        return sorted(found)
+
+    async def _earlier(
+        self, cue: Cue, speaker: str, text: str, ts: datetime, position: int
+    ) -> list[tuple[Earlier, Mapping[str, Any]]]:
+        """The candidates written before the new message, newest first, with their rows."""
+        muids = await self._candidates(cue, speaker, text, position)
+        rows = await self.st.get_many("msg", muids)
+        me = message_id(self.session, position)
+
+        def before(m: str) -> bool:
+            row = rows[m]
+            when = datetime.fromisoformat(row["ts"])
+            if m.rsplit(":", 1)[0] == me.rsplit(":", 1)[0]:
+                return int(row["pos"]) < position
+            return when < ts or (when == ts and m < me)
+
+        ordered = sorted(
+            (m for m in rows if m != me and before(m)),
+            key=lambda m: (rows[m]["ts"], m.rsplit(":", 1)[0] == me.rsplit(":", 1)[0], int(rows[m]["pos"]), m),
+            reverse=True,
+        )[:MAX_CANDIDATES]
+        texts = await self._texts(ordered, rows)
+        session_recent = [m for m in ordered if m.rsplit(":", 1)[0] == me.rsplit(":", 1)[0]]
+        out: list[tuple[Earlier, Mapping[str, Any]]] = []
+        mine = 0
+        for m in ordered:
+            row = rows[m]
+            if row.get("speaker") == speaker:
+                mine += 1
+            recent = position - int(row["pos"]) if m in session_recent else 0
+            same = row.get("speaker") == speaker
+            out.append((Earlier(m, str(row.get("speaker", "")), texts.get(m, ""), recent, mine if same else 0), row))
+        return out
+
+    async def _texts(self, muids: Sequence[str], rows: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+        out = {m: self.texts[m][1] for m in muids if m in self.texts}
+        missing = [m for m in muids if m not in out]
+        if missing:
+            units = await self.st.store.get_many(self.user, Kind.MEMORY_UNIT, missing)
+            for m, unit in units.items():
+                if isinstance(unit, MemoryUnit):
+                    out[m] = inner_text(unit.content, str(rows[m].get("speaker", "")))
+        return out
+
+    async def _revert(
+        self, cue: Cue, muid: str, speaker: str, ts: datetime, earlier: Sequence[tuple[Earlier, Mapping[str, Any]]]
+    ) -> Change:
+        changers = [(e.muid, e.text, e.recent) for e, row in earlier if row.get("sup")]
+        target = revert_target(cue.clause, speaker, changers)
+        if target is None:
+            return Change()
+        row = next(r for e, r in earlier if e.muid == target)
+        ended = [target, *echoes(target, [e for e, _ in earlier])]
+        restored = sorted(str(m) for m in row.get("sup", []))
+        texts = await self._texts(restored, await self.st.get_many("msg", restored))
+        meta = {"kind": "revert", "rule": cue.rule, "supersedes": sorted(ended), "restores": restored}
+        body = " / ".join(texts[m] for m in restored if m in texts)
+        if not body:
+            return Change(supersedes=sorted(ended), meta=meta)
+        artifact = Artifact(
+            user_id=self.user,
+            id=restatement_id(muid),
+            artifact_type="restatement",
+            title=f"{speaker} went back to an earlier plan"[:500],
+            content=f'{speaker} went back to what was said before: "{body}"'[:100_000],
+            created_at=ts,
+            confidence=0.8,
+        )
+        return Change(
+            supersedes=sorted(ended), meta=meta, restatement=artifact, restated=[m for m in restored if m in texts]
+        )
+
+
+def restatement_id(muid: str) -> str:
+    return f"restated:{muid.partition(':')[2]}"[:128]
