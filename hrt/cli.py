@@ -249,6 +249,7 @@ async def ingest_conversation(
     agent: str | None,
     batch: int,
     progress: bool = False,
+    names: tuple[str | None, str | None] = (None, None),
 ) -> list[dict[str, Any]]:
     """A transcript file (:mod:`hrt.extraction.transcripts`) through ``add_messages``, ``batch``
     messages per call (each one transaction); read whole first, so a bad file sends nothing."""
@@ -265,7 +266,17 @@ async def ingest_conversation(
         raise HRTError(f"{path.name} does not say whose conversation it is: give --user")
     # every request is made before the first is sent: an invalid user or session id sends nothing
     calls = [
-        (s, ConversationRequest(user_id=user or s.user_id, session_id=s.session_id, agent_id=agent, messages=part))
+        (
+            s,
+            ConversationRequest(
+                user_id=user or s.user_id,
+                session_id=s.session_id,
+                agent_id=agent,
+                user_name=names[0],
+                agent_name=names[1],
+                messages=part,
+            ),
+        )
         for s in sessions
         for part in (s.messages[i : i + batch] for i in range(0, len(s.messages), batch))
     ]
@@ -295,8 +306,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         raise HRTError("give a JSONL file of records, or --conversation FILE")
     if args.conversation is not None:
         return _ingest_conversation(args)
-    if args.user or args.session or args.agent:
-        raise HRTError("--user, --session and --agent apply to --conversation only")
+    if args.user or args.session or args.agent or args.user_name or args.agent_name:
+        raise HRTError("--user, --session, --agent, --user-name and --agent-name apply to --conversation only")
 
     async def run() -> tuple[int, int]:
         service = await _service(_settings(args))
@@ -319,7 +330,14 @@ def _ingest_conversation(args: argparse.Namespace) -> int:
         service = await _service(_settings(args))
         try:
             return await ingest_conversation(
-                service, Path(args.conversation), args.user, args.session, args.agent, batch, progress=args.progress
+                service,
+                Path(args.conversation),
+                args.user,
+                args.session,
+                args.agent,
+                batch,
+                progress=args.progress,
+                names=(args.user_name, args.agent_name),
             )
         finally:
             await service.close()
@@ -703,6 +721,8 @@ def _add_ingest_export_parsers(sub: argparse._SubParsersAction[argparse.Argument
     i.add_argument("--user", help="with --conversation: whose conversation (a LoCoMo sample has its own)")
     i.add_argument("--session", help="with --conversation: the session of a chat transcript (default: its stem)")
     i.add_argument("--agent", help="with --conversation: the agent id the messages are recorded with")
+    i.add_argument("--user-name", help="with --conversation: the speaker of the user's messages that name none")
+    i.add_argument("--agent-name", help="with --conversation: the speaker of the assistant's messages that name none")
     i.add_argument("--db")
     i.add_argument(
         "--batch-size",

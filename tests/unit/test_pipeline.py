@@ -400,3 +400,43 @@ async def test_a_date_in_a_phrase_ranks_memories_of_that_time_first_and_is_repor
     assert (w.start, w.end) == ("2025-06-30T00:00:00Z", "2025-08-02T00:00:00Z")
     july = [m.creation_ts.startswith("2025-07") for m in dated.retrieved_memory_units]
     assert any(july) and july == sorted(july, reverse=True)  # the month's memories first
+
+
+async def test_a_question_that_grounds_nothing_gets_a_best_effort_answer_flagged(loaded_service):
+    """No phrase reaches its floor: each phrase's best hits seed the walk anyway, the answer says so,
+    and the phrases stay unmatched; a phrase that grounds makes no best effort."""
+    out = await loaded_service.retrieve(req(key_phrases=["zzzz qqqq"]))
+    effort = out.retrieval_metadata.best_effort
+    assert effort is not None and effort.phrases == ["zzzz qqqq"] and effort.seed_ids
+    assert out.unmatched_key_phrases == ["zzzz qqqq"]
+    assert out.retrieved_memory_units or out.retrieved_concepts or out.retrieved_artifacts
+    assert '"best_effort"' in out.canonical_json()
+    grounded = await loaded_service.retrieve(req(key_phrases=["Project Phoenix", "zzzz qqqq"]))
+    assert grounded.retrieval_metadata.best_effort is None and '"best_effort"' not in grounded.canonical_json()
+
+
+def test_each_phrase_keeps_its_best_memory_unit() -> None:
+    """Phrase A's three hits outrank phrase B's one: with two places, B's hit takes the place of A's
+    second-best, and the order stays by score; a near-duplicate of a kept item holds no place."""
+    from hrt.contract import Limits
+    from hrt.pipeline.scoring import make_scored
+    from hrt.pipeline.selection import select
+    from hrt.records import Kind
+    from hrt.stores.base import GraphCandidate, GraphNode
+
+    def item(ident: str, final: float):
+        node = GraphNode(ident, Kind.MEMORY_UNIT, ident, 5.0, 0.5, "note")
+        candidate = GraphCandidate(node, 0, ident, (), 0.0)
+        return make_scored(candidate, final, 0.5, 0.5, 0.5, final, None, 1.0, None, False)
+
+    ranked = [item("a1", 0.9), item("a2", 0.8), item("a3", 0.7), item("b1", 0.4)]
+    texts = {"a1": "alpha one", "a2": "alpha two words", "a3": "alpha three", "b1": "beta one only"}
+    phrases = {"a1": ["A"], "a2": ["A"], "a3": ["A"], "b1": ["B"]}
+    limits = Limits.model_validate({"memory_units": 2})
+    plain, _ = select({Kind.MEMORY_UNIT: ranked}, texts, limits, 0.9)
+    held, _ = select({Kind.MEMORY_UNIT: ranked}, texts, limits, 0.9, phrases)
+    assert [s.id for s in plain[Kind.MEMORY_UNIT]] == ["a1", "a2"]
+    assert [s.id for s in held[Kind.MEMORY_UNIT]] == ["a1", "b1"]
+    twin = {**texts, "b1": "alpha one"}  # B's best is a near-duplicate of A's: A's two stay
+    kept, _ = select({Kind.MEMORY_UNIT: ranked}, twin, limits, 0.9, phrases)
+    assert [s.id for s in kept[Kind.MEMORY_UNIT]] == ["a1", "a2"]

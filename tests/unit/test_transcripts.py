@@ -158,8 +158,20 @@ async def test_hrt_ingest_conversation_sends_each_session_in_batches_and_sums_th
     path = tmp_path / "chat.json"
     path.write_text(json.dumps(CHAT), encoding="utf-8")
     service = FakeService()
-    lines = await ingest_conversation(service, path, "u-trip", None, "agent-1", 3)  # type: ignore[arg-type]
+    lines = await ingest_conversation(
+        service,  # type: ignore[arg-type]
+        path,
+        "u-trip",
+        None,
+        "agent-1",
+        3,
+        names=("Maya", "Guide"),
+    )
     assert [len(r.messages) for r in service.requests] == [3, 1]  # 4 messages with text, 3 a call
+    speakers = {r.speaker(m) for r in service.requests for m in r.messages if not m.name}
+    assert speakers == {"Maya", "System"} and {(r.user_name, r.agent_name) for r in service.requests} == {
+        ("Maya", "Guide")
+    }
     assert {(r.user_id, r.session_id, r.agent_id) for r in service.requests} == {("u-trip", "chat", "agent-1")}
     assert lines == [
         {
