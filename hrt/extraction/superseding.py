@@ -32,7 +32,7 @@ from hrt.extraction.changes import (
     superseded,
 )
 from hrt.extraction.ids import message_id
-from hrt.records import MAX_SUPERSEDES, Artifact, Kind, MemoryUnit
+from hrt.records import MAX_SUPERSEDES, Artifact, Kind, MemoryUnit, iso
 
 if TYPE_CHECKING:
     from hrt.extraction.conversation import State
@@ -113,6 +113,7 @@ class ChangeFinder:
         """The candidates written before the new message, newest first, with their rows."""
         muids = await self._candidates(cue, speaker, text, position)
         rows = await self.st.get_many("msg", muids)
+        rows.update(await self._imported_rows([m for m in muids if m not in rows]))
         me = message_id(self.session, position)
 
         def before(m: str) -> bool:
@@ -139,6 +140,22 @@ class ChangeFinder:
             same = row.get("speaker") == speaker
             out.append((Earlier(m, str(row.get("speaker", "")), texts.get(m, ""), recent, mine if same else 0), row))
         return out
+
+    async def _imported_rows(self, muids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Rows for messages the statistics do not know but the record store holds (a session
+        imported from an export): their time, position and speaker, from their units."""
+        if not muids:
+            return {}
+        units = await self.st.store.get_many(self.user, Kind.MEMORY_UNIT, muids)
+        return {
+            m: {
+                "ts": iso(u.creation_ts),
+                "pos": int(u.metadata.get("index", 0)),
+                "speaker": str(u.metadata.get("speaker") or u.source_agent_id or ""),
+            }
+            for m, u in units.items()
+            if isinstance(u, MemoryUnit)
+        }
 
     async def _texts(self, muids: Sequence[str], rows: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
         out = {m: self.texts[m][1] for m in muids if m in self.texts}

@@ -161,3 +161,29 @@ async def test_a_replay_gives_the_same_supersession(tmp_path: Path) -> None:
         finally:
             await svc.close()
     assert got[0] == got[1] == [[], [message_id("s", 0)], [], []]
+
+
+async def test_a_session_imported_from_an_export_is_changed_like_any_other(tmp_path: Path) -> None:
+    """Export a conversation, import it into a fresh store (records, no statistics), continue it:
+    the change ends the imported statement, and the supersession of the export came along."""
+    from hrt.export import export_records
+
+    lines = [("Maya", "Our sync is on Tuesday at 10am."), ("Maya", "We moved the sync to Thursday.")]
+    first = HRTService(Settings(db_path=tmp_path / "a.db"), embedder=HashingEmbedder())
+    await first.start()
+    try:
+        muids = await send(first, lines[:1])
+        async with first.records.export_reader("u") as reader:
+            records = [r async for part in export_records(reader) for r in part]
+    finally:
+        await first.close()
+    second = HRTService(Settings(db_path=tmp_path / "b.db"), embedder=HashingEmbedder())
+    await second.start()
+    try:
+        await second.ingest(records)
+        body = {"name": "Maya", "content": lines[1][1], "timestamp": "2026-01-09T10:00:00Z"}
+        done = await second.add_messages(ConversationRequest(user_id="u", session_id="s", messages=[body]))  # type: ignore[list-item]
+        unit = (await second.records.get_many("u", Kind.MEMORY_UNIT, [done.messages[0].muid]))[done.messages[0].muid]
+        assert done.messages[0].index == 1 and unit.supersedes == muids  # type: ignore[union-attr]
+    finally:
+        await second.close()
