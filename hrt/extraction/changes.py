@@ -118,6 +118,7 @@ def _any(*alternatives: str) -> str:
 _BACK = r"back to (?:the |our |my )?(?:original|old|first|initial|previous|earlier)(?: \w+)?"
 _STOPPED = r"stopped (?:going|doing|eating|drinking|using|playing|taking)"
 _NOT_DOING = r"(?:are|is|am|'re|'m|'s) not (?:going|happening|doing)(?: \w+)? (?:anymore|any more|after all)"
+_NOW_AFTER = r"(?:we're|we are|i'm|i am|it's|it is|they're|she's|he's) now"
 _NOW = r"(?:now|these days) (?:it's|it is|we're|we are|i'm|i am|they're|she's|he's|i live|we live|i work|she works)"
 # a verb of change with what it changes after it ("moved the trip", "changed it to"), not an
 # adjective ("a moving speech", "my changing body")
@@ -139,10 +140,12 @@ _CUES: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(
             "corrected",
             _any(r"(?:sorry|oops|wait)[,.!]? i meant", "i meant", "correction", "my (?:bad|mistake)", "scratch that"),
         ),
+        ("correction", "corrected", _any(r"actually\b[^.!?;]*\bnot", r"[\w:]+, not [\w:]+")),
         ("cancellation", "cancelled", _any("cancel(?:l?ed|l?ing|s)?", "call(?:ed|ing)? off", "scrapp(?:ed|ing)")),
         ("cancellation", "cancelled", _any("fell through", _NOT_DOING, "won't be (?:going|doing)", "isn't happening")),
         ("cancellation", "cancelled", _any("not happening anymore", "g(?:a|i)ve up on", "giving up on", "quit the")),
         ("cancellation", "ended", _any("no longer", r"not \w+ any ?more", "any ?more", _STOPPED)),
+        ("cancellation", "ended", _any("quit my", "left my (?:job|position|role|company)", "resigned")),
         ("update", "moved", _any(_OBJ.format("mov(?:ed|ing)"), _OBJ.format("push(?:ed|ing)"), "postpon(?:e|ed|ing)")),
         ("update", "moved", _any("reschedul(?:e|ed|ing)")),
         ("update", "moved", _any("delayed", "bumped", "shifted", "brought forward", "moved up", "push(?:ed)? back")),
@@ -150,7 +153,11 @@ _CUES: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(
         ("update", "replaced", _any(_OBJ.format("replac(?:ed|ing)"), _OBJ.format("chang(?:ed|ing)"), "rather than")),
         ("update", "replaced", _any("change of plans?", "plans? (?:have |has )?changed")),
         ("update", "new", _any(_NEW_THING, "started (?:a new|my new|working (?:at|as|for)|at)", "got (?:a|the) job")),
-        ("update", "new", _any("got hired", "took (?:a|the) job", "accepted (?:an|the) offer", "quit my", "left my")),
+        (
+            "update",
+            "new",
+            _any("got hired", "took (?:a|the) job", "accepted (?:an|the) offer", "turns out", _NOW_AFTER),
+        ),
         ("update", "new", _any("resigned", _NOW, "updated?:")),
     )
 )
@@ -330,7 +337,10 @@ def _cancels(cue: Cue, old: Earlier) -> bool:
     after = cue.clause[cue.at :].split()[:WINDOW]
     keys = subject_keys(" ".join([*before, "…", *after]), "")
     common = keys & subject_keys(old.text, old.speaker)
-    return len(common) >= 2 or (len(common) == 1 and old.mine > 0)
+    if len(common) >= 2:
+        return True
+    # one word in common: the speaker's own statement of all the cue names, or of the same life fact
+    return len(common) == 1 and old.mine > 0 and (len(keys) == 1 or bool(families(cue.clause) & families(old.text)))
 
 
 def echoes(target: str, earlier: Sequence[Earlier]) -> list[str]:

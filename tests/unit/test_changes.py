@@ -49,6 +49,9 @@ def ends(new: str, *old: str, speaker: str = "Maya", others: tuple[str, ...] = (
         ("I don't go to the climbing gym anymore.", ("I go to the climbing gym every Monday.",), [0]),
         # a life fact replaced: where one lives, with the old city named by the new statement's value kind
         ("I got a new phone number: 555 0199 321.", ("My phone number is 555 0123 456.",), [0]),
+        ("Actually the dinner is at 8pm, not 7pm.", ("Dinner is at 7pm at Rosa's.",), [0]),
+        ("I quit my job at Acme.", ("I work at Acme as a nurse.", "Acme's coffee is bad."), [0]),
+        ("Turns out the flight is at 6am.", ("The flight leaves at 9am.",), [0]),
     ],
 )
 def test_a_change_ends_the_statement_it_changes(new: str, old: tuple[str, ...], expected: list[int]) -> None:
