@@ -102,8 +102,10 @@ def load(path: Path = DEFAULT_DATA) -> list[ChangeConversation]:
     """The conversations of a data file, checked (:class:`DataError` names what is wrong)."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError([f"{path}: {exc}"]) from exc
+    except OSError as exc:
+        raise DataError([f"{path}: {exc.strerror or exc}"]) from exc
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError([f"{path}: not JSON ({exc})"]) from exc
     found = problems(doc)
     if found:
         raise DataError(found)
