@@ -575,6 +575,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    if args.benchmark == "changes":
+        from hrt.eval.changes import main as changes_main
+
+        return int(changes_main(args.rest))
     from hrt.eval.locomo import main as locomo_main
 
     return int(locomo_main(args.rest))
@@ -809,8 +813,12 @@ def _add_store_maintenance_parsers(sub: argparse._SubParsersAction[argparse.Argu
 
 def _add_tool_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``eval``, ``bench``, ``dev`` and ``export-schema``."""
-    ev = sub.add_parser("eval", help="retrieval quality: `hrt eval locomo --data PATH --out DIR` (see docs/)")
-    ev.add_argument("benchmark", choices=["locomo"])
+    ev = sub.add_parser(
+        "eval",
+        help="retrieval quality: `hrt eval locomo --data PATH --out DIR`, `hrt eval changes` (facts that change; "
+        "see docs/)",
+    )
+    ev.add_argument("benchmark", choices=["locomo", "changes"])
     ev.add_argument("rest", nargs=argparse.REMAINDER, help="options of the benchmark (--help for them)")
     ev.set_defaults(func=cmd_eval)
 
