@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hrt.extraction.rules import TOKEN, extract, stem, topic_key
+from hrt.text import STOPWORDS
 
 
 def _words(text: str) -> frozenset[str]:
@@ -38,7 +39,7 @@ def _words(text: str) -> frozenset[str]:
 # how many of the conversation's last messages a cue without an object of its own looks back on
 RECENT = 6
 # the kinds of value a statement states exactly (a name may be a subject)
-_TYPED = ("date", "time", "number")
+_TYPED = ("month", "weekday", "season", "day", "year", "time", "number", "amount")
 # the words on each side of a cancellation's cue that name what it cancels
 WINDOW = 6
 # how many earlier statements one message ends at the most, and of those through a family alone
@@ -63,15 +64,24 @@ _NUMERIC_DATE = re.compile(
 )
 _PHONE = re.compile(r"(?<![\w])(\+?\d[\d ()\-]{5,}\d)(?![\w])")
 _EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
+_AMOUNT = re.compile(
+    r"\b(\d[\d,.]*)\s?(?:iu|mg|g|kg|lbs?|km|miles?|%|percent|hours?|minutes?|mins?|days?|weeks?|nights?|people|guests)\b",
+    re.I,
+)
 _MONEY = re.compile(r"(?:[$€£]\s?\d[\d,.]*|\b\d[\d,.]*\s?(?:dollars|euros|pounds|k)\b)", re.I)
 
 # life facts one holds one of at a time: the subject when two messages share no other key
 _JOB = (
     r"jobs?|employer|career|salary|hired|promoted|resigned|internship|(?:work(?:s|ing|ed)?|position|role) (?:at|as|for)"
 )
+_HOME = (
+    r"(?:live|lives|living|lived) (?:in|here|there)|mov(?:ed|ing) (?:in)?to|moved out|apartment|flat|address|rent|lease"
+)
 FAMILIES: dict[str, re.Pattern[str]] = {
     "job": re.compile(r"\b(?:" + _JOB + r")\b", re.I),
-    "home": re.compile(r"\b(?:(?:live|lives|living|lived) in|mov(?:ed|ing) (?:in)?to|apartment|address|rent)\b", re.I),
+    "home": re.compile(r"\b(?:" + _HOME + r")\b", re.I),
+    "manager": re.compile(r"\b(?:manager|boss|supervisor|report(?:s|ing)? to)\b", re.I),
+    "car": re.compile(r"\b(?:car|drive|drives|driving)\b", re.I),
     "phone": re.compile(r"\b(?:phone|cell|mobile)(?: number)?\b", re.I),
     "email": re.compile(r"\be-?mail\b", re.I),
     "diet": re.compile(r"\b(?:vegan|vegetarian|pescatarian|keto|gluten|dairy|diet)\b", re.I),
@@ -105,6 +115,7 @@ class Cue:
     old_values: tuple[str, ...]  # lower case: what the cue says no longer holds
     start: int = 0  # where the cue starts in the clause
     at: int = 0  # where it ends
+    stated: str = ""  # where its new values are: the clause without a reason before "so"
 
     @property
     def strength(self) -> int:
@@ -120,10 +131,18 @@ _STOPPED = r"stopped (?:going|doing|eating|drinking|using|playing|taking)"
 _NOT_DOING = r"(?:are|is|am|'re|'m|'s) not (?:going|happening|doing)(?: \w+)? (?:anymore|any more|after all)"
 _NOW_AFTER = r"(?:we're|we are|i'm|i am|it's|it is|they're|she's|he's) now"
 _NOW = r"(?:now|these days) (?:it's|it is|we're|we are|i'm|i am|they're|she's|he's|i live|we live|i work|she works)"
-# a verb of change with what it changes after it ("moved the trip", "changed it to"), not an
-# adjective ("a moving speech", "my changing body")
-_OBJ = r"{}(?= (?:the|my|our|it|them|to|from|back|over|a|an|his|her|their|this|that|everything|plans?|dates?)\b)"
-_NEW_THING = r"new (?:job|role|position|address|number|phone|apartment|flat|place|house|home|email|date|time|plans?)"
+_NOW_END = (
+    r"now(?=\s*(?:[.!;]|$))|from now on|starting (?:next|this|tomorrow|today|on)|from (?:next|this) (?:week|month)"
+)
+_NEW_THING = (
+    r"new (?:jobs?|roles?|positions?|address(?:es)?|numbers?|phones?|apartments?|flats?|places?|houses?|homes?|"
+    r"emails?|dates?|times?|plans?|ones?|schedules?|policy|manager|boss|teacher|drummer|name)"
+)
+_STARTED = (
+    r"started (?:a new|my new|working (?:at|as|for)|at)|first day (?:as|at)|signed a lease|"
+    r"(?:accepted|took|got|landed) (?:an?|the) (?:job|offer|position|role)"
+)
+_CORRECTED = r"i meant|correction|my (?:bad|mistake)|scratch that|typo|misread|got (?:that|it|something) wrong"
 
 # (kind, rule, pattern) in order: the first that matches is the message's cue
 _CUES: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(
@@ -132,35 +151,62 @@ _CUES: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(
         (
             "revert",
             "reverted",
-            _any(_BACK, "going back to", "went back to", "revert(?:ing|ed) to", "as originally planned"),
+            _any(_BACK, "going back to", "went back to", "revert(?:ing|ed)(?: to)?", "as originally planned"),
         ),
-        ("revert", "reverted", r"\b\w+ after all\b(?! (?:the|that|this|these))"),
+        (
+            "revert",
+            "reverted",
+            r"\b\w+ after all\b(?! (?:the|that|this|these))|\b(?:is|are|'s|'re) back (?:at|to)\b",
+        ),
         (
             "correction",
             "corrected",
-            _any(r"(?:sorry|oops|wait)[,.!]? i meant", "i meant", "correction", "my (?:bad|mistake)", "scratch that"),
+            _any(_CORRECTED, r"actually\b[^.!?;]*\bnot", r"[\w:]+, not [\w:]+", r"(?:it's|it is) not \w+"),
         ),
-        ("correction", "corrected", _any(r"actually\b[^.!?;]*\bnot", r"[\w:]+, not [\w:]+")),
-        ("cancellation", "cancelled", _any("cancel(?:l?ed|l?ing|s)?", "call(?:ed|ing)? off", "scrapp(?:ed|ing)")),
+        ("correction", "corrected", r"^\s*\*\s*\S"),
+        (
+            "cancellation",
+            "cancelled",
+            _any("cancel(?:l?ed|l?ing)", "call(?:ed|ing)? off", "scrapp(?:ed|ing)", "dropped out"),
+        ),
         ("cancellation", "cancelled", _any("fell through", _NOT_DOING, "won't be (?:going|doing)", "isn't happening")),
-        ("cancellation", "cancelled", _any("not happening anymore", "g(?:a|i)ve up on", "giving up on", "quit the")),
+        ("cancellation", "cancelled", _any("not happening anymore", "g(?:a|i)ve up on", "giving up on", "no more")),
         ("cancellation", "ended", _any("no longer", r"not \w+ any ?more", "any ?more", _STOPPED)),
-        ("cancellation", "ended", _any("quit my", "left my (?:job|position|role|company)", "resigned")),
-        ("update", "moved", _any(_OBJ.format("mov(?:ed|ing)"), _OBJ.format("push(?:ed|ing)"), "postpon(?:e|ed|ing)")),
-        ("update", "moved", _any("reschedul(?:e|ed|ing)")),
-        ("update", "moved", _any("delayed", "bumped", "shifted", "brought forward", "moved up", "push(?:ed)? back")),
-        ("update", "replaced", _any(_OBJ.format("switch(?:ed|ing)"), _OBJ.format("swapp(?:ed|ing)"), "instead")),
-        ("update", "replaced", _any(_OBJ.format("replac(?:ed|ing)"), _OBJ.format("chang(?:ed|ing)"), "rather than")),
-        ("update", "replaced", _any("change of plans?", "plans? (?:have |has )?changed")),
-        ("update", "new", _any(_NEW_THING, "started (?:a new|my new|working (?:at|as|for)|at)", "got (?:a|the) job")),
+        (
+            "cancellation",
+            "quit",
+            _any("quit(?:s)?", "left my (?:job|position|role|company)", "resigned", "sold (?:my|the|our)"),
+        ),
         (
             "update",
-            "new",
-            _any("got hired", "took (?:a|the) job", "accepted (?:an|the) offer", "turns out", _NOW_AFTER),
+            "moved",
+            _any("mov(?:e|ed|es|ing)", "push(?:ed|ing)", "postpon(?:e|ed|ing)", "reschedul(?:e|ed|ing)"),
         ),
-        ("update", "new", _any("resigned", _NOW, "updated?:")),
+        ("update", "moved", _any("delayed", "bumped", "shifted", "brought forward", "moved up", "push(?:ed)? back")),
+        (
+            "update",
+            "replaced",
+            _any("switch(?:ed|ing)", "swapp(?:ed|ing)", "replac(?:ed|ing)", "instead", "rather than"),
+        ),
+        (
+            "update",
+            "replaced",
+            _any("chang(?:ed|ing)", "change of (?:plans?|heart)", "renam(?:ed|ing)", "doubled", "halved"),
+        ),
+        ("update", "new", _any(_NEW_THING, _STARTED, "got hired", "turns out", _NOW_AFTER, _NOW, "updated?:")),
+        ("update", "now", _any(_NOW_END, "report(?:s|ing)? to")),
     )
 )
+# a verb of change after one of these is an adjective ("a moving speech", "my changing body")
+_ADJECTIVAL = _words("a an the my your our his her their its this that these those")
+# a message that says nothing changed changes nothing ("still on for October", "kept the same number")
+_UNCHANGED = re.compile(
+    r"\b(?:still on|nothing'?s changed|nothing has changed|unchanged|kept the same|keeping the same|still the same|"
+    r"same as before|as planned|still going|still vegan|keeping (?:the|my) \w+ (?:job )?too)\b",
+    re.I,
+)
+# reported speech and conditions state no change ("asked if it was cancelled")
+_REPORTED = re.compile(r"\b(?:asked|wonder(?:ed|ing)?|if|whether|in case|unless|might|maybe)\b[^.!?;]*$", re.I)
 
 _OLD_VALUE = (
     re.compile(r"\binstead of ([\w' -]{2,40}?)(?=[,.;!?]|$| and | but )", re.I),
@@ -172,7 +218,15 @@ _OLD_VALUE = (
         r"([A-Z][\w'-]+(?: [A-Z][\w'-]+)?)"
     ),
     re.compile(r"\bnot ([A-Z][\w'-]+|\d[\w:]*)\b"),
+    re.compile(r"\bout of ([A-Z][\w'-]+(?: [A-Z][\w'-]+)?)"),
+    re.compile(r"\bit'?s not ([\w' ]{2,30}?), it'?s\b", re.I),
 )
+
+
+def asks(text: str) -> bool:
+    """A message that only asks ("Is the meeting on Monday?") states nothing; one that states and
+    then asks ("Friday at 2pm, noted. Want to rehearse?") states."""
+    return all(s.rstrip().endswith("?") for s in _sentences(text))
 
 
 def _sentences(text: str) -> list[str]:
@@ -184,46 +238,124 @@ _NEGATED = re.compile(
     r"\b(?:not|never|don't|didn't|won't|wouldn't|can't|cannot|shouldn't|no need to)\W+(?:\w+\W+){0,2}$", re.I
 )
 # where a sentence stops stating the change and starts giving a reason or an aside
+# "A, so B": A is the reason, B the change
+_CONSEQUENCE = re.compile(r",\s*so\s+(?!that\b)", re.I)
+_BOUNDARY = re.compile(r"\b(?:because|so that|although|though|but|whereas)\b|,\s*(?:which|since|as)\b", re.I)
 _ASIDE = re.compile(r"(?:\b(?:because|so that|although|though|but|whereas)\b|,\s*(?:which|since|as)\b).*$", re.I | re.S)
+
+
+def _announces(rule: str, sentence: str, found: re.Match[str]) -> bool:
+    """A cue's match announces a change unless negated ("we didn't change"), reported or
+    conditional ("asked if it was cancelled"), or an adjective ("my changing body")."""
+    before = sentence[: found.start()]
+    if rule != "ended" and _NEGATED.search(before):
+        return False
+    if rule != "corrected" and _REPORTED.search(before):
+        return False
+    words = before.lower().split()
+    if rule in ("moved", "replaced") and words and words[-1] in _ADJECTIVAL:
+        return False
+    # "it pushed me to", "that moved me": a feeling, not a plan
+    return not (rule == "moved" and re.match(r"\s+(?:me|you)\b", sentence[found.end() :], re.I))
 
 
 def find_cue(text: str) -> Cue | None:
     """The change a message announces, or None. Questions announce nothing. The cue's clause is its
     sentence without a reason or an aside ("... to October because Lena can't in April")."""
-    for sentence in _sentences(text):
+    if _UNCHANGED.search(text):
+        return None
+    sentences = _sentences(text)
+    for i, sentence in enumerate(sentences):
         if sentence.rstrip().endswith("?"):
             continue
         for kind, rule, pattern in _CUES:
             found = pattern.search(sentence)
-            if found and (rule == "ended" or not _NEGATED.search(sentence[: found.start()])):
-                old = tuple(
-                    dict.fromkeys(v.strip().lower() for p in _OLD_VALUE for v in p.findall(sentence) if v.strip())
+            if found and _announces(rule, sentence, found):
+                return _cue(
+                    kind, rule, sentence, found, [s for s in sentences[i + 1 :] if not s.rstrip().endswith("?")]
                 )
-                core = _ASIDE.sub("", sentence).strip() or sentence
-                return Cue(kind, rule, core, old, min(found.start(), len(core)), min(found.end(), len(core)))
     return None
 
 
+def _cue(kind: str, rule: str, sentence: str, found: re.Match[str], rest: Sequence[str]) -> Cue:
+    """The cue's clause: its sentence without a reason or an aside, and when that states no date,
+    time or number, the message's next sentences too ("I had to move Lisbon. New dates: ...")."""
+    core = _segment(sentence, found.start())
+    extra = [_ASIDE.sub("", s).strip() for s in rest]
+    stated = _CONSEQUENCE.split(core)[-1]
+    if not _typed(values(stated)):
+        stated = " ".join([stated, *extra])
+    clause = core if _typed(values(core)) else " ".join([core, *extra])
+    named = " ".join([sentence, *rest])
+    old = tuple(dict.fromkeys(v.strip().lower() for p in _OLD_VALUE for v in p.findall(named) if v.strip()))
+    at = sentence.find(core)
+    return Cue(kind, rule, clause, old, max(0, found.start() - at), max(0, found.end() - at), stated)
+
+
+def _segment(sentence: str, position: int) -> str:
+    """The part of a sentence the cue is in, between reasons and asides ("Losing my job was hard,
+    but I'm living my dreams now": the part after "but")."""
+    start, end = 0, len(sentence)
+    for m in _BOUNDARY.finditer(sentence):
+        if m.start() <= position:
+            start = m.end()
+        elif m.start() < end:
+            end = m.start()
+            break
+    return sentence[start:end].strip() or sentence
+
+
+def _typed(found: Mapping[str, frozenset[str]]) -> bool:
+    return any(k in found for k in _TYPED)
+
+
 def values(text: str) -> dict[str, frozenset[str]]:
-    """The values a text states, by kind: dates, times, names (capitalised runs), numbers."""
-    out: dict[str, set[str]] = {"date": set(), "time": set(), "name": set(), "number": set()}
+    """The values a text states, by kind: a month, a weekday, a day of the month, a year, a
+    season, a time, a number (a phone number, an email address, an amount), a name (a capitalised
+    run). Kinds are compared one with the same kind only: "the 16th" does not replace "October"."""
+    out: dict[str, set[str]] = {
+        k: set() for k in ("month", "weekday", "season", "day", "year", "time", "number", "amount", "name")
+    }
     for token in TOKEN.findall(text):
         bare = token.lower().strip("'")
+        if bare.endswith("s") and bare[:-1] in WEEKDAYS:
+            bare = bare[:-1]  # "on Mondays"
         if bare in _DATE_WORDS and (bare not in _AMBIGUOUS or token[0].isupper()):
-            out["date"].add(bare[:3])
-    out["date"].update(m.lower() for m in _NUMERIC_DATE.findall(text))
-    out["time"].update(re.sub(r"[\s.]", "", m.lower()) for m in _TIME.findall(text))
+            kind = "month" if bare in MONTHS else "weekday" if bare in WEEKDAYS else "season"
+            out[kind].add(bare[:3] if kind != "weekday" else bare[:3].rstrip("s"))
+    for found in _NUMERIC_DATE.findall(text):
+        kind = "year" if re.fullmatch(r"(?:19|20)\d{2}", found) else "day"
+        out[kind].add(re.sub(r"(?:st|nd|rd|th)$", "", found.lower()))
+    out["day"].update(m for m in re.findall(r"\b(\d{1,2})(?=\s*(?:-|to|–)\s*\d{1,2}\b)", text))
+    out["time"].update(_clock(m) for m in _TIME.findall(text))
     for phone in _PHONE.findall(text):
         digits = re.sub(r"\D", "", phone)
         if len(digits) >= 7:
             out["number"].add(digits)
     out["number"].update(m.lower() for m in _EMAIL.findall(text))
     out["number"].update(re.sub(r"[\s,]", "", m.lower()) for m in _MONEY.findall(text))
+    out["amount"].update(re.sub(r",", "", m) for m in _AMOUNT.findall(text))
     for entity in extract(text, _MID_SENTENCE).entities:
         lowered = entity.lower()
         if not (set(lowered.split()) & _DATE_WORDS):
             out["name"].add(lowered)
     return {k: frozenset(v) for k, v in out.items() if v}
+
+
+def _clock(text: str) -> str:
+    """A time as hours and minutes ("3pm", "3:00 pm" and "15:00" are one)."""
+    t = re.sub(r"[\s.]", "", text.lower())
+    if t in ("noon", "midnight"):
+        return {"noon": "12:00", "midnight": "0:00"}[t]
+    m = re.fullmatch(r"(\d{1,2})(?::(\d{2}))?(am|pm)?", t)
+    if m is None:
+        return t
+    hour, minute, half = int(m.group(1)), m.group(2) or "00", m.group(3)
+    if half == "pm" and hour < 12:
+        hour += 12
+    if half == "am" and hour == 12:
+        hour = 0
+    return f"{hour}:{minute}"
 
 
 def families(text: str) -> frozenset[str]:
@@ -238,11 +370,13 @@ def families(text: str) -> frozenset[str]:
 
 def holders(text: str) -> frozenset[str]:
     """Whom a text's statements are about when not its speaker: the relatives and friends its
-    sentences start with ("My brother got a job at ..."; not "... a trip with my sister")."""
+    sentences (or what follows a colon) start with ("Sad day: my best friend Margaux moved", "My
+    brother got a job"; not "... a trip with my sister")."""
     out: set[str] = set()
     for sentence in _sentences(text):
-        words = [w.lower() for w in TOKEN.findall(sentence)[:3]]
-        out.update(stem(w) for w in words if w in HOLDERS)
+        for part in sentence.split(":"):
+            words = [w.lower() for w in TOKEN.findall(part)[:4]]
+            out.update(stem(w) for w in words if w in HOLDERS)
     return frozenset(out)
 
 
@@ -251,6 +385,7 @@ def subject_keys(text: str, speaker: str) -> frozenset[str]:
     without its speaker's name and without the values themselves (months, days)."""
     found = extract(text, _MID_SENTENCE)
     keys = {e.lower() for e in found.entities}
+    keys.update(w for e in found.entities if " " in e for w in e.lower().split() if w not in STOPWORDS)
     keys.update(topic_key(t) for t in found.topics if " " not in t)
     keys.discard(speaker.lower())
     return frozenset(k for k in keys if not (set(k.split()) & _DATE_WORDS) and not any(ch.isdigit() for ch in k))
@@ -265,6 +400,8 @@ class Earlier:
     text: str  # as the user sent it
     recent: int  # how many messages back it is in the conversation (1: the one before), 0: far
     mine: int  # how many of the same speaker's messages back it is (1: the speaker's last), 0: far
+    changed: bool = False  # it ended something itself: a later echo of the change does not end it
+    cued: bool = False  # it announced a change itself
 
 
 def superseded(cue: Cue, text: str, speaker: str, earlier: Sequence[Earlier]) -> list[str]:
@@ -274,13 +411,17 @@ def superseded(cue: Cue, text: str, speaker: str, earlier: Sequence[Earlier]) ->
     if cue.kind == "revert":
         return []
     clause_keys = subject_keys(cue.clause[: cue.start] + " … " + cue.clause[cue.at :], speaker)  # the cue's words aside
-    new = values(cue.clause)
+    new = values(cue.stated or cue.clause)
     fams = families(cue.clause)
-    who = holders(cue.clause)
+    who = holders(_sentences(cue.clause)[0] if cue.clause.strip() else "")
     out: list[str] = []
     by_family = 0
     for old in earlier:
-        if old.text.rstrip().endswith("?") or not _same_holder(who, holders(old.text)):
+        if old.changed or asks(old.text):
+            continue
+        if old.cued and old.speaker != speaker and 0 < old.recent <= 2:
+            continue  # the other side's announcement of the change this message echoes
+        if not _same_holder(who, holders(old.text)) and not _named_old(cue, old.text):
             continue
         how = _ends(cue, clause_keys, new, fams, old)
         if how == "family":
@@ -290,7 +431,35 @@ def superseded(cue: Cue, text: str, speaker: str, earlier: Sequence[Earlier]) ->
             by_family += 1
         if how:
             out.append(old.muid)
+    # an echo of what it ends, in a value of the kind it changes (a cancellation's: any) ends with it
+    kinds = _TYPED if cue.kind == "cancellation" else tuple(k for k in _TYPED if k in new)
+    out.extend(e for e in _repeats(out, earlier, new, kinds) if e not in out)
     return out[:MAX_ENDED]
+
+
+def _repeats(
+    ended: Sequence[str], earlier: Sequence[Earlier], new: Mapping[str, frozenset[str]], kinds: Sequence[str]
+) -> list[str]:
+    """The messages after the first one ended (``earlier`` newest first) that repeat one of the
+    ended messages' dates, times or numbers and not the new ones: an echo of the old fact ("Got
+    it: dentist, Thursday at 9:30") ends with it."""
+    if not ended or not kinds:
+        return []
+    by_id = {e.muid: e for e in earlier}
+    old_values = [values(by_id[m].text) for m in ended if m in by_id]
+    out: list[str] = []
+    for e in earlier:
+        if e.muid in ended:
+            if e.muid == ended[-1]:
+                break
+            continue
+        if e.changed or asks(e.text):
+            continue
+        stated = values(e.text)
+        repeats = any(stated.get(k, frozenset()) & v.get(k, frozenset()) for v in old_values for k in kinds)
+        if repeats and not any(stated.get(k, frozenset()) & new.get(k, frozenset()) for k in kinds):
+            out.append(e.muid)
+    return out
 
 
 def _same_holder(new: frozenset[str], old: frozenset[str]) -> bool:
@@ -309,10 +478,12 @@ def _ends(
     """How the cue ends ``old``: "named" (it names the old value), "value" (a value of the kind the
     cue gives anew), "subject" (a cancellation of what it names), "family" (a life fact replaced
     without a value the rules can type), or "" (it does not)."""
-    if cue.kind == "correction" and not (0 < old.mine <= CORRECTABLE):
-        return ""
     if _named_old(cue, old.text):
         return "named"
+    if cue.old_values:
+        return ""  # it says what no longer holds: what does not state that stays
+    if cue.kind == "correction" and not (0 < old.mine <= CORRECTABLE):
+        return ""
     shared = bool(clause_keys & subject_keys(old.text, old.speaker))
     same_family = bool(fams & families(old.text))
     about = shared or same_family or (not clause_keys and 0 < old.recent <= RECENT) or cue.kind == "correction"
@@ -339,8 +510,12 @@ def _cancels(cue: Cue, old: Earlier) -> bool:
     common = keys & subject_keys(old.text, old.speaker)
     if len(common) >= 2:
         return True
-    # one word in common: the speaker's own statement of all the cue names, or of the same life fact
-    return len(common) == 1 and old.mine > 0 and (len(keys) == 1 or bool(families(cue.clause) & families(old.text)))
+    # one word in common: the speaker's own statement of a name the cue names, of all the cue
+    # names, or of the same life fact
+    names = values(old.text).get("name", frozenset())
+    named = bool(common & (names | {w for n in names for w in n.split()}))
+    same = bool(families(cue.clause) & families(old.text))
+    return len(common) == 1 and old.mine > 0 and (named or len(keys) == 1 or same)
 
 
 def echoes(target: str, earlier: Sequence[Earlier]) -> list[str]:
@@ -355,9 +530,7 @@ def echoes(target: str, earlier: Sequence[Earlier]) -> list[str]:
         if e.muid == target:
             break
         stated = values(e.text)
-        if not e.text.rstrip().endswith("?") and any(
-            stated.get(k, frozenset()) & changed.get(k, frozenset()) for k in _TYPED
-        ):
+        if not asks(e.text) and any(stated.get(k, frozenset()) & changed.get(k, frozenset()) for k in _TYPED):
             out.append(e.muid)
     return out[: MAX_ENDED - 1]
 

@@ -362,6 +362,7 @@ class Planner:
             for source in (muid, *change.restated):
                 self._relate(EdgeType.DERIVED_FROM, change.restatement.id, source, self.opts.fact_weight)
         self.changes.remember(muid, speaker, message.content)
+        await self.changes.note_tail(muid)
         for other, src, dst in ((position - 1, muid, None), (position + 1, None, muid)):
             if other < 0:
                 continue
@@ -372,7 +373,12 @@ class Planner:
         keys = await self._extract(muid, speaker, message.content, h, history)
         row: dict[str, Any] = {"h": h, "pos": position, "ts": iso(ts), "keys": keys, "speaker": speaker}
         fams = self.changes.index_rows(muid, message.content, +1)
-        for name, value in (("fam", fams), ("sup", change.supersedes), ("rs", change.restatement is not None)):
+        for name, value in (
+            ("fam", fams),
+            ("sup", change.supersedes),
+            ("rs", change.restatement is not None),
+            ("cue", change.cued),
+        ):
             if value:
                 row[name] = value
         st.put("msg", muid, row)

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 SEP = "\x1f"
 # candidates read at the most for one cue, newest first
 MAX_CANDIDATES = 64
+# the user's last messages kept in the ``tail`` row
+TAIL = 2 * RECENT
 # a key with more messages than this names no subject (its postings are not read for a cue)
 MAX_POSTINGS = 400
 
@@ -53,6 +55,7 @@ class Change:
     meta: dict[str, Any] | None = None
     restatement: Artifact | None = None
     restated: list[str] = field(default_factory=list)  # the muids the restatement derives from
+    cued: bool = False  # the message announced a change (whether or not it ended anything)
 
 
 def inner_text(content: str, speaker: str) -> str:
@@ -75,6 +78,12 @@ class ChangeFinder:
     def remember(self, muid: str, speaker: str, text: str) -> None:
         self.texts[muid] = (speaker, text)
 
+    async def note_tail(self, muid: str) -> None:
+        """The user's last messages, in the order they came (the ``tail`` row): what a cue without
+        an object of its own, or a correction, may change, across sessions."""
+        tail = [m for m in (await self.st.get("tail", "tail") or []) if m != muid]
+        self.st.put("tail", "tail", [*tail, muid][-TAIL:])
+
     def index_rows(self, muid: str, text: str, sign: int) -> list[str]:
         """The ``fam`` rows of a message, added (sign 1) or removed; returns its families."""
         fams = sorted(families(text))
@@ -86,6 +95,11 @@ class ChangeFinder:
         cue = find_cue(text)
         if cue is None:
             return Change()
+        change = await self._plan(cue, muid, speaker, text, ts, position)
+        change.cued = True
+        return change
+
+    async def _plan(self, cue: Cue, muid: str, speaker: str, text: str, ts: datetime, position: int) -> Change:
         earlier = await self._earlier(cue, speaker, text, ts, position)
         if cue.kind == "revert":
             return await self._revert(cue, muid, speaker, ts, earlier)
@@ -105,6 +119,7 @@ class ChangeFinder:
         for fam in sorted(families(cue.clause) or families(text)):
             found.update(k.split(SEP, 1)[1] for k in await self.st.scan("fam", fam + SEP))
         found.update(message_id(self.session, p) for p in range(max(0, position - 2 * RECENT), position))
+        found.update(await self.st.get("tail", "tail") or [])
         return sorted(found)
 
     async def _earlier(
@@ -129,6 +144,7 @@ class ChangeFinder:
             reverse=True,
         )[:MAX_CANDIDATES]
         texts = await self._texts(ordered, rows)
+        tail = [m for m in (await self.st.get("tail", "tail") or []) if m != me]
         session_recent = [m for m in ordered if m.rsplit(":", 1)[0] == me.rsplit(":", 1)[0]]
         out: list[tuple[Earlier, Mapping[str, Any]]] = []
         mine = 0
@@ -136,9 +152,15 @@ class ChangeFinder:
             row = rows[m]
             if row.get("speaker") == speaker:
                 mine += 1
-            recent = position - int(row["pos"]) if m in session_recent else 0
+            recent = (
+                len(tail) - tail.index(m) if m in tail else position - int(row["pos"]) if m in session_recent else 0
+            )
             same = row.get("speaker") == speaker
-            out.append((Earlier(m, str(row.get("speaker", "")), texts.get(m, ""), recent, mine if same else 0), row))
+            who = str(row.get("speaker", ""))
+            earlier = Earlier(
+                m, who, texts.get(m, ""), recent, mine if same else 0, bool(row.get("sup")), bool(row.get("cue"))
+            )
+            out.append((earlier, row))
         return out
 
     async def _imported_rows(self, muids: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -175,8 +197,11 @@ class ChangeFinder:
         if target is None:
             return Change()
         row = next(r for e, r in earlier if e.muid == target)
-        ended = [target, *echoes(target, [e for e, _ in earlier])]
-        restored = sorted(str(m) for m in row.get("sup", []))
+        chain = set(row.get("sup", []))
+        # every change of the same statements (a change and the agent's echo of it), and their echoes
+        changes = [e.muid for e, r in earlier if r.get("sup") and chain & set(r["sup"])] or [target]
+        ended = list(dict.fromkeys(m for c in changes for m in (c, *echoes(c, [e for e, _ in earlier]))))
+        restored = sorted(str(m) for m in chain - set(ended))
         texts = await self._texts(restored, await self.st.get_many("msg", restored))
         meta = {"kind": "revert", "rule": cue.rule, "supersedes": sorted(ended), "restores": restored}
         body = " / ".join(texts[m] for m in restored if m in texts)
