@@ -240,7 +240,7 @@ def _conversation(cid: str) -> C.ChangeConversation:
 
 
 async def test_the_runner_sees_a_supersession_the_store_holds(tmp_path: Path) -> None:
-    """Today's rules supersede nothing; a supersession written into the store by hand is read back
+    """A supersession written into the store by hand (on top of what the rules found) is read back
     as a pair and moves the question's metrics as the definitions say."""
     conv = _conversation("new-phone-number")
     q = conv.questions[0]
@@ -254,9 +254,9 @@ async def test_the_runner_sees_a_supersession_the_store_holds(tmp_path: Path) ->
         unit = units[muids[new]]
         await service.ingest([unit.model_copy(update={"supersedes": [muids[i] for i in outdated]})])
         pairs, ended = await supersessions(service, conv.user_id, muids)
-        assert pairs == [(new, i) for i in outdated] and ended == []
+        assert {(new, i) for i in outdated} <= set(pairs) and ended == []
         score = C.supersession_scores(pairs, conv.outdated)
-        assert score.correct == len(outdated) and score.precision == 1.0 and score.recall == 1.0
+        assert score.correct >= len(outdated) and score.recall == 1.0
         run = ConversationRun(conv, muids, score, ended)
         line = await ask_question(service, run, 0, q, C.runner._when(conv.messages[-1].timestamp))
     finally:
@@ -265,8 +265,11 @@ async def test_the_runner_sees_a_supersession_the_store_holds(tmp_path: Path) ->
         answer = line["modes"][mode]
         assert not set(outdated) & set(answer["default"]["ranked"]), answer
         assert answer["default"]["suppressed"] >= 1, answer
-        returned_old = [i for i in answer["include_invalidated"]["ranked"] if i in outdated]
-        assert returned_old and returned_old == answer["include_invalidated"]["invalid"], answer
+        # asked with include_invalidated, what no longer holds comes marked, after what holds
+        marked = answer["include_invalidated"]
+        returned_old = [i for i in marked["ranked"] if i in outdated]
+        assert returned_old == [i for i in marked["invalid"] if i in outdated], answer
+        assert marked["ranked"][len(marked["ranked"]) - len(returned_old) :] == returned_old
         assert answer["metrics"]["outdated_unmarked"] == 0.0
 
 
