@@ -287,6 +287,18 @@ class Planner:
                 following += 1
         return out
 
+    def _timestamp(self, message: Message, existing: Mapping[str, Any] | None, session: Mapping[str, Any]) -> datetime:
+        """The message's own time, else its earlier version's, else the call's in whole seconds (as
+        a retrieval's as_of is: a message is visible to a retrieval in the same second), never
+        before the session's last message (positions keep the order)."""
+        if message.timestamp is not None:
+            return message.timestamp
+        if existing is not None:
+            return datetime.fromisoformat(existing["ts"])
+        last = datetime.fromisoformat(session["last_ts"]) if session["last_ts"] else None
+        now = self.now.replace(microsecond=0)
+        return now if last is None or now >= last else last
+
     async def _taken(self, positions: Sequence[int]) -> list[int]:
         """The positions held by a memory unit the statistics do not know: a session written by
         ``hrt ingest`` of an export, or by the batch import, holds its messages' ids."""
@@ -322,16 +334,7 @@ class Planner:
         if existing is not None:
             await self._retract(muid, existing)
         speaker = self.req.speaker(message)
-        if message.timestamp is not None:
-            ts = message.timestamp
-        elif existing is not None:
-            ts = datetime.fromisoformat(existing["ts"])
-        else:
-            last = datetime.fromisoformat(session["last_ts"]) if session["last_ts"] else None
-            # whole seconds, as a retrieval's as_of is: a message is visible to a retrieval in the
-            # same second; never before the session's last message (positions keep the order)
-            now = self.now.replace(microsecond=0)
-            ts = now if last is None or now >= last else last
+        ts = self._timestamp(message, existing, session)
         metadata: dict[str, Any] = {
             **message.metadata,
             "session_id": self.req.session_id,
