@@ -277,6 +277,18 @@ def find_cue(text: str) -> Cue | None:
     return None
 
 
+def answer_cue(question: str, reply: str) -> Cue | None:
+    """The change a short reply states when it answers a question about one: the question asks
+    about a change ("What's the new date?", "Did they move it?") and the reply gives a date, a
+    time or a number ("September 6.")."""
+    asked = " ".join(s.rstrip(" ?") + "." for s in _sentences(question) if s.rstrip().endswith("?"))
+    cue = find_cue(asked) if asked else None
+    if cue is None or cue.kind not in ("update", "correction") or not _typed(values(reply)):
+        return None
+    clause = f"{cue.clause} {reply}"
+    return Cue(cue.kind, "answered", clause, cue.old_values, cue.start, cue.at, reply)
+
+
 def _cue(kind: str, rule: str, sentence: str, found: re.Match[str], rest: Sequence[str]) -> Cue:
     """The cue's clause: its sentence without a reason or an aside, and when that states no date,
     time or number, the message's next sentences too ("I had to move Lisbon. New dates: ...")."""

@@ -24,6 +24,7 @@ from hrt.extraction.changes import (
     RECENT,
     Cue,
     Earlier,
+    answer_cue,
     echoes,
     families,
     find_cue,
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 SEP = "\x1f"
 # candidates read at the most for one cue, newest first
 MAX_CANDIDATES = 64
+# a reply of at most this many words may answer a question about a change (:func:`answer_cue`)
+ANSWER_WORDS = 6
 # the user's last messages kept in the ``tail`` row
 TAIL = 2 * RECENT
 # a key with more messages than this names no subject (its postings are not read for a cue)
@@ -92,12 +95,25 @@ class ChangeFinder:
         return fams
 
     async def plan(self, muid: str, speaker: str, text: str, ts: datetime, position: int) -> Change:
-        cue = find_cue(text)
+        cue = find_cue(text) or await self._answer(speaker, text)
         if cue is None:
             return Change()
         change = await self._plan(cue, muid, speaker, text, ts, position)
         change.cued = True
         return change
+
+    async def _answer(self, speaker: str, text: str) -> Cue | None:
+        """A short reply that gives a value to the other side's question about a change ("What's
+        the new date?" "September 6."): the question's change, with the reply's value."""
+        tail = await self.st.get("tail", "tail") or []
+        if not tail or len(text.split()) > ANSWER_WORDS:
+            return None
+        last = tail[-1]
+        rows = await self.st.get_many("msg", [last])
+        if last not in rows or rows[last].get("speaker") == speaker:
+            return None
+        question = (await self._texts([last], rows)).get(last, "")
+        return answer_cue(question, text)
 
     async def _plan(self, cue: Cue, muid: str, speaker: str, text: str, ts: datetime, position: int) -> Change:
         earlier = await self._earlier(cue, speaker, text, ts, position)

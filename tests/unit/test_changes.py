@@ -192,3 +192,12 @@ async def test_a_session_imported_from_an_export_is_changed_like_any_other(tmp_p
         assert done.messages[0].index == 1 and unit.supersedes == muids  # type: ignore[union-attr]
     finally:
         await second.close()
+
+
+def test_a_short_reply_to_a_question_about_a_change_states_it() -> None:
+    from hrt.extraction.changes import answer_cue
+
+    cue = answer_cue("Oh! Did they move the standup? To what time?", "9:15 now.")
+    assert cue is not None and cue.rule == "answered" and values(cue.stated)["time"] == {"9:15"}
+    assert answer_cue("How was the standup?", "9:15 now.") is None  # the question is about no change
+    assert answer_cue("Did they move the standup?", "Yes they did.") is None  # the reply gives no value
