@@ -194,6 +194,18 @@ BAD_INPUTS = [
     ("unknown user", {"json": {"user_id": "nobody", "key_phrases": ["a"]}}, 404, "user_id"),
     ("bad user id", {"json": {"user_id": "../etc", "key_phrases": ["a"]}}, 422, "user_id"),
     (
+        "item cap outside the compact format",
+        {"json": {"user_id": "u1", "key_phrases": ["a"], "render": {"format": "markdown", "max_item_chars": 300}}},
+        422,
+        "render.max_item_chars",
+    ),
+    (
+        "item cap out of bounds",
+        {"json": {"user_id": "u1", "key_phrases": ["a"], "render": {"format": "compact", "max_item_chars": 10}}},
+        422,
+        "render.max_item_chars",
+    ),
+    (
         "malformed JSON",
         {"content": b'{"user_id": "u1", "key_phrases": [', "headers": {"content-type": "application/json"}},
         400,
