@@ -378,6 +378,8 @@ def render_text(result: AugmentedMemoryContext) -> str:
 
     provenance = result.retrieval_metadata.provenance
     lines = [result.retrieval_summary, ""]
+    if result.retrieval_metadata.user_known is False:
+        lines.append(f"  nothing is stored for user {result.retrieval_metadata.user_id} yet")
 
     def how(ident: str) -> str:
         p = provenance.get(ident)
