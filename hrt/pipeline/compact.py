@@ -31,6 +31,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from hrt.contract import AugmentedMemoryContext, RetrievedMemoryUnit
 from hrt.records import Artifact, Concept, Entity, MemoryUnit
@@ -93,12 +94,12 @@ def validity_mark(doc: AugmentedMemoryContext, item_id: str) -> str:
     v = doc.retrieval_metadata.validity.intervals.get(item_id)
     if v is None:
         return ""
-    at = doc.retrieval_metadata.validity.valid_at
+    at = datetime.fromisoformat(doc.retrieval_metadata.validity.valid_at)
     if v.valid:
         return f"(true until {v.valid_to[:10]}) " if v.valid_to else ""
-    if v.valid_to is not None and v.valid_to <= at:
+    if v.valid_to is not None and datetime.fromisoformat(v.valid_to) <= at:
         return f"(no longer true since {v.valid_to[:10]}) "
-    if v.valid_from is not None and v.valid_from > at:
+    if v.valid_from is not None and datetime.fromisoformat(v.valid_from) > at:
         return f"(not true until {v.valid_from[:10]}) "
     return "(no longer true) "
 

@@ -171,6 +171,33 @@ async def test_a_fact_no_longer_true_is_marked_with_the_date_it_ended(hashing_se
     assert "- [2025-06-01] The Phoenix deadline moves to October 6." in text
 
 
+async def test_a_fact_not_yet_true_and_one_whose_end_is_known_say_so(hashing_service):
+    records = [
+        mu(
+            "u5",
+            "later",
+            "Phoenix support moves to Kofi.",
+            "2025-05-01T09:00:00Z",
+            title="",
+            valid_from="2025-10-01T00:00:00Z",
+        ),
+        mu(
+            "u5",
+            "until",
+            "Phoenix support is Ben's.",
+            "2025-05-02T09:00:00Z",
+            title="",
+            valid_to="2025-09-30T00:00:00Z",
+        ),
+    ]
+    await hashing_service.ingest(parse_jsonl(jsonl(records)))
+    ask = {"user_id": "u5", "key_phrases": ["Phoenix support"], "as_of": AS_OF, "include_invalidated": True}
+    doc = await hashing_service.retrieve(RetrieveRequest.model_validate(ask | {"render": {"format": "compact"}}))
+    text = doc.retrieval_metadata.rendered.text
+    assert "- [2025-05-01] (not true until 2025-10-01) Phoenix support moves to Kofi." in text
+    assert "- [2025-05-02] (true until 2025-09-30) Phoenix support is Ben's." in text
+
+
 async def test_an_unmatched_phrase_is_named_in_the_header(loaded_service):
     doc = await loaded_service.retrieve(
         request(phrases=("Project Phoenix", "zebra xylophone quartz"), render={"format": "compact"})
