@@ -12,7 +12,8 @@ second-pass prompt, then the turn written back.
    deterministic stand-in takes the message's capitalised names ("Project Phoenix") and its runs of
    content words ("team", "bandwidth", "pricing decision").
 2. HRT through :class:`hrt.client.HRTClient`: one ``POST /v1/retrieve`` with those phrases, asking
-   for the context rendered within a token budget, before the second pass.
+   for the context rendered for an LLM (the compact format: a line per item with its date, no ids
+   or scores) within a token budget, before the second pass.
 3. Second pass: the prompt of ``prompts/dialogue_agent_second_pass.md``, filled by
    :func:`hrt.prompts.render_second_pass` with the message and the rendered context. This script
    prints it (the key phrases go to stderr); a real agent sends it to its LLM.
@@ -20,7 +21,8 @@ second-pass prompt, then the turn written back.
    two messages (``HRTClient.add_messages``, ``POST /v1/conversations``), so the next turn's
    retrieval finds them. A real agent writes its LLM's answer; here ``--answer`` gives it, and
    without it the loop stops after step 3 (a retrieve-only key is then enough). A user's first
-   turn finds no memory (the retrieval answers 404): the second pass gets the message alone.
+   turn finds no memory: the retrieval answers an empty context (``user_known`` false), which the
+   second pass gets as it is.
 
 The key is ``--key`` or, when that is not given, the ``HRT_API_KEY`` environment variable; it needs
 the ``retrieve`` scope for the user, and ``ingest`` too with ``--answer``.
@@ -34,7 +36,6 @@ import re
 import sys
 
 from hrt.client import HRTClient
-from hrt.errors import NotFound
 from hrt.prompts import render_second_pass
 
 # words that never start or continue a key phrase: function words, question words and the verbs
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# key phrases: {phrases}", file=sys.stderr)
     request: dict[str, object] = {
         "user_id": args.user,
-        "render": {"format": "markdown", "max_tokens": args.max_tokens},
+        "render": {"format": "compact", "max_tokens": args.max_tokens},
     }
     if phrases:
         request["key_phrases"] = phrases
@@ -124,13 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.as_of:
         request["as_of"] = args.as_of
     with HRTClient(args.url, api_key=key) as hrt:
-        try:
-            context = hrt.retrieve(request)  # 2. HRT, before the second pass
-        except NotFound:  # a user's first turn: HRT holds nothing of theirs yet
-            print(f"# nothing remembered of {args.user} yet: the second pass gets the message alone", file=sys.stderr)
-            print(args.message)
-        else:
-            print(render_second_pass(args.message, context))  # 3. the second pass's prompt
+        context = hrt.retrieve(request)  # 2. HRT, before the second pass
+        if context.retrieval_metadata.user_known is False:  # a user's first turn: nothing stored yet
+            print(f"# nothing remembered of {args.user} yet: the context is empty", file=sys.stderr)
+        print(render_second_pass(args.message, context))  # 3. the second pass's prompt
         if args.answer:  # 4. after answering: the turn, into memory
             turn = [{"role": "user", "content": args.message}, {"role": "assistant", "content": args.answer}]
             written = hrt.add_messages(args.user, args.session, turn, agent_id=args.agent)

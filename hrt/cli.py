@@ -396,6 +396,8 @@ def render_text(result: AugmentedMemoryContext) -> str:
 
     provenance = result.retrieval_metadata.provenance
     lines = [result.retrieval_summary, ""]
+    if result.retrieval_metadata.user_known is False:
+        lines.append(f"  nothing is stored for user {result.retrieval_metadata.user_id} yet")
 
     def how(ident: str) -> str:
         p = provenance.get(ident)
@@ -440,7 +442,12 @@ def cmd_query(args: argparse.Namespace) -> int:
     if args.min_score is not None:
         body["min_score"] = args.min_score
     if args.render:
-        render = {"format": args.render, "max_chars": args.max_chars, "max_tokens": args.max_tokens}
+        render = {
+            "format": args.render,
+            "max_chars": args.max_chars,
+            "max_tokens": args.max_tokens,
+            "max_item_chars": args.max_item_chars,
+        }
         body["render"] = {k: v for k, v in render.items() if v is not None} | {"tokenizer": args.tokenizer}
     request = RetrieveRequest.model_validate(body)
 
@@ -764,8 +771,11 @@ def _add_query_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     q.add_argument("--rerank", action="store_true")
     q.add_argument("--min-score", type=float, help="leave out items scoring below this (0-1)")
     q.add_argument(
-        "--render", choices=["markdown", "text"], help="print the context as one text for a prompt, within a budget"
+        "--render",
+        choices=["markdown", "text", "compact"],
+        help="print the context as one text for a prompt, within a budget (compact: for an LLM, no ids or scores)",
     )
+    q.add_argument("--max-item-chars", type=int, help="with --render compact: an item's text at most (default 600)")
     q.add_argument("--max-chars", type=int, help="the rendered text's budget in characters (default 8000)")
     q.add_argument("--max-tokens", type=int, help="the rendered text's budget in tokens (of --tokenizer)")
     q.add_argument("--tokenizer", default="cl100k_base", choices=["cl100k_base", "minilm-wordpiece"])

@@ -12,7 +12,7 @@ import unicodedata
 from datetime import datetime
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from hrt.auth import KEY_NAME, SCOPES
@@ -79,19 +79,43 @@ class Filters(_Strict):
 TokenizerName = Literal["cl100k_base", "minilm-wordpiece"]
 
 
+RenderFormat = Literal["markdown", "text", "compact"]
+DEFAULT_RENDER_CHARS = 8_000
+DEFAULT_ITEM_CHARS = 600  # compact: an item's text at most this long, else cut at a word with "…"
+MIN_ITEM_CHARS, MAX_ITEM_CHARS = 80, 100_000
+
+
 class RenderOptions(_Strict):
     """Ask for the context as one text within a budget (``retrieval_metadata.rendered``).
 
     The budget is ``max_tokens`` counted with ``tokenizer`` when given, else ``max_chars``
-    (8,000 characters by default); with both, the text fits both."""
+    (8,000 characters by default); with both, the text fits both. ``compact`` is the text for an
+    LLM's prompt (no ids, scores or provenance; one line per item, each at most ``max_item_chars``
+    characters of text, 600 by default); ``markdown`` and ``text`` show everything."""
 
-    format: Literal["markdown", "text"] = "markdown"
+    format: RenderFormat = "markdown"
     max_chars: int | None = Field(None, ge=200, le=400_000)
     max_tokens: int | None = Field(None, ge=50, le=100_000)
     tokenizer: TokenizerName = "cl100k_base"
+    max_item_chars: int | None = Field(
+        None,
+        ge=MIN_ITEM_CHARS,
+        le=MAX_ITEM_CHARS,
+        description=f"format compact only: an item's text at most this many characters (default {DEFAULT_ITEM_CHARS})",
+    )
 
+    @field_validator("max_item_chars")
+    @classmethod
+    def _item_cap(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and info.data.get("format", "markdown") != "compact":
+            raise ValueError("applies to format compact only")
+        return value
 
-DEFAULT_RENDER_CHARS = 8_000
+    @property
+    def item_chars(self) -> int:
+        """The compact format's cap on an item's text."""
+        return DEFAULT_ITEM_CHARS if self.max_item_chars is None else self.max_item_chars
+
 
 # the names of hrt.config.PRESETS (checked below: the table is the one source, the Literal gives the
 # JSON Schema its enum and mypy its type)
@@ -416,12 +440,17 @@ class RenderBudget(_Out):
 class RenderedContext(_Out):
     """The context as one deterministic text for the agent's prompt (request field ``render``)."""
 
-    format: Literal["markdown", "text"]
+    format: RenderFormat
     text: str
     budget: RenderBudget
     included: list[str]  # item ids, in the text's order
     truncated: str | None  # the last included item, when it was cut to fit (marked in the text)
     left_out: list[str]  # returned items that did not fit, in score order
+    # format compact only (absent otherwise): the included items whose text was cut to
+    # max_item_chars, in the text's order, and the concepts left out because an included memory
+    # unit's text names them and they have nothing else to say (no description, no properties)
+    shortened: list[str] | None = None
+    redundant: list[str] | None = None
 
 
 class ItemInterval(_Out):
@@ -483,6 +512,9 @@ class RetrievalMetadata(_Out):
     seed_grounding: SeedGrounding | None = None
     # present only when no phrase grounded and the phrases' best hits below the floor were walked from
     best_effort: BestEffort | None = None
+    # present only as false: nothing was ever stored for the user (a new user's first request); the
+    # response is then empty, every phrase unmatched, the stages after intake skipped
+    user_known: bool | None = None
 
 
 class AugmentedMemoryContext(_Out):
@@ -500,10 +532,15 @@ class AugmentedMemoryContext(_Out):
         data = self.model_dump(mode="json")
         if data["retrieval_metadata"]["config"] is None:  # absent unless asked for (RetrievalMetadata)
             del data["retrieval_metadata"]["config"]
-        if data["retrieval_metadata"]["seed_grounding"] is None:  # absent unless asked for
-            del data["retrieval_metadata"]["seed_grounding"]
-        if data["retrieval_metadata"]["best_effort"] is None:  # absent unless it happened
-            del data["retrieval_metadata"]["best_effort"]
+        meta = data["retrieval_metadata"]
+        # absent unless asked for, unless it happened, or unless false
+        for name in ("seed_grounding", "best_effort", "user_known"):
+            if meta[name] is None:
+                del meta[name]
+        rendered = meta["rendered"]
+        for name in ("shortened", "redundant"):  # the compact format's alone
+            if rendered is not None and rendered[name] is None:
+                del rendered[name]
         return canonical_dumps(data, indent=indent)
 
 

@@ -143,8 +143,10 @@ RETRIEVE_ARGS = {
     "weights_preset of that name), relevance (what was said, regardless of how recent or important), "
     "tuned-2026-11.",
     "rerank": "Rerank the shortlist with the configured reranker (slower; default false).",
-    "render": "The context text's format and budget: format markdown (default) or text; max_chars (default "
-    "8000) or max_tokens with tokenizer cl100k_base (default) or minilm-wordpiece.",
+    "render": "The context text's format and budget: format markdown (default), text, or compact (what an LLM "
+    "needs: one line per item with its date, no ids, scores or provenance; each item at most max_item_chars "
+    "characters, default 600); max_chars (default 8000) or max_tokens with tokenizer cl100k_base (default) or "
+    "minilm-wordpiece.",
     "include_json": "Also return the full AugmentedMemoryContext JSON as a second text block (default true; the same "
     "JSON is always in the structured content).",
 }

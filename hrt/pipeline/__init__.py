@@ -49,6 +49,10 @@ PIPELINE: tuple[Stage, ...] = (
     Stage("assembly", assembly_stage),
 )
 
+# the stages that run for a user nothing was ever stored for (intake finds it out): the others are
+# "skipped", and assembly answers the empty context (retrieval_metadata.user_known false)
+UNKNOWN_USER_STAGES = frozenset({"intake", "assembly"})
+
 MAX_CACHED_CONFIGS = 256
 
 
@@ -144,7 +148,10 @@ class HybridRetrievalTool:
         started = time.perf_counter()
         for stage in PIPELINE:
             with self._stage(stage.name, timings):
-                ctx.stages[stage.name] = await stage.run(ctx, self)
+                if ctx.user_known or stage.name in UNKNOWN_USER_STAGES:
+                    ctx.stages[stage.name] = await stage.run(ctx, self)
+                else:  # nothing stored for the user: nothing to search, walk, score or read
+                    ctx.stages[stage.name] = "skipped"
         total = time.perf_counter() - started
         timings["total"] = total
         self._observe(ctx, total)

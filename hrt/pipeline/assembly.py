@@ -37,10 +37,12 @@ from hrt.contract import (
     ValidityReport,
     WeightsUsed,
 )
-from hrt.pipeline.grounding import Grounding
+from hrt.pipeline.grounding import Grounding, ground_phrase
 from hrt.pipeline.intake import Intake
 from hrt.pipeline.render import render_context
+from hrt.pipeline.rerank import RerankOutcome
 from hrt.pipeline.scoring import Evidence, EvidenceSource, Scored, best_semantic, evidence_source
+from hrt.pipeline.seeds import settle_named_seeds
 from hrt.pipeline.validity import Validity, current_neighbours
 from hrt.records import Artifact, Concept, EdgeType, Entity, Kind, MemoryUnit, iso
 from hrt.stores.base import GraphNode, GraphStore
@@ -152,6 +154,8 @@ async def assembly_stage(ctx: RequestContext, services: Services) -> str:
     """The assembly stage: the returned items' neighbours (a memory unit's concepts, a concept's
     related memory units), the response, and its rendered text when the request asks for one
     (hrt/pipeline/render.py)."""
+    if not ctx.user_known:
+        nothing_stored(ctx)
     intake, graph = ctx.intake, services.graph
     not_after, at = intake.as_of.timestamp(), intake.validity_filter
     mu_ids = [x.id for x in ctx.selected[Kind.MEMORY_UNIT]]
@@ -168,9 +172,27 @@ async def assembly_stage(ctx: RequestContext, services: Services) -> str:
     ctx.stages["assembly"] = "ok"  # the response reports this stage, which cannot fail from here
     response = ctx.response = assemble(ctx, services.deployment, mu_concepts, concept_mus)
     response.retrieval_metadata.seed_grounding = ctx.named
+    response.retrieval_metadata.user_known = None if ctx.user_known else False
     if ctx.request.render is not None:
         response.retrieval_metadata.rendered = render_context(response, ctx.entities, ctx.request.render)
     return "ok"
+
+
+def nothing_stored(ctx: RequestContext) -> None:
+    """The state the skipped stages leave for a user nothing was ever stored for: every phrase
+    grounded to nothing (as a search with no hit grounds it), every named seed unknown, no
+    candidate, nothing selected."""
+    grounding = ctx.grounding = Grounding(
+        phrases=[ground_phrase(p, [], ctx.cfg.grounding)[0] for p in ctx.intake.phrases]
+    )
+    ctx.preferences, ctx.candidates, ctx.scored = [], [], []
+    ctx.named = settle_named_seeds(grounding, ctx.intake.seed_ids, [])
+    ctx.validity = Validity(candidates=[])
+    ctx.own, ctx.passages, ctx.entities, ctx.missing = {}, {}, {}, {}
+    ctx.evidence = Evidence.of(ctx.cfg, windows=ctx.intake.windows)
+    empty: dict[Kind, list[Scored]] = {kind: [] for kind in Kind}
+    ctx.shortlist, ctx.selected, ctx.near_duplicates_removed = empty, empty, 0
+    ctx.rerank = RerankOutcome(items=empty, status="skipped", reason=None, applied=False)
 
 
 async def mentions(

@@ -59,6 +59,8 @@ class RequestContext:
     applied: AppliedConfig | None  # retrieval_metadata.config
     now: datetime
     stages: dict[str, str] = field(default_factory=dict)  # retrieval_metadata.stages, in order
+    # false when nothing was ever stored for the user: intake and assembly alone run (an empty answer)
+    user_known: bool = True
     degraded: list[str] = field(default_factory=list)  # retrieval_metadata.degraded_reasons
     # intake
     intake: Intake = field(init=False)

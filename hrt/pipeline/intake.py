@@ -27,7 +27,7 @@ from hrt.contract import (
     RetrieveRequest,
     normalise_phrase,
 )
-from hrt.errors import InvalidInput, NotFound
+from hrt.errors import InvalidInput
 from hrt.pipeline.context import settle
 from hrt.pipeline.grounding import run_grounding
 from hrt.pipeline.temporal import TimeWindow, phrase_windows
@@ -133,7 +133,9 @@ async def intake_stage(ctx: RequestContext, services: Services) -> str:
     concurrent requests it overlaps with other requests' Python work on the second core), and the
     record store's user check meanwhile. Grounding's search starts before the vectors are in (its
     lexical leg needs none: at 1M documents that leg is most of the grounding), with the
-    preferences scoring needs beside it; the stage ends when the vectors are in."""
+    preferences scoring needs beside it; the stage ends when the vectors are in. A user nothing
+    was ever stored for (a new user's first turn) is no error: ``ctx.user_known`` is false, the
+    embedding is cancelled, nothing is searched, and the pipeline answers an empty context."""
     intake = ctx.intake = run_intake(ctx.request, ctx.cfg, ctx.now)
     embedding = ctx.embedding = asyncio.ensure_future(
         asyncio.to_thread(services.embedder.embed_queries, list(intake.phrases))
@@ -141,7 +143,9 @@ async def intake_stage(ctx: RequestContext, services: Services) -> str:
     ctx.searching = None
     try:
         if not await services.records.user_exists(intake.user_id):
-            raise NotFound(f"unknown user_id {intake.user_id!r}: nothing was ingested for it", field="user_id")
+            ctx.user_known = False
+            await settle(embedding)
+            return "ok"
         ctx.searching = asyncio.ensure_future(
             asyncio.gather(
                 run_grounding(intake, embedding, services.vectors, ctx.cfg.grounding),

@@ -2,7 +2,8 @@
 
 ``RetrieveRequest.render`` asks for it; it goes in ``retrieval_metadata.rendered``. The text is a
 pure function of the response and the returned entities, so it is byte-identical for the same
-request, data and ``as_of``:
+request, data and ``as_of``. The ``compact`` format, for an LLM's prompt, is
+:mod:`hrt.pipeline.compact`'s; ``markdown`` and ``text`` are made here:
 
 - a header (user, ``as_of``, the key phrases, the unmatched ones),
 - every returned item in score order (ties: memory units, concepts, artifacts, then id), each with
@@ -43,6 +44,7 @@ from hrt.contract import (
     RenderOptions,
 )
 from hrt.errors import StoreError
+from hrt.pipeline.compact import Packed, pack_compact
 from hrt.records import Artifact, Concept, Entity, MemoryUnit
 
 CUT_MARKER = " […cut to fit the budget]"
@@ -252,19 +254,10 @@ def _fits_between(fits: Callable[[str], bool], base: str, tail: str, text: str) 
     return fits(base + text + tail)
 
 
-def render_context(
-    doc: AugmentedMemoryContext, entities: Mapping[str, Entity], options: RenderOptions
-) -> RenderedContext:
-    markdown = options.format == "markdown"
-    measures: list[tuple[Counter, int]] = []
-    if options.max_tokens is not None:
-        measures.append((token_counter(options.tokenizer), options.max_tokens))
-    if options.max_chars is not None or options.max_tokens is None:
-        measures.append((len, options.max_chars or DEFAULT_RENDER_CHARS))
-
-    def fits(text: str) -> bool:
-        return all(measure(text) <= limit for measure, limit in measures)
-
+def _pack_blocks(
+    doc: AugmentedMemoryContext, entities: Mapping[str, Entity], markdown: bool, fits: Callable[[str], bool]
+) -> Packed:
+    """The markdown or plain text within the budget ``fits`` checks (module docstring)."""
     items = blocks(doc, entities, markdown)
     parts = [header(doc, markdown)]
     included: list[str] = []
@@ -294,18 +287,39 @@ def render_context(
         left_out.insert(0, dropped)
         parts[-1] = footer(len(left_out), markdown)
         text = "".join(parts)
+    return Packed(text=text, included=included, truncated=truncated, left_out=left_out)
+
+
+def render_context(
+    doc: AugmentedMemoryContext, entities: Mapping[str, Entity], options: RenderOptions
+) -> RenderedContext:
+    measures: list[tuple[Counter, int]] = []
+    if options.max_tokens is not None:
+        measures.append((token_counter(options.tokenizer), options.max_tokens))
+    if options.max_chars is not None or options.max_tokens is None:
+        measures.append((len, options.max_chars or DEFAULT_RENDER_CHARS))
+
+    def fits(text: str) -> bool:
+        return all(measure(text) <= limit for measure, limit in measures)
+
+    if options.format == "compact":
+        packed = pack_compact(doc, entities, options.item_chars, fits)
+    else:
+        packed = _pack_blocks(doc, entities, options.format == "markdown", fits)
     primary, limit = measures[0]
     unit = "tokens" if options.max_tokens is not None else "chars"
     return RenderedContext(
         format=options.format,
-        text=text,
+        text=packed.text,
         budget=RenderBudget(
             unit=unit,
             limit=limit,
-            used=primary(text),
+            used=primary(packed.text),
             tokenizer=options.tokenizer if unit == "tokens" else None,
         ),
-        included=included,
-        truncated=truncated,
-        left_out=left_out,
+        included=packed.included,
+        truncated=packed.truncated,
+        left_out=packed.left_out,
+        shortened=packed.shortened,
+        redundant=packed.redundant,
     )

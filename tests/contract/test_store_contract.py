@@ -147,6 +147,21 @@ async def test_search_on_an_unknown_user_is_empty(deployment):
     await deployment.vectors.delete_user("ghost")
 
 
+async def test_a_user_with_nothing_stored_gets_an_empty_context(deployment):
+    """A new user's first request is answered, not refused, in every deployment: the record
+    store's ``user_exists`` says nothing is stored, and the pipeline answers the empty context."""
+    from hrt.contract import RetrieveRequest
+
+    body = {"user_id": "ghost", "key_phrases": ["Postgres"], "as_of": "2025-08-01T00:00:00Z"}
+    out = await deployment.service.retrieve(RetrieveRequest.model_validate(body))
+    md = out.retrieval_metadata
+    assert md.user_known is False and out.unmatched_key_phrases == ["Postgres"] and not md.degraded
+    assert out.retrieved_memory_units == out.retrieved_concepts == out.retrieved_artifacts == []
+    assert [s for s, status in md.stages.items() if status == "ok"] == ["intake", "assembly"]
+    known = await deployment.service.retrieve(RetrieveRequest.model_validate({**body, "user_id": "u1"}))
+    assert known.retrieval_metadata.user_known is None and known.retrieved_memory_units
+
+
 async def test_similarities_are_the_search_cosines_of_the_users_own_ids(deployment):
     phrases = ["Postgres billing tables", "bandwidth"]
     vecs = deployment.service.embedder.embed(phrases)

@@ -68,7 +68,7 @@ async def test_ingest_json_and_ndjson_then_delete(client):
     r = await client.delete("/v1/users/u9")
     assert r.json()["deleted"] == 2
     r = await client.post("/v1/retrieve", json={"user_id": "u9", "key_phrases": ["Kubernetes"]})
-    assert r.status_code == 404
+    assert r.status_code == 200 and r.json()["retrieval_metadata"]["user_known"] is False  # erased: nothing stored
 
 
 async def test_bad_ingest_line_names_its_position_and_writes_nothing(client):
@@ -191,8 +191,19 @@ BAD_INPUTS = [
         422,
         "config.relevance_gate",
     ),
-    ("unknown user", {"json": {"user_id": "nobody", "key_phrases": ["a"]}}, 404, "user_id"),
     ("bad user id", {"json": {"user_id": "../etc", "key_phrases": ["a"]}}, 422, "user_id"),
+    (
+        "item cap outside the compact format",
+        {"json": {"user_id": "u1", "key_phrases": ["a"], "render": {"format": "markdown", "max_item_chars": 300}}},
+        422,
+        "render.max_item_chars",
+    ),
+    (
+        "item cap out of bounds",
+        {"json": {"user_id": "u1", "key_phrases": ["a"], "render": {"format": "compact", "max_item_chars": 10}}},
+        422,
+        "render.max_item_chars",
+    ),
     (
         "malformed JSON",
         {"content": b'{"user_id": "u1", "key_phrases": [', "headers": {"content-type": "application/json"}},
@@ -220,6 +231,19 @@ async def test_bad_input_gets_a_clear_4xx_and_changes_nothing(client, name, kwar
     err = r.json()["error"]
     assert err["field"] == field and err["message"]
     assert await snapshot(client) == before
+
+
+async def test_a_user_with_nothing_stored_is_200_and_an_empty_context_but_an_entity_is_still_404(client):
+    r = await client.post("/v1/retrieve", json={"user_id": "nobody", "key_phrases": ["a"], "render": {}})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["retrieval_metadata"]["user_known"] is False and body["unmatched_key_phrases"] == ["a"]
+    assert body["retrieved_memory_units"] == body["retrieved_concepts"] == body["retrieved_artifacts"] == []
+    assert "grounding;dur=" in r.headers["server-timing"]
+    known = await client.post("/v1/retrieve", json={"user_id": "u1", "key_phrases": ["a"]})
+    assert "user_known" not in known.json()["retrieval_metadata"]
+    missing = await client.get("/v1/users/nobody/entities/concept/c-phx")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
 
 
 async def test_huge_body_without_content_length_is_413(client):

@@ -566,3 +566,103 @@ def test_the_lab_harness_compares_configurations_on_one_import(
     assert "| hrt | recall@10 overall (1-4) | 4 |" in L.compare_report(
         f"{out / 'defaults.jsonl'}:hrt", f"{out / 'd0.jsonl'}:hrt"
     )
+
+
+# --- notes and the rendered text ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ingest", ["batch", "turns"])
+def test_notes_none_imports_the_rules_alone_and_dataset_the_datasets_notes(tmp_path: Path, ingest: str) -> None:
+    """``--notes none`` (the default): neither LoCoMo's session summaries nor its observations reach the
+    store, in batch and turn by turn; ``--notes dataset``: both, as before. Echoed in meta and report."""
+    import asyncio
+
+    from hrt.config import Settings
+    from hrt.service import HRTService
+
+    data = tmp_path / "tiny-locomo.json"
+    data.write_text(json.dumps([fixture_sample()]))
+    counts: dict[str, dict[str, int]] = {}
+    for notes in ("none", "dataset"):
+        out, db = tmp_path / f"out-{notes}", tmp_path / f"{notes}.db"
+        argv = ["--data", str(data), "--out", str(out), "--db", str(db), "--systems", "bm25", "hrt"]
+        extra = [] if notes == "none" else ["--notes", "dataset"]  # none is the default
+        args = L.build_parser().parse_args([*argv, "--ingest", ingest, *extra])
+        assert L.run(args, embedder=HashingEmbedder()) == 0
+        meta = json.loads((out / "locomo-results.json").read_text())["meta"]
+        assert meta["notes"] == notes and meta["ingest"] == ingest
+        options = meta["import_options"]
+        assert options["with_summaries"] is options["with_observations"] is (notes == "dataset")
+        assert (out / "locomo-results.md").read_text().startswith(f"Notes imported: {notes}: ")
+
+        async def stored(path: Path = db) -> dict[str, int]:
+            svc = HRTService(Settings(db_path=path), embedder=HashingEmbedder())
+            await svc.start()
+            try:
+                return await svc.records.counts("locomo-demo-test")
+            finally:
+                await svc.close()
+
+        counts[notes] = asyncio.run(stored())
+    assert counts["none"]["artifact"] == 0 and counts["dataset"]["artifact"] == 6  # 2 summaries, 4 observations
+    assert counts["none"]["memory_unit"] == counts["dataset"]["memory_unit"] == 7
+
+
+def test_the_report_counts_the_evidence_in_the_rendered_text(tmp_path: Path) -> None:
+    data = tmp_path / "tiny-locomo.json"
+    data.write_text(json.dumps([fixture_sample()]))
+    out = tmp_path / "out"
+    argv = ["--data", str(data), "--out", str(out), "--db", str(tmp_path / "e.db")]
+    assert L.run(L.build_parser().parse_args([*argv, "--systems", "hybrid-rrf", "hrt", "bm25"]), HashingEmbedder()) == 0
+    body = json.loads((out / "locomo-results.json").read_text())
+    assert body["meta"]["config"]["render_budgets"] == [1000, 2000, 4000]
+    for name, system in body["systems"].items():
+        overall = system[L.OVERALL]
+        rendered = [m for m in overall if m.startswith("rendered")]
+        expected = {"hrt": set(L.RENDERED_METRICS), "hybrid-rrf": {"rendered@1000", "rendered@2000", "rendered@4000"}}
+        assert set(rendered) == expected.get(name, set()), name
+        for kind in ("rendered", "rendered-markdown"):
+            shares = [overall[f"{kind}@{b}"] for b in L.RENDER_BUDGETS if f"{kind}@{b}" in overall]
+            assert shares == sorted(shares) and all(s <= overall["recall@25"] for s in shares)
+    # seven short turns fit 1,000 tokens whole: every evidence turn a system returned is in the text
+    assert (
+        body["systems"]["hybrid-rrf"][L.OVERALL]["rendered@1000"]
+        == body["systems"]["hybrid-rrf"][L.OVERALL]["recall@25"]
+    )
+    lines = [json.loads(line) for line in (out / "locomo-questions.jsonl").read_text().splitlines()]
+    assert all("rendered@2000" in e["systems"]["hrt"] and "rendered@2000" not in e["systems"]["bm25"] for e in lines)
+    table = (out / "locomo-results.md").read_text()
+    assert "Evidence turns in the rendered text, within 1,000 / 2,000 / 4,000 cl100k_base tokens" in table
+    assert "| HRT, product defaults (semantic weights), compact |" in table
+    assert "| hybrid RRF, no graph, turn texts |" in table
+
+
+async def test_the_rendered_share_is_the_requests_own_render(tmp_path: Path) -> None:
+    """What hrt_rendered counts is what the request's ``render`` with ``max_tokens`` gives."""
+    from hrt.config import Settings
+    from hrt.contract import RenderOptions
+    from hrt.eval.locomo.rendered import hrt_rendered, returned_entities, texts_rendered
+    from hrt.pipeline.render import token_counter
+    from hrt.service import HRTService
+
+    conv = L.import_conversation(fixture_sample(), L.notes_options("dataset"))
+    svc = HRTService(Settings(db_path=tmp_path / "r.db"), embedder=HashingEmbedder())
+    await svc.start()
+    try:
+        await svc.ingest(conv.records)
+        question = L.build_questions(fixture_sample(), conv)[0][2]
+        request = L.request_for(question, L.EvalConfig(), None)
+        plain = await svc.retrieve(request)
+        shown = hrt_rendered(plain, await returned_entities(svc.records, plain), [60, 1000])
+        for budget in (60, 1000):
+            asked = request.model_copy(update={"render": RenderOptions(format="compact", max_tokens=budget)})
+            r = (await svc.retrieve(asked)).retrieval_metadata.rendered
+            assert shown[f"rendered@{budget}"] == frozenset(i for i in r.included if i != r.truncated)
+    finally:
+        await svc.close()
+    assert shown["rendered@60"] < shown["rendered@1000"]
+    count = token_counter("cl100k_base")
+    texts = [("a", "one two three"), ("b", "four   five\nsix"), ("c", "seven " * 40)]
+    budget = count("one two three\nfour five six\n")
+    assert texts_rendered(texts, [budget])[f"rendered@{budget}"] == frozenset({"a", "b"})
+    assert texts_rendered(texts, [budget - 1])[f"rendered@{budget - 1}"] == frozenset({"a"})

@@ -119,6 +119,18 @@ async def test_retrieve_memory_answers_the_rest_routes_canonical_json_and_the_re
     assert "Project Phoenix" in text
 
 
+async def test_a_user_with_nothing_stored_is_an_empty_context_for_a_key_acting_for_them_only(app, keys):
+    body = {**RETRIEVE, "user_id": "nobody", "render": {"format": "compact"}}
+    async with mcp_over_http(app, keys["u1-read"]) as client:  # not the key's user: refused, as REST refuses
+        assert error_of(await client.call_tool("retrieve_memory", body))["code"] == "forbidden"
+    expected = await rest(app, keys["root"], "POST", "/v1/retrieve", json=body)
+    async with mcp_over_http(app, keys["root"]) as client:
+        result = await client.call_tool("retrieve_memory", body)
+    assert not result.is_error and result.content[1].text.encode() == expected.content
+    assert result.structured_content["retrieval_metadata"]["user_known"] is False
+    assert "Nothing is stored about this user yet." in result.content[0].text
+
+
 async def test_each_tool_call_is_checked_against_the_key_like_the_rest_routes(app, keys, loaded_service):
     async with mcp_over_http(app, keys["u1-read"]) as client:
         # a user outside the key: the same refusal as POST /v1/retrieve

@@ -9,7 +9,6 @@ import re
 import pytest
 
 from hrt.contract import AugmentedMemoryContext, RetrieveRequest
-from hrt.errors import NotFound
 from hrt.ingest import parse_jsonl
 from hrt.service import HRTService
 from tests.conftest import FIXED_NOW
@@ -184,10 +183,49 @@ async def test_missing_records_are_reported_not_dropped(loaded_service):
     assert "m1" not in {m.muid for m in out.retrieved_memory_units}
 
 
-async def test_unknown_user_is_not_found(loaded_service):
-    with pytest.raises(NotFound) as info:
-        await loaded_service.retrieve(req(user_id="nobody", key_phrases=["x"]))
-    assert info.value.field == "user_id"
+async def test_a_user_with_nothing_stored_gets_an_empty_context(loaded_service):
+    """A new user's first turn (the agent asks before anything was written): a well-formed, empty
+    AugmentedMemoryContext, every phrase unmatched, the stages after intake skipped, marked
+    ``user_known: false``; byte-identical run after run."""
+    body = req(
+        user_id="nobody",
+        key_phrases=["Project Phoenix", "in July 2025"],
+        seed_ids=["c-phx"],
+        render={"format": "compact"},
+    )
+    out = await loaded_service.retrieve(body)
+    md = out.retrieval_metadata
+    assert out.retrieved_memory_units == out.retrieved_concepts == out.retrieved_artifacts == []
+    assert out.unmatched_key_phrases == ["Project Phoenix", "in July 2025"] == md.key_phrases_processed
+    assert [(g.key_phrase, g.matched, g.seed_ids) for g in md.phrase_grounding] == [
+        ("Project Phoenix", False, []),
+        ("in July 2025", False, []),
+    ]
+    assert md.user_known is False and md.user_id == "nobody" and not md.degraded
+    assert md.stages == {
+        "intake": "ok",
+        "grounding": "skipped",
+        "expansion": "skipped",
+        "scoring": "skipped",
+        "hydration": "skipped",
+        "rerank": "skipped",
+        "selection": "skipped",
+        "assembly": "ok",
+    }
+    details = out.scoring_details
+    assert details.total_candidates_considered == details.seed_entities_identified_from_key_phrases == 0
+    assert md.seed_grounding is not None and md.seed_grounding.unknown == ["c-phx"] and md.seed_grounding.found == []
+    assert md.validity.suppressed == {"memory_unit": 0, "concept": 0, "artifact": 0} and md.validity.intervals == {}
+    assert [w.text for w in md.time_windows] == ["July 2025"]  # as a known user's request reports them
+    assert (
+        "Processed 2 key phrases" in out.retrieval_summary and "top 0 MemoryUnits, 0 Concepts" in out.retrieval_summary
+    )
+    assert md.rendered is not None and md.rendered.included == [] and md.rendered.left_out == []
+    assert "Nothing is stored about this user yet." in md.rendered.text
+    text = out.canonical_json()
+    assert '"user_known":false' in text and text == (await loaded_service.retrieve(body)).canonical_json()
+    known = (await loaded_service.retrieve(req(key_phrases=["Project Phoenix"]))).canonical_json()
+    assert "user_known" not in known  # absent for a user with something stored: their bytes as before
 
 
 async def test_query_and_messages_build_phrases(loaded_service):
@@ -281,14 +319,14 @@ async def test_a_failed_embedding_fails_the_request_and_leaves_nothing_running(l
         tool.embedder = gated.inner
 
 
-async def test_unknown_user_is_refused_before_any_search(loaded_service):
+async def test_a_user_with_nothing_stored_is_answered_without_any_search(loaded_service):
     index = loaded_service.vectors
     calls: list[str] = []
     original_scope = index._scope
     index._scope = lambda user_id, *a, **k: calls.append(user_id) or original_scope(user_id, *a, **k)
     try:
-        with pytest.raises(NotFound):
-            await loaded_service.retrieve(req(user_id="nobody", key_phrases=["Postgres"]))
+        empty = await loaded_service.retrieve(req(user_id="nobody", key_phrases=["Postgres"]))
+        assert empty.retrieval_metadata.user_known is False
         await loaded_service.retrieve(req(key_phrases=["Postgres"]))
     finally:
         index._scope = original_scope

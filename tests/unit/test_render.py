@@ -156,5 +156,5 @@ async def test_the_second_pass_prompt_carries_the_rendered_text(loaded_service):
     assert doc.retrieval_metadata.rendered.text.strip() in prompt
     assert "<final_input_text>\nwhat's up with Phoenix?\n</final_input_text>" in prompt
     assert '"Project Phoenix", "bandwidth"' in prompt and "{" not in prompt.split("<instructions>")[0]
-    plain = await loaded_service.retrieve(request())  # no render asked: the default text
-    assert "## Memory context" in render_second_pass("hi", plain)
+    plain = await loaded_service.retrieve(request())  # no render asked: the compact text
+    assert "Memory context (as of 2025-08-01), best match first." in render_second_pass("hi", plain)

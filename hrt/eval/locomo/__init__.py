@@ -10,10 +10,12 @@ The data is read at run time only; nothing of it is stored in this repository.
    - every turn a MemoryUnit (content: ``Speaker said, "text"``, plus ``[image: caption]`` when
      the turn shared an image), ``creation_ts`` = its session's date + its order (one second per
      turn, strictly increasing over the conversation);
-   - session summaries (``session_summary``) and observations (``observation``) as artifacts,
-     DERIVED_FROM the turns they cite: an observation the dialog ids it names, a summary every turn
-     of its session (it cites none, it summarises the session); an observation also DERIVED_FROM
-     the concepts its text names (below; its speaker aside);
+   - with ``--notes dataset`` only (the default, ``none``, imports the rules' records alone: what
+     an HRT user has), LoCoMo's own LLM-written session summaries (``session_summary``) and
+     observations (``observation``) as artifacts, DERIVED_FROM the turns they cite: an observation
+     the dialog ids it names, a summary every turn of its session (it cites none, it summarises the
+     session); an observation also DERIVED_FROM the concepts its text names (below; its speaker
+     aside);
    - concepts: the speakers (``person``), and the entities and topics :func:`extract` finds in the
      turns, with MENTIONS edges from the turns, RELATED_TO edges weighted by co-occurrence in a turn,
      and FOLLOWS edges between consecutive turns of a session (later -> earlier).
@@ -33,7 +35,9 @@ The data is read at run time only; nothing of it is stored in this repository.
 
 4. **Metrics** per category and overall: evidence recall@k (k = 5, 10, 25), nDCG@10, MRR, a
    recall that credits an artifact whose DERIVED_FROM turns include the evidence, and candidate
-   recall (evidence turns the system considered at any rank). ``--compare BEFORE AFTER`` runs
+   recall (evidence turns the system considered at any rank); for the headline system and hybrid
+   RRF, the share of evidence turns whose text their rendered context holds within 1,000, 2,000
+   and 4,000 cl100k_base tokens (:mod:`~hrt.eval.locomo.rendered`). ``--compare BEFORE AFTER`` runs
    nothing and prints the paired bootstrap of two runs' per-question output; ``--misses`` runs
    nothing either and says, on the store a run kept (``--db``), why each evidence turn the walk
    missed is not a candidate.
@@ -50,6 +54,7 @@ it always did):
 - :mod:`~hrt.eval.locomo.importer`: a conversation as one user's records;
 - :mod:`~hrt.eval.locomo.questions`: the questions and their key phrases;
 - :mod:`~hrt.eval.locomo.metrics`: recall, nDCG, MRR and their aggregation per category;
+- :mod:`~hrt.eval.locomo.rendered`: the evidence that reaches the rendered text;
 - :mod:`~hrt.eval.locomo.systems`: the baselines, HRT's configurations, the path-sum prototype;
 - :mod:`~hrt.eval.locomo.evaluation`: the run over one store;
 - :mod:`~hrt.eval.locomo.report`: the tables, chart and files it writes;
@@ -62,7 +67,7 @@ from __future__ import annotations
 
 from hrt.eval.locomo.cli import DEFAULT_DATA, add_arguments, build_parser, main, run
 from hrt.eval.locomo.compare import BOOTSTRAP_SEED, COMPARED, compare_report, paired_bootstrap
-from hrt.eval.locomo.evaluation import EvalResult, evaluate
+from hrt.eval.locomo.evaluation import NOTES, EvalResult, evaluate, notes_options
 from hrt.eval.locomo.importer import (
     ImportedConversation,
     ImportOptions,
@@ -77,6 +82,8 @@ from hrt.eval.locomo.metrics import (
     NDCG_K,
     OVERALL,
     PER_QUESTION_METRICS,
+    RENDER_BUDGETS,
+    RENDERED_METRICS,
     Ranking,
     aggregate,
     covered_recall_at,
@@ -148,11 +155,14 @@ __all__ = [
     "KS",
     "METRICS",
     "NDCG_K",
+    "NOTES",
     "OVERALL",
     "PAPER_DRAGON",
     "PER_QUESTION_METRICS",
     "PHRASE_MODES",
     "QUESTION_WORDS",
+    "RENDERED_METRICS",
+    "RENDER_BUDGETS",
     "RRF_K",
     "SEGMENT_SPLIT",
     "SENTENCE_SPLIT",
@@ -189,6 +199,7 @@ __all__ = [
     "main",
     "markdown_report",
     "ndcg_at",
+    "notes_options",
     "paired_bootstrap",
     "parse_session_date",
     "parse_sessions",

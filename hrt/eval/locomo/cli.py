@@ -16,7 +16,8 @@ from typing import Any
 from hrt.config import Settings
 from hrt.embedder import CachedEmbedder, Embedder
 from hrt.eval.locomo.compare import compare_report
-from hrt.eval.locomo.evaluation import evaluate, import_samples
+from hrt.eval.locomo.evaluation import NOTES, evaluate, import_samples, notes_options
+from hrt.eval.locomo.importer import ImportOptions
 from hrt.eval.locomo.misses import MissReport, analyse, write_misses
 from hrt.eval.locomo.misses import markdown as misses_markdown
 from hrt.eval.locomo.questions import PHRASE_MODES
@@ -76,6 +77,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--turns-per-call", type=int, default=4, help="messages per conversation call with --ingest turns (%(default)s)"
     )
     parser.add_argument(
+        "--notes",
+        choices=NOTES,
+        default="none",
+        help="none: the rules alone, as an HRT user has them (turns, and the concepts HRT's rules extract); "
+        "dataset: also LoCoMo's own LLM-written session summaries and observations, as artifacts "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
         "--compare",
         nargs=2,
         metavar=("BEFORE", "AFTER"),
@@ -127,8 +136,9 @@ def run(args: argparse.Namespace, embedder: Embedder | None = None) -> int:
         settings={**EVAL_SETTINGS, **dict(args.setting)},
         experimental_path_sum=args.experimental_path_sum,
     )
+    options = notes_options(args.notes)
     if args.misses:
-        report = asyncio.run(run_misses(samples, embedder, args.db, config, args.depth))
+        report = asyncio.run(run_misses(samples, embedder, args.db, config, args.depth, options))
         paths = write_misses(report, args.out)
         sys.stdout.write(misses_markdown(report))
         log.info("wrote %s", ", ".join(str(p) for p in paths.values()))
@@ -146,6 +156,7 @@ def run(args: argparse.Namespace, embedder: Embedder | None = None) -> int:
                 systems=args.systems,
                 limit_questions=args.limit_questions,
                 progress=log.info,
+                import_options=options,
                 ingest=args.ingest,
                 turns_per_call=args.turns_per_call,
             )
@@ -158,13 +169,19 @@ def run(args: argparse.Namespace, embedder: Embedder | None = None) -> int:
 
 
 async def run_misses(
-    samples: Sequence[Mapping[str, Any]], embedder: Embedder, db: Path, config: EvalConfig, depth: int | None
+    samples: Sequence[Mapping[str, Any]],
+    embedder: Embedder,
+    db: Path,
+    config: EvalConfig,
+    depth: int | None,
+    options: ImportOptions | None = None,
 ) -> MissReport:
-    """``--misses``: the samples imported again in memory (their questions and too-common concepts),
-    the kept store opened as the run left it, every question's misses classified."""
+    """``--misses``: the samples imported again in memory as the run imported them (``options``: its
+    ``--notes``), their questions and too-common concepts, the kept store opened as the run left it,
+    every question's misses classified."""
     from hrt.service import HRTService
 
-    imported, questions, _ = import_samples(samples)
+    imported, questions, _ = import_samples(samples, options)
     service = HRTService(Settings(db_path=db, **config.settings), embedder=CachedEmbedder(embedder, 8192))
     await service.start()
     try:

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hrt.eval.locomo.metrics import RENDER_BUDGETS
+
 BOOTSTRAP_SEED = 20261125
 
 
@@ -48,7 +50,14 @@ def _per_question(spec: str) -> tuple[dict[str, dict[str, Any]], str | None]:
     return entries, system
 
 
-COMPARED = ("recall@10", "recall@5", "ndcg@10", "recall@10+artifacts", "candidates")
+COMPARED = (
+    "recall@10",
+    "recall@5",
+    "ndcg@10",
+    "recall@10+artifacts",
+    "candidates",
+    *(f"rendered@{b}" for b in RENDER_BUDGETS),  # the systems that render (hrt, hybrid-rrf)
+)
 
 
 def compare_report(before_spec: str, after_spec: str, metrics: Sequence[str] = COMPARED) -> str:

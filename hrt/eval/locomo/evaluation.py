@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +15,7 @@ from hrt.config import Settings, Weights
 from hrt.contract import RetrievalPresetName, RetrieveRequest
 from hrt.embedder import CachedEmbedder, Embedder
 from hrt.eval.locomo.importer import ImportedConversation, ImportOptions, import_conversation
-from hrt.eval.locomo.metrics import PER_QUESTION_METRICS, Ranking, aggregate, question_metrics
+from hrt.eval.locomo.metrics import PER_QUESTION_METRICS, RENDERED_METRICS, Ranking, aggregate, question_metrics
 from hrt.eval.locomo.questions import Question, build_questions
 from hrt.eval.locomo.systems import (
     HRT_SYSTEMS,
@@ -38,6 +38,27 @@ if TYPE_CHECKING:
 
 # messages per conversation call in ``--ingest turns``: an agent writes back a turn or two at a time
 TURNS_PER_CALL = 4
+# ``--notes``: none, the rules alone (turns, and the concepts and relations HRT's rules extract: what
+# an HRT user has); dataset, also LoCoMo's own LLM-written session summaries and observations as
+# artifacts, which no HRT user has
+NOTES = ("none", "dataset")
+
+
+def notes_options(notes: str, base: ImportOptions | None = None) -> ImportOptions:
+    """The import options of ``--notes`` (over ``base``, default the import's defaults)."""
+    if notes not in NOTES:
+        raise ValueError(f"unknown notes {notes!r}; one of {', '.join(NOTES)}")
+    dataset = notes == "dataset"
+    return replace(base or ImportOptions(), with_summaries=dataset, with_observations=dataset)
+
+
+def notes_of(options: ImportOptions) -> str:
+    """What ``options`` import of the dataset's notes: none, dataset (both), or the one kind."""
+    if options.with_summaries and options.with_observations:
+        return "dataset"
+    if options.with_summaries or options.with_observations:
+        return "summaries" if options.with_summaries else "observations"
+    return "none"
 
 
 @dataclass(slots=True)
@@ -63,16 +84,19 @@ async def evaluate(
     """Import every sample into a fresh embedded store at ``db_path``, ask every question of every
     system (all on that one store and ``embedder``), and aggregate the metrics.
 
-    ``ingest``: ``batch`` writes each conversation's records as the batch import builds them
-    (statistics over the whole conversation); ``turns`` sends its turns to the conversation route
-    (:meth:`HRTService.add_messages`), session by session in calls of ``turns_per_call`` messages
-    as an agent would, then the dataset's session summaries and observations as records."""
+    ``import_options`` default to the rules alone (``notes_options("none")``: no dataset summary or
+    observation). ``ingest``: ``batch`` writes each conversation's records as the batch import
+    builds them (statistics over the whole conversation); ``turns`` sends its turns to the
+    conversation route (:meth:`HRTService.add_messages`), session by session in calls of
+    ``turns_per_call`` messages as an agent would, then the dataset's session summaries and
+    observations as records when the options import them."""
     from hrt.service import HRTService
 
     cfg = config or EvalConfig()
+    options = import_options or notes_options("none")
     say = progress or (lambda _msg: None)
     t0 = time.perf_counter()
-    imported, questions, skipped = import_samples(samples, import_options)
+    imported, questions, skipped = import_samples(samples, options)
     if limit_questions is not None:
         questions = questions[:limit_questions]
     phrases = sorted({p for q in questions for p in (q.text, *q.key_phrases(cfg.phrases))})
@@ -100,7 +124,7 @@ async def evaluate(
         import_seconds = time.perf_counter() - t_import
         service.embedder.embed_queries(phrases)  # one batch; every request below hits the cache
         derived = {c.user_id: c.derived_from for c in imported}
-        baselines = baseline_systems(service, derived, cfg.top_k)
+        baselines = baseline_systems(service, derived, cfg.top_k, cfg.render_budgets)
         traced = Traced()
         tallies: dict[str, PhraseTally] = {}
         runners = _runners(systems, baselines, service, derived, cfg, traced, tallies)
@@ -114,7 +138,8 @@ async def evaluate(
             "config": cfg.as_json(),
             "hrt_systems": {n: _system_json(n, cfg, settings) for n in runners if n in HRT_SYSTEMS},
             "config_hash": settings.fingerprint(),
-            "import_options": _options_json(import_options or ImportOptions()),
+            "notes": notes_of(options),
+            "import_options": _options_json(options),
             "ingest": ingest,
             # per HRT system: key phrases asked, those no entity grounded, and their share
             "unmatched_phrases": {n: t.as_json() for n, t in tallies.items()},
@@ -234,7 +259,7 @@ def system_record(ranking: Ranking, evidence: frozenset[str], metrics: Mapping[s
     memory units and the per-question metrics."""
     return {
         "evidence_ranks": [r for r, m in enumerate(ranking.memory_units, start=1) if m in evidence],
-        **{m: round(metrics[m], 4) for m in PER_QUESTION_METRICS},
+        **{m: round(metrics[m], 4) for m in (*PER_QUESTION_METRICS, *RENDERED_METRICS) if m in metrics},
     }
 
 
@@ -255,7 +280,10 @@ def _runners(
         elif name in HRT_SYSTEMS:
             depth, weights, preset = system_request(name, cfg)
             tallies[name] = PhraseTally()
-            runners[name] = hrt_system(service.tool, derived, cfg, depth, weights, traced, preset, tallies[name])
+            budgets = cfg.render_budgets if name == "hrt" else ()
+            runners[name] = hrt_system(
+                service.tool, derived, cfg, depth, weights, traced, preset, tallies[name], budgets
+            )
         else:
             raise ValueError(f"unknown system {name!r}; one of {', '.join(SYSTEMS)}")
     return runners

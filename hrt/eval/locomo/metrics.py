@@ -1,5 +1,7 @@
-"""The metrics: evidence recall@k, nDCG@10, MRR, the artifact-credited recall and candidate recall,
-per question (:func:`question_metrics`) and per category (:func:`aggregate`).
+"""The metrics: evidence recall@k, nDCG@10, MRR, the artifact-credited recall, candidate recall and,
+for the systems that render (:mod:`hrt.eval.locomo.rendered`), the share of evidence turns whose
+text the rendered context holds within a token budget; per question (:func:`question_metrics`) and
+per category (:func:`aggregate`).
 """
 
 from __future__ import annotations
@@ -7,10 +9,16 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 KS = (5, 10, 25)
 NDCG_K = 10
+# the token budgets (cl100k_base) of the rendered-text metrics: "rendered@1000" is the share of
+# evidence turns whose text a system's rendering of what it returned holds within 1,000 tokens
+RENDER_BUDGETS = (1000, 2000, 4000)
+RENDER_TOKENIZER = "cl100k_base"
+# HRT's compact render (the agent's text), HRT's markdown render, a baseline's turn texts in rank order
+RENDERED_KINDS = ("rendered", "rendered-markdown")
 
 CATEGORY_NAMES: dict[int, str] = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 OVERALL = "overall"  # categories 1-4
@@ -22,6 +30,15 @@ class Ranking:
     memory_units: list[str]  # muids, best first
     mixed: list[frozenset[str]]  # memory units and artifacts best first, each as the turns it covers
     candidates: frozenset[str] | None = None  # every memory unit the system considered, at any rank
+    # per rendered metric ("rendered@1000", ...): the memory units whose text the rendering holds
+    rendered: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+
+def rendered_metric(kind: str, budget: int) -> str:
+    return f"{kind}@{budget}"
+
+
+RENDERED_METRICS = tuple(rendered_metric(k, b) for k in RENDERED_KINDS for b in RENDER_BUDGETS)
 
 
 def recall_at(ranked: Sequence[str], relevant: Iterable[str], k: int) -> float:
@@ -82,6 +99,8 @@ def question_metrics(ranking: Ranking, evidence: frozenset[str]) -> dict[str, fl
         out[f"recall@{k}+artifacts"] = covered_recall_at(ranking.mixed, evidence, k)
     pool = ranking.candidates if ranking.candidates is not None else frozenset(ranking.memory_units)
     out["candidates"] = len(evidence & pool) / len(evidence) if evidence else 0.0
+    for name, shown in ranking.rendered.items():  # only the systems that render
+        out[name] = len(evidence & shown) / len(evidence) if evidence else 0.0
     return out
 
 
@@ -96,7 +115,8 @@ def aggregate(rows: Sequence[tuple[int, Mapping[str, float]]]) -> dict[str, dict
     out: dict[str, dict[str, float]] = {}
     for name in sorted(groups, key=_group_order):
         items = groups[name]
-        summary = {m: round(100.0 * sum(x[m] for x in items) / len(items), 2) for m in METRICS}
+        present = [*METRICS, *(m for m in RENDERED_METRICS if all(m in x for x in items))]
+        summary = {m: round(100.0 * sum(x[m] for x in items) / len(items), 2) for m in present}
         summary["n"] = len(items)
         out[name] = summary
     return out

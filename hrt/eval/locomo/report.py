@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from hrt.eval.locomo.evaluation import EvalResult
-from hrt.eval.locomo.metrics import CATEGORY_NAMES, OVERALL
+from hrt.eval.locomo.metrics import CATEGORY_NAMES, OVERALL, RENDER_BUDGETS, RENDER_TOKENIZER, rendered_metric
 from hrt.eval.locomo.systems import SYSTEM_LABELS
 
 log = logging.getLogger("hrt.eval.locomo")
@@ -32,9 +32,55 @@ def _cell(summary: Mapping[str, float] | None, metric: str) -> str:
     return f"{summary[metric]:.1f}" if summary else "–"
 
 
-def markdown_report(result: EvalResult) -> str:
-    """Every metric over categories 1-4 (adversarial beside it), then recall@10 per category."""
+NOTES_TEXT = {
+    "none": "none: the rules alone (turns, and the concepts and relations HRT's rules extract)",
+    "dataset": "dataset: LoCoMo's session summaries and observations too, as artifacts",
+}
+RENDERED_LABELS = {"rendered": "compact", "rendered-markdown": "markdown"}
+
+
+def notes_line(result: EvalResult) -> str:
+    notes = str(result.meta.get("notes", "dataset"))
+    return f"Notes imported: {NOTES_TEXT.get(notes, notes)}. Ingest: {result.meta.get('ingest', 'batch')}."
+
+
+def rendered_table(result: EvalResult) -> list[str]:
+    """The share of evidence turns in the rendered text per budget, overall and multi-hop, for the
+    systems that render; nothing when none did."""
+    budgets = [
+        b for b in RENDER_BUDGETS if any(_has(s, rendered_metric("rendered", b)) for s in result.systems.values())
+    ]
+    if not budgets:
+        return []
+    head = " | ".join(f"{group} {b:,}" for group in ("overall", "multi-hop") for b in budgets)
     lines = [
+        "",
+        f"Evidence turns in the rendered text, within {' / '.join(f'{b:,}' for b in budgets)} {RENDER_TOKENIZER} "
+        "tokens (HRT: its render of what it returned; hybrid RRF: its ranked turns' texts, one per line):",
+        "",
+        f"| system | {head} |",
+        "|---|" + "---:|" * (2 * len(budgets)),
+    ]
+    for name, per_group in result.systems.items():
+        for kind, fmt in RENDERED_LABELS.items():
+            if not _has(per_group, rendered_metric(kind, budgets[0])):
+                continue
+            label = f"{SYSTEM_LABELS.get(name, name)}, " + (fmt if name != "hybrid-rrf" else "turn texts")
+            cells = [_cell(per_group.get(g), rendered_metric(kind, b)) for g in (OVERALL, "1") for b in budgets]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _has(per_group: Mapping[str, Mapping[str, float]], metric: str) -> bool:
+    return metric in per_group.get(OVERALL, {})
+
+
+def markdown_report(result: EvalResult) -> str:
+    """Every metric over categories 1-4 (adversarial beside it), then recall@10 per category, then
+    the evidence in the rendered text."""
+    lines = [
+        notes_line(result),
+        "",
         "| system | R@5 | R@10 | R@25 | nDCG@10 | MRR | R@10 +artifacts | candidates | adversarial R@10 |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -75,6 +121,7 @@ def markdown_report(result: EvalResult) -> str:
             + " | ".join(_cell(per_group.get(g), "candidates") for g in groups)
             + " |"
         )
+    lines += rendered_table(result)
     return "\n".join(lines) + "\n"
 
 

@@ -11,8 +11,9 @@ from typing import Any
 
 from hrt.config import RELEVANCE_WEIGHTS, Weights
 from hrt.contract import ConfigOverrides, Limits, RetrievalPresetName, RetrieveRequest
-from hrt.eval.locomo.metrics import KS, Ranking
+from hrt.eval.locomo.metrics import KS, RENDER_BUDGETS, Ranking
 from hrt.eval.locomo.questions import Question
+from hrt.eval.locomo.rendered import hrt_rendered, returned_entities, texts_rendered
 from hrt.pipeline.grounding import rrf_score
 from hrt.pipeline.intake import Intake
 from hrt.records import Kind
@@ -86,6 +87,9 @@ class EvalConfig:
     phrases: str = "keywords"  # see question_phrases
     # Proposal B's path part: every HRT system's request overrides path_evidence = noisy_or
     experimental_path_sum: bool = False
+    # the token budgets of the rendered-text metrics (hrt/eval/locomo/rendered.py), for the headline
+    # system and hybrid RRF; () measures none
+    render_budgets: tuple[int, ...] = RENDER_BUDGETS
 
     def overrides(self) -> ConfigOverrides | None:
         """The per-request retrieval overrides every HRT system of the run sends."""
@@ -100,6 +104,7 @@ class EvalConfig:
             "settings": {k: _jsonable(v) for k, v in sorted(self.settings.items())},
             "phrases": self.phrases,
             "experimental_path_sum": self.experimental_path_sum,
+            "render_budgets": list(self.render_budgets),
         }
 
 
@@ -119,11 +124,15 @@ def _rrf(hits: Iterable[tuple[str, int | None, int | None]], k: int = RRF_K) -> 
 
 
 def baseline_systems(
-    service: Any, derived: Mapping[str, Mapping[str, frozenset[str]]], top_k: int
+    service: Any,
+    derived: Mapping[str, Mapping[str, frozenset[str]]],
+    top_k: int,
+    render_budgets: Sequence[int] = (),
 ) -> dict[str, System]:
     """BM25, dense and hybrid RRF over the store's own search (``service.vectors.search``) with the
     question as the one phrase: memory units for recall, memory units and artifacts for the
-    artifact-credited recall. No graph, no scoring."""
+    artifact-credited recall. No graph, no scoring. Hybrid RRF also renders its ranked turns'
+    texts within each of ``render_budgets`` (hrt/eval/locomo/rendered.py)."""
 
     async def search(q: Question, kinds: list[Kind]) -> list[VectorHit]:
         vectors = service.embedder.embed_queries([q.text])
@@ -136,18 +145,25 @@ def baseline_systems(
         table = derived.get(q.user_id, {})
         return [table.get(i, frozenset([i])) for i in ids]
 
-    def make(order: Callable[[list[VectorHit]], list[str]]) -> System:
+    async def rendered(q: Question, ranked: list[str], budgets: Sequence[int]) -> dict[str, frozenset[str]]:
+        if not budgets:
+            return {}
+        found = await service.records.get_many(q.user_id, Kind.MEMORY_UNIT, ranked)
+        return texts_rendered([(i, found[i].content) for i in ranked if i in found], budgets)
+
+    def make(order: Callable[[list[VectorHit]], list[str]], budgets: Sequence[int] = ()) -> System:
         async def run(q: Question) -> Ranking:
             ranked = order(await search(q, [Kind.MEMORY_UNIT]))
             mixed = order(await search(q, [Kind.MEMORY_UNIT, Kind.ARTIFACT]))[:top_k]
-            return Ranking(ranked[:top_k], covers(q, mixed), frozenset(ranked))
+            shown = await rendered(q, ranked[:top_k], budgets)
+            return Ranking(ranked[:top_k], covers(q, mixed), frozenset(ranked), shown)
 
         return run
 
     return {
         "bm25": make(lambda hits: _by_rank((h.id, h.lexical_rank) for h in hits)),
         "dense": make(lambda hits: _by_rank((h.id, h.vector_rank) for h in hits)),
-        "hybrid-rrf": make(lambda hits: _rrf((h.id, h.vector_rank, h.lexical_rank) for h in hits)),
+        "hybrid-rrf": make(lambda hits: _rrf((h.id, h.vector_rank, h.lexical_rank) for h in hits), render_budgets),
     }
 
 
@@ -211,9 +227,11 @@ def hrt_system(
     traced: Traced | None = None,
     preset: RetrievalPresetName | None = None,
     tally: PhraseTally | None = None,
+    render_budgets: Sequence[int] = (),
 ) -> System:
     """HRT's own retrieval: memory units for recall, memory units and artifacts merged by score for
-    the artifact-credited recall; with ``traced``, the memory units it scored (candidate recall)."""
+    the artifact-credited recall; with ``traced``, the memory units it scored (candidate recall);
+    with ``render_budgets``, what its rendering holds within each (hrt/eval/locomo/rendered.py)."""
 
     async def run(q: Question) -> Ranking:
         if traced is not None:
@@ -229,6 +247,9 @@ def hrt_system(
         items += [(-a.final_retrieval_score, a.id) for a in ctx.retrieved_artifacts]
         table = derived.get(q.user_id, {})
         mixed = [table.get(i, frozenset([i])) for _, i in sorted(items)]
-        return Ranking(mus, mixed, traced.last if traced is not None else None)
+        shown: dict[str, frozenset[str]] = {}
+        if render_budgets:
+            shown = hrt_rendered(ctx, await returned_entities(tool.records, ctx), render_budgets)
+        return Ranking(mus, mixed, traced.last if traced is not None else None, shown)
 
     return run
