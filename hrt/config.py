@@ -213,6 +213,9 @@ class AssemblyConfig(_Stage):
 
     shortlist_factor: int = Field(3, ge=1, le=20)  # hydrate limit x factor per kind (dedup, rerank)
     dedup_jaccard: float = Field(0.8, gt=0.0, le=1.0)
+    # each phrase keeps its best memory unit among the returned ones, whatever the other phrases
+    # found (hrt/pipeline/selection.py); off: the best items in score order only
+    phrase_best: bool = True
     snippet_chars: int = Field(240, ge=40, le=4000)
     related_items: int = Field(3, ge=0, le=20)
     score_decimals: int = Field(4, ge=1, le=8)
@@ -240,6 +243,7 @@ HASHED_UNLESS_DEFAULT: dict[str, object] = {
     "reranker_onnx_max_length": 512,
     "recency_clock": "as_of",
     "invalidated_factor": 1.0,
+    "phrase_best": False,
 }
 
 

@@ -284,6 +284,7 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
     ),
     (("shortlist_factor",), "hydrate limit × factor per kind"),
     (("dedup_jaccard",), "near-duplicate threshold"),
+    (("phrase_best",), "each key phrase keeps its best memory unit among those returned"),
     (("snippet_chars",), "snippet length"),
     (
         ("related_items",),

@@ -149,6 +149,7 @@ class ConfigOverrides(_Strict):
     invalidated_factor: float | None = Field(None, ge=0.0, le=1.0)
     rerank_blend: float | None = Field(None, ge=0.0, le=1.0)
     dedup_jaccard: float | None = Field(None, gt=0.0, le=1.0)
+    phrase_best: bool | None = None
     snippet_chars: int | None = Field(None, ge=40, le=4000)
     related_items: int | None = Field(None, ge=0, le=20)
 

@@ -82,6 +82,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=300, help="measured requests per side (default 300)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/hrt-ab"), help="worktree and store copies")
     ap.add_argument("--out", type=Path, help="write the summary here too")
+    ap.add_argument("--differ", type=Path, help="write each pair of differing answers here")
     ap.add_argument(
         "--env",
         action="append",
@@ -104,6 +105,8 @@ def main() -> int:
     cmd += ["--db", str(a), "--size", args.size, "--requests", str(args.requests), "--b-env", f"HRT_DB_PATH={b}"]
     for pair in args.env:
         cmd += ["--a-env", pair, "--b-env", pair]
+    if args.differ is not None:
+        cmd += ["--differ", str(args.differ.resolve())]
     print("+", " ".join(cmd), file=sys.stderr, flush=True)
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=work)
     sys.stderr.write(done.stderr[-4000:])

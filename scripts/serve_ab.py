@@ -62,6 +62,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--a-env", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--b-env", action="append", default=[], metavar="NAME=VALUE")
+    ap.add_argument("--differ", type=Path, help="write each pair of differing answers here (NNNN-A.json, NNNN-B.json)")
     args = ap.parse_args()
 
     n = parse_size(args.size)
@@ -94,6 +95,10 @@ def main() -> int:
                         for stage, ms in parse_server_timing(r.headers.get("server-timing", "")).items():
                             stages[side].setdefault(stage, []).append(ms)
                 identical += answers["A"] == answers["B"]
+                if answers["A"] != answers["B"] and args.differ is not None:
+                    args.differ.mkdir(parents=True, exist_ok=True)
+                    for side, answer in answers.items():
+                        (args.differ / f"{i:04d}-{side}.json").write_bytes(answer)
         print(f"byte-identical responses: {identical} of {len(phrases)}")
         for side, (tree, extra) in sides.items():
             v = latency[side]

@@ -45,7 +45,7 @@ async def hydration_stage(ctx: RequestContext, services: Services) -> str:
     factor = cfg.assembly.shortlist_factor
     if intake.rerank:
         factor = max(factor, cfg.rerank.reranker_oversample)
-    held = phrase_best(ctx.scored, ctx.grounding.hit_phrases).values()
+    held = phrase_best(ctx.scored, ctx.grounding.hit_phrases).values() if cfg.assembly.phrase_best else ()
     ctx.shortlist = shortlist(ctx.scored, intake.limits, factor, held)
     ctx.entities, ctx.missing = await run_hydration(intake.user_id, ctx.shortlist, services.records)
     if ctx.missing:

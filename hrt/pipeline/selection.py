@@ -211,7 +211,6 @@ async def selection_stage(ctx: RequestContext, services: Services) -> str:
     ac = ctx.cfg.assembly
     texts = {i: entity_body(e) for i, e in ctx.entities.items()}
     ranked = above_floor(ctx.rerank.items, ctx.request.min_score, ac.score_decimals)
-    ctx.selected, ctx.near_duplicates_removed = select(
-        ranked, texts, ctx.intake.limits, ac.dedup_jaccard, ctx.grounding.hit_phrases
-    )
+    held = ctx.grounding.hit_phrases if ac.phrase_best else None
+    ctx.selected, ctx.near_duplicates_removed = select(ranked, texts, ctx.intake.limits, ac.dedup_jaccard, held)
     return "ok"

@@ -35,8 +35,8 @@ DEFAULT_HASH_THIRD_ROUND = "b99dcedfe32862e2"
 DEFAULT_HASH_MINILM_AS_OF_CLOCK = "951e1f0c69db24d0"
 DEFAULT_HASH_AS_OF_CLOCK = "7ec995832cfed32d"
 # recency on the candidates' own clock and facts no longer true ranked after the others
-DEFAULT_HASH = "72400c567e259684"
-DEFAULT_HASH_MINILM = "6594bbda8860e6b4"
+DEFAULT_HASH = "8bea5b69e26ad472"
+DEFAULT_HASH_MINILM = "4c578499a23715e8"
 
 
 def req(**body: object) -> RetrieveRequest:
@@ -47,10 +47,10 @@ def test_the_default_hash_is_what_it_was_before_the_split() -> None:
     assert Settings().fingerprint() == DEFAULT_HASH
     assert Settings(embedding_model="bundled").fingerprint() == DEFAULT_HASH_MINILM
     # the configuration before the conversation clock hashes as it did
-    assert Settings(recency_clock="as_of", invalidated_factor=1.0).fingerprint() == DEFAULT_HASH_AS_OF_CLOCK
-    as_of_minilm = Settings(recency_clock="as_of", invalidated_factor=1.0, embedding_model="bundled")
+    clock: dict[str, Any] = {"recency_clock": "as_of", "invalidated_factor": 1.0, "phrase_best": False}
+    assert Settings(**clock).fingerprint() == DEFAULT_HASH_AS_OF_CLOCK
+    as_of_minilm = Settings(**clock, embedding_model="bundled")
     assert as_of_minilm.fingerprint() == DEFAULT_HASH_MINILM_AS_OF_CLOCK
-    clock: dict[str, Any] = {"recency_clock": "as_of", "invalidated_factor": 1.0}
     before = Settings(hop_decay=0.6, passage_weight=0.0, artifact_evidence="own", embedding_model="bundled", **clock)
     assert before.fingerprint() == DEFAULT_HASH_BEFORE_THE_SPLIT
     minilm = Settings(embedding_model="bundled", passage_weight=0.0, artifact_evidence="own", **clock)
