@@ -30,6 +30,10 @@ CHANGE_KINDS = [k for k in C.KINDS if k != C.CONTROL]
 # ------------------------------------------------------------------------------------------
 
 
+HELDOUT_PATH = C.DEFAULT_DATA.with_name("heldout.json")
+HELDOUT = C.load(HELDOUT_PATH)
+
+
 def test_the_shipped_data_keeps_every_rule() -> None:
     assert C.problems(DOC) == []
     assert len(CONVERSATIONS) >= 32
@@ -37,8 +41,17 @@ def test_the_shipped_data_keeps_every_rule() -> None:
     assert len({c.id for c in CONVERSATIONS}) == len(CONVERSATIONS)
 
 
+def test_the_held_out_set_keeps_every_rule_and_shares_no_conversation() -> None:
+    """heldout.json: written apart from the rules, never tuned on (docs/eval-changes.md)."""
+    assert C.problems(json.loads(HELDOUT_PATH.read_text(encoding="utf-8"))) == []
+    assert len(HELDOUT) >= 24 and sum(1 for c in HELDOUT if c.kind == C.CONTROL) >= 5
+    assert not {c.id for c in HELDOUT} & {c.id for c in CONVERSATIONS}
+    texts = {m.content for c in CONVERSATIONS for m in c.messages}
+    assert not {m.content for c in HELDOUT for m in c.messages} & texts
+
+
 def test_every_conversation_is_8_to_40_messages_in_time_order() -> None:
-    for conv in CONVERSATIONS:
+    for conv in (*CONVERSATIONS, *HELDOUT):
         assert 8 <= len(conv.messages) <= 40, conv.id
         times = [m.timestamp for m in conv.messages]
         assert times == sorted(times) and len(set(times)) == len(times), conv.id
@@ -47,7 +60,7 @@ def test_every_conversation_is_8_to_40_messages_in_time_order() -> None:
 
 
 def test_every_label_is_in_range_and_current_and_outdated_are_disjoint() -> None:
-    for conv in CONVERSATIONS:
+    for conv in (*CONVERSATIONS, *HELDOUT):
         assert 1 <= len(conv.questions) <= 4, conv.id
         for q in conv.questions:
             labels = (*q.current, *q.outdated, *q.reverted)
