@@ -258,3 +258,26 @@ def test_positional_makers_build_what_the_frozen_constructors_build() -> None:
     assert scored == Scored(fast, 0.5, 0.25, 0.125, 0.75, 0.6, None, 0.9, "mu-0", True)
     with pytest.raises(dataclasses.FrozenInstanceError):
         scored.final = 1.0  # type: ignore[misc]
+
+
+def test_recency_runs_on_the_candidates_clock() -> None:
+    """recency_clock latest: the newest candidate is as recent as can be however old the data; the
+    one a half-life before it scores half; as_of still caps the clock; as_of: the old behaviour."""
+    from hrt.pipeline.scoring import Evidence, recency_clock
+
+    day = 86_400.0
+    old, older = 1_000 * day, 970 * day  # thirty days apart, years before as_of
+    as_of = 3_000 * day
+    cands = [
+        GraphCandidate(GraphNode(i, Kind.MEMORY_UNIT, i, ts, 0.5, "note"), 0, i, (), 0.0)
+        for i, ts in (("new", old), ("older", older))
+    ]
+    assert recency_clock(cands, as_of) == old and recency_clock(cands, older) == older
+    book = PreferenceBook.build([], 0.5)
+    weights = Weights(alpha_semantic_similarity=0.5, beta_recency=0.5, gamma_salience=0.0, delta_user_preference=0.0)
+    sim = {"new": 0.5, "older": 0.5}
+    latest = {s.id: s.recency for s in score_candidates(cands, sim, book, weights, as_of, 30.0, Evidence(gate=0.0))}
+    assert latest == {"new": 1.0, "older": 0.5}
+    fixed = Evidence(gate=0.0, latest_clock=False)
+    by_as_of = {s.id: s.recency for s in score_candidates(cands, sim, book, weights, as_of, 30.0, fixed)}
+    assert by_as_of["new"] < 1e-6 and by_as_of["older"] < by_as_of["new"]
