@@ -177,7 +177,7 @@ class ScoringConfig(_Stage):
     # long ago it was held, and a pinned as_of gives the same answer); as_of, the request's as_of
     recency_clock: Literal["latest", "as_of"] = "latest"
     # a fact kept by include_invalidated that does not hold at valid_at scores its final score
-    # times this, so it ranks below what replaced it (1: no penalty beyond losing its recency)
+    # times this (1: no penalty beyond losing its recency); it ranks after what replaced it anyway
     invalidated_factor: float = Field(0.5, ge=0.0, le=1.0)
     neutral_preference: float = Field(0.5, ge=0.0, le=1.0)
 

@@ -119,6 +119,8 @@ class Evidence:
     latest_clock: bool = _SCORING.recency_clock == "latest"
     # a stale candidate's final score is multiplied by this (``invalidated_factor``)
     stale_factor: float = _SCORING.invalidated_factor
+    # per stale candidate, the ids of the successors that superseded it
+    successors: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -128,6 +130,7 @@ class Evidence:
         windows: Sequence[TimeWindow] = (),
         stale: frozenset[str] = frozenset(),
         passages: Mapping[str, float] | None = None,
+        successors: Mapping[str, tuple[str, ...]] | None = None,
     ) -> Evidence:
         """A request's evidence: ``cfg``'s rules with the request's reads."""
         ex, sc = cfg.expansion, cfg.scoring
@@ -144,6 +147,7 @@ class Evidence:
             artifact_source=sc.artifact_evidence == "source",
             latest_clock=sc.recency_clock == "latest",
             stale_factor=sc.invalidated_factor,
+            successors={} if successors is None else successors,
         )
 
 
@@ -305,8 +309,11 @@ class Scored:
     relevance: float = 1.0  # the relevance gate's factor on recency, salience and preference
     # the memory unit whose semantic term an artifact took (``artifact_evidence`` "source")
     source: str | None = None
-    # no longer true at valid_at (kept by include_invalidated): ranked after what holds
+    # no longer true at valid_at (kept by include_invalidated)
     stale: bool = False
+    # the successors (superseding it) it is ranked after, whatever the scores: what replaced a fact
+    # always comes before it (:func:`after_successors`)
+    after: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -444,7 +451,7 @@ def score_candidates(
         pref = 0.0 if pref < 0.0 else 1.0 if pref > 1.0 else pref
         terms.append((c, sem, rec, sal, pref))
     sources = lift_artifacts(terms, best) if evidence.artifact_source else {}
-    return rank(terms, best, weights, evidence.gate, sources, stale, evidence.stale_factor)
+    return rank(terms, best, weights, evidence.gate, sources, stale, evidence.stale_factor, evidence.successors)
 
 
 def _unit_preference(
@@ -479,9 +486,11 @@ def rank(
     sources: Mapping[int, str],
     stale: frozenset[str] = frozenset(),
     stale_factor: float = 1.0,
+    successors: Mapping[str, tuple[str, ...]] | None = None,
 ) -> list[Scored]:
     """The final scores (:func:`relevance_factor` and :func:`combine` written out), best first,
-    ties by id; a stale candidate's times ``stale_factor``, after every candidate that holds."""
+    ties by id; a stale candidate's times ``stale_factor``, and after its successors."""
+    after = successors or {}
     a, b, g, d = (
         weights.alpha_semantic_similarity,
         weights.beta_recency,
@@ -489,7 +498,7 @@ def rank(
         weights.delta_user_preference,
     )
     # sorted by (-final, id, position): the position only orders a repeated id, so a Scored is never compared
-    ranked: list[tuple[bool, float, str, int, Scored]] = []
+    ranked: list[tuple[float, str, int, Scored]] = []
     for position, (c, sem, rec, sal, pref) in enumerate(terms):
         late = bool(stale) and c.node.id in stale
         if tau > 0.0:
@@ -502,10 +511,27 @@ def rank(
             final = a * sem + b * rec + g * sal + d * pref
         if late:
             final *= stale_factor
-        scored = make_scored(c, sem, rec, sal, pref, final, None, rel, sources.get(position), late)
-        ranked.append((late, -final, c.node.id, position, scored))
+        follows = after.get(c.node.id, ()) if late else ()
+        scored = make_scored(c, sem, rec, sal, pref, final, None, rel, sources.get(position), late, follows)
+        ranked.append((-final, c.node.id, position, scored))
     ranked.sort()
-    return [item for *_, item in ranked]
+    return after_successors([item for *_, item in ranked])
+
+
+def after_successors(items: list[Scored]) -> list[Scored]:
+    """``items`` (best first) with each fact that no longer holds moved to just after the last of
+    its successors among them, when one of them ranks below it: what replaced a fact always comes
+    before it, whatever their scores. Deterministic: the items are moved in their order."""
+    if not any(s.after for s in items):
+        return items
+    out = list(items)
+    for item in [s for s in items if s.after]:
+        at = {s.id: i for i, s in enumerate(out)}
+        last = max((at[a] for a in item.after if a in at), default=-1)
+        if last > at[item.id]:
+            out.pop(at[item.id])
+            out.insert(last, item)
+    return out
 
 
 async def scoring_stage(ctx: RequestContext, services: Services) -> str:
@@ -513,7 +539,9 @@ async def scoring_stage(ctx: RequestContext, services: Services) -> str:
     rules, its reads) and weights, best first; the trace hook sees them."""
     intake, cfg = ctx.intake, ctx.cfg
     book = PreferenceBook.build(ctx.preferences, cfg.scoring.neutral_preference)
-    evidence = ctx.evidence = Evidence.of(cfg, ctx.own, intake.windows, ctx.validity.stale, ctx.passages)
+    validity = ctx.validity
+    successors = {i: tuple(sorted(n.id for n in validity.successors.get(i, []))) for i in validity.stale}
+    evidence = ctx.evidence = Evidence.of(cfg, ctx.own, intake.windows, validity.stale, ctx.passages, successors)
     ctx.scored = score_candidates(
         ctx.candidates,
         ctx.grounding.similarity,

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from hrt.contract import Filters, Limits
-from hrt.pipeline.scoring import Scored
+from hrt.pipeline.scoring import Scored, after_successors
 from hrt.records import Kind, entity_body
 from hrt.stores.base import GraphCandidate, GraphNode
 from hrt.text import words as tokenize
@@ -62,8 +62,8 @@ def filter_candidates(candidates: list[GraphCandidate], filters: Filters) -> lis
 
 
 def order(items: Iterable[Scored]) -> list[Scored]:
-    """Best first, ties by id; what no longer holds (include_invalidated) after what does."""
-    return sorted(items, key=lambda s: (s.stale, -s.final, s.id))
+    """Best first, ties by id; what no longer holds (include_invalidated) after what replaced it."""
+    return after_successors(sorted(items, key=lambda s: (-s.final, s.id)))
 
 
 def phrase_best(

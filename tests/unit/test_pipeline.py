@@ -465,7 +465,7 @@ def test_each_phrase_keeps_its_best_memory_unit() -> None:
     def item(ident: str, final: float):
         node = GraphNode(ident, Kind.MEMORY_UNIT, ident, 5.0, 0.5, "note")
         candidate = GraphCandidate(node, 0, ident, (), 0.0)
-        return make_scored(candidate, final, 0.5, 0.5, 0.5, final, None, 1.0, None, False)
+        return make_scored(candidate, final, 0.5, 0.5, 0.5, final, None, 1.0, None, False, ())
 
     ranked = [item("a1", 0.9), item("a2", 0.8), item("a3", 0.7), item("b1", 0.4)]
     texts = {"a1": "alpha one", "a2": "alpha two words", "a3": "alpha three", "b1": "beta one only"}

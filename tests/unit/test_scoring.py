@@ -254,8 +254,8 @@ def test_positional_makers_build_what_the_frozen_constructors_build() -> None:
     values = (node, 2, "c-0", (step,), 0.375, ("c-1",), 4.0, 1)
     fast, slow = make_candidate(*values), GraphCandidate(*values)
     assert fast == slow and dataclasses.astuple(fast) == dataclasses.astuple(slow)
-    scored = make_scored(fast, 0.5, 0.25, 0.125, 0.75, 0.6, None, 0.9, "mu-0", True)
-    assert scored == Scored(fast, 0.5, 0.25, 0.125, 0.75, 0.6, None, 0.9, "mu-0", True)
+    scored = make_scored(fast, 0.5, 0.25, 0.125, 0.75, 0.6, None, 0.9, "mu-0", True, ("mu-9",))
+    assert scored == Scored(fast, 0.5, 0.25, 0.125, 0.75, 0.6, None, 0.9, "mu-0", True, ("mu-9",))
     with pytest.raises(dataclasses.FrozenInstanceError):
         scored.final = 1.0  # type: ignore[misc]
 
@@ -281,3 +281,21 @@ def test_recency_runs_on_the_candidates_clock() -> None:
     fixed = Evidence(gate=0.0, latest_clock=False)
     by_as_of = {s.id: s.recency for s in score_candidates(cands, sim, book, weights, as_of, 30.0, fixed)}
     assert by_as_of["new"] < 1e-6 and by_as_of["older"] < by_as_of["new"]
+
+
+def test_what_no_longer_holds_comes_after_what_replaced_it() -> None:
+    """after_successors: a stale item above one of its successors moves to just after the last of
+    them; one already below, and items without successors, keep their places."""
+    from hrt.pipeline.scoring import Scored, after_successors
+
+    def item(ident: str, after: tuple[str, ...] = ()) -> Scored:
+        node = GraphNode(ident, Kind.MEMORY_UNIT, ident, 1.0, 0.5, "note")
+        return Scored(
+            GraphCandidate(node, 0, ident, (), 0.0), 0.5, 0.5, 0.5, 0.5, 0.5, None, 1.0, None, bool(after), after
+        )
+
+    ranked = [item("old", ("new", "newer")), item("x"), item("new"), item("y"), item("newer"), item("z")]
+    assert [s.id for s in after_successors(ranked)] == ["x", "new", "y", "newer", "old", "z"]
+    below = [item("new"), item("old", ("new",)), item("x")]
+    assert [s.id for s in after_successors(below)] == ["new", "old", "x"]
+    assert [s.id for s in after_successors([item("old", ("gone",)), item("x")])] == ["old", "x"]
