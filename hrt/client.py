@@ -270,13 +270,12 @@ def _conversation_call(
     messages: Iterable[Mapping[str, Any] | Message],
     agent_id: str | None,
     start: int | None,
+    names: tuple[str | None, str | None] = (None, None),
 ) -> _Call[ConversationResult]:
     sent = [_record_json(m) for m in messages]
     body: dict[str, Any] = {"user_id": user_id, "session_id": session_id, "messages": sent}
-    if agent_id is not None:
-        body["agent_id"] = agent_id
-    if start is not None:
-        body["start"] = start
+    given = {"agent_id": agent_id, "start": start, "user_name": names[0], "agent_name": names[1]}
+    body.update({k: v for k, v in given.items() if v is not None})
     # placed messages (an index each, or a start) sent twice change nothing; unplaced ones would go
     # after the session's last message a second time
     placed = start is not None or all(isinstance(m, dict) and m.get("index") is not None for m in sent)
@@ -534,11 +533,14 @@ class HRTClient(_Base):
         *,
         agent_id: str | None = None,
         start: int | None = None,
+        user_name: str | None = None,
+        agent_name: str | None = None,
     ) -> ConversationResult:
         """``POST /v1/conversations``: messages of one session (dicts ``{role, content, ...}`` or
         :class:`~hrt.extraction.messages.Message`), one transaction; each message's memory unit in
-        the result."""
-        return self._do(_conversation_call(user_id, session_id, messages, agent_id, start))
+        the result. ``user_name`` and ``agent_name`` name the speakers of the user's and the
+        assistant's messages that carry no ``name``."""
+        return self._do(_conversation_call(user_id, session_id, messages, agent_id, start, (user_name, agent_name)))
 
     def delete_entity(self, user_id: str, kind: EntityKind, entity_id: str) -> WriteSummary:
         return self._do(_delete_entity_call(user_id, kind, entity_id))
@@ -733,11 +735,15 @@ class AsyncHRTClient(_Base):
         *,
         agent_id: str | None = None,
         start: int | None = None,
+        user_name: str | None = None,
+        agent_name: str | None = None,
     ) -> ConversationResult:
         """``POST /v1/conversations``: messages of one session (dicts ``{role, content, ...}`` or
         :class:`~hrt.extraction.messages.Message`), one transaction; each message's memory unit in
-        the result."""
-        return await self._do(_conversation_call(user_id, session_id, messages, agent_id, start))
+        the result. ``user_name`` and ``agent_name`` name the speakers of the user's and the
+        assistant's messages that carry no ``name``."""
+        names = (user_name, agent_name)
+        return await self._do(_conversation_call(user_id, session_id, messages, agent_id, start, names))
 
     async def delete_entity(self, user_id: str, kind: EntityKind, entity_id: str) -> WriteSummary:
         return await self._do(_delete_entity_call(user_id, kind, entity_id))

@@ -403,8 +403,10 @@ def test_add_messages_sends_one_session_and_returns_the_conversation_result():
         ],
     }
     assert [m.muid for m in result.messages] == ["m0", "m1"] and result.relations == 3
-    c.add_messages("u1", "s1", [{"content": "again"}], start=4)
-    assert json.loads(script.requests[1].content)["start"] == 4
+    c.add_messages("u1", "s1", [{"content": "again"}], start=4, user_name="Maya", agent_name="Pip")
+    again = json.loads(script.requests[1].content)
+    assert again["start"] == 4 and (again["user_name"], again["agent_name"]) == ("Maya", "Pip")
+    assert "user_name" not in json.loads(sent.content)  # left out when not given
 
 
 def test_add_messages_is_sent_again_after_a_503_only_when_every_message_has_its_place():
