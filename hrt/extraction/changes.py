@@ -12,14 +12,16 @@ stated (:func:`superseded`) only when it is about the same subject and stated wh
   or, for a cue without an object of its own ("we moved it to October"), the earlier message is one
   of the last few of the conversation;
 - **what changed**: the earlier message named the old value the cue names ("instead of Kyoto",
-  "not 2pm", "dropping Kyoto", "no longer at Acme"), or it stated a value of the kind the cue
-  gives anew (a date, a time, a name, a number) that the cue does not repeat. A cancellation needs
-  no new value: the earlier statements of what it cancels end.
+  "not 2pm", "dropping Kyoto", "no longer at Acme"), or it stated a value of a kind the cue gives
+  anew (a month, a weekday, a day, a time, a number, an amount; a name for a life fact) that the
+  cue does not repeat. A cancellation needs no new value: the earlier statements of what it
+  cancels end. An echo of what ended ("Got it: Thursday at 9:30") ends with it.
 
 Questions state nothing and are never superseded; a message that only mentions the subject again
-("still on for October", "can't wait for Japan") carries no cue and supersedes nothing. Every
-decision names the rule that fired. Pure functions: the planner (:mod:`hrt.extraction.conversation`)
-gives them the texts and keys it has.
+("still on for October", "can't wait for Japan") carries no cue and supersedes nothing; a cue
+under a negation, in reported speech or used as an adjective announces nothing. Every decision
+names the rule that fired. Pure functions: the planner's side (:mod:`hrt.extraction.superseding`)
+gives them the texts it has. docs/api.md, "What changed", has the table of rules.
 """
 
 from __future__ import annotations

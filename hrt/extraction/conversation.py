@@ -16,7 +16,11 @@ Statistics rows (namespace: key -> JSON):
 - ``meta``: ``meta`` -> messages counted and a version every write bumps (the optimistic lock);
 - ``session``: session id -> next position, last timestamp; ``mh``: session + SEP + message hash
   -> its position (a resend without positions is recognised by it);
-- ``msg``: memory unit id -> the message's hash, position, timestamp and extracted keys;
+- ``msg``: memory unit id -> the message's hash, position, timestamp and extracted keys, and
+  when the change rules (:mod:`hrt.extraction.superseding`) say so: its life-fact families
+  (``fam``), the units it superseded (``sup``), a restatement written (``rs``), a cue (``cue``);
+- ``fam``: family + SEP + muid -> 1 (the messages about a life fact: a job, a home, ...);
+  ``tail``: ``tail`` -> the user's last messages, in order;
 - ``term``: concept key -> messages that mention it (df), surface forms, concept id, linked or not,
   the salience and name last written, the partners it chose for ``RELATED_TO``;
 - ``post``: key + SEP + muid -> 1 (the messages of a key); ``dfx``: df + SEP + key (keys by df);
