@@ -481,6 +481,20 @@ class Settings(
     # it answers and leaves them to the background projector (of this or another replica)
     read_your_writes_timeout_s: float = Field(5.0, ge=0.0, le=600.0)
 
+    # --- store outages (services deployment; docs/reliability.md, "Store outages") -------------
+    # Neo4j and Weaviate each sit behind a circuit: open once a call finds the store unreachable,
+    # refusing at once (503 naming the store, Retry-After) while a background probe pings it this
+    # often; the first probe answered closes it and the projector catches up from the outbox
+    store_probe_interval_s: float = Field(1.0, gt=0.0, le=60.0)
+    # one probe's (and each store's /readyz check's) time limit: /readyz answers within it
+    store_probe_timeout_s: float = Field(0.5, gt=0.0, le=30.0)
+    # a call still running after this makes the circuit ping its store once: a store that refuses
+    # the ping opens it, ending the calls waiting on it at once (a slow store that answers does not)
+    store_suspect_after_s: float = Field(0.5, gt=0.0, le=60.0)
+    # while Neo4j or Weaviate is down, retrieval answers from the record store (marked degraded:
+    # seeds from PostgreSQL's text search, no graph walk); off: such retrievals are 503
+    degrade_on_outage: bool = True
+
     @model_validator(mode="after")
     def _budgets(self) -> Settings:
         if self.rerank_budget_s >= self.request_timeout_s:

@@ -360,6 +360,32 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
             "answers and leaves them to the background projector of this or another replica"
         ),
     ),
+    (
+        ("store_probe_interval_s",),
+        (
+            "services: while Neo4j's or Weaviate's circuit is open (the store known down), requests that "
+            "need it are refused at once (503 naming it, `Retry-After`) and a background probe pings it this "
+            "often; the first answer closes it and the projector catches up ([reliability.md](reliability.md))"
+        ),
+    ),
+    (
+        ("store_probe_timeout_s",),
+        "services: one probe's time limit, and each store's in `/readyz` (asked at once: it answers within it)",
+    ),
+    (
+        ("store_suspect_after_s",),
+        (
+            "services: a store call still running after this makes its circuit ping the store once; a "
+            "refused ping opens the circuit and ends the calls waiting on it at once"
+        ),
+    ),
+    (
+        ("degrade_on_outage",),
+        (
+            "services: while Neo4j or Weaviate is down, retrieval answers from PostgreSQL, marked `degraded` "
+            "(seeds from its text search; no graph walk); `false`: such retrievals are 503"
+        ),
+    ),
 ]
 
 HEADER = """# Configuration

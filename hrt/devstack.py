@@ -405,6 +405,11 @@ class Stack:
         """The ``HRT_*`` variables that point HRT at this stack, credentials included;
         ``redacted``: with each secret replaced by a pointer to stack.env, for printing."""
         out: dict[str, str] = {}
+        # which backends HRT uses: the stack's servers (hrt serve needs nothing exported by hand)
+        if "postgres" in self.services:
+            out["HRT_RECORD_STORE"] = "postgres"
+            out["HRT_GRAPH_STORE"] = "neo4j" if "neo4j" in self.services else "embedded"
+            out["HRT_VECTOR_INDEX"] = "weaviate" if "weaviate" in self.services else "embedded"
         if "postgres" in self.services:
             out["HRT_POSTGRES_DSN"] = self.postgres_dsn
         if "neo4j" in self.services:
@@ -977,8 +982,14 @@ def up(
     for name in missing:
         INSTALLERS[name]()
     errors: list[str] = []
+    # a service that stopped comes back on its old ports: running clients (hrt serve) keep their
+    # addresses and reconnect by themselves, and stack.env stays as it is
+    old_ports = {n: stack.services[n].ports for n in missing if n in stack.services}
     with ThreadPoolExecutor(max_workers=max(1, len(missing))) as pool:
-        futures = {name: pool.submit(starters[name], directory, credentials) for name in missing}
+        futures = {
+            name: pool.submit(_start_on, starters[name], directory, credentials, old_ports.get(name))
+            for name in missing
+        }
         for name, future in futures.items():
             try:
                 stack.services[name] = future.result()
@@ -988,6 +999,17 @@ def up(
     if errors:
         raise DevStackError("\n".join(errors))
     return stack
+
+
+def _start_on(
+    starter: Callable[..., ServiceInfo], directory: Path, credentials: Credentials, ports: Mapping[str, int] | None
+) -> ServiceInfo:
+    """Start a service on ``ports`` (its old ones) when they are all free, else on new ones."""
+    if ports and all(_bindable(p) for k, p in ports.items() if k != "raft"):
+        return starter(directory, credentials, ports=ports)
+    if ports:
+        log.warning("the old ports %s are taken: starting on new ones (stack.env changes)", dict(ports))
+    return starter(directory, credentials)
 
 
 def down(directory: Path) -> list[str]:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from hrt.records import Entity, Kind, Preference
     from hrt.reranker import Reranker
     from hrt.stores.base import GraphCandidate, GraphStore, RecordStore, Vector, VectorIndex
+    from hrt.stores.fallback import Degradation
 
 
 class Services(Protocol):
@@ -60,6 +61,8 @@ class RequestContext:
     now: datetime
     stages: dict[str, str] = field(default_factory=dict)  # retrieval_metadata.stages, in order
     degraded: list[str] = field(default_factory=list)  # retrieval_metadata.degraded_reasons
+    # reads answered by a fallback while a store was down (hrt/stores/fallback.py), in no order
+    outages: list[Degradation] = field(default_factory=list)
     # intake
     intake: Intake = field(init=False)
     embedding: asyncio.Future[Vector] = field(init=False)

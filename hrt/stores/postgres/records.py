@@ -310,6 +310,17 @@ class PostgresRecordStore:
             rows = await cur.fetchall()
         return [relation_from_row(user_id, row) for row in rows]
 
+    async def text_candidates(
+        self, user_id: str, queries: Sequence[Sequence[str]], limit: int
+    ) -> list[list[EntityRow]]:
+        """Per query (its words), the user's best ``limit`` entities by PostgreSQL's full-text
+        rank, then id, in one round trip (:mod:`hrt.stores.postgres.fallback`): retrieval's
+        seeds while the vector index is down."""
+        from hrt.stores.postgres.fallback import text_candidates
+
+        async with self.reading("text search") as conn:
+            return await text_candidates(conn, user_id, queries, limit)
+
     # ---------------------------------------------------------------------------------------
     # export (hrt.export, hrt.stores.postgres.export)
     # ---------------------------------------------------------------------------------------
