@@ -110,6 +110,18 @@ def _bindable(port: int) -> bool:
     return True
 
 
+def _reusable(port: int) -> bool:
+    """Nothing listens on ``port``: a server may bind it again (connections of its previous run
+    left in TIME_WAIT do not count, as for the servers themselves, which set SO_REUSEADDR)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def port_open(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
@@ -1005,7 +1017,7 @@ def _start_on(
     starter: Callable[..., ServiceInfo], directory: Path, credentials: Credentials, ports: Mapping[str, int] | None
 ) -> ServiceInfo:
     """Start a service on ``ports`` (its old ones) when they are all free, else on new ones."""
-    if ports and all(_bindable(p) for k, p in ports.items() if k != "raft"):
+    if ports and all(_reusable(p) for k, p in ports.items() if k != "raft"):
         return starter(directory, credentials, ports=ports)
     if ports:
         log.warning("the old ports %s are taken: starting on new ones (stack.env changes)", dict(ports))
