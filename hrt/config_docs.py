@@ -306,6 +306,14 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
         ("how often a server reads the keys again: a key created or revoked elsewhere takes effect within it"),
     ),
     (
+        ("auth_outage_grace_s",),
+        (
+            "services: while PostgreSQL's circuit is open, keys are checked against those read last, for at "
+            "most this long after that read (then 503): `/readyz` answers in an outage; a key revoked "
+            "elsewhere just before it is refused at the latest this long after (0: 503 at once)"
+        ),
+    ),
+    (
         ("key_rate_limit",),
         (
             "requests per second per key and per process (bursts of 2 s); a key's own `--rate-limit` "
@@ -363,7 +371,7 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
     (
         ("store_probe_interval_s",),
         (
-            "services: while Neo4j's or Weaviate's circuit is open (the store known down), requests that "
+            "services: while PostgreSQL's, Neo4j's or Weaviate's circuit is open (the store known down), requests that "
             "need it are refused at once (503 naming it, `Retry-After`) and a background probe pings it this "
             "often; the first answer closes it and the projector catches up ([reliability.md](reliability.md))"
         ),

@@ -223,7 +223,9 @@ class Projector:
                 backoff = self.min_backoff if report.ok else min(self.max_backoff, backoff * 2)
                 wait = idle_sleep if report.ok else backoff
             except Exception as exc:
-                if isinstance(exc, HRTError):  # the record store itself is down: keep trying
+                if isinstance(exc, StoreDown):  # the record store's circuit is open: it logged that once
+                    pass
+                elif isinstance(exc, HRTError):  # the record store itself is down: keep trying
                     log.warning("projector: %s", exc.message)
                 else:  # a bug: say so loudly, and keep the projections going
                     log.exception("projector: a drain raised")

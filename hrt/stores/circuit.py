@@ -29,7 +29,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from hrt.breaker import CircuitBreaker
@@ -75,6 +75,8 @@ class StoreCircuit:
         self._opened = asyncio.Event()  # set while open: calls in flight stop waiting
         self._prober: asyncio.Task[None] | None = None
         self._suspicion: asyncio.Task[None] | None = None
+        # the blocks running under :meth:`guarding`, by task: ended at once when the circuit opens
+        self._blocks: dict[asyncio.Timeout, asyncio.Task[Any] | None] = {}
         self.on_close: list[Callable[[], None]] = []
         if metrics is not None:
             metrics.circuit_open.labels(store=store).set(0)
@@ -124,6 +126,7 @@ class StoreCircuit:
         )
         if self.metrics is not None:
             self.metrics.circuit_open.labels(store=self.store).set(1)
+        self._end_blocks()
         if self._prober is None or self._prober.done():
             self._prober = asyncio.ensure_future(self._probe_until_back())
 
@@ -164,6 +167,44 @@ class StoreCircuit:
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
+
+    @contextlib.asynccontextmanager
+    async def guarding(self, *, gate: bool = True) -> AsyncIterator[None]:
+        """The block under the circuit, for a store whose calls are blocks (PostgreSQL: a pooled
+        connection and the statements on it). As :meth:`call`: refused at once while open (unless
+        ``gate`` is False); a :class:`StoreUnavailable` of this store raised inside opens it; a
+        block still running after ``suspect_after_s`` has the store pinged once, and ends with
+        :class:`StoreDown` as soon as the circuit opens (a pool waiting for a connection to a
+        server that is gone, a statement on a dead socket)."""
+        if gate:
+            self.check()
+        loop = asyncio.get_running_loop()
+        deadline = asyncio.timeout(None)
+        timer = loop.call_later(self.suspect_after_s, self._suspect)
+        try:
+            async with deadline:
+                self._blocks[deadline] = asyncio.current_task()
+                try:
+                    yield
+                except StoreUnavailable as exc:
+                    self._blocks.pop(deadline, None)  # this block ends by itself
+                    if not isinstance(exc, StoreDown) and exc.store == self.store:
+                        self.trip(exc.message)
+                    raise
+        except TimeoutError:
+            if deadline.expired() and self.is_open:  # ended by the circuit opening
+                raise self.refusal() from None
+            raise
+        finally:
+            timer.cancel()
+            self._blocks.pop(deadline, None)
+
+    def _end_blocks(self) -> None:
+        """End every block running under :meth:`guarding` in another task (the circuit opened)."""
+        now, current = asyncio.get_running_loop().time(), asyncio.current_task()
+        for deadline, task in list(self._blocks.items()):
+            if task is not current and not deadline.expired():
+                deadline.reschedule(now)
 
     async def _race(self, task: asyncio.Future[T]) -> None:
         """Wait for ``task`` unless the circuit opens first (then :class:`StoreDown`)."""

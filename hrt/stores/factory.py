@@ -76,8 +76,11 @@ class Stores:
 
     @property
     def circuits(self) -> dict[str, StoreCircuit]:
-        """The circuits of the stores behind servers that have one, by port name (graph, vectors)."""
+        """The circuits of the stores behind servers, by port name (records, graph, vectors)."""
         out: dict[str, StoreCircuit] = {}
+        circuit = getattr(self.records, "circuit", None)
+        if isinstance(circuit, StoreCircuit):
+            out["records"] = circuit
         if isinstance(self.graph, GuardedGraphStore):
             out["graph"] = self.graph.circuit
         if isinstance(self.vectors, GuardedVectorIndex):
@@ -162,6 +165,7 @@ def open_stores(settings: Settings, *, dim: int, model_id: str, metrics: Metrics
         if file is not None and settings.record_store == EMBEDDED:
             return Stores(file.records, file.graph, file.vectors, EmbeddedWriter(file), None, deployment, file)
         postgres = _postgres(settings, max_size=settings.postgres_pool_size, embedder=(dim, model_id))
+        postgres.circuit = _circuit("PostgreSQL", postgres.probe, settings, metrics)
         graph: GraphStore = file.graph if file is not None and settings.graph_store == EMBEDDED else _neo4j(settings)
         vectors: VectorIndex = (
             file.vectors if file is not None and settings.vector_index == EMBEDDED else _weaviate(settings)
@@ -177,11 +181,18 @@ def open_stores(settings: Settings, *, dim: int, model_id: str, metrics: Metrics
         raise
 
 
-def _circuit(name: str, part: StoreLifecycle, settings: Settings, metrics: Metrics | None) -> StoreCircuit:
+def _reconnecting(part: StoreLifecycle) -> Callable[[], Awaitable[None]]:
     async def probe() -> None:
         await part.open(keep_trying=True)
         await part.ping()
 
+    return probe
+
+
+def _circuit(
+    name: str, probe: Callable[[], Awaitable[None]], settings: Settings, metrics: Metrics | None
+) -> StoreCircuit:
+    """A store's circuit; ``probe`` raises unless the store answers (never waiting on a pool)."""
     return StoreCircuit(
         name,
         probe,
@@ -197,7 +208,7 @@ def guard_graph(
 ) -> GuardedGraphStore:
     """The graph store behind its circuit, its retrieval reads falling back to ``records``."""
     fallback = RecordGraph(records) if settings.degrade_on_outage else None
-    return GuardedGraphStore(graph, _circuit("Neo4j", graph, settings, metrics), fallback, metrics)
+    return GuardedGraphStore(graph, _circuit("Neo4j", _reconnecting(graph), settings, metrics), fallback, metrics)
 
 
 def guard_vectors(
@@ -205,7 +216,9 @@ def guard_vectors(
 ) -> GuardedVectorIndex:
     """The vector index behind its circuit, its retrieval reads falling back to ``records``."""
     fallback = RecordVectors(records) if settings.degrade_on_outage else None
-    return GuardedVectorIndex(vectors, _circuit("Weaviate", vectors, settings, metrics), fallback, metrics)
+    return GuardedVectorIndex(
+        vectors, _circuit("Weaviate", _reconnecting(vectors), settings, metrics), fallback, metrics
+    )
 
 
 @contextlib.asynccontextmanager

@@ -6,6 +6,7 @@ here only; tests/integration/test_faults.py drives real processes."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -304,3 +305,112 @@ def test_dev_up_brings_a_stopped_server_back_on_its_old_ports_and_keeps_stack_en
         "'neo4j'",
         "'embedded'",
     )
+
+
+# --- PostgreSQL: a circuit around blocks, the keys read last --------------------------------------
+
+
+async def test_a_block_waiting_on_a_store_that_refuses_its_ping_ends_at_once_then_blocks_are_refused() -> None:
+    """PostgreSQL's calls are blocks (a pooled connection and its statements): one waiting for the
+    pool's timeout ends once the suspicion ping is refused; the next is refused without a call."""
+    switch = Switch()
+    c = circuit(switch)
+    switch.mode = "refusing"
+    started = time.perf_counter()
+    with pytest.raises(StoreDown) as ended:
+        async with c.guarding():
+            await asyncio.sleep(30)  # the pool waiting for a connection
+    assert time.perf_counter() - started < 1.0 and ended.value.store == "Fake"
+    assert c.is_open
+    started = time.perf_counter()
+    with pytest.raises(StoreDown):
+        async with c.guarding():
+            raise AssertionError("a refused block never runs")
+    assert time.perf_counter() - started < 0.1
+    await c.close()
+
+
+async def test_a_block_failing_on_its_store_opens_the_circuit_and_another_stores_failure_does_not() -> None:
+    c = circuit(Switch())
+    with pytest.raises(StoreUnavailable):
+        async with c.guarding():
+            raise StoreUnavailable("Neo4j is down", store="Neo4j")  # a projection write inside a lease
+    assert not c.is_open
+    slow_done = False
+    async with c.guarding():  # a slow block whose store answers the ping is not cut off
+        await asyncio.sleep(0.2)
+        slow_done = True
+    assert slow_done and not c.is_open
+    with pytest.raises(StoreUnavailable):
+        async with c.guarding():
+            raise StoreUnavailable("connection refused", store="Fake")
+    assert c.is_open
+    await c.close()
+
+
+class KeysDown:
+    """A key store whose record store's circuit is open once ``down`` is set."""
+
+    def __init__(self, keys: list[Any]) -> None:
+        self._keys = keys
+        self.down = False
+
+    async def keys(self) -> list[Any]:
+        if self.down:
+            raise StoreDown("PostgreSQL's circuit is open (refused)", store="PostgreSQL", retry_after_s=1)
+        return list(self._keys)
+
+    async def touch_keys(self, used: Any) -> None:
+        if self.down:
+            raise StoreDown("PostgreSQL's circuit is open (refused)", store="PostgreSQL", retry_after_s=1)
+
+
+async def test_keys_read_last_serve_while_the_record_store_is_down_within_the_grace_only(caplog) -> None:
+    from hrt.auth import SCOPES, KeyRing, new_key
+
+    token, record = new_key("ops", SCOPES, None)
+    revoked_token, revoked = new_key("gone", SCOPES, None)
+    revoked = dataclasses.replace(revoked, revoked_at=time.time() - 1)
+    other_token, _ = new_key("made-elsewhere", SCOPES, None)
+    store = KeysDown([record, revoked])
+    ring = KeyRing(store, refresh_s=0.0, outage_grace_s=0.3)  # type: ignore[arg-type]
+    await ring.authenticate(f"Bearer {token}")
+    store.down = True
+    caplog.set_level(logging.INFO)
+    started = time.perf_counter()
+    assert (await ring.authenticate(f"Bearer {token}")).key_id == record.key_id  # the keys read last
+    assert time.perf_counter() - started < 0.1
+    from hrt.errors import Unauthenticated
+
+    with pytest.raises(Unauthenticated):
+        await ring.authenticate(f"Bearer {revoked_token}")  # revoked before the outage: still refused
+    with pytest.raises(StoreDown):
+        await ring.authenticate(f"Bearer {other_token}")  # not among them: 503, never 401
+    await asyncio.sleep(0.35)
+    with pytest.raises(StoreDown):
+        await ring.authenticate(f"Bearer {token}")  # past the grace: 503
+    assert not [r for r in caplog.records if r.name == "hrt.auth"]  # the circuit logged the outage
+
+
+async def test_a_key_store_that_cannot_be_reached_is_a_503_with_one_line_and_no_traceback(
+    loaded_service, settings, caplog
+) -> None:
+    from hrt.api import create_app
+    from hrt.auth import SCOPES, new_key
+
+    token, record = new_key("ops", SCOPES, None)
+    await loaded_service.records.create_key(record)
+
+    async def unreachable() -> list[Any]:
+        raise StoreUnavailable("PostgreSQL unavailable during keys: couldn't get a connection", store="PostgreSQL")
+
+    loaded_service.records.keys = unreachable
+    caplog.set_level(logging.WARNING)
+    app = create_app(settings, service=loaded_service)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://hrt") as c:
+        r = await c.get("/readyz", headers={"authorization": f"Bearer {token}"})
+    assert r.status_code == 503 and r.json()["error"]["code"] == "store_unavailable"
+    assert "PostgreSQL" in r.json()["error"]["message"] and "connection" not in r.text
+    lines = [x for x in caplog.records if x.name == "hrt.api.guard"]
+    assert len(lines) == 1 and lines[0].exc_info is None

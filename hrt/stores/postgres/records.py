@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager, suppress
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext, suppress
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -49,6 +49,7 @@ from hrt.stores.projection import (
 )
 
 if TYPE_CHECKING:
+    from hrt.stores.circuit import StoreCircuit
     from hrt.stores.postgres.export import PostgresExportReader
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,9 @@ class PostgresRecordStore:
         self._timeout = timeout
         self._connecting = False  # open(keep_trying=True) failed: the pool connects in the background
         self._sizes = (min_size, max_size)
+        # set by the composition root for a server (hrt.stores.factory): every connection's block
+        # runs under it, so a PostgreSQL that is down is refused at once (503), not after the pool's timeout
+        self.circuit: StoreCircuit | None = None
         self.pool = self._request_pool()
         # a lease holds its connection across the projector's write to Neo4j or Weaviate: the
         # leases get connections of their own (one per target, one more for `hrt doctor --repair`),
@@ -110,6 +114,14 @@ class PostgresRecordStore:
         that error and keeps connecting in the background, so the store serves once PostgreSQL is
         back, without a restart; until then every call fails as StoreUnavailable, and so does
         ``open`` again, which succeeds once PostgreSQL answers."""
+        try:
+            await self._open(keep_trying)
+        except StoreUnavailable as exc:  # not raced by the circuit: a pool's open must end by itself
+            if self.circuit is not None and exc.store == self.circuit.store:
+                self.circuit.trip(exc.message)
+            raise
+
+    async def _open(self, keep_trying: bool) -> None:
         if self._connecting:  # a pool left connecting in the background by an earlier open
             await self.ping()
             self._connecting = False
@@ -144,6 +156,8 @@ class PostgresRecordStore:
             )
 
     async def close(self) -> None:
+        if self.circuit is not None:
+            await self.circuit.close()
         await self.lease_pool.close()
         await self.pool.close()
 
@@ -151,6 +165,19 @@ class PostgresRecordStore:
         """Raise StoreUnavailable unless PostgreSQL answers a read of the records (a user no
         record can carry: it finds nothing)."""
         await self.user_exists(WARM_UP_USER)
+
+    async def probe(self) -> None:
+        """The circuit's probe: one connection of its own (never the pool's, which waits for its
+        timeout while PostgreSQL is down) and ``SELECT 1``; StoreUnavailable when refused."""
+        with translate_errors("ping"):
+            conn = await psycopg.AsyncConnection.connect(self._dsn, connect_timeout=max(1, int(self._timeout)))
+            try:
+                await conn.execute("SELECT 1")
+            finally:
+                await conn.close()
+
+    def _guarded(self, *, gate: bool = True) -> AbstractAsyncContextManager[None]:
+        return self.circuit.guarding(gate=gate) if self.circuit is not None else nullcontext()
 
     async def apply_schema(self) -> None:
         """Nothing to migrate on start (``hrt migrate`` does, :mod:`hrt.stores.postgres.migrate`,
@@ -168,15 +195,17 @@ class PostgresRecordStore:
 
     @asynccontextmanager
     async def connection(self, action: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        with translate_errors(action):
-            async with self.pool.connection() as conn:
-                yield conn
+        async with self._guarded():
+            with translate_errors(action):
+                async with self.pool.connection() as conn:
+                    yield conn
 
     @asynccontextmanager
     async def _leased_connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        with translate_errors("outbox lease"):
-            async with self.lease_pool.connection() as conn:
-                yield conn
+        async with self._guarded():
+            with translate_errors("outbox lease"):
+                async with self.lease_pool.connection() as conn:
+                    yield conn
 
     @asynccontextmanager
     async def reading(self, action: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -329,6 +358,8 @@ class PostgresRecordStore:
     async def export_reader(self, user_id: str) -> AsyncIterator[PostgresExportReader]:
         from hrt.stores.postgres.export import PostgresExportReader, open_export_connection
 
+        if self.circuit is not None:
+            self.circuit.check()
         conn = await open_export_connection(self._dsn, self._timeout)
         try:
             yield PostgresExportReader(conn, user_id)
