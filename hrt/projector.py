@@ -257,6 +257,8 @@ class Projector:
             return
         try:
             stats = await self.records.outbox_stats()
+        except StoreDown:  # the record store's circuit is open: it logged that once
+            return
         except Exception as exc:
             log.warning("projector: reading the outbox metrics failed: %s", describe(exc))
             return

@@ -8,20 +8,24 @@ A measurement, not a test. It starts a dev stack of its own (``hrt dev up`` in a
 the shared one is never touched), migrates it, loads the sample graph and starts ``hrt serve`` on
 127.0.0.1. Then, per store: ``--clients`` threads retrieve back to back (a fixed request, pinned
 ``as_of``) and one thread writes a memory unit every ``--write-every-s``; the store is stopped by
-its PID (as ``hrt dev status`` gives it), left down for ``--outage-s``, and brought back with
-``hrt dev up`` (the same function); ``hrt serve`` is never restarted. Reported per store:
+its PID (as ``hrt dev status`` gives it) as an operator stops it (PostgreSQL: ``pg_ctl stop``'s
+fast shutdown; ``--postgres-crash``: SIGKILL on a stack run durable), left down for ``--outage-s``,
+and brought back with ``hrt dev up`` (the same function); ``hrt serve`` is never restarted.
+Reported per store:
 
 - ``first_failover_ms``: from the stop to the first answer that is a 503 or marked degraded;
 - ``known_down_ms``: from the stop to the first ``/readyz`` that says the store is unavailable;
 - ``answer_ms_known_down``: p50 / max latency of the retrievals sent once it was known down;
 - ``readyz_ms``: max ``/readyz`` latency during the outage;
-- ``writes``: accepted during the outage, and whether all reached both projections afterwards
-  (``hrt doctor`` clean);
+- ``writes``: accepted and refused (503, with the slowest refusal) during the outage; every write
+  acknowledged (200) during the store's round still held afterwards (``acknowledged_missing``
+  lists those that are not), and whether all reached both projections (``hrt doctor`` clean);
 - ``full_service_s``: from ``hrt dev up`` returning (the store answering) to ``/readyz`` 200 and
   a retrieval answering undegraded;
 - ``same_answer_after``: the retrieval after recovery byte-identical to the one before the fault.
 
-Writes ``--out`` (JSON) and prints a Markdown table.
+Writes ``--out`` (JSON; by default into the drill's folder, never into the repository) and prints a
+Markdown table.
 """
 
 from __future__ import annotations
@@ -45,7 +49,6 @@ from hrt import devstack
 from hrt.bench.server import Server
 from hrt.cli import sample_data_path
 
-ROOT = Path(__file__).resolve().parents[1]
 AS_OF = "2025-12-31T00:00:00Z"
 REQUEST = {"user_id": "u-maya", "key_phrases": ["Project Phoenix timeline", "team bandwidth"], "as_of": AS_OF}
 PORT_OF = {"weaviate": "vectors", "neo4j": "graph", "postgres": "records"}
@@ -57,7 +60,7 @@ class Load:
     def __init__(self, server: Server, clients: int, write_every_s: float) -> None:
         self.server, self.clients, self.write_every_s = server, clients, write_every_s
         self.answers: list[tuple[float, float, int, bool, bytes]] = []
-        self.writes: list[tuple[float, str, int]] = []
+        self.writes: list[tuple[float, str, int, float]] = []  # (start, id, status, seconds)
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._retrieve) for _ in range(clients)]
         self.threads.append(threading.Thread(target=self._write))
@@ -94,11 +97,12 @@ class Load:
                     "content": f"drill write {ident}",
                     "creation_ts": "2025-06-01T09:00:00Z",
                 }
+                started = time.monotonic()
                 try:
                     status = c.post("/v1/ingest", json={"records": [record]}).status_code
                 except httpx.TransportError:
                     status = -1
-                self.writes.append((time.monotonic(), ident, status))
+                self.writes.append((started, ident, status, time.monotonic() - started))
 
 
 def readyz_watch(server: Server, port: str, stop: threading.Event, out: list[tuple[float, float, str]]) -> None:
@@ -141,7 +145,7 @@ def drill_one(
         pid = devstack.status(directory)["services"][store]["pid"]
         watcher.start()
         stopped_at = time.monotonic()
-        devstack.stop_pid(pid, grace=5)
+        stop(store, pid, args.postgres_crash)
         time.sleep(args.outage_s)
         up_started = time.monotonic()
         devstack.up(directory, (store,))  # what `hrt dev up` runs
@@ -151,6 +155,29 @@ def drill_one(
     watching.set()
     watcher.join()
     return summarise(store, load, watch, before, server, env, (stopped_at, up_started, up_done, full_at))
+
+
+def stop(store: str, pid: int, crash: bool) -> None:
+    """As an operator stops it: PostgreSQL with ``pg_ctl stop``'s fast shutdown (SIGINT: sessions
+    end, a checkpoint, exit), the others with SIGTERM (SIGKILL after 5 s); ``crash``: PostgreSQL
+    killed (SIGKILL), which loses nothing acknowledged only when it runs durable
+    (``HRT_DEV_POSTGRES_DURABLE=1``, which ``--postgres-crash`` sets for the drill's stack)."""
+    if store == "postgres" and crash:
+        devstack.stop_pid(pid, grace=0.0, first=None)
+    elif store == "postgres":
+        devstack.stop_postgres(pid, grace=10)
+    else:
+        devstack.stop_pid(pid, grace=5)
+
+
+def acknowledged_missing(server: Server, writes: list[tuple[float, str, int, float]]) -> list[str]:
+    """The acknowledged (200) writes that the store does not hold."""
+    with httpx.Client(base_url=server.base_url, headers=server.headers, timeout=60) as c:
+        return [
+            ident
+            for _, ident, status, _ in writes
+            if status == 200 and c.get(f"/v1/users/u-drill/entities/memory_unit/{ident}").status_code != 200
+        ]
 
 
 def wait_full_service(server: Server, before: bytes, timeout: float) -> float | None:
@@ -208,6 +235,10 @@ def summarise(
         "writes": {
             "during_outage": len(outage_writes),
             "accepted": sum(1 for w in outage_writes if w[2] == 200),
+            "refused_503": sum(1 for w in outage_writes if w[2] == 503),
+            "refused_ms_max": round(max((w[3] * 1000 for w in outage_writes if w[2] == 503), default=0.0), 1),
+            "acknowledged": sum(1 for w in load.writes if w[2] == 200),
+            "acknowledged_missing": acknowledged_missing(server, load.writes),
             "all_delivered": doctor_clean(env, 120),
         },
         "dev_up_s": round(up_done - up_started, 1),
@@ -224,9 +255,16 @@ def main() -> int:
     p.add_argument("--outage-s", type=float, default=10.0)
     p.add_argument("--write-every-s", type=float, default=0.5)
     p.add_argument("--dir", default=None, help="the drill's own stack folder (default: a temporary one)")
-    p.add_argument("--out", default=str(ROOT / "bench-results" / "fault-drill.json"))
+    p.add_argument("--out", default=None, help="the JSON report (default: fault-drill.json in the drill's folder)")
+    p.add_argument(
+        "--postgres-crash",
+        action="store_true",
+        help="kill PostgreSQL (SIGKILL), not its fast shutdown, on a stack run durable (HRT_DEV_POSTGRES_DURABLE=1)",
+    )
     args = p.parse_args()
     directory = Path(args.dir or tempfile.mkdtemp(prefix="hrt-drill-"))
+    if args.postgres_crash:
+        os.environ["HRT_DEV_POSTGRES_DURABLE"] = "1"  # what a deployment runs: a crash keeps every commit
     results = []
     with devstack.running(directory) as stack:
         env = {**stack.env(), "HRT_WEAVIATE_COLLECTION": "HRTDrill", "HRT_DB_PATH": str(directory / "unused.db")}
@@ -248,8 +286,10 @@ def main() -> int:
             server.stop()
         log = (directory / "server.log").read_text(errors="replace")
     out = {"results": results, "server_log": {"tracebacks": log.count("Traceback"), "lines": log.count("\n")}}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    report = Path(args.out) if args.out else directory / "fault-drill.json"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"report: {report}; server log: {out['server_log']}")
     print(table(results))
     return 0
 
@@ -257,15 +297,17 @@ def main() -> int:
 def table(results: list[dict[str, Any]]) -> str:
     rows = [
         "| store | first 503/degraded after stop (ms) | known down after (ms) | answers once known down p50 / max (ms) "
-        "| /readyz max (ms) | writes accepted / during outage, all delivered | full service after `hrt dev up` (s) "
-        "| same answer after |",
-        "|---|---|---|---|---|---|---|---|",
+        "| /readyz max (ms) | writes accepted / refused 503 (max ms) / sent during outage | acknowledged kept, "
+        "all delivered | full service after `hrt dev up` (s) | same answer after |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         a, w = r["answer_ms_known_down"], r["writes"]
         rows.append(
             f"| {r['store']} | {r['first_failover_ms']} | {r['known_down_ms']} | {a['p50']} / {a['max']} "
-            f"| {r['readyz_ms_max']} | {w['accepted']} / {w['during_outage']}, {w['all_delivered']} "
+            f"| {r['readyz_ms_max']} | {w['accepted']} / {w['refused_503']} ({w['refused_ms_max']}) "
+            f"/ {w['during_outage']} "
+            f"| {w['acknowledged'] - len(w['acknowledged_missing'])} of {w['acknowledged']}, {w['all_delivered']} "
             f"| {r['full_service_s']} | {r['same_answer_after']} |"
         )
     return "\n".join(rows)

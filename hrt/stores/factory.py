@@ -166,6 +166,7 @@ def open_stores(settings: Settings, *, dim: int, model_id: str, metrics: Metrics
             return Stores(file.records, file.graph, file.vectors, EmbeddedWriter(file), None, deployment, file)
         postgres = _postgres(settings, max_size=settings.postgres_pool_size, embedder=(dim, model_id))
         postgres.circuit = _circuit("PostgreSQL", postgres.probe, settings, metrics)
+        quiet_pool_reconnects()
         graph: GraphStore = file.graph if file is not None and settings.graph_store == EMBEDDED else _neo4j(settings)
         vectors: VectorIndex = (
             file.vectors if file is not None and settings.vector_index == EMBEDDED else _weaviate(settings)
@@ -297,6 +298,12 @@ def _postgres_dsn(settings: Settings) -> str:
     if not settings.postgres_dsn:
         raise StoreError("HRT_RECORD_STORE=postgres needs HRT_POSTGRES_DSN")
     return settings.postgres_dsn
+
+
+def quiet_pool_reconnects() -> None:
+    from hrt.stores.postgres.records import quiet_pool_reconnects as quiet
+
+    quiet()
 
 
 def _postgres(settings: Settings, *, max_size: int, embedder: tuple[int, str] | None = None) -> PostgresRecordStore:

@@ -396,3 +396,68 @@ def test_serve_starts_with_postgresql_down_and_serves_once_it_is_back(tmp_path):
         finally:
             server.stop()
     subprocess.run(["rm", "-rf", str(directory)], check=False)
+
+
+def test_postgresql_stopped_is_refused_fast_and_readyz_answers_within_a_second(tmp_path):
+    """PostgreSQL stopped as an operator does (``pg_ctl stop``'s fast shutdown) under a server:
+    once its circuit is open every request that needs it is a 503 naming it with Retry-After, at
+    once (no wait for the pool's timeout), writes too (nothing accepted, nothing lost); /readyz
+    answers within a second, saying which store is down (the keys read last authenticate it);
+    one log line when the circuit opens and one when it closes, no traceback; after ``hrt dev up``
+    the same server answers the same bytes and takes writes."""
+    directory = Path(tempfile.mkdtemp(prefix="hrt-pgcircuit-"))
+    with devstack.running(directory, ("postgres",)) as stack:
+        migrate(stack.postgres_dsn)
+        env = {
+            "HRT_RECORD_STORE": "postgres",
+            "HRT_POSTGRES_DSN": stack.postgres_dsn,
+            "HRT_REQUEST_TIMEOUT_S": str(BUDGET_S),
+            "HRT_RERANK_BUDGET_S": "5",
+        }
+        server = start_hrt_server(tmp_path / "projections.db", tmp_path / "server.log", env=env)
+        try:
+            with server.client(timeout=60) as c:
+                r = c.post(
+                    "/v1/ingest",
+                    content=sample_data_path().read_bytes(),
+                    headers={"content-type": "application/x-ndjson"},
+                )
+                assert r.status_code == 200, r.text
+                before = c.post("/v1/retrieve", json=REQUEST)
+                assert before.status_code == 200
+                devstack.stop_postgres(stack.services["postgres"].pid, grace=10)
+                first, took = timed_retrieve(c)
+                assert first.status_code == 503 and took < 2.0, (took, first.text)
+                assert first.json()["error"]["code"] == "store_unavailable" and "PostgreSQL" in first.text
+                assert first.headers["retry-after"] == "1"
+                started = time.monotonic()
+                readyz = c.get("/readyz")
+                assert time.monotonic() - started < 1.0 and readyz.status_code == 503, readyz.text
+                assert readyz.json()["stores"]["records"] == "unavailable"
+                times = []
+                for _ in range(5):
+                    again, took = timed_retrieve(c)
+                    assert again.status_code == 503 and again.headers["retry-after"] == "1", again.text
+                    times.append(took)
+                assert sorted(times)[2] < 0.1, times  # known down: refused at once
+                started = time.monotonic()
+                written = c.post("/v1/ingest", json={"records": [memory("u-pg", "pg-down", "written while down")]})
+                assert written.status_code == 503 and time.monotonic() - started < 0.5, written.text
+                devstack.up(directory, ("postgres",))  # what `hrt dev up` runs
+                until(lambda: ready(server), 30, "/readyz 200 once PostgreSQL is back")
+                after = until(
+                    lambda: (x := c.post("/v1/retrieve", json=REQUEST)).status_code == 200 and x, 30, "a retrieval"
+                )
+                assert after.content == before.content
+                written = c.post("/v1/ingest", json={"records": [memory("u-pg", "pg-up", "written once back")]})
+                assert written.status_code == 200, written.text
+                assert c.get("/v1/users/u-pg/stats").json()["memory_unit"] == 1  # the refused write is not there
+            log = (tmp_path / "server.log").read_text()
+            assert "Traceback" not in log, log[-3000:]
+            assert log.count("PostgreSQL is unavailable: circuit open") == 1, log[-3000:]
+            assert log.count("PostgreSQL answers again: circuit closed") == 1, log[-3000:]
+            lines = [x for x in log.splitlines() if x.startswith(("WARNING", "ERROR"))]
+            assert len(lines) == 2, lines  # those two: no line per request, per reconnection attempt
+        finally:
+            server.stop()
+    subprocess.run(["rm", "-rf", str(directory)], check=False)

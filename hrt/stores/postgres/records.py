@@ -61,6 +61,27 @@ T = TypeVar("T")
 STATE_LOCK = 0x4852_5431  # "HRT1"
 
 
+class _PoolReconnects(logging.Filter):
+    """psycopg's pool logs a warning per failed reconnection attempt (and per dead connection it
+    drops) while PostgreSQL is down; behind a circuit, the circuit's two lines (opened, closed) say
+    it instead."""
+
+    NOISE = ("error connecting in ", "discarding closed connection")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno <= logging.WARNING and str(record.msg).startswith(self.NOISE))
+
+
+_POOL_RECONNECTS = _PoolReconnects()
+
+
+def quiet_pool_reconnects() -> None:
+    """Install :class:`_PoolReconnects` on psycopg's pool logger (once; a server's stores)."""
+    logger = logging.getLogger("psycopg.pool")
+    if _POOL_RECONNECTS not in logger.filters:
+        logger.addFilter(_POOL_RECONNECTS)
+
+
 class PostgresRecordStore:
     def __init__(
         self,
