@@ -414,3 +414,15 @@ async def test_a_key_store_that_cannot_be_reached_is_a_503_with_one_line_and_no_
     assert "PostgreSQL" in r.json()["error"]["message"] and "connection" not in r.text
     lines = [x for x in caplog.records if x.name == "hrt.api.guard"]
     assert len(lines) == 1 and lines[0].exc_info is None
+
+
+def test_the_dev_stacks_postgresql_runs_durable_when_asked(monkeypatch, tmp_path: Path) -> None:
+    """Fast and not crash-safe for tests (an acknowledged commit may be lost to a SIGKILL);
+    HRT_DEV_POSTGRES_DURABLE=1 (the drill's --postgres-crash): PostgreSQL's own safe defaults."""
+    monkeypatch.delenv("HRT_DEV_POSTGRES_DURABLE", raising=False)
+    command = devstack._pg_command(tmp_path, tmp_path, tmp_path / "data", 5432)
+    assert "synchronous_commit=off" in command and "fsync=off" in command
+    monkeypatch.setenv("HRT_DEV_POSTGRES_DURABLE", "1")
+    command = devstack._pg_command(tmp_path, tmp_path, tmp_path / "data", 5432)
+    assert {"fsync=on", "synchronous_commit=on", "full_page_writes=on"} <= set(command)
+    assert not [c for c in command if c.endswith("=off")]
