@@ -75,6 +75,7 @@ class StoreCircuit:
         self._opened = asyncio.Event()  # set while open: calls in flight stop waiting
         self._prober: asyncio.Task[None] | None = None
         self._suspicion: asyncio.Task[None] | None = None
+        self._suspected_at = -math.inf  # the last suspicion ping's start
         # the blocks running under :meth:`guarding`, by task: ended at once when the circuit opens
         self._blocks: dict[asyncio.Timeout, asyncio.Task[Any] | None] = {}
         self.on_close: list[Callable[[], None]] = []
@@ -180,7 +181,15 @@ class StoreCircuit:
             self.check()
         loop = asyncio.get_running_loop()
         deadline = asyncio.timeout(None)
-        timer = loop.call_later(self.suspect_after_s, self._suspect)
+
+        timers: list[asyncio.TimerHandle] = []
+
+        def suspect() -> None:  # again when a ping was too soon after the last one
+            wait = self._suspect()
+            if wait > 0:
+                timers.append(loop.call_later(wait, suspect))
+
+        timers.append(loop.call_later(self.suspect_after_s, suspect))
         try:
             async with deadline:
                 self._blocks[deadline] = asyncio.current_task()
@@ -196,7 +205,8 @@ class StoreCircuit:
                 raise self.refusal() from None
             raise
         finally:
-            timer.cancel()
+            for timer in timers:
+                timer.cancel()
             self._blocks.pop(deadline, None)
 
     def _end_blocks(self) -> None:
@@ -217,11 +227,18 @@ class StoreCircuit:
         if task not in done:
             raise self.refusal()
 
-    def _suspect(self) -> None:
-        """One ping at a time while calls run long: a store that refuses it opens the circuit."""
+    def _suspect(self) -> float:
+        """One ping at a time, at most one per ``suspect_after_s``, while calls run long (a pool
+        short of connections under load must not turn into a connection per call): a store that
+        refuses it opens the circuit. Returns 0, or how long until a ping may start (too soon)."""
         if self.is_open or (self._suspicion is not None and not self._suspicion.done()):
-            return
+            return 0.0
+        wait = self._suspected_at + self.suspect_after_s - self._clock()
+        if wait > 0:
+            return wait
+        self._suspected_at = self._clock()
         self._suspicion = asyncio.ensure_future(self._ping_once())
+        return 0.0
 
     async def _ping_once(self) -> None:
         try:
