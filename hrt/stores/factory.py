@@ -165,7 +165,7 @@ def open_stores(settings: Settings, *, dim: int, model_id: str, metrics: Metrics
         if file is not None and settings.record_store == EMBEDDED:
             return Stores(file.records, file.graph, file.vectors, EmbeddedWriter(file), None, deployment, file)
         postgres = _postgres(settings, max_size=settings.postgres_pool_size, embedder=(dim, model_id))
-        postgres.circuit = _circuit("PostgreSQL", postgres.probe, settings, metrics)
+        postgres.attach(_circuit("PostgreSQL", postgres.probe, settings, metrics))
         quiet_pool_reconnects()
         graph: GraphStore = file.graph if file is not None and settings.graph_store == EMBEDDED else _neo4j(settings)
         vectors: VectorIndex = (

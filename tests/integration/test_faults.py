@@ -404,7 +404,8 @@ def test_postgresql_stopped_is_refused_fast_and_readyz_answers_within_a_second(t
     once (no wait for the pool's timeout), writes too (nothing accepted, nothing lost); /readyz
     answers within a second, saying which store is down (the keys read last authenticate it);
     one log line when the circuit opens and one when it closes, no traceback; after ``hrt dev up``
-    the same server answers the same bytes and takes writes."""
+    the same server is ready within the probe interval (fresh pools, not the old ones' reconnection
+    backoff), answers the same bytes and takes writes."""
     directory = Path(tempfile.mkdtemp(prefix="hrt-pgcircuit-"))
     with devstack.running(directory, ("postgres",)) as stack:
         migrate(stack.postgres_dsn)
@@ -443,8 +444,13 @@ def test_postgresql_stopped_is_refused_fast_and_readyz_answers_within_a_second(t
                 started = time.monotonic()
                 written = c.post("/v1/ingest", json={"records": [memory("u-pg", "pg-down", "written while down")]})
                 assert written.status_code == 503 and time.monotonic() - started < 0.5, written.text
+                time.sleep(8.0)  # long enough for the pool's reconnection backoff to reach seconds
                 devstack.up(directory, ("postgres",))  # what `hrt dev up` runs
-                until(lambda: ready(server), 30, "/readyz 200 once PostgreSQL is back")
+                back = time.monotonic()
+                until(lambda: ready(server), 30, "/readyz 200 once PostgreSQL is back", step=0.05)
+                assert time.monotonic() - back < 2.5  # the circuit's probe (1 s), fresh pools: no backoff left
+                started = time.monotonic()
+                assert c.get("/readyz").status_code == 200 and time.monotonic() - started < 1.0
                 after = until(
                     lambda: (x := c.post("/v1/retrieve", json=REQUEST)).status_code == 200 and x, 30, "a retrieval"
                 )

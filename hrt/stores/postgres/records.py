@@ -106,12 +106,48 @@ class PostgresRecordStore:
         # a lease holds its connection across the projector's write to Neo4j or Weaviate: the
         # leases get connections of their own (one per target, one more for `hrt doctor --repair`),
         # so a slow target never holds the connections that requests read with; none until used
-        self.lease_pool = AsyncConnectionPool(
-            dsn,
+        self.lease_pool = self._lease_pool()
+        self._renewing: set[asyncio.Future[None]] = set()
+        self._stale_pools: list[AsyncConnectionPool] = []  # replaced by _renew_pools, closed after
+
+    def attach(self, circuit: StoreCircuit) -> None:
+        """Run every connection's block under ``circuit``; when it closes, renew the pools."""
+        self.circuit = circuit
+        circuit.on_close.append(self._renew_soon)
+
+    def _renew_soon(self) -> None:
+        task = asyncio.ensure_future(self._renew_pools())
+        self._renewing.add(task)
+        task.add_done_callback(self._renewing.discard)
+
+    async def _renew_pools(self) -> None:
+        """PostgreSQL answers again: fresh pools, connecting now. The old ones retry with a growing
+        backoff (up to seconds after an outage of ten) during which a request would wait for
+        them; a request that took one of them in the moment before the swap keeps it (its pool's
+        timeout still bounds it), and they are closed after that timeout."""
+        if self.pool.closed:  # not opened yet, or closing: nothing to renew
+            return
+        pool, lease_pool = self._request_pool(), self._lease_pool()
+        await pool.open(wait=False)
+        await lease_pool.open(wait=False)
+        self._stale_pools += [self.pool, self.lease_pool]
+        self.pool, self.lease_pool = pool, lease_pool
+        await asyncio.sleep(self._timeout)
+        await self._close_stale_pools()
+
+    async def _close_stale_pools(self) -> None:
+        stale, self._stale_pools = self._stale_pools, []
+        for pool in stale:
+            with suppress(Exception):
+                await pool.close(timeout=1.0)
+
+    def _lease_pool(self) -> AsyncConnectionPool:
+        return AsyncConnectionPool(
+            self._dsn,
             min_size=0,
             max_size=3,
             open=False,
-            timeout=timeout,
+            timeout=self._timeout,
             kwargs={"autocommit": False},
             check=AsyncConnectionPool.check_connection,
             name="hrt-outbox-leases",
@@ -179,6 +215,11 @@ class PostgresRecordStore:
     async def close(self) -> None:
         if self.circuit is not None:
             await self.circuit.close()
+        for task in list(self._renewing):
+            task.cancel()
+            with suppress(BaseException):
+                await task
+        await self._close_stale_pools()
         await self.lease_pool.close()
         await self.pool.close()
 
