@@ -214,7 +214,8 @@ class StoreCircuit:
         now, current = asyncio.get_running_loop().time(), asyncio.current_task()
         for deadline, task in list(self._blocks.items()):
             if task is not current and not deadline.expired():
-                deadline.reschedule(now)
+                with contextlib.suppress(RuntimeError):  # a block leaving at this moment
+                    deadline.reschedule(now)
 
     async def _race(self, task: asyncio.Future[T]) -> None:
         """Wait for ``task`` unless the circuit opens first (then :class:`StoreDown`)."""
