@@ -318,8 +318,11 @@ class ServiceInfo:
 
 
 def _secret() -> str:
-    # URL-safe base64: nothing a libpq DSN, an env file or a shell would need quoted
-    return secrets.token_urlsafe(32)
+    # URL-safe base64: nothing a libpq DSN, an env file or a shell would need quoted; never a
+    # leading "-", which neo4j-admin (picocli) reads as an option (1 start in 64 failed so)
+    while (token := secrets.token_urlsafe(32)).startswith("-"):
+        pass
+    return token
 
 
 @dataclass

@@ -426,3 +426,10 @@ def test_the_dev_stacks_postgresql_runs_durable_when_asked(monkeypatch, tmp_path
     command = devstack._pg_command(tmp_path, tmp_path, tmp_path / "data", 5432)
     assert {"fsync=on", "synchronous_commit=on", "full_page_writes=on"} <= set(command)
     assert not [c for c in command if c.endswith("=off")]
+
+
+def test_dev_stack_secrets_never_start_with_a_dash(monkeypatch) -> None:
+    """neo4j-admin's set-initial-password reads a password starting with '-' as an option."""
+    tokens = iter(["-abc", "-def", "ghi"])
+    monkeypatch.setattr(devstack.secrets, "token_urlsafe", lambda n: next(tokens))
+    assert devstack._secret() == "ghi"
