@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_fault_drill_over_weaviate_and_postgresql_meets_the_goals(tmp_path: Path) -> None:
     report = tmp_path / "drill.json"
+    stack = Path(tempfile.mkdtemp(prefix="hrt-drill-"))  # PostgreSQL's user must reach it: not under tmp_path
     done = subprocess.run(
         [
             sys.executable,
@@ -31,7 +34,7 @@ def test_the_fault_drill_over_weaviate_and_postgresql_meets_the_goals(tmp_path: 
             "--clients",
             "1",
             "--dir",
-            str(tmp_path / "stack"),
+            str(stack),
             "--out",
             str(report),
         ],
@@ -40,6 +43,7 @@ def test_the_fault_drill_over_weaviate_and_postgresql_meets_the_goals(tmp_path: 
         text=True,
         timeout=600,
     )
+    shutil.rmtree(stack, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(report.read_text())
     assert out["server_log"]["tracebacks"] == 0
