@@ -26,7 +26,12 @@ A key acts for the users it lists, or for every user (``--all-users``). ``/healt
 
 Keys are read from the record store into a :class:`KeyRing` and refreshed every
 ``HRT_AUTH_REFRESH_S`` seconds, so a key created or revoked by ``hrt keys`` (or by another server)
-takes effect within that time in every running server, at once in the one that did it.
+takes effect within that time in every running server, at once in the one that did it. While the
+record store's circuit is open (PostgreSQL known down, :mod:`hrt.stores.circuit`), a key is checked
+against the keys read last, for at most ``HRT_AUTH_OUTAGE_GRACE_S`` after that read: so ``/readyz``
+and ``/metrics`` answer during an outage, and a key revoked elsewhere just before it is refused at
+the latest that long after its revocation (no key can be revoked while the outage lasts: revoking
+writes to the record store). A key not among them, or after the grace, gets 503, never 401.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Literal, Protocol
 
-from hrt.errors import Forbidden, InvalidInput, RateLimited, Unauthenticated
+from hrt.errors import Forbidden, InvalidInput, RateLimited, StoreDown, Unauthenticated
 
 log = logging.getLogger(__name__)
 
@@ -416,6 +421,7 @@ class KeyRing:
 
     store: KeyStore
     refresh_s: float = 1.0
+    outage_grace_s: float = 60.0
     clock: Callable[[], float] = time.time
     _keys: dict[str, KeyRecord] = field(default_factory=dict)
     _loaded_at: float = -math.inf
@@ -424,6 +430,7 @@ class KeyRing:
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _scrypt: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
     _touching: asyncio.Future[None] | None = None  # the last-use write in flight
+    _outage: StoreDown | None = None  # the keys could not be read again: they are the last read
 
     async def refresh(self) -> None:
         """Read every key again, and write the last-use times gathered since the last refresh
@@ -437,10 +444,13 @@ class KeyRing:
         keys = await self.store.keys()
         self._keys = {k.key_id: k for k in keys}
         self._loaded_at = time.monotonic()
+        self._outage = None
 
     async def _touch(self, used: dict[str, float]) -> None:
         try:
             await self.store.touch_keys(used)
+        except StoreDown:  # its circuit logged the outage: keep them for the next round
+            self._merge_used(used)
         except Exception as exc:  # last use is bookkeeping: keep it for the next round
             log.warning("recording the keys' last use failed: %s", exc)
             self._merge_used(used)
@@ -454,7 +464,13 @@ class KeyRing:
             return
         async with self._lock:
             if time.monotonic() - self._loaded_at >= (0.0 if force else self.refresh_s):
-                await self.refresh()
+                try:
+                    await self.refresh()
+                except StoreDown as exc:
+                    # the record store's circuit is open: the keys read last, within the grace
+                    self._outage = exc
+                    if force or time.monotonic() - self._loaded_at > self.outage_grace_s:
+                        raise
 
     def forget(self, key_id: str) -> None:
         """Read the keys again at the next request (a key created or revoked through this server)."""
@@ -484,6 +500,8 @@ class KeyRing:
             if time.monotonic() - self._loaded_at >= 0.2:
                 await self._fresh(force=True)
                 key = self._keys.get(key_id)
+            if key is None and self._outage is not None:
+                raise self._outage.with_traceback(None)  # perhaps made since the keys were read: unknown, not refused
             if key is None:
                 raise Unauthenticated("unknown API key")
         digest = hash_token(token)

@@ -451,6 +451,11 @@ class Settings(
     # keys are re-read from the record store this often: a key created or revoked by `hrt keys`
     # takes effect within it in every running server
     auth_refresh_s: float = Field(1.0, ge=0.0, le=3600.0)
+    # while PostgreSQL's circuit is open (the keys cannot be read), keys are checked against those
+    # read last, for at most this long after that read (then 503 naming PostgreSQL): /readyz and
+    # /metrics answer during an outage, and a key revoked by another process just before it is
+    # refused at the latest this long after the revocation (none can be revoked while it lasts)
+    auth_outage_grace_s: float = Field(60.0, ge=0.0, le=3600.0)
     # per key and per process, unless the key sets its own (`hrt keys create --rate-limit`,
     # `--max-concurrency`); 0: no limit. Far above what one agent sends.
     key_rate_limit: float = Field(100.0, ge=0.0, le=1_000_000.0)  # requests per second (bursts of 2 s)
@@ -484,6 +489,20 @@ class Settings(
     # how long a write waits for its own events to reach the projections (read-your-writes) before
     # it answers and leaves them to the background projector (of this or another replica)
     read_your_writes_timeout_s: float = Field(5.0, ge=0.0, le=600.0)
+
+    # --- store outages (services deployment; docs/reliability.md, "Store outages") -------------
+    # PostgreSQL, Neo4j and Weaviate each sit behind a circuit: open once a call finds the store unreachable,
+    # refusing at once (503 naming the store, Retry-After) while a background probe pings it this
+    # often; the first probe answered closes it and the projector catches up from the outbox
+    store_probe_interval_s: float = Field(1.0, gt=0.0, le=60.0)
+    # one probe's (and each store's /readyz check's) time limit: /readyz answers within it
+    store_probe_timeout_s: float = Field(0.5, gt=0.0, le=30.0)
+    # a call still running after this makes the circuit ping its store once: a store that refuses
+    # the ping opens it, ending the calls waiting on it at once (a slow store that answers does not)
+    store_suspect_after_s: float = Field(0.5, gt=0.0, le=60.0)
+    # while Neo4j or Weaviate is down, retrieval answers from the record store (marked degraded:
+    # seeds from PostgreSQL's text search, no graph walk); off: such retrievals are 503
+    degrade_on_outage: bool = True
 
     @model_validator(mode="after")
     def _budgets(self) -> Settings:

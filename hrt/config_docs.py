@@ -307,6 +307,14 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
         ("how often a server reads the keys again: a key created or revoked elsewhere takes effect within it"),
     ),
     (
+        ("auth_outage_grace_s",),
+        (
+            "services: while PostgreSQL's circuit is open, keys are checked against those read last, for at "
+            "most this long after that read (then 503): `/readyz` answers in an outage; a key revoked "
+            "elsewhere just before it is refused at the latest this long after (0: 503 at once)"
+        ),
+    ),
+    (
         ("key_rate_limit",),
         (
             "requests per second per key and per process (bursts of 2 s); a key's own `--rate-limit` "
@@ -359,6 +367,32 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
         (
             "services: how long a write waits for its own events to reach the projections before it "
             "answers and leaves them to the background projector of this or another replica"
+        ),
+    ),
+    (
+        ("store_probe_interval_s",),
+        (
+            "services: while PostgreSQL's, Neo4j's or Weaviate's circuit is open (the store known down), requests that "
+            "need it are refused at once (503 naming it, `Retry-After`) and a background probe pings it this "
+            "often; the first answer closes it and the projector catches up ([reliability.md](reliability.md))"
+        ),
+    ),
+    (
+        ("store_probe_timeout_s",),
+        "services: one probe's time limit, and each store's in `/readyz` (asked at once: it answers within it)",
+    ),
+    (
+        ("store_suspect_after_s",),
+        (
+            "services: a store call still running after this makes its circuit ping the store once; a "
+            "refused ping opens the circuit and ends the calls waiting on it at once"
+        ),
+    ),
+    (
+        ("degrade_on_outage",),
+        (
+            "services: while Neo4j or Weaviate is down, retrieval answers from PostgreSQL, marked `degraded` "
+            "(seeds from its text search; no graph walk); `false`: such retrievals are 503"
         ),
     ),
 ]

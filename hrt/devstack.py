@@ -110,6 +110,18 @@ def _bindable(port: int) -> bool:
     return True
 
 
+def _reusable(port: int) -> bool:
+    """Nothing listens on ``port``: a server may bind it again (connections of its previous run
+    left in TIME_WAIT do not count, as for the servers themselves, which set SO_REUSEADDR)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def port_open(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
@@ -306,8 +318,11 @@ class ServiceInfo:
 
 
 def _secret() -> str:
-    # URL-safe base64: nothing a libpq DSN, an env file or a shell would need quoted
-    return secrets.token_urlsafe(32)
+    # URL-safe base64: nothing a libpq DSN, an env file or a shell would need quoted; never a
+    # leading "-", which neo4j-admin (picocli) reads as an option (1 start in 64 failed so)
+    while (token := secrets.token_urlsafe(32)).startswith("-"):
+        pass
+    return token
 
 
 @dataclass
@@ -405,6 +420,11 @@ class Stack:
         """The ``HRT_*`` variables that point HRT at this stack, credentials included;
         ``redacted``: with each secret replaced by a pointer to stack.env, for printing."""
         out: dict[str, str] = {}
+        # which backends HRT uses: the stack's servers (hrt serve needs nothing exported by hand)
+        if "postgres" in self.services:
+            out["HRT_RECORD_STORE"] = "postgres"
+            out["HRT_GRAPH_STORE"] = "neo4j" if "neo4j" in self.services else "embedded"
+            out["HRT_VECTOR_INDEX"] = "weaviate" if "weaviate" in self.services else "embedded"
         if "postgres" in self.services:
             out["HRT_POSTGRES_DSN"] = self.postgres_dsn
         if "neo4j" in self.services:
@@ -592,15 +612,21 @@ def _pg_command(pg: Path, base: Path, data: Path, port: int) -> list[str]:
         "listen_addresses=127.0.0.1",
         "-c",
         f"unix_socket_directories={base}",
-        "-c",
-        "fsync=off",
-        "-c",
-        "synchronous_commit=off",
-        "-c",
-        "full_page_writes=off",
+        *(arg for setting in _pg_durability() for arg in ("-c", setting)),
         "-c",
         "max_connections=100",
     ]
+
+
+def _pg_durability() -> list[str]:
+    """Fast and not crash-safe by default (tests): ``synchronous_commit=off`` acknowledges a commit
+    before its WAL is written, so a PostgreSQL killed (SIGKILL) may lose the last ~0.6 s of
+    acknowledged commits; a clean stop (``pg_ctl stop``, SIGINT or SIGTERM) loses nothing.
+    ``HRT_DEV_POSTGRES_DURABLE=1``: PostgreSQL's own defaults (fsync, synchronous commit, full
+    pages), as a deployment runs it, under which an acknowledged commit survives a crash."""
+    if os.environ.get("HRT_DEV_POSTGRES_DURABLE", "") in ("1", "true", "yes"):
+        return ["fsync=on", "synchronous_commit=on", "full_page_writes=on"]
+    return ["fsync=off", "synchronous_commit=off", "full_page_writes=off"]
 
 
 def _pg_ready(port: int, data: Path, password: str) -> Callable[[], bool]:
@@ -901,11 +927,24 @@ STARTERS: dict[str, Callable[[Path, Credentials], ServiceInfo]] = {
 }
 
 
-def stop_pid(pid: int, grace: float = 30.0) -> None:
+def stop_postgres(pid: int, grace: float = 30.0) -> None:
+    """PostgreSQL's fast shutdown, as ``pg_ctl stop`` (its default mode) does: SIGINT to the
+    postmaster, which ends its sessions (open transactions roll back), writes a checkpoint and
+    exits; every acknowledged commit is on disk. (SIGTERM is its "smart" shutdown, which serves the
+    connected clients until they leave.) A SIGKILL after ``grace``."""
+    if _alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGINT)
+    stop_pid(pid, grace, first=None)
+
+
+def stop_pid(pid: int, grace: float = 30.0, first: signal.Signals | None = signal.SIGTERM) -> None:
+    """``first`` (SIGTERM) to the process group, then SIGKILL after ``grace``."""
     if not _alive(pid):
         return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
+    if first is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, first)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         with contextlib.suppress(ChildProcessError):
@@ -977,8 +1016,14 @@ def up(
     for name in missing:
         INSTALLERS[name]()
     errors: list[str] = []
+    # a service that stopped comes back on its old ports: running clients (hrt serve) keep their
+    # addresses and reconnect by themselves, and stack.env stays as it is
+    old_ports = {n: stack.services[n].ports for n in missing if n in stack.services}
     with ThreadPoolExecutor(max_workers=max(1, len(missing))) as pool:
-        futures = {name: pool.submit(starters[name], directory, credentials) for name in missing}
+        futures = {
+            name: pool.submit(_start_on, starters[name], directory, credentials, old_ports.get(name))
+            for name in missing
+        }
         for name, future in futures.items():
             try:
                 stack.services[name] = future.result()
@@ -988,6 +1033,17 @@ def up(
     if errors:
         raise DevStackError("\n".join(errors))
     return stack
+
+
+def _start_on(
+    starter: Callable[..., ServiceInfo], directory: Path, credentials: Credentials, ports: Mapping[str, int] | None
+) -> ServiceInfo:
+    """Start a service on ``ports`` (its old ones) when they are all free, else on new ones."""
+    if ports and all(_reusable(p) for k, p in ports.items() if k != "raft"):
+        return starter(directory, credentials, ports=ports)
+    if ports:
+        log.warning("the old ports %s are taken: starting on new ones (stack.env changes)", dict(ports))
+    return starter(directory, credentials)
 
 
 def down(directory: Path) -> list[str]:

@@ -120,11 +120,14 @@ async def expected(
     return kinds, nodes, docs
 
 
-async def check_ids(records: RecordStore, graph: GraphStore, vectors: VectorIndex, user_id: str) -> UserDrift:
-    """Ids only: the embedded store writes records and projections in one SQLite transaction."""
+async def check_ids(
+    records: RecordStore, graph: GraphStore | None, vectors: VectorIndex | None, user_id: str
+) -> UserDrift:
+    """Ids only: the embedded store writes records and projections in one SQLite transaction. A
+    projection given as None (down) is not compared."""
     truth = await records.ids(user_id)
-    in_graph = await graph.ids(user_id)
-    in_vectors = await vectors.ids(user_id)
+    in_graph = await graph.ids(user_id) if graph is not None else truth
+    in_vectors = await vectors.ids(user_id) if vectors is not None else truth
     return UserDrift(
         user_id=user_id,
         missing_in_graph=_by_kind(truth, set(truth) - set(in_graph)),
@@ -134,19 +137,24 @@ async def check_ids(records: RecordStore, graph: GraphStore, vectors: VectorInde
     )
 
 
-async def check_user(records: RecordStore, graph: GraphStore, vectors: VectorIndex, user_id: str) -> UserDrift:
+async def check_user(
+    records: RecordStore, graph: GraphStore | None, vectors: VectorIndex | None, user_id: str
+) -> UserDrift:
     """Record by record where the projections are fed through an outbox; ids only where the
-    record store writes them in its own transaction (:func:`check_ids`)."""
+    record store writes them in its own transaction (:func:`check_ids`). A projection given as
+    None (down: ``hrt doctor`` in a partial outage) is not compared: it is reported as such."""
     outbox = records.outbox
     if outbox is None:
         return await check_ids(records, graph, vectors, user_id)
     kinds, want_nodes, want_docs = await expected(records, user_id)
-    have_nodes = await graph.nodes(user_id)
-    have_docs = await vectors.docs(user_id)
+    have_nodes = await graph.nodes(user_id) if graph is not None else want_nodes
+    have_docs = await vectors.docs(user_id) if vectors is not None else want_docs
     node_kinds = {i: n.kind.value for i, n in have_nodes.items()}
     doc_kinds = {i: d.kind.value for i, d in have_docs.items()}
     want_edges = {(r.source, r.target, r.type.value): graph_edge(r) for r in await records.all_relations(user_id)}
-    have_edges = {(e.source, e.target, e.type.value): e for e in await graph.edges(user_id)}
+    have_edges = (
+        {(e.source, e.target, e.type.value): e for e in await graph.edges(user_id)} if graph is not None else want_edges
+    )
 
     def stale_edge(a: GraphEdge, b: GraphEdge) -> bool:
         return (a.weight, a.relation_type) != (b.weight, b.relation_type)
@@ -184,7 +192,7 @@ async def users_to_check(records: RecordStore, users: Sequence[str] | None) -> l
 
 
 async def check(
-    records: RecordStore, graph: GraphStore, vectors: VectorIndex, users: Sequence[str] | None = None
+    records: RecordStore, graph: GraphStore | None, vectors: VectorIndex | None, users: Sequence[str] | None = None
 ) -> list[UserDrift]:
     return [await check_user(records, graph, vectors, u) for u in await users_to_check(records, users)]
 

@@ -11,7 +11,8 @@
     ├── NotFound              unknown user or entity (HTTP 404)
     ├── Conflict              an id already used by another kind of entity (HTTP 409)
     └── StoreError            a store failed
-        └── StoreUnavailable  a store cannot be reached right now (HTTP 503)
+        └── StoreUnavailable  a store cannot be reached right now (HTTP 503, Retry-After)
+            └── StoreDown     its circuit is open: refused at once, without a call
 
 Adapters translate third-party exceptions at their edge (``raise StoreUnavailable(...) from exc``);
 the HTTP layer maps this tree to status codes in one handler. Service code never raises HTTP errors.
@@ -136,8 +137,29 @@ class StoreError(HRTError):
 
 
 class StoreUnavailable(StoreError):
+    """``retry_after_s``: when a retry may succeed (the ``Retry-After`` of the 503), when known."""
+
     code = "store_unavailable"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        store: str | None = None,
+        public: str | None = None,
+        field: str | None = None,
+        retry_after_s: int | None = None,
+    ) -> None:
+        super().__init__(message, store=store, public=public, field=field)
+        self.retry_after_s = retry_after_s
 
     @property
     def public_message(self) -> str:
         return self._public or f"{self.store or 'a store'} is unavailable; retry later"
+
+
+class StoreDown(StoreUnavailable):
+    """A store whose circuit is open (:mod:`hrt.stores.circuit`): refused without a call, at once.
+    Its opening was logged once; each refusal is not."""
+
+    code = "store_unavailable"

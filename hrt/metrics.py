@@ -86,6 +86,29 @@ class Metrics:
             registry=self.registry,
         )
 
+        self._store_metrics()
+
+    def _store_metrics(self) -> None:
+        # per-store circuits (hrt/stores/circuit.py): open while a store is known down
+        self.circuit_open = Gauge(
+            "hrt_store_circuit_open",
+            "1 while a store's circuit is open (calls refused at once, probed in the background), by store",
+            ["store"],
+            registry=self.registry,
+        )
+        self.circuit_refused = Counter(
+            "hrt_store_circuit_refusals",
+            "Calls refused at once because the store's circuit was open, by store",
+            ["store"],
+            registry=self.registry,
+        )
+        self.store_fallbacks = Counter(
+            "hrt_store_fallbacks",
+            "Reads answered from the record store because a projection was down, by store and read",
+            ["store", "read"],
+            registry=self.registry,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 

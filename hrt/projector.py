@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hrt.errors import HRTError, StoreError, StoreUnavailable
+from hrt.errors import HRTError, StoreDown, StoreError, StoreUnavailable
 from hrt.metrics import Metrics
 from hrt.records import EdgeType
 from hrt.stores.base import GraphEdge, GraphStore, Outbox, OutboxLease, VectorIndex
@@ -110,6 +110,8 @@ class Projector:
         # background (a delivery is never cancelled half way), awaited on close
         self._stragglers: set[asyncio.Task[DrainReport]] = set()
         self._stats_at = 0.0
+        # set when a target comes back (its circuit closed): the loop drains at once, its backoff reset
+        self._wake = asyncio.Event()
 
     # ------------------------------------------------------------------------------------------
     # draining
@@ -215,12 +217,15 @@ class Projector:
         ``stop``. It survives every exception: logged, counted, retried after a backoff."""
         backoff = self.min_backoff
         while not stop.is_set():
+            self._wake.clear()
             try:
                 report = await self.drain()
                 backoff = self.min_backoff if report.ok else min(self.max_backoff, backoff * 2)
                 wait = idle_sleep if report.ok else backoff
             except Exception as exc:
-                if isinstance(exc, HRTError):  # the record store itself is down: keep trying
+                if isinstance(exc, StoreDown):  # the record store's circuit is open: it logged that once
+                    pass
+                elif isinstance(exc, HRTError):  # the record store itself is down: keep trying
                     log.warning("projector: %s", exc.message)
                 else:  # a bug: say so loudly, and keep the projections going
                     log.exception("projector: a drain raised")
@@ -229,14 +234,31 @@ class Projector:
                 backoff = min(self.max_backoff, backoff * 2)
                 wait = backoff
             await self._refresh_stats()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=wait)
+            if await self._pause(stop, wait):
+                backoff = self.min_backoff
+
+    def wake(self) -> None:
+        """A target is back (its circuit closed): the background loop drains now, not after its
+        backoff (up to ``max_backoff``)."""
+        self._wake.set()
+
+    async def _pause(self, stop: asyncio.Event, seconds: float) -> bool:
+        """Sleep up to ``seconds``, less when stopped or woken; True when woken."""
+        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())]
+        try:
+            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+        return self._wake.is_set()
 
     async def _refresh_stats(self) -> None:
         if self.metrics is None or time.monotonic() - self._stats_at < STATS_EVERY_S:
             return
         try:
             stats = await self.records.outbox_stats()
+        except StoreDown:  # the record store's circuit is open: it logged that once
+            return
         except Exception as exc:
             log.warning("projector: reading the outbox metrics failed: %s", describe(exc))
             return
@@ -328,6 +350,8 @@ class Projector:
         if not isinstance(exc, HRTError):
             log.error("projector: %s delivery of seq %d raised", target, event["seq"], exc_info=exc)
         attempts = await lease.failed(event["seq"], message, count=not unreachable)
+        if isinstance(exc, StoreDown):  # its circuit is open: logged once, when it opened
+            raise _Stop(message)
         if unreachable or attempts < self.max_attempts:
             log.warning(
                 "projector: %s delivery stopped at seq %d (attempt %d of %d): %s",

@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+PORTS = ("records", "graph", "vectors")  # the order of Stores.parts
+
 
 def load_reranker(settings: Settings, metrics: Metrics) -> Reranker:
     """The one reranker the settings name: the ONNX cross-encoder when ``HRT_RERANKER_ONNX_MODEL`` is
@@ -159,6 +161,7 @@ class HRTService:
         self._opened: list[StoreLifecycle] = []  # the stores whose closers are registered
         self._connected: list[StoreLifecycle] = []  # the stores whose open succeeded
         self._setup_task: asyncio.Task[None] | None = None  # sets up the stores down at start
+        self.down: dict[str, str] = {}  # port (records, graph, vectors) -> store, down at start
         self.projector: Projector | None = None
         self._projector_task: asyncio.Task[None] | None = None
         # "off", or the background preload of `hrt serve`: "loading", "done", "failed"; /readyz
@@ -178,7 +181,9 @@ class HRTService:
         # before the stores open: a reranker that cannot load (HRT_RERANKER_ONNX_MODEL) leaves none open
         own_reranker = reranker or self._own_reranker()
 
-        self.stores = open_stores(settings, dim=self.embedder.dim, model_id=self.embedder.model_id)
+        self.stores = open_stores(
+            settings, dim=self.embedder.dim, model_id=self.embedder.model_id, metrics=self.metrics
+        )
         self._closers.append(self.stores.close)
         if self.stores.outbox is not None:
             from hrt.projector import Projector
@@ -190,6 +195,8 @@ class HRTService:
                 max_attempts=settings.projector_max_attempts,
                 metrics=self.metrics,
             )
+            for circuit in self.stores.circuits.values():  # a store back: catch up from the outbox now
+                circuit.on_close.append(self.projector.wake)
         self.tool = HybridRetrievalTool(
             settings,
             self.embedder,
@@ -252,21 +259,24 @@ class HRTService:
     # lifecycle
     # ---------------------------------------------------------------------------------------
 
-    async def start(self, *, background_projector: bool = False) -> HRTService:
+    async def start(self, *, background_projector: bool = False, partial: bool = False) -> HRTService:
         """Open pools and connections; with ``background_projector`` (``hrt serve``) also start
         the outbox projector loop, and start even while a store is down: what needs that store
         answers 503 (``/readyz`` says ``unavailable``) until it answers, then it is set up
-        (connection, schema) in the background, without a restart."""
+        (connection, schema) in the background, without a restart. ``partial`` (``hrt doctor``,
+        ``hrt project``): start while a store is down too, without setting it up later; what is
+        down is in :attr:`down`."""
         down: list[StoreLifecycle] = []
         for part in self._parts():
             try:
                 await self._open_part(part, keep_trying=background_projector)
             except StoreUnavailable as exc:
-                if not background_projector:
+                if not (background_projector or partial):
                     raise
-                log.warning("starting without %s: %s; it is set up once it answers", exc.store or "a store", exc)
+                log.warning("starting without %s: %s", exc.store or "a store", exc.message)
                 down.append(part)
-        if down:
+                self.down[self._port_name(part)] = exc.store or "a store"
+        if down and background_projector:
             self._setup_task = asyncio.create_task(self._set_up_later(down))
         if background_projector:
             # the serving process holds an embedded file: a second server (or another process's
@@ -289,6 +299,29 @@ class HRTService:
 
     def _parts(self) -> tuple[StoreLifecycle, ...]:
         return self.stores.parts
+
+    def _port_name(self, part: StoreLifecycle) -> str:
+        return next(n for n, p in zip(PORTS, self.stores.parts, strict=True) if p is part)
+
+    async def store_checks(self) -> dict[str, bool]:
+        """Per port (records, graph, vectors): does the store answer now? Every store is asked at
+        once, each within ``HRT_STORE_PROBE_TIMEOUT_S`` (a store behind a circuit through it: a
+        refusal opens it, an answer closes it), so this returns within that time whatever is down."""
+
+        async def check(part: StoreLifecycle) -> bool:
+            circuit = self.stores.circuits.get(self._port_name(part))
+            if circuit is not None:
+                return await circuit.probe_now()
+            try:
+                async with asyncio.timeout(self.settings.store_probe_timeout_s):
+                    await part.ping()
+            except Exception as exc:  # readiness reports, it never raises
+                log.debug("readiness check failed: %s", exc)
+                return False
+            return True
+
+        answers = await asyncio.gather(*(check(p) for p in self._parts()))
+        return dict(zip(PORTS, answers, strict=True))
 
     async def _open_part(self, part: StoreLifecycle, *, keep_trying: bool) -> None:
         """Open one store and apply its (idempotent, cheap) schema. The closer is registered once

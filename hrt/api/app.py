@@ -69,7 +69,11 @@ class RequestCounter:
 
 
 async def _open_keyring(state: ServerState) -> KeyRing:
-    ring = KeyRing(state.service.records, refresh_s=state.settings.auth_refresh_s)
+    ring = KeyRing(
+        state.service.records,
+        refresh_s=state.settings.auth_refresh_s,
+        outage_grace_s=state.settings.auth_outage_grace_s,
+    )
     try:
         await ring.refresh()
     except StoreUnavailable as exc:  # read on the first request once the store answers

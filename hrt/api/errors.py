@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from hrt.errors import HRTError, InvalidInput, RateLimited, Unauthenticated
+from hrt.errors import HRTError, InvalidInput, RateLimited, StoreDown, StoreUnavailable, Unauthenticated
 from hrt.front import INTERNAL_ERROR, error_dict, field_name, refusal_reason, status_for
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     415: _described("the body is not sent as application/json"),
     422: _described("invalid input; field names it"),
     429: _described("over the key's request rate or concurrency, or the server's write bound (with Retry-After)"),
-    503: _described("a store is unavailable or the request ran out of time"),
+    503: _described("a store is unavailable or the request ran out of time (with Retry-After when known)"),
 }
 
 
@@ -77,7 +77,21 @@ def error_headers(exc: HRTError) -> dict[str, str]:
         return {"WWW-Authenticate": 'Bearer realm="hrt", error="invalid_token"'}
     if isinstance(exc, RateLimited):
         return {"Retry-After": str(exc.retry_after_s)}
+    if isinstance(exc, StoreUnavailable) and exc.retry_after_s is not None:
+        return {"Retry-After": str(exc.retry_after_s)}
     return {}
+
+
+def log_failure(request: Request, exc: HRTError) -> None:
+    """A 5xx in the log: a store refused by its open circuit, not at all (the circuit logged its
+    opening); another store that cannot be reached, one line; anything else with its cause."""
+    if isinstance(exc, StoreDown):
+        return
+    if isinstance(exc, StoreUnavailable):
+        log.warning("%s %s: %s", request.method, request.url.path, exc.message)
+        return
+    # the full message (driver text, host, port) and its cause, for the operator only
+    log.error("%s %s failed: %s", request.method, request.url.path, exc.message, exc_info=exc.__cause__)
 
 
 def _ctx_error(error: dict[str, Any]) -> str:
@@ -100,8 +114,7 @@ def install_error_handlers(app: FastAPI, count: Callable[[HRTError], None] | Non
     async def _hrt_error(request: Request, exc: HRTError) -> JSONResponse:
         code = status_for(exc)
         if code >= 500:
-            # the full message (driver text, host, port) and its cause, for the operator only
-            log.error("%s %s failed: %s", request.method, request.url.path, exc.message, exc_info=exc.__cause__)
+            log_failure(request, exc)
         reason = refusal_reason(exc)
         if reason is not None:  # the audit line's reason (hrt.api.guard)
             request.scope.setdefault("state", {})["refusal"] = reason

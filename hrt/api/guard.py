@@ -22,7 +22,7 @@ from starlette.routing import Match, Route
 
 from hrt.api.errors import error_headers
 from hrt.auth import UNAUTHENTICATED_DEV, KeyLimiter, KeyRing, Principal, is_loopback
-from hrt.errors import HRTError, Unauthenticated
+from hrt.errors import HRTError, StoreDown, StoreUnavailable, Unauthenticated
 from hrt.front import audit, error_dict, status_for
 
 log = logging.getLogger(__name__)
@@ -115,8 +115,8 @@ class Guard:
                 if status < 500:
                     state["refusal"] = str(getattr(exc, "reason", None) or exc.code)
                     self.on_refusal(exc)
-                else:  # the key store failed: logged whole, answered with its public message
-                    log.error("authenticating a request failed: %s", exc.message, exc_info=exc.__cause__)
+                else:
+                    log_key_store_failure(exc)
                 await send_error(send, status, exc)
                 return
             state["principal"] = principal
@@ -149,6 +149,17 @@ class Guard:
                 header = value.decode("latin-1")
                 break
         return await ring.authenticate(header)
+
+
+def log_key_store_failure(exc: HRTError) -> None:
+    """The keys could not be read: a record store refused by its open circuit, no line (the circuit
+    logged its opening); one that cannot be reached, one line; any other failure whole."""
+    if isinstance(exc, StoreDown):
+        return
+    if isinstance(exc, StoreUnavailable):
+        log.warning("authenticating a request failed: %s", exc.message)
+        return
+    log.error("authenticating a request failed: %s", exc.message, exc_info=exc.__cause__)
 
 
 def request_id(scope: Scope) -> str:

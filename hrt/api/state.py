@@ -43,7 +43,11 @@ class ServerState:
         """Made at start by the lifespan (which checks that a key exists); an app driven without its
         lifespan (an in-process test client) makes it on first use."""
         if self._keyring is None:
-            self._keyring = KeyRing(self.service.records, refresh_s=self.settings.auth_refresh_s)
+            self._keyring = KeyRing(
+                self.service.records,
+                refresh_s=self.settings.auth_refresh_s,
+                outage_grace_s=self.settings.auth_outage_grace_s,
+            )
         return self._keyring
 
     def set_keyring(self, ring: KeyRing) -> None:

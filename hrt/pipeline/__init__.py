@@ -35,6 +35,7 @@ from hrt.pipeline.scoring import Scored, scoring_stage
 from hrt.pipeline.selection import selection_stage
 from hrt.reranker import NoopReranker, Reranker
 from hrt.stores.base import GraphStore, RecordStore, VectorIndex
+from hrt.stores.fallback import STAGE, collecting
 
 # The stages in order. Their names are the keys of retrieval_metadata.stages and of the timings
 # run() returns (the Server-Timing header, which benchmarks parse), then "total".
@@ -146,12 +147,18 @@ class HybridRetrievalTool:
         ctx = RequestContext(request, cfg, config_hash, applied, self.clock())
         timings: dict[str, float] = {}
         started = time.perf_counter()
-        for stage in PIPELINE:
-            with self._stage(stage.name, timings):
-                if ctx.user_known or stage.name in UNKNOWN_USER_STAGES:
-                    ctx.stages[stage.name] = await stage.run(ctx, self)
-                else:  # nothing stored for the user: nothing to search, walk, score or read
-                    ctx.stages[stage.name] = "skipped"
+        # reads a store's fallback answered (a store down: hrt/stores/fallback.py), for assembly
+        with collecting() as ctx.outages:
+            for stage in PIPELINE:
+                token = STAGE.set(stage.name)
+                try:
+                    with self._stage(stage.name, timings):
+                        if ctx.user_known or stage.name in UNKNOWN_USER_STAGES:
+                            ctx.stages[stage.name] = await stage.run(ctx, self)
+                        else:  # nothing stored for the user: nothing to search, walk, score or read
+                            ctx.stages[stage.name] = "skipped"
+                finally:
+                    STAGE.reset(token)
         total = time.perf_counter() - started
         timings["total"] = total
         self._observe(ctx, total)

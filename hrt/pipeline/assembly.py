@@ -49,6 +49,7 @@ from hrt.stores.base import GraphNode, GraphStore
 from hrt.text import STOPWORDS, WORD
 
 if TYPE_CHECKING:
+    from hrt.metrics import Metrics
     from hrt.pipeline.context import RequestContext, Services
 
 
@@ -170,6 +171,7 @@ async def assembly_stage(ctx: RequestContext, services: Services) -> str:
     )
     concept_mus = await current_neighbours(intake, concept_mus, ctx.validity, graph)
     ctx.stages["assembly"] = "ok"  # the response reports this stage, which cannot fail from here
+    mark_outages(ctx, services.metrics)  # the stages a store's fallback served: degraded
     response = ctx.response = assemble(ctx, services.deployment, mu_concepts, concept_mus)
     response.retrieval_metadata.seed_grounding = ctx.named
     response.retrieval_metadata.user_known = None if ctx.user_known else False
@@ -193,6 +195,20 @@ def nothing_stored(ctx: RequestContext) -> None:
     empty: dict[Kind, list[Scored]] = {kind: [] for kind in Kind}
     ctx.shortlist, ctx.selected, ctx.near_duplicates_removed = empty, empty, 0
     ctx.rerank = RerankOutcome(items=empty, status="skipped", reason=None, applied=False)
+
+
+def mark_outages(ctx: RequestContext, metrics: Metrics) -> None:
+    """The stages whose reads a fallback answered (a store down, hrt/stores/fallback.py) become
+    ``degraded``, their reasons added once each, in the pipeline's stage order then by text:
+    the same outage gives the same response, whichever read found the store down first."""
+    if not ctx.outages:
+        return
+    order = {name: i for i, name in enumerate(ctx.stages)}
+    for stage, reason in sorted({(d.stage, d.reason) for d in ctx.outages}, key=lambda x: (order.get(x[0], 99), x)):
+        if ctx.stages.get(stage) != "degraded":
+            metrics.degraded.labels(stage=stage).inc()
+        ctx.stages[stage] = "degraded"
+        ctx.degraded.append(reason)
 
 
 async def mentions(

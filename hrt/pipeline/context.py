@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from hrt.records import Entity, Kind, Preference
     from hrt.reranker import Reranker
     from hrt.stores.base import GraphCandidate, GraphStore, RecordStore, Vector, VectorIndex
+    from hrt.stores.fallback import Degradation
 
 
 class Services(Protocol):
@@ -62,6 +63,8 @@ class RequestContext:
     # false when nothing was ever stored for the user: intake and assembly alone run (an empty answer)
     user_known: bool = True
     degraded: list[str] = field(default_factory=list)  # retrieval_metadata.degraded_reasons
+    # reads answered by a fallback while a store was down (hrt/stores/fallback.py), in no order
+    outages: list[Degradation] = field(default_factory=list)
     # intake
     intake: Intake = field(init=False)
     embedding: asyncio.Future[Vector] = field(init=False)

@@ -33,9 +33,13 @@ from hrt.stores.base import (
     Writer,
     WriteResult,
 )
+from hrt.stores.circuit import StoreCircuit
 from hrt.stores.embedded.store import EmbeddedStore
+from hrt.stores.fallback import RecordGraph, RecordVectors
+from hrt.stores.guarded import GuardedGraphStore, GuardedVectorIndex
 
 if TYPE_CHECKING:
+    from hrt.metrics import Metrics
     from hrt.stores.postgres.records import PostgresRecordStore
 
 # what a backend is called in a deployment's name and in `hrt migrate`'s report
@@ -69,6 +73,19 @@ class Stores:
     outbox: Outbox | None
     deployment: str  # e.g. "embedded", "postgres+neo4j+weaviate"
     file: EmbeddedStore | None = None  # the embedded SQLite file, when a store lives in it
+
+    @property
+    def circuits(self) -> dict[str, StoreCircuit]:
+        """The circuits of the stores behind servers, by port name (records, graph, vectors)."""
+        out: dict[str, StoreCircuit] = {}
+        circuit = getattr(self.records, "circuit", None)
+        if isinstance(circuit, StoreCircuit):
+            out["records"] = circuit
+        if isinstance(self.graph, GuardedGraphStore):
+            out["graph"] = self.graph.circuit
+        if isinstance(self.vectors, GuardedVectorIndex):
+            out["vectors"] = self.vectors.circuit
+        return out
 
     @property
     def parts(self) -> tuple[StoreLifecycle, ...]:
@@ -130,10 +147,12 @@ class Stores:
             self.file.close()
 
 
-def open_stores(settings: Settings, *, dim: int, model_id: str) -> Stores:
+def open_stores(settings: Settings, *, dim: int, model_id: str, metrics: Metrics | None = None) -> Stores:
     """The stores the settings configure, made but not connected (``StoreLifecycle.open`` connects).
     ``dim`` and ``model_id`` are the embedder's: a store written by another model is refused
-    (:mod:`hrt.stores.vector_meta`); an empty ``model_id`` checks the dimension alone."""
+    (:mod:`hrt.stores.vector_meta`); an empty ``model_id`` checks the dimension alone. Neo4j and
+    Weaviate come behind their circuits (:mod:`hrt.stores.guarded`), with retrieval's reads
+    falling back to PostgreSQL while one is down."""
     embedded = EMBEDDED in (settings.record_store, settings.graph_store, settings.vector_index)
     if settings.record_store == EMBEDDED and (settings.graph_store, settings.vector_index) != (EMBEDDED, EMBEDDED):
         raise StoreError(
@@ -142,17 +161,65 @@ def open_stores(settings: Settings, *, dim: int, model_id: str) -> Stores:
         )
     file = _embedded_file(settings, dim, model_id) if embedded else None
     try:
-        graph = file.graph if file is not None and settings.graph_store == EMBEDDED else _neo4j(settings)
-        vectors = file.vectors if file is not None and settings.vector_index == EMBEDDED else _weaviate(settings)
         deployment = "+".join(dict.fromkeys([settings.record_store, settings.graph_store, settings.vector_index]))
         if file is not None and settings.record_store == EMBEDDED:
-            return Stores(file.records, graph, vectors, EmbeddedWriter(file), None, deployment, file)
+            return Stores(file.records, file.graph, file.vectors, EmbeddedWriter(file), None, deployment, file)
         postgres = _postgres(settings, max_size=settings.postgres_pool_size, embedder=(dim, model_id))
+        postgres.attach(_circuit("PostgreSQL", postgres.probe, settings, metrics))
+        quiet_pool_reconnects()
+        graph: GraphStore = file.graph if file is not None and settings.graph_store == EMBEDDED else _neo4j(settings)
+        vectors: VectorIndex = (
+            file.vectors if file is not None and settings.vector_index == EMBEDDED else _weaviate(settings)
+        )
+        if settings.graph_store != EMBEDDED:
+            graph = guard_graph(graph, postgres, settings, metrics)
+        if settings.vector_index != EMBEDDED:
+            vectors = guard_vectors(vectors, postgres, settings, metrics)
         return Stores(postgres, graph, vectors, postgres, postgres, deployment, file)
     except BaseException:
         if file is not None:
             file.close()
         raise
+
+
+def _reconnecting(part: StoreLifecycle) -> Callable[[], Awaitable[None]]:
+    async def probe() -> None:
+        await part.open(keep_trying=True)
+        await part.ping()
+
+    return probe
+
+
+def _circuit(
+    name: str, probe: Callable[[], Awaitable[None]], settings: Settings, metrics: Metrics | None
+) -> StoreCircuit:
+    """A store's circuit; ``probe`` raises unless the store answers (never waiting on a pool)."""
+    return StoreCircuit(
+        name,
+        probe,
+        probe_every_s=settings.store_probe_interval_s,
+        probe_timeout_s=settings.store_probe_timeout_s,
+        suspect_after_s=settings.store_suspect_after_s,
+        metrics=metrics,
+    )
+
+
+def guard_graph(
+    graph: GraphStore, records: PostgresRecordStore, settings: Settings, metrics: Metrics | None
+) -> GuardedGraphStore:
+    """The graph store behind its circuit, its retrieval reads falling back to ``records``."""
+    fallback = RecordGraph(records) if settings.degrade_on_outage else None
+    return GuardedGraphStore(graph, _circuit("Neo4j", _reconnecting(graph), settings, metrics), fallback, metrics)
+
+
+def guard_vectors(
+    vectors: VectorIndex, records: PostgresRecordStore, settings: Settings, metrics: Metrics | None
+) -> GuardedVectorIndex:
+    """The vector index behind its circuit, its retrieval reads falling back to ``records``."""
+    fallback = RecordVectors(records) if settings.degrade_on_outage else None
+    return GuardedVectorIndex(
+        vectors, _circuit("Weaviate", _reconnecting(vectors), settings, metrics), fallback, metrics
+    )
 
 
 @contextlib.asynccontextmanager
@@ -231,6 +298,12 @@ def _postgres_dsn(settings: Settings) -> str:
     if not settings.postgres_dsn:
         raise StoreError("HRT_RECORD_STORE=postgres needs HRT_POSTGRES_DSN")
     return settings.postgres_dsn
+
+
+def quiet_pool_reconnects() -> None:
+    from hrt.stores.postgres.records import quiet_pool_reconnects as quiet
+
+    quiet()
 
 
 def _postgres(settings: Settings, *, max_size: int, embedder: tuple[int, str] | None = None) -> PostgresRecordStore:

@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     # the ports and what adapters share: values, projection of records, walks, indexes, caches
     ("hrt.stores", "hrt.stores.base", "hrt.stores.projection", "hrt.stores.ann", "hrt.stores.bm25"),
     ("hrt.stores.graph_walk", "hrt.stores.user_cache", "hrt.stores.vector_meta"),
+    ("hrt.stores.circuit", "hrt.stores.fallback", "hrt.stores.guarded"),  # stores behind servers: outages
     ("hrt.embedder", "hrt.onnx_embedder", "hrt.reranker", "hrt.rerankers", "hrt.openai_compat"),  # models
     ("hrt.stores.embedded", "hrt.stores.postgres", "hrt.stores.neo4j", "hrt.stores.weaviate"),  # adapters
     ("hrt.stores.factory",),  # the composition root

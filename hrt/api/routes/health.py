@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Literal
 
@@ -25,19 +26,20 @@ async def healthz() -> Health:
 
 
 async def _store_checks(service: HRTService) -> dict[str, Literal["ok", "unavailable"]]:
-    checks: dict[str, Literal["ok", "unavailable"]] = {}
-    for name, probe in (
-        ("records", service.records.ping),
-        ("graph", service.graph.ping),
-        ("vectors", service.vectors.ping),
-    ):
-        try:
-            await probe()
-            checks[name] = "ok"
-        except Exception as exc:  # readiness reports, it never raises
-            log.warning("readiness check of %s failed: %s", name, exc)
-            checks[name] = "unavailable"
-    return checks
+    """Every store asked at once, each within HRT_STORE_PROBE_TIMEOUT_S (HRTService.store_checks)."""
+    answers = await service.store_checks()
+    return {name: "ok" if up else "unavailable" for name, up in answers.items()}
+
+
+async def _outbox_warnings(service: HRTService) -> list[str]:
+    if service.projector is None:
+        return []
+    try:  # dead outbox events, a projection far behind: ready, but say so
+        async with asyncio.timeout(service.settings.store_probe_timeout_s):
+            return await service.projector.warnings()
+    except Exception as exc:  # readiness reports, it never raises
+        log.warning("readiness check of the outbox failed: %s", exc)
+        return []
 
 
 @router.get(
@@ -56,11 +58,8 @@ async def readyz(server: Server) -> Response:
     ok = all(v == "ok" for v in checks.values())
     warming = service.preload_state == "loading"
     warnings = [AUTH_OFF_WARNING] if server.settings.auth == "off" else []
-    if service.projector is not None and checks["records"] == "ok":
-        try:  # dead outbox events, a projection far behind: ready, but say so
-            warnings += await service.projector.warnings()
-        except Exception as exc:  # readiness reports, it never raises
-            log.warning("readiness check of the outbox failed: %s", exc)
+    if checks["records"] == "ok":
+        warnings += await _outbox_warnings(service)
     body = Readiness(
         status="unavailable" if not ok else "warming" if warming else "ready",
         stores=checks,

@@ -80,7 +80,7 @@ from hrt.errors import InvalidInput, StoreError, StoreUnavailable
 from hrt.records import KIND_OF, WALKED_EDGES, EdgeType, Kind
 from hrt.stores.base import WARM_UP_USER, ExpansionCaps, GraphCandidate, GraphEdge, GraphNode
 from hrt.stores.graph_walk import WalkView, candidates, walk
-from neo4j import AsyncDriver, AsyncGraphDatabase, Auth, EagerResult, Query, RoutingControl
+from neo4j import READ_ACCESS, AsyncDriver, AsyncGraphDatabase, Auth, EagerResult, Query, RoutingControl
 from neo4j.exceptions import (
     ConnectionPoolError,
     DatabaseUnavailable,
@@ -626,8 +626,12 @@ class Neo4jGraphStore:
     # --- operations ------------------------------------------------------------------------
 
     async def ping(self) -> None:
-        """Raise StoreUnavailable unless the database answers a query."""
-        await self._run("ping", "RETURN 1 AS one", {}, read=True)
+        """Raise StoreUnavailable unless the database answers a query: one auto-commit query,
+        never retried (a managed transaction retries an unreachable server for seconds; a
+        readiness check and a circuit's probe want the answer now)."""
+        with translate_errors("ping"):
+            async with self._driver.session(database=self._database, default_access_mode=READ_ACCESS) as session:
+                await (await session.run(Query("RETURN 1 AS one", timeout=self._timeout))).consume()
 
     async def apply_schema(self, folder: Path | None = None) -> None:
         """Run the ``graph_schema/`` statements in file order (each is idempotent: ``IF NOT

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager, suppress
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext, suppress
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -49,6 +49,7 @@ from hrt.stores.projection import (
 )
 
 if TYPE_CHECKING:
+    from hrt.stores.circuit import StoreCircuit
     from hrt.stores.postgres.export import PostgresExportReader
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,27 @@ T = TypeVar("T")
 
 # the advisory lock class of one user's conversation writes (the second key: hashtext of the user id)
 STATE_LOCK = 0x4852_5431  # "HRT1"
+
+
+class _PoolReconnects(logging.Filter):
+    """psycopg's pool logs a warning per failed reconnection attempt (and per dead connection it
+    drops) while PostgreSQL is down; behind a circuit, the circuit's two lines (opened, closed) say
+    it instead."""
+
+    NOISE = ("error connecting in ", "discarding closed connection")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno <= logging.WARNING and str(record.msg).startswith(self.NOISE))
+
+
+_POOL_RECONNECTS = _PoolReconnects()
+
+
+def quiet_pool_reconnects() -> None:
+    """Install :class:`_PoolReconnects` on psycopg's pool logger (once; a server's stores)."""
+    logger = logging.getLogger("psycopg.pool")
+    if _POOL_RECONNECTS not in logger.filters:
+        logger.addFilter(_POOL_RECONNECTS)
 
 
 class PostgresRecordStore:
@@ -77,16 +99,55 @@ class PostgresRecordStore:
         self._timeout = timeout
         self._connecting = False  # open(keep_trying=True) failed: the pool connects in the background
         self._sizes = (min_size, max_size)
+        # set by the composition root for a server (hrt.stores.factory): every connection's block
+        # runs under it, so a PostgreSQL that is down is refused at once (503), not after the pool's timeout
+        self.circuit: StoreCircuit | None = None
         self.pool = self._request_pool()
         # a lease holds its connection across the projector's write to Neo4j or Weaviate: the
         # leases get connections of their own (one per target, one more for `hrt doctor --repair`),
         # so a slow target never holds the connections that requests read with; none until used
-        self.lease_pool = AsyncConnectionPool(
-            dsn,
+        self.lease_pool = self._lease_pool()
+        self._renewing: set[asyncio.Future[None]] = set()
+        self._stale_pools: list[AsyncConnectionPool] = []  # replaced by _renew_pools, closed after
+
+    def attach(self, circuit: StoreCircuit) -> None:
+        """Run every connection's block under ``circuit``; when it closes, renew the pools."""
+        self.circuit = circuit
+        circuit.on_close.append(self._renew_soon)
+
+    def _renew_soon(self) -> None:
+        task = asyncio.ensure_future(self._renew_pools())
+        self._renewing.add(task)
+        task.add_done_callback(self._renewing.discard)
+
+    async def _renew_pools(self) -> None:
+        """PostgreSQL answers again: fresh pools, connecting now. The old ones retry with a growing
+        backoff (up to seconds after an outage of ten) during which a request would wait for
+        them; a request that took one of them in the moment before the swap keeps it (its pool's
+        timeout still bounds it), and they are closed after that timeout."""
+        if self.pool.closed:  # not opened yet, or closing: nothing to renew
+            return
+        pool, lease_pool = self._request_pool(), self._lease_pool()
+        await pool.open(wait=False)
+        await lease_pool.open(wait=False)
+        self._stale_pools += [self.pool, self.lease_pool]
+        self.pool, self.lease_pool = pool, lease_pool
+        await asyncio.sleep(self._timeout)
+        await self._close_stale_pools()
+
+    async def _close_stale_pools(self) -> None:
+        stale, self._stale_pools = self._stale_pools, []
+        for pool in stale:
+            with suppress(Exception):
+                await pool.close(timeout=1.0)
+
+    def _lease_pool(self) -> AsyncConnectionPool:
+        return AsyncConnectionPool(
+            self._dsn,
             min_size=0,
             max_size=3,
             open=False,
-            timeout=timeout,
+            timeout=self._timeout,
             kwargs={"autocommit": False},
             check=AsyncConnectionPool.check_connection,
             name="hrt-outbox-leases",
@@ -110,6 +171,14 @@ class PostgresRecordStore:
         that error and keeps connecting in the background, so the store serves once PostgreSQL is
         back, without a restart; until then every call fails as StoreUnavailable, and so does
         ``open`` again, which succeeds once PostgreSQL answers."""
+        try:
+            await self._open(keep_trying)
+        except StoreUnavailable as exc:  # not raced by the circuit: a pool's open must end by itself
+            if self.circuit is not None and exc.store == self.circuit.store:
+                self.circuit.trip(exc.message)
+            raise
+
+    async def _open(self, keep_trying: bool) -> None:
         if self._connecting:  # a pool left connecting in the background by an earlier open
             await self.ping()
             self._connecting = False
@@ -144,6 +213,13 @@ class PostgresRecordStore:
             )
 
     async def close(self) -> None:
+        if self.circuit is not None:
+            await self.circuit.close()
+        for task in list(self._renewing):
+            task.cancel()
+            with suppress(BaseException):
+                await task
+        await self._close_stale_pools()
         await self.lease_pool.close()
         await self.pool.close()
 
@@ -151,6 +227,19 @@ class PostgresRecordStore:
         """Raise StoreUnavailable unless PostgreSQL answers a read of the records (a user no
         record can carry: it finds nothing)."""
         await self.user_exists(WARM_UP_USER)
+
+    async def probe(self) -> None:
+        """The circuit's probe: one connection of its own (never the pool's, which waits for its
+        timeout while PostgreSQL is down) and ``SELECT 1``; StoreUnavailable when refused."""
+        with translate_errors("ping"):
+            conn = await psycopg.AsyncConnection.connect(self._dsn, connect_timeout=max(1, int(self._timeout)))
+            try:
+                await conn.execute("SELECT 1")
+            finally:
+                await conn.close()
+
+    def _guarded(self, *, gate: bool = True) -> AbstractAsyncContextManager[None]:
+        return self.circuit.guarding(gate=gate) if self.circuit is not None else nullcontext()
 
     async def apply_schema(self) -> None:
         """Nothing to migrate on start (``hrt migrate`` does, :mod:`hrt.stores.postgres.migrate`,
@@ -168,15 +257,17 @@ class PostgresRecordStore:
 
     @asynccontextmanager
     async def connection(self, action: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        with translate_errors(action):
-            async with self.pool.connection() as conn:
-                yield conn
+        async with self._guarded():
+            with translate_errors(action):
+                async with self.pool.connection() as conn:
+                    yield conn
 
     @asynccontextmanager
     async def _leased_connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        with translate_errors("outbox lease"):
-            async with self.lease_pool.connection() as conn:
-                yield conn
+        async with self._guarded():
+            with translate_errors("outbox lease"):
+                async with self.lease_pool.connection() as conn:
+                    yield conn
 
     @asynccontextmanager
     async def reading(self, action: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -310,6 +401,17 @@ class PostgresRecordStore:
             rows = await cur.fetchall()
         return [relation_from_row(user_id, row) for row in rows]
 
+    async def text_candidates(
+        self, user_id: str, queries: Sequence[Sequence[str]], limit: int
+    ) -> list[list[EntityRow]]:
+        """Per query (its words), the user's best ``limit`` entities by PostgreSQL's full-text
+        rank, then id, in one round trip (:mod:`hrt.stores.postgres.fallback`): retrieval's
+        seeds while the vector index is down."""
+        from hrt.stores.postgres.fallback import text_candidates
+
+        async with self.reading("text search") as conn:
+            return await text_candidates(conn, user_id, queries, limit)
+
     # ---------------------------------------------------------------------------------------
     # export (hrt.export, hrt.stores.postgres.export)
     # ---------------------------------------------------------------------------------------
@@ -318,6 +420,8 @@ class PostgresRecordStore:
     async def export_reader(self, user_id: str) -> AsyncIterator[PostgresExportReader]:
         from hrt.stores.postgres.export import PostgresExportReader, open_export_connection
 
+        if self.circuit is not None:
+            self.circuit.check()
         conn = await open_export_connection(self._dsn, self._timeout)
         try:
             yield PostgresExportReader(conn, user_id)
