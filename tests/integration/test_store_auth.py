@@ -154,5 +154,5 @@ async def test_hrt_works_against_the_stack_from_stack_env_alone(
     finally:
         await svc.graph.delete_user(user)
         await svc.vectors.delete_user(user)
-        await svc.vectors._client.collections.delete(settings.weaviate_collection)
+        await getattr(svc.vectors, "inner", svc.vectors)._client.collections.delete(settings.weaviate_collection)
         await svc.close()
