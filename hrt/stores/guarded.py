@@ -30,6 +30,7 @@ from hrt.stores.base import (
     GraphStore,
     PhraseVectors,
     SearchFilter,
+    StoreLifecycle,
     Vector,
     VectorDoc,
     VectorHit,
@@ -44,25 +45,11 @@ NEIGHBOURS_REASON = "{stage}: {store} unavailable; relations read from PostgreSQ
 
 
 class _Guarded:
+    inner: StoreLifecycle  # the store behind the circuit: its lifecycle, the same for every port
+
     def __init__(self, circuit: StoreCircuit, metrics: Metrics | None) -> None:
         self.circuit = circuit
         self._metrics = metrics
-
-    def _fell_back(self, read: str) -> None:
-        if self._metrics is not None:
-            self._metrics.store_fallbacks.labels(store=self.circuit.store, read=read).inc()
-
-
-class GuardedVectorIndex(_Guarded):
-    """A :class:`VectorIndex` behind its circuit; ``fallback`` answers retrieval's reads while it
-    is down (None: they fail as 503)."""
-
-    def __init__(
-        self, inner: VectorIndex, circuit: StoreCircuit, fallback: RecordVectors | None, metrics: Metrics | None = None
-    ) -> None:
-        super().__init__(circuit, metrics)
-        self.inner = inner
-        self.fallback = fallback
 
     async def open(self, *, keep_trying: bool = False) -> None:
         await self.circuit.call(lambda: self.inner.open(keep_trying=keep_trying), gate=False)
@@ -79,6 +66,24 @@ class GuardedVectorIndex(_Guarded):
 
     async def warm(self) -> None:
         await self.circuit.call(self.inner.warm)
+
+    def _fell_back(self, read: str) -> None:
+        if self._metrics is not None:
+            self._metrics.store_fallbacks.labels(store=self.circuit.store, read=read).inc()
+
+
+class GuardedVectorIndex(_Guarded):
+    """A :class:`VectorIndex` behind its circuit; ``fallback`` answers retrieval's reads while it
+    is down (None: they fail as 503)."""
+
+    inner: VectorIndex
+
+    def __init__(
+        self, inner: VectorIndex, circuit: StoreCircuit, fallback: RecordVectors | None, metrics: Metrics | None = None
+    ) -> None:
+        super().__init__(circuit, metrics)
+        self.inner = inner
+        self.fallback = fallback
 
     async def upsert(self, user_id: str, docs: Sequence[VectorDoc]) -> None:
         await self.circuit.call(lambda: self.inner.upsert(user_id, docs))
@@ -141,6 +146,8 @@ class GuardedGraphStore(_Guarded):
     """A :class:`GraphStore` behind its circuit; ``fallback`` answers retrieval's reads while it
     is down (None: they fail as 503)."""
 
+    inner: GraphStore
+
     def __init__(
         self, inner: GraphStore, circuit: StoreCircuit, fallback: RecordGraph | None, metrics: Metrics | None = None
     ) -> None:
@@ -151,22 +158,6 @@ class GuardedGraphStore(_Guarded):
     @property
     def expansion_path(self) -> str:
         return self.inner.expansion_path
-
-    async def open(self, *, keep_trying: bool = False) -> None:
-        await self.circuit.call(lambda: self.inner.open(keep_trying=keep_trying), gate=False)
-
-    async def close(self) -> None:
-        await self.circuit.close()
-        await self.inner.close()
-
-    async def ping(self) -> None:
-        await self.circuit.call(self.inner.ping, gate=False)
-
-    async def apply_schema(self) -> None:
-        await self.circuit.call(self.inner.apply_schema, gate=False)
-
-    async def warm(self) -> None:
-        await self.circuit.call(self.inner.warm)
 
     async def upsert_nodes(self, user_id: str, nodes: Sequence[GraphNode]) -> None:
         await self.circuit.call(lambda: self.inner.upsert_nodes(user_id, nodes))
