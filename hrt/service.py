@@ -163,6 +163,9 @@ class HRTService:
         self._setup_task: asyncio.Task[None] | None = None  # sets up the stores down at start
         self.down: dict[str, str] = {}  # port (records, graph, vectors) -> store, down at start
         self.projector: Projector | None = None
+        # what the last write's projection logged (a target's reason, or "busy"): an outage logs
+        # its reason once, not once per write
+        self._projection_note: str | None = None
         self._projector_task: asyncio.Task[None] | None = None
         # "off", or the background preload of `hrt serve`: "loading", "done", "failed"; /readyz
         # answers 503 while it loads, so a balancer sends traffic only to a warm server
@@ -547,13 +550,21 @@ class HRTService:
         if self.projector is None:
             return
         report = await self.projector.drain(wait=self.settings.read_your_writes_timeout_s)
+        note = "busy" if report.busy else None if report.ok else repr(sorted(report.failed.items()))
+        if note == self._projection_note:
+            return
+        self._projection_note = note
         if report.busy:
             log.warning(
                 "projection left to the background projector: not done within HRT_READ_YOUR_WRITES_TIMEOUT_S "
-                "(a target slow or down, or another drain holding it)"
+                "(a target slow or down, or another drain holding it); said once until it changes"
             )
         elif not report.ok:
-            log.warning("projection delayed: %s", report.failed)
+            log.warning(
+                "projection delayed (the outbox keeps the events; said once until it changes): %s", report.failed
+            )
+        else:
+            log.info("projection at once again (read-your-writes)")
 
     async def delete_entity(self, user_id: str, kind: Kind, ident: str) -> int:
         check_id(ident, "id")

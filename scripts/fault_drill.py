@@ -3,6 +3,7 @@ operator does, measuring what the operator and the clients see (issue #50).
 
     python scripts/fault_drill.py                      # weaviate, neo4j, postgres, one after another
     python scripts/fault_drill.py --stores weaviate --outage-s 10 --clients 2
+    python scripts/fault_drill.py --weaviate-nodes 3 --stores weaviate-node2,weaviate-node1   # replicated
 
 A measurement, not a test. It starts a dev stack of its own (``hrt dev up`` in a temporary folder:
 the shared one is never touched), migrates it, loads the sample graph and starts ``hrt serve`` on
@@ -11,7 +12,12 @@ the shared one is never touched), migrates it, loads the sample graph and starts
 its PID (as ``hrt dev status`` gives it) as an operator stops it (PostgreSQL: ``pg_ctl stop``'s
 fast shutdown; ``--postgres-crash``: SIGKILL on a stack run durable), left down for ``--outage-s``,
 and brought back with ``hrt dev up`` (the same function); ``hrt serve`` is never restarted.
-Reported per store:
+With ``--weaviate-nodes 3`` Weaviate is a cluster of three nodes from the same binary behind a
+TCP balancer (:mod:`hrt.devcluster`), HRT's collection created with replication factor 3, and each
+round stops one node (``--kill-node``: SIGKILL) and starts it again on its old ports and data: ``weaviate-node2``, or
+``weaviate-leader`` / ``weaviate-follower`` (the schema's Raft leader when the round starts, or a
+node that is not); the rounds run in turn, so a later round's reads rely on the copy a node brought back in an earlier
+one. Reported per store (or node):
 
 - ``first_failover_ms``: from the stop to the first answer that is a 503 or marked degraded;
 - ``known_down_ms``: from the stop to the first ``/readyz`` that says the store is unavailable;
@@ -22,7 +28,10 @@ Reported per store:
   lists those that are not), and whether all reached both projections (``hrt doctor`` clean);
 - ``full_service_s``: from ``hrt dev up`` returning (the store answering) to ``/readyz`` 200 and
   a retrieval answering undegraded;
-- ``same_answer_after``: the retrieval after recovery byte-identical to the one before the fault.
+- ``same_answer_after``: the retrieval after recovery byte-identical to the one before the fault;
+- ``whole_answers_differing``: of the round's whole answers (200, not degraded), those whose bytes
+  differ from the answer before the stop (a replicated store must keep this at 0);
+- ``replication_factor`` (a node's round): the copies the collection keeps, read from the cluster.
 
 Writes ``--out`` (JSON; by default into the drill's folder, never into the repository) and prints a
 Markdown table.
@@ -31,6 +40,7 @@ Markdown table.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -45,7 +55,7 @@ from typing import Any
 
 import httpx
 
-from hrt import devstack
+from hrt import devcluster, devstack
 from hrt.bench.server import Server
 from hrt.cli import sample_data_path
 
@@ -62,8 +72,8 @@ class Load:
         self.answers: list[tuple[float, float, int, bool, bytes]] = []
         self.writes: list[tuple[float, str, int, float]] = []  # (start, id, status, seconds)
         self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._retrieve) for _ in range(clients)]
-        self.threads.append(threading.Thread(target=self._write))
+        self.threads = [threading.Thread(target=self._retrieve, daemon=True) for _ in range(clients)]
+        self.threads.append(threading.Thread(target=self._write, daemon=True))
 
     def __enter__(self) -> Load:
         for t in self.threads:
@@ -133,28 +143,44 @@ def doctor_clean(env: dict[str, str], timeout: float) -> bool:
 
 
 def drill_one(
-    store: str, directory: Path, server: Server, env: dict[str, str], args: argparse.Namespace
+    store: str,
+    directory: Path,
+    server: Server,
+    env: dict[str, str],
+    args: argparse.Namespace,
+    cluster: devcluster.WeaviateCluster | None = None,
 ) -> dict[str, Any]:
     with httpx.Client(base_url=server.base_url, headers=server.headers, timeout=60) as c:
         before = c.post("/v1/retrieve", json=REQUEST).content
     watch: list[tuple[float, float, str]] = []
     watching = threading.Event()
-    watcher = threading.Thread(target=readyz_watch, args=(server, PORT_OF[store], watching, watch))
+    watcher = threading.Thread(
+        target=readyz_watch, args=(server, PORT_OF[store.split("-")[0]], watching, watch), daemon=True
+    )
     with Load(server, args.clients, args.write_every_s) as load:
         time.sleep(2.0)
-        pid = devstack.status(directory)["services"][store]["pid"]
         watcher.start()
         stopped_at = time.monotonic()
-        stop(store, pid, args.postgres_crash)
-        time.sleep(args.outage_s)
-        up_started = time.monotonic()
-        devstack.up(directory, (store,))  # what `hrt dev up` runs
+        if cluster is not None:  # one node of the replicated Weaviate ("weaviate-node2")
+            node = cluster.node_index(store.removeprefix("weaviate-"))
+            cluster.stop_node(node, kill=args.kill_node)
+            time.sleep(args.outage_s)
+            up_started = time.monotonic()
+            cluster.start_node(node)  # on its old ports and data, as `hrt dev up` starts a store
+        else:
+            stop(store, devstack.status(directory)["services"][store]["pid"], args.postgres_crash)
+            time.sleep(args.outage_s)
+            up_started = time.monotonic()
+            devstack.up(directory, (store,))  # what `hrt dev up` runs
         up_done = time.monotonic()
         full_at = wait_full_service(server, before, timeout=120)
         time.sleep(1.0)
     watching.set()
     watcher.join()
-    return summarise(store, load, watch, before, server, env, (stopped_at, up_started, up_done, full_at))
+    out = summarise(store, load, watch, before, server, env, (stopped_at, up_started, up_done, full_at))
+    if cluster is not None:
+        out["replication_factor"] = cluster.replication_factor(env["HRT_WEAVIATE_COLLECTION"])
+    return out
 
 
 def stop(store: str, pid: int, crash: bool) -> None:
@@ -219,6 +245,7 @@ def summarise(
         {(status, degraded) for start, _, status, degraded, _ in load.answers if stopped_at <= start < up_started}
     )
     outage_writes = [w for w in load.writes if stopped_at <= w[0] < up_started]
+    whole = [body for start, _, status, degraded, body in load.answers if status == 200 and not degraded]
     with httpx.Client(base_url=server.base_url, headers=server.headers, timeout=60) as c:
         after = c.post("/v1/retrieve", json=REQUEST).content
     return {
@@ -231,10 +258,17 @@ def summarise(
             "max": round(max(during), 1) if during else None,
         },
         "answers_during_outage": [f"{s}{' degraded' if d else ''}" for s, d in statuses],
+        "answer_ms_before_stop_p50": _p50(
+            [(end - start) * 1000 for start, end, _, _, _ in load.answers if start < stopped_at]
+        ),
+        # whole (200, not degraded) answers of the round that are not the bytes of before the stop
+        "whole_answers_differing": sum(1 for body in whole if body != before),
+        "whole_answers": len(whole),
         "readyz_ms_max": round(max(((e - s) * 1000 for s, e, _ in watch), default=0.0), 1),
         "writes": {
             "during_outage": len(outage_writes),
             "accepted": sum(1 for w in outage_writes if w[2] == 200),
+            "accepted_ms_max": round(max((w[3] * 1000 for w in outage_writes if w[2] == 200), default=0.0), 1),
             "refused_503": sum(1 for w in outage_writes if w[2] == 503),
             "refused_ms_max": round(max((w[3] * 1000 for w in outage_writes if w[2] == 503), default=0.0), 1),
             "acknowledged": sum(1 for w in load.writes if w[2] == 200),
@@ -246,6 +280,10 @@ def summarise(
         "same_answer_after": after == before,
         "server_restarted": server.proc.poll() is not None,
     }
+
+
+def _p50(values: list[float]) -> float | None:
+    return round(statistics.median(values), 1) if values else None
 
 
 def main() -> int:
@@ -261,13 +299,28 @@ def main() -> int:
         action="store_true",
         help="kill PostgreSQL (SIGKILL), not its fast shutdown, on a stack run durable (HRT_DEV_POSTGRES_DURABLE=1)",
     )
+    p.add_argument("--kill-node", action="store_true", help="a Weaviate node is killed (SIGKILL), not stopped")
+    p.add_argument(
+        "--weaviate-nodes",
+        type=int,
+        default=1,
+        help="run Weaviate as a cluster of this many nodes behind a balancer, with replication factor as many "
+        "(hrt/devcluster.py); --stores then names nodes: weaviate-node1, ..., weaviate-leader, weaviate-follower",
+    )
     args = p.parse_args()
     directory = Path(args.dir or tempfile.mkdtemp(prefix="hrt-drill-"))
     if args.postgres_crash:
         os.environ["HRT_DEV_POSTGRES_DURABLE"] = "1"  # what a deployment runs: a crash keeps every commit
     results = []
-    with devstack.running(directory) as stack:
+    replicated = args.weaviate_nodes > 1
+    with contextlib.ExitStack() as stacks:
+        services = ("postgres", "neo4j") if replicated else devstack.SERVICES
+        stack = stacks.enter_context(devstack.running(directory, services))
         env = {**stack.env(), "HRT_WEAVIATE_COLLECTION": "HRTDrill", "HRT_DB_PATH": str(directory / "unused.db")}
+        cluster = None
+        if replicated:
+            cluster = stacks.enter_context(devcluster.running(directory, stack._creds, args.weaviate_nodes))
+            env.update(cluster.env())
         subprocess.run(
             [sys.executable, "-m", "hrt.cli", "migrate"], env={**os.environ, **env}, check=True, capture_output=True
         )
@@ -280,7 +333,7 @@ def main() -> int:
         server = Server(env, directory / "server.log", None)
         try:
             for store in args.stores.split(","):
-                results.append(drill_one(store, directory, server, env, args))
+                results.append(drill_one(store, directory, server, env, args, cluster))
                 print(json.dumps(results[-1]), flush=True)
         finally:
             server.stop()

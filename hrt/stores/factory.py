@@ -332,4 +332,5 @@ def _weaviate(settings: Settings) -> VectorIndex:
         grpc_port=s.weaviate_grpc_port,
         collection=s.weaviate_collection,
         api_key=s.weaviate_api_key.get_secret_value() if s.weaviate_api_key is not None else None,
+        replication_factor=s.weaviate_replication_factor,
     )

@@ -41,7 +41,15 @@ LAYERS: list[tuple[str, ...]] = [
     ("hrt.service",),
     ("hrt.front",),  # what the front doors share
     ("hrt.api", "hrt.mcp_server", "hrt.reembed"),  # front doors
-    ("hrt.cli", "hrt.client", "hrt.devstack", "hrt.bench", "hrt.eval", "hrt.config_docs"),  # entry points, tooling
+    (
+        "hrt.cli",
+        "hrt.client",
+        "hrt.devstack",
+        "hrt.devcluster",
+        "hrt.bench",
+        "hrt.eval",
+        "hrt.config_docs",
+    ),  # entry points, tooling
 ]
 ADAPTERS = ("hrt.stores.embedded", "hrt.stores.postgres", "hrt.stores.neo4j", "hrt.stores.weaviate")
 # the peer bench runs neo4j-graphrag's retriever over HRT's own Weaviate collection, so it names
@@ -208,8 +216,9 @@ def test_the_server_never_imports_the_dev_stack_or_the_tooling() -> None:
     code = (
         "import json, sys\n"
         "import hrt.service, hrt.api, hrt.cli, hrt.onnx_embedder\n"
+        "tooling = ('hrt.devstack', 'hrt.devcluster')\n"
         "print(json.dumps(sorted(m for m in sys.modules\n"
-        "                        if m == 'hrt.devstack' or m.startswith(('hrt.bench', 'hrt.eval')))))\n"
+        "                        if m in tooling or m.startswith(('hrt.bench', 'hrt.eval')))))\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)

@@ -307,6 +307,27 @@ def test_dev_up_brings_a_stopped_server_back_on_its_old_ports_and_keeps_stack_en
     )
 
 
+def test_a_dev_stack_that_fails_half_way_stops_the_servers_it_started(tmp_path: Path, monkeypatch) -> None:
+    """``devstack.running`` (the fixtures', the drill's): one server fails to start, the one that
+    did start is stopped, not left running with nobody to stop it."""
+    pids: list[int] = []
+
+    def start_ok(root: Path, credentials: devstack.Credentials, ports: Any = None, **kw: Any) -> devstack.ServiceInfo:
+        proc = devstack._spawn(["sleep", "300"], tmp_path / "sleep.log")
+        pids.append(proc.pid)
+        return devstack.ServiceInfo("postgres", proc.pid, {"port": devstack.free_port()}, "", "")
+
+    def start_fails(root: Path, creds: devstack.Credentials, ports: Any = None, **kw: Any) -> devstack.ServiceInfo:
+        raise devstack.DevStackError("Neo4j exited with 1")
+
+    monkeypatch.setattr(devstack, "INSTALLERS", {n: (lambda: None) for n in devstack.SERVICES})
+    monkeypatch.setattr(devstack, "STARTERS", {"postgres": start_ok, "neo4j": start_fails})
+    monkeypatch.setattr(devstack, "start_neo4j", start_fails)
+    with pytest.raises(devstack.DevStackError, match="neo4j"), devstack.running(tmp_path, ("postgres", "neo4j")):
+        pass
+    assert len(pids) == 1 and not devstack._alive(pids[0])
+
+
 # --- PostgreSQL: a circuit around blocks, the keys read last --------------------------------------
 
 
@@ -433,3 +454,38 @@ def test_dev_stack_secrets_never_start_with_a_dash(monkeypatch) -> None:
     tokens = iter(["-abc", "-def", "ghi"])
     monkeypatch.setattr(devstack.secrets, "token_urlsafe", lambda n: next(tokens))
     assert devstack._secret() == "ghi"
+
+
+async def test_a_projection_delayed_by_an_outage_is_logged_once_until_it_changes(caplog) -> None:
+    """Writes during an outage each leave their events in the outbox; the log says so once (and once
+    more when the reason changes, and when projection is at once again), not once per write."""
+    from types import SimpleNamespace
+
+    from hrt.projector import DrainReport
+    from hrt.service import HRTService
+
+    reports = [
+        DrainReport(failed={"vector": "Weaviate's circuit is open (connection refused)"}),
+        DrainReport(failed={"vector": "Weaviate's circuit is open (connection refused)"}),
+        DrainReport(failed={"vector": "Weaviate's circuit is open (connection refused)"}),
+        DrainReport(busy=True),
+        DrainReport(busy=True),
+        DrainReport(),
+        DrainReport(),
+    ]
+
+    async def drain(*, wait: float | None = None) -> DrainReport:
+        return reports.pop(0)
+
+    service = SimpleNamespace(
+        projector=SimpleNamespace(drain=drain),
+        settings=SimpleNamespace(read_your_writes_timeout_s=0.1),
+        _projection_note=None,
+    )
+    caplog.set_level(logging.INFO, logger="hrt.service")
+    for _ in range(7):
+        await HRTService._project_now(service)  # type: ignore[arg-type]
+    lines = [r.getMessage() for r in caplog.records if r.name == "hrt.service"]
+    assert len(lines) == 3, lines
+    assert "projection delayed" in lines[0] and "connection refused" in lines[0]
+    assert "background projector" in lines[1] and "at once again" in lines[2]

@@ -327,10 +327,15 @@ class WeaviateVectorIndex:
         query_timeout: float = 10.0,
         write_timeout: float = 60.0,
         client: weaviate.WeaviateAsyncClient | None = None,
+        replication_factor: int = 1,
     ) -> None:
         """``client``: an injected async client (connected or not); it is then neither configured
-        nor closed here. The timeouts are also this adapter's deadlines around each call."""
+        nor closed here. The timeouts are also this adapter's deadlines around each call.
+        ``replication_factor``: the copies a collection created here asks for (a cluster of at
+        least that many nodes; with more than one, asynchronous replication repairs a node that
+        was down once it is back)."""
         self.collection_name = collection
+        self.replication_factor = replication_factor
         self._connect_timeout = connect_timeout
         self._query_timeout = query_timeout
         self._write_timeout = write_timeout
@@ -379,15 +384,13 @@ class WeaviateVectorIndex:
         await self.close()
 
     async def ping(self) -> None:
-        """Raise StoreUnavailable unless the node is ready to serve, and a StoreError unless it
-        takes HRT's credentials: the readiness endpoint answers anyone, so an authenticated read
-        (does the collection exist) follows it."""
+        """Raise StoreUnavailable unless the node answers an authenticated read of the schema (does
+        the collection exist), and a StoreError unless it takes HRT's credentials. Not Weaviate's
+        readiness endpoint: a cluster answers "not ready" while it elects a schema (Raft) leader,
+        and meanwhile serves the searches and writes of existing tenants, all HRT's reads need
+        (a replicated Weaviate losing its leader is not a store down: docs/reliability.md)."""
         async with self._guard("ping", self._connect_timeout):
-            ready = await self._client.is_ready()
-            if ready:
-                await self._client.collections.exists(self.collection_name)
-        if not ready:
-            raise StoreUnavailable("Weaviate is not ready", store="Weaviate")
+            await self._client.collections.exists(self.collection_name)
 
     async def warm(self) -> None:
         """Nothing to prepare: Weaviate has no query plans to warm."""
@@ -431,6 +434,16 @@ class WeaviateVectorIndex:
                 )
             if later:
                 config = await self._collection.config.get()
+        factor = config.replication_config.factor
+        if factor != self.replication_factor:
+            log.warning(
+                "Weaviate collection %s keeps %d cop%s of each object, not the %d configured "
+                "(HRT_WEAVIATE_REPLICATION_FACTOR applies when the collection is created)",
+                self.collection_name,
+                factor,
+                "y" if factor == 1 else "ies",
+                self.replication_factor,
+            )
         problems = []
         if not config.multi_tenancy_config.enabled:
             problems.append("multi-tenancy is off")
@@ -484,6 +497,9 @@ class WeaviateVectorIndex:
             inverted_index_config=Configure.inverted_index(stopwords_preset=StopwordsPreset.NONE),
             multi_tenancy_config=Configure.multi_tenancy(
                 enabled=True, auto_tenant_creation=True, auto_tenant_activation=True
+            ),
+            replication_config=Configure.replication(
+                factor=self.replication_factor, async_enabled=self.replication_factor > 1
             ),
         )
 
