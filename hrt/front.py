@@ -190,6 +190,8 @@ def audit_line(
     if method == "GET":  # the one audited read, an export: records are the lines sent, and did the last go out
         line["event"] = "export"
         line["complete"] = bool(write.get("complete", False))
+        if status < 300 and not line["complete"]:  # begun with a 200, ended before its last line
+            line["outcome"] = "cut"
     return line
 
 

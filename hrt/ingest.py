@@ -18,7 +18,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from hrt.embedder import Embedder
 from hrt.errors import InvalidInput, MalformedBody, PayloadTooLarge
-from hrt.front import schema_errors
+from hrt.front import field_name, schema_errors
 from hrt.jsonbounds import DECODER, RECORD, Cursor, decode_text, unknown_member
 from hrt.records import (
     Artifact,
@@ -31,6 +31,7 @@ from hrt.records import (
     entity_text,
     passage_texts,
     supersession_relations,
+    valid_id,
 )
 from hrt.stores.base import Vector, WriteBatch
 
@@ -47,7 +48,7 @@ RECORD_MODELS: dict[str, type[BaseModel]] = {
 
 def _first_error(exc: ValidationError) -> tuple[str, str]:
     [(loc, msg)] = schema_errors(exc.errors()[:1])
-    return ".".join(str(p) for p in loc) or "record", msg
+    return field_name(loc) if loc else "record", msg
 
 
 def parse_record(obj: Any, where: str) -> Record:
@@ -97,7 +98,7 @@ def decode_json(raw: str | bytes, where: str) -> Any:
 MAX_REPORTED_ERRORS = 100
 
 
-def parse_ingest_body(raw: bytes, ctype: str, max_records: int) -> list[Record]:
+def parse_ingest_body(raw: bytes, ctype: str, max_records: int, users: set[str] | None = None) -> list[Record]:
     """The records of an ``/v1/ingest`` body: NDJSON (one record per line) or ``{"records": [...]}``.
 
     Each record is measured in the text before it is decoded (:mod:`hrt.jsonbounds`: its size,
@@ -106,7 +107,8 @@ def parse_ingest_body(raw: bytes, ctype: str, max_records: int) -> list[Record]:
     member beside ``records`` is refused unread. More than ``max_records`` is
     :class:`PayloadTooLarge` (field ``records``) as soon as the next record starts, and parsing
     stops at the ``MAX_REPORTED_ERRORS``-th invalid record. Invalid records are one
-    :class:`InvalidInput`: the first names its field, every one (up to the bound) is in its ``errors``."""
+    :class:`InvalidInput`: the first names its field, every one (up to the bound) is in its ``errors``.
+    ``users`` gets the user id of every record read, valid or not, for the audit line of a refusal."""
     text = decode_text(raw)
     ndjson = ctype in ("application/x-ndjson", "application/jsonl")
     values = _ndjson_values(Cursor(text)) if ndjson else _records_array(Cursor(text))
@@ -118,6 +120,9 @@ def parse_ingest_body(raw: bytes, ctype: str, max_records: int) -> list[Record]:
                 f"more than {max_records} records in one request (HRT_MAX_INGEST_RECORDS): send them in batches",
                 field="records",
             )
+        user = value.get("user_id") if isinstance(value, dict) else None
+        if users is not None and isinstance(user, str) and valid_id(user):
+            users.add(user)
         try:
             records.append(parse_record(value, where))
         except InvalidInput as exc:

@@ -52,7 +52,7 @@ from hrt.extraction import messages as conversation
 from hrt.extraction.wire import conversation_request
 from hrt.front import INTERNAL_ERROR, audit, count_refusal, error_dict, field_name, schema_errors, status_for
 from hrt.ingest import Record, ingest_body_schema, parse_record
-from hrt.records import ID_PATTERN, Kind, check_id
+from hrt.records import ID_PATTERN, Kind, check_id, valid_id
 from hrt.service import HRTService
 
 log = logging.getLogger(__name__)
@@ -400,6 +400,8 @@ class _Tools:
         default_user = None
         if user_id is not None or (caller.users is not None and len(caller.users) == 1):
             default_user = _user(caller, user_id)
+        seen = [r.get("user_id", default_user) for r in records if isinstance(r, dict)]
+        written.update(users=sorted({u for u in seen if isinstance(u, str) and valid_id(u)}))
         with self.places(caller.key_id):
             parsed = await asyncio.to_thread(_parse_records, records, default_user)
         users = sorted({r.user_id for r in parsed})
@@ -414,6 +416,7 @@ class _Tools:
         text = args["text"]
         said = [{"role": "user", "content": text}] if text is not None else args["messages"]
         body = {"user_id": _user(caller, args["user_id"]), "session_id": args["session_id"] or "mcp", "messages": said}
+        written.update(users=[body["user_id"]])  # named by the audit line of a refusal too
         if args["agent_id"] is not None:
             body["agent_id"] = args["agent_id"]
         try:

@@ -19,6 +19,7 @@ from hrt.extraction.messages import MAX_MESSAGES, ConversationRequest, Message
 from hrt.front import TYPE_TAGS, schema_errors
 from hrt.ingest import MAX_REPORTED_ERRORS
 from hrt.jsonbounds import RECORD, SCALAR, Cursor, decode_text, unknown_member
+from hrt.records import valid_id
 
 _TOP = tuple(name for name in ConversationRequest.model_fields if name != "messages")
 _FIELDS = ", ".join(ConversationRequest.model_fields)
@@ -103,13 +104,24 @@ def conversation_request(value: Any) -> ConversationRequest:
     return _request(top, _Messages().read(enumerate(said)))
 
 
-def parse_conversation_body(raw: bytes) -> ConversationRequest:
+def parse_conversation_body(raw: bytes, users: set[str] | None = None) -> ConversationRequest:
     """The body of ``POST /v1/conversations``: strict JSON (400 otherwise), read within bounds
-    (413 over them, :mod:`hrt.jsonbounds`), then the request."""
+    (413 over them, :mod:`hrt.jsonbounds`), then the request. ``users`` gets its user id when it
+    is one, also when the request is refused (for the audit line)."""
     cur = Cursor(decode_text(raw))
     if not cur.skip().at("{"):
         return conversation_request(cur.value(RECORD, "body"))
     top: dict[str, Any] = {}
+    try:
+        return _read_conversation(cur, top)
+    finally:
+        user = top.get("user_id")
+        if users is not None and isinstance(user, str) and valid_id(user):
+            users.add(user)
+
+
+def _read_conversation(cur: Cursor, top: dict[str, Any]) -> ConversationRequest:
+    """The members of the body at ``cur``; the short ones in ``top`` as they come."""
     messages: _Messages | None = None
     for name, n in cur.members():
         if name not in ConversationRequest.model_fields:
