@@ -21,7 +21,6 @@ from hrt.ingest import MAX_REPORTED_ERRORS
 from hrt.jsonbounds import RECORD, SCALAR, Cursor, decode_text, unknown_member
 from hrt.records import valid_id
 
-_TOP = tuple(name for name in ConversationRequest.model_fields if name != "messages")
 _FIELDS = ", ".join(ConversationRequest.model_fields)
 
 
