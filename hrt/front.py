@@ -6,14 +6,11 @@ reason of the ``hrt_auth_refusals_total`` metric, and the ``hrt.audit`` log line
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
-
-from pydantic import BaseModel
 
 from hrt.errors import (
     Conflict,
@@ -90,56 +87,6 @@ def count_refusal(exc: HRTError, metrics: Callable[[], Metrics | None]) -> str |
             if found is not None:
                 found.auth_refusals.labels(reason=reason).inc()
     return reason
-
-
-# pydantic names the member of a union in an error's location ("key_phrases.list[constrained-str].0");
-# a caller wants the field ("key_phrases.0")
-TYPE_TAGS = frozenset({"str", "int", "float", "bool", "none", "list", "dict", "constrained-str"})
-# where FastAPI found a value, and the union tags field_name drops: never the caller's
-_KEPT = TYPE_TAGS | {"body", "query", "path", "header"}
-UNKNOWN_MEMBER = "has a member that is none of its fields (unknown members are refused)"
-
-
-@functools.cache
-def _schema_names() -> frozenset[str]:
-    """Every field name (and alias) of HRT's own models: what an error may name. Read once, at the
-    first error, when every request model has long been imported (1.4 ms)."""
-    names: set[str] = set()
-    stack: list[type[BaseModel]] = [BaseModel]
-    while stack:
-        cls = stack.pop()
-        stack.extend(cls.__subclasses__())
-        if cls.__module__.startswith("hrt."):
-            for name, info in cls.model_fields.items():
-                names.add(name)
-                if info.alias:
-                    names.add(info.alias)
-    return frozenset(names)
-
-
-def schema_errors(errors: Iterable[Mapping[str, Any]]) -> list[tuple[tuple[Any, ...], str]]:
-    """Pydantic's errors as (location, message) naming only what the schema names: a member that is no
-    field of any model is named by the object holding it (one that is a field elsewhere, such as a
-    setting no request may override, keeps its name), and any other name that is not a field (a key of a
-    free-form mapping) is ``*``. Whatever a caller sent (of any length) is never echoed; pydantic's
-    messages quote the schema's constraints, not the input."""
-    names = _schema_names()
-    out = []
-    for e in errors:
-        loc = tuple(e.get("loc", ()))
-        msg = str(e.get("msg", "invalid"))
-        if e.get("type") == "extra_forbidden" and (not loc or loc[-1] not in names):
-            loc, msg = loc[:-1], UNKNOWN_MEMBER
-        loc = tuple(p if isinstance(p, int) or p in names or p in _KEPT or "[" in str(p) else "*" for p in loc)
-        out.append((loc, msg))
-    return out
-
-
-def field_name(loc: tuple[Any, ...]) -> str:
-    """A validation error's location (see :func:`schema_errors`) as the field a caller named."""
-    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
-    parts = [p for p in parts if not ("[" in p or p in TYPE_TAGS)]
-    return ".".join(parts) or "body"
 
 
 def _outcome(status: int) -> str:

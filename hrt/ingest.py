@@ -18,8 +18,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from hrt.embedder import Embedder
 from hrt.errors import InvalidInput, MalformedBody, PayloadTooLarge
-from hrt.front import field_name, schema_errors
-from hrt.jsonbounds import DECODER, RECORD, Cursor, decode_text, unknown_member
+from hrt.jsonbounds import DECODER, RECORD, Cursor, decode_text, field_name, schema_errors, unknown_member
 from hrt.records import (
     Artifact,
     Concept,

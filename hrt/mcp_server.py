@@ -50,8 +50,9 @@ from hrt.contract import RetrieveRequest
 from hrt.errors import HRTError, InvalidInput, PayloadTooLarge, Unauthenticated
 from hrt.extraction import messages as conversation
 from hrt.extraction.wire import conversation_request
-from hrt.front import INTERNAL_ERROR, audit, count_refusal, error_dict, field_name, schema_errors, status_for
+from hrt.front import INTERNAL_ERROR, audit, count_refusal, error_dict, status_for
 from hrt.ingest import Record, ingest_body_schema, parse_record
+from hrt.jsonbounds import field_name, schema_errors
 from hrt.records import ID_PATTERN, Kind, check_id, valid_id
 from hrt.service import HRTService
 

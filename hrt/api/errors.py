@@ -21,7 +21,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from hrt.errors import HRTError, InvalidInput, RateLimited, StoreDown, StoreUnavailable, Unauthenticated
-from hrt.front import INTERNAL_ERROR, error_dict, field_name, refusal_reason, schema_errors, status_for
+from hrt.front import INTERNAL_ERROR, error_dict, refusal_reason, status_for
+from hrt.jsonbounds import field_name, schema_errors
 
 log = logging.getLogger(__name__)
 

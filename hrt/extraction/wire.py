@@ -16,9 +16,8 @@ from pydantic import ValidationError
 
 from hrt.errors import InvalidInput, PayloadTooLarge
 from hrt.extraction.messages import MAX_MESSAGES, ConversationRequest, Message
-from hrt.front import TYPE_TAGS, schema_errors
 from hrt.ingest import MAX_REPORTED_ERRORS
-from hrt.jsonbounds import RECORD, SCALAR, Cursor, decode_text, unknown_member
+from hrt.jsonbounds import RECORD, SCALAR, TYPE_TAGS, Cursor, decode_text, schema_errors, unknown_member
 from hrt.records import valid_id
 
 _FIELDS = ", ".join(ConversationRequest.model_fields)
