@@ -214,18 +214,18 @@ def validate_new_key(
     from hrt.records import valid_id
 
     if not KEY_NAME.fullmatch(name):
-        raise InvalidInput(f"{name!r} is not a key name: 1-64 of letters, digits, _ . : @ -", field="name")
+        raise InvalidInput("not a key name: 1-64 of letters, digits, _ . : @ -", field="name")
     if not scopes:
         raise InvalidInput(f"give at least one scope of {', '.join(SCOPES)}", field="scope")
     unknown = sorted(set(scopes) - set(SCOPES))
     if unknown:
-        raise InvalidInput(f"unknown scope {unknown[0]!r}; one of {', '.join(SCOPES)}", field="scope")
+        raise InvalidInput(f"an unknown scope; one of {', '.join(SCOPES)}", field="scope")
     if users is not None:
         if not users:
             raise InvalidInput("give the users the key acts for, or all users", field="user")
         bad = [u for u in users if not valid_id(u)]
         if bad:
-            raise InvalidInput(f"{bad[0]!r} is not a valid user id", field="user")
+            raise InvalidInput(f"user {users.index(bad[0]) + 1} is not a valid user id", field="user")
     check_limits(expires_at, None, None, now)
     ordered = tuple(s for s in SCOPES if s in set(scopes))
     return ordered, tuple(sorted(set(users))) if users is not None else None
@@ -337,15 +337,13 @@ def parse_expiry(text: str, now: float) -> float:
     try:
         when = datetime.fromisoformat(text.strip())
     except ValueError as exc:
-        raise InvalidInput(
-            f"{text!r} is neither a duration (30d, 12h, 90m, 2w) nor an ISO date", field="expires"
-        ) from exc
+        raise InvalidInput("neither a duration (30d, 12h, 90m, 2w) nor an ISO date", field="expires") from exc
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     try:
         return when.timestamp()
     except (OverflowError, ValueError) as exc:
-        raise InvalidInput(f"{text!r} is out of range", field="expires") from exc
+        raise InvalidInput("out of range", field="expires") from exc
 
 
 def is_loopback(host: str) -> bool:

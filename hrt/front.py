@@ -89,18 +89,6 @@ def count_refusal(exc: HRTError, metrics: Callable[[], Metrics | None]) -> str |
     return reason
 
 
-# pydantic names the member of a union in an error's location ("key_phrases.list[constrained-str].0");
-# a caller wants the field ("key_phrases.0")
-_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "none", "list", "dict", "constrained-str"})
-
-
-def field_name(loc: tuple[Any, ...]) -> str:
-    """A validation error's location as the field a caller named."""
-    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
-    parts = [p for p in parts if not ("[" in p or p in _TYPE_TAGS)]
-    return ".".join(parts) or "body"
-
-
 def _outcome(status: int) -> str:
     if status < 300:
         return "ok"
@@ -149,6 +137,8 @@ def audit_line(
     if method == "GET":  # the one audited read, an export: records are the lines sent, and did the last go out
         line["event"] = "export"
         line["complete"] = bool(write.get("complete", False))
+        if status < 300 and not line["complete"]:  # begun with a 200, ended before its last line
+            line["outcome"] = "cut"
     return line
 
 

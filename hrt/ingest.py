@@ -10,8 +10,7 @@ its position and field, and nothing of that batch is written.
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,6 +18,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from hrt.embedder import Embedder
 from hrt.errors import InvalidInput, MalformedBody, PayloadTooLarge
+from hrt.jsonbounds import DECODER, RECORD, Cursor, decode_text, field_name, schema_errors, unknown_member
 from hrt.records import (
     Artifact,
     Concept,
@@ -30,6 +30,7 @@ from hrt.records import (
     entity_text,
     passage_texts,
     supersession_relations,
+    valid_id,
 )
 from hrt.stores.base import Vector, WriteBatch
 
@@ -45,9 +46,8 @@ RECORD_MODELS: dict[str, type[BaseModel]] = {
 
 
 def _first_error(exc: ValidationError) -> tuple[str, str]:
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"]) or "record"
-    return loc, err["msg"]
+    [(loc, msg)] = schema_errors(exc.errors()[:1])
+    return field_name(loc) if loc else "record", msg
 
 
 def parse_record(obj: Any, where: str) -> Record:
@@ -73,28 +73,18 @@ def parse_record(obj: Any, where: str) -> Record:
     return record
 
 
-def _not_json_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"the number {text[:40]} is out of range")
-    return value
-
-
 def decode_json(raw: str | bytes, where: str) -> Any:
-    """Strict JSON: UTF-8, no NaN or Infinity, every number finite (Python's json takes ``1e999``
-    as infinity, which SQLite stores as null and PostgreSQL refuses), nesting within Python's
-    recursion limit. Anything else is :class:`MalformedBody` naming ``where``."""
+    """Strict JSON (:data:`hrt.jsonbounds.DECODER`): UTF-8, no NaN or Infinity, every number
+    finite, nesting within Python's recursion limit. Anything else is :class:`MalformedBody`
+    naming ``where``. Whole and unbounded: for files the operator gives (``hrt ingest``); request
+    bodies are read with :class:`hrt.jsonbounds.Cursor`."""
     if isinstance(raw, bytes):
         try:
             raw = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise MalformedBody(f"{where}: not UTF-8 (byte {exc.start})", field=where) from exc
     try:
-        return json.loads(raw, parse_constant=_not_json_constant, parse_float=_finite)
+        return DECODER.decode(raw)
     except json.JSONDecodeError as exc:
         raise MalformedBody(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})", field=where) from exc
     except ValueError as exc:
@@ -105,24 +95,22 @@ def decode_json(raw: str | bytes, where: str) -> Any:
 
 # a request's invalid records reported at most: parsing stops at the last of them
 MAX_REPORTED_ERRORS = 100
-_DECODER = json.JSONDecoder(parse_constant=_not_json_constant, parse_float=_finite)
-_WS = " \t\n\r"
 
 
-def parse_ingest_body(raw: bytes, ctype: str, max_records: int) -> list[Record]:
+def parse_ingest_body(raw: bytes, ctype: str, max_records: int, users: set[str] | None = None) -> list[Record]:
     """The records of an ``/v1/ingest`` body: NDJSON (one record per line) or ``{"records": [...]}``.
 
-    Decoded one record at a time and validated as it comes, so memory holds validated records, never
-    a parsed tree of the whole body; more than ``max_records`` is :class:`PayloadTooLarge` (field
-    ``records``) as soon as the next record starts, and parsing stops at the ``MAX_REPORTED_ERRORS``-th
-    invalid record. Invalid records are one :class:`InvalidInput`: the first names its field, every
-    one (up to the bound) is in its ``errors``."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise MalformedBody(f"the body is not UTF-8 (byte {exc.start})", field="body") from exc
+    Each record is measured in the text before it is decoded (:mod:`hrt.jsonbounds`: its size,
+    nesting and values bounded, and the values of the whole body), then validated, so memory holds
+    validated records and one bounded record being read, never a parsed tree of the whole body; a
+    member beside ``records`` is refused unread. More than ``max_records`` is
+    :class:`PayloadTooLarge` (field ``records``) as soon as the next record starts, and parsing
+    stops at the ``MAX_REPORTED_ERRORS``-th invalid record. Invalid records are one
+    :class:`InvalidInput`: the first names its field, every one (up to the bound) is in its ``errors``.
+    ``users`` gets the user id of every record read, valid or not, for the audit line of a refusal."""
+    text = decode_text(raw)
     ndjson = ctype in ("application/x-ndjson", "application/jsonl")
-    values = _ndjson_values(text) if ndjson else _records_array(text)
+    values = _ndjson_values(Cursor(text)) if ndjson else _records_array(Cursor(text))
     records: list[Record] = []
     errors: list[tuple[str, str]] = []
     for n, (where, value) in enumerate(values):
@@ -131,6 +119,9 @@ def parse_ingest_body(raw: bytes, ctype: str, max_records: int) -> list[Record]:
                 f"more than {max_records} records in one request (HRT_MAX_INGEST_RECORDS): send them in batches",
                 field="records",
             )
+        user = value.get("user_id") if isinstance(value, dict) else None
+        if users is not None and isinstance(user, str) and valid_id(user):
+            users.add(user)
         try:
             records.append(parse_record(value, where))
         except InvalidInput as exc:
@@ -143,90 +134,42 @@ def parse_ingest_body(raw: bytes, ctype: str, max_records: int) -> list[Record]:
     return records
 
 
-def _ndjson_values(text: str) -> Iterator[tuple[str, Any]]:
-    start, n = 0, 0
-    while start < len(text):
-        end = text.find("\n", start)
+def _ndjson_values(cur: Cursor) -> Iterator[tuple[str, Any]]:
+    text, n = cur.text, 0
+    while cur.i < len(text):
+        end = text.find("\n", cur.i)
         end = len(text) if end < 0 else end
         n += 1
-        line = text[start:end]
-        start = end + 1
-        if line.strip():
-            yield f"line {n}", decode_json(line, f"line {n}")
-
-
-def _skip(text: str, i: int) -> int:
-    while i < len(text) and text[i] in _WS:
-        i += 1
-    return i
-
-
-def _decode_at(text: str, i: int) -> tuple[Any, int]:
-    try:
-        return _DECODER.raw_decode(text, i)
-    except json.JSONDecodeError as exc:
-        raise MalformedBody(f"body: not valid JSON ({exc.msg} at character {exc.pos})", field="body") from exc
-    except ValueError as exc:
-        raise MalformedBody(f"body: not valid JSON ({exc})", field="body") from exc
-    except RecursionError as exc:
-        raise MalformedBody("body: not valid JSON (nested too deeply)", field="body") from exc
-
-
-def _expect(text: str, i: int, char: str) -> int:
-    i = _skip(text, i)
-    if i >= len(text) or text[i] != char:
-        raise MalformedBody(f"body: not valid JSON (expected {char!r} at character {i})", field="body")
-    return i + 1
+        if cur.skip().i < end:
+            where = f"line {n}"
+            value = cur.value(RECORD, where, stop=end, field=where)
+            if cur.skip().i < end:
+                raise MalformedBody(f"{where}: not valid JSON (extra data after the record)", field=where)
+            yield where, value
+        cur.i = end + 1
 
 
 _NOT_RECORDS = 'the body must be {"records": [...]}'
 
 
-def _records_array(text: str) -> Iterator[tuple[str, Any]]:
-    """The elements of ``{"records": [...]}`` one at a time (other members are read and ignored)."""
-    i = _skip(text, 0)
-    if i >= len(text) or text[i] != "{":
-        _decode_at(text, i)  # a body that is not JSON at all is a 400
+def _records_array(cur: Cursor) -> Iterator[tuple[str, Any]]:
+    """The elements of ``{"records": [...]}`` one at a time; any other member is refused unread."""
+    if not cur.skip().at("{"):
+        cur.value(RECORD, "body")  # a body that is not JSON at all is a 400
         raise InvalidInput(_NOT_RECORDS, field="records")
-    i = _skip(text, i + 1)
     seen = False
-    while not text.startswith("}", i):
-        key, i = _decode_at(text, i)
-        if not isinstance(key, str):
-            raise MalformedBody(f"body: not valid JSON (a member name at character {i})", field="body")
-        i = _skip(text, _expect(text, i, ":"))
-        if key == "records" and not seen:
-            seen = True
-            if not text.startswith("[", i):
-                raise InvalidInput(_NOT_RECORDS, field="records")
-            i = yield from _array_elements(text, i + 1)
-        else:
-            _, i = _decode_at(text, i)
-        i = _skip(text, i)
-        if not text.startswith("}", i):
-            i = _skip(text, _expect(text, i, ","))
-            if text.startswith("}", i):
-                raise MalformedBody(f"body: not valid JSON (a trailing comma at character {i})", field="body")
-    if _skip(text, i + 1) != len(text):
-        raise MalformedBody("body: not valid JSON (extra data after the object)", field="body")
+    for name, n in cur.members():
+        if name != "records":
+            raise unknown_member(n, "records")
+        if seen:
+            raise InvalidInput("records is given twice", field="records")
+        seen = True
+        if not cur.skip().at("["):
+            raise InvalidInput(_NOT_RECORDS, field="records")
+        for i, value in cur.elements(RECORD, "records"):
+            yield f"records[{i}]", value
     if not seen:
         raise InvalidInput(_NOT_RECORDS, field="records")
-
-
-def _array_elements(text: str, i: int) -> Generator[tuple[str, Any], None, int]:
-    """Yields the array's elements from just after its ``[``; returns the index after its ``]``."""
-    i = _skip(text, i)
-    if text.startswith("]", i):
-        return i + 1
-    n = 0
-    while True:
-        value, i = _decode_at(text, _skip(text, i))
-        yield f"records[{n}]", value
-        n += 1
-        i = _skip(text, i)
-        if text.startswith("]", i):
-            return i + 1
-        i = _expect(text, i, ",")
 
 
 def parse_jsonl(lines: Iterable[str]) -> list[Record]:

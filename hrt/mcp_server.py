@@ -26,6 +26,7 @@ audit log (``hrt.audit``), as a REST write is; both come from :mod:`hrt.front`, 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import inspect
@@ -36,8 +37,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Mutable
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import Field, ValidationError, WithJsonSchema
 from starlette.routing import Match, Route
 
@@ -45,12 +47,13 @@ from hrt import __version__
 from hrt.auth import SCOPES, Principal
 from hrt.browse import DEFAULT_RELATION_LIMIT, MAX_RELATION_LIMIT, read_entity, written_by
 from hrt.contract import RetrieveRequest
-from hrt.errors import HRTError, InvalidInput, Unauthenticated
+from hrt.errors import HRTError, InvalidInput, PayloadTooLarge, Unauthenticated
 from hrt.extraction import messages as conversation
 from hrt.extraction.wire import conversation_request
-from hrt.front import INTERNAL_ERROR, audit, count_refusal, error_dict, field_name, status_for
-from hrt.ingest import ingest_body_schema, parse_record
-from hrt.records import ID_PATTERN, Kind, check_id
+from hrt.front import INTERNAL_ERROR, audit, count_refusal, error_dict, status_for
+from hrt.ingest import Record, ingest_body_schema, parse_record
+from hrt.jsonbounds import field_name, schema_errors
+from hrt.records import ID_PATTERN, Kind, check_id, valid_id
 from hrt.service import HRTService
 
 log = logging.getLogger(__name__)
@@ -61,6 +64,8 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 PrincipalOf = Callable[[Context[Any, Any]], Principal]
 Action = Callable[[Principal, dict[str, Any]], Awaitable[CallToolResult]]
+# a key's ingest body place (hrt.api.bodies.IngestBodies.place), held while its records are parsed
+Places = Callable[[str], contextlib.AbstractContextManager[None]]
 
 INSTRUCTIONS = (
     "HRT is the user's long-term memory: a knowledge graph of their past conversations (memory units), "
@@ -217,9 +222,9 @@ def _error_body(body: dict[str, Any]) -> CallToolResult:
 
 def _invalid(exc: ValidationError) -> InvalidInput:
     """A model's validation error as the REST API reports it: the first error's field and message."""
-    first = exc.errors()[0]
-    where = field_name(tuple(first.get("loc", ())))
-    return InvalidInput(f"field '{where}': {first.get('msg', 'invalid')}", field=where)
+    [(loc, msg)] = schema_errors(exc.errors()[:1])
+    where = field_name(loc)
+    return InvalidInput(f"field '{where}': {msg}", field=where)
 
 
 def _user(caller: Principal, user_id: Any) -> str:
@@ -229,6 +234,20 @@ def _user(caller: Principal, user_id: Any) -> str:
             return next(iter(caller.users))
         raise InvalidInput("give user_id: this server acts for more than one user", field="user_id")
     return check_id(user_id, "user_id")
+
+
+def _parse_records(records: list[Any], default_user: str | None) -> list[Record]:
+    """``remember``'s records validated, each without a user_id getting ``default_user``."""
+    parsed = []
+    for i, obj in enumerate(records):
+        if default_user is not None and isinstance(obj, dict) and "user_id" not in obj:
+            obj = {**obj, "user_id": default_user}
+        where = f"records[{i}]"
+        try:
+            parsed.append(parse_record(obj, where))
+        except InvalidInput as exc:
+            raise InvalidInput(exc.message, field=f"{where}.{exc.field}") from exc
+    return parsed
 
 
 def _kind(value: Any) -> Kind:
@@ -274,9 +293,10 @@ class _Tools:
     """The tools over ``service()`` (looked up at each call), acting as ``principal_of(ctx)``. Each
     method's docstring is the tool's description, as an MCP host shows it to a model."""
 
-    def __init__(self, service: Callable[[], HRTService], principal_of: PrincipalOf) -> None:
+    def __init__(self, service: Callable[[], HRTService], principal_of: PrincipalOf, places: Places) -> None:
         self.service = service
         self.principal_of = principal_of
+        self.places = places
 
     def _metrics(self) -> Any:
         return self.service().metrics
@@ -365,26 +385,30 @@ class _Tools:
         return await self.run("remember", ctx, action, write=True)
 
     async def _records(self, caller: Principal, args: dict[str, Any], written: dict[str, Any]) -> CallToolResult:
-        """``remember``'s records, as ``POST /v1/ingest`` takes them."""
+        """``remember``'s records, as ``POST /v1/ingest`` takes them: at most
+        ``HRT_MAX_INGEST_RECORDS``, parsed in a worker thread while holding one of the key's ingest
+        body places (over HTTP), then written in a write slot."""
         records, user_id = args["records"], args["user_id"]
         if not isinstance(records, list):
             raise InvalidInput("give records: a list of records", field="records")
+        service = self.service()
+        limit = service.settings.max_ingest_records
+        if len(records) > limit:
+            raise PayloadTooLarge(
+                f"more than {limit} records in one call (HRT_MAX_INGEST_RECORDS): send them in batches",
+                field="records",
+            )
         default_user = None
         if user_id is not None or (caller.users is not None and len(caller.users) == 1):
             default_user = _user(caller, user_id)
-        parsed = []
-        for i, obj in enumerate(records):
-            if default_user is not None and isinstance(obj, dict) and "user_id" not in obj:
-                obj = {**obj, "user_id": default_user}
-            where = f"records[{i}]"
-            try:
-                parsed.append(parse_record(obj, where))
-            except InvalidInput as exc:
-                raise InvalidInput(exc.message, field=f"{where}.{exc.field}") from exc
+        seen = [r.get("user_id", default_user) for r in records if isinstance(r, dict)]
+        written.update(users=sorted({u for u in seen if isinstance(u, str) and valid_id(u)}))
+        with self.places(caller.key_id):
+            parsed = await asyncio.to_thread(_parse_records, records, default_user)
         users = sorted({r.user_id for r in parsed})
         written.update(users=users, records=len(parsed))
         caller.require_users(users)  # before anything is written
-        result = await self.service().ingest(parsed, written_by=written_by(caller))
+        result = await service.ingest(parsed, written_by=written_by(caller))
         written.update(upserted=result.upserted, deleted=result.deleted)
         return _json_result({"upserted": result.upserted, "deleted": result.deleted})
 
@@ -393,6 +417,7 @@ class _Tools:
         text = args["text"]
         said = [{"role": "user", "content": text}] if text is not None else args["messages"]
         body = {"user_id": _user(caller, args["user_id"]), "session_id": args["session_id"] or "mcp", "messages": said}
+        written.update(users=[body["user_id"]])  # named by the audit line of a refusal too
         if args["agent_id"] is not None:
             body["agent_id"] = args["agent_id"]
         try:
@@ -510,13 +535,33 @@ def _tool_function(
     return tool
 
 
+class _Server(MCPServer[Any]):
+    """The SDK's server answering in HRT's error format where the SDK would quote the caller: an
+    unknown tool ("Unknown tool: <name>") and arguments its own validation refuses (pydantic's text,
+    with the input)."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        if name not in {tool.name for tool in await self.list_tools()}:
+            return error_result(InvalidInput("no such tool; tools/list names them", field="name"))
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                return error_result(_invalid(exc.__cause__))
+            raise
+
+
 def build_server(
     service: Callable[[], HRTService],
     principal_of: PrincipalOf,
     lifespan: Callable[[MCPServer[Any]], contextlib.AbstractAsyncContextManager[Any]] | None = None,
+    places: Places | None = None,
 ) -> MCPServer[Any]:
-    """The tools over ``service()`` (looked up at each call), acting as ``principal_of(ctx)``."""
-    server: MCPServer[Any] = MCPServer(
+    """The tools over ``service()`` (looked up at each call), acting as ``principal_of(ctx)``;
+    ``places``: the server's ingest body places (None over stdio, which has one caller)."""
+    server: MCPServer[Any] = _Server(
         "hrt",
         title="HRT long-term memory",
         instructions=INSTRUCTIONS,
@@ -524,7 +569,7 @@ def build_server(
         log_level="WARNING",
         lifespan=lifespan,
     )
-    tools = _Tools(service, principal_of)
+    tools = _Tools(service, principal_of, places or (lambda _key: contextlib.nullcontext()))
     for name, title, hints, args, contract in TOOLS:
         handler = getattr(tools, name)
         fn = _tool_function(name, handler)
@@ -605,28 +650,44 @@ _JSONRPC_MESSAGES = {
 }
 
 
-def _without_internals(send: Send) -> Send:
-    """``send`` with the JSON-RPC error of a refused HTTP request (4xx/5xx) rewritten: the code
-    kept, the message one of HRT's, no ``data``."""
-    held: list[Message] = []
+# a JSON-RPC error answer is small: a larger answer is a result, passed on as it comes
+_ERROR_MAX_BYTES = 65_536
 
-    async def wrapped(message: Message) -> None:
-        if message["type"] == "http.response.start" and int(message["status"]) >= 400:
-            held.append(message)
-            return
-        if not held:
-            await send(message)
-            return
-        held.append(message)
-        if message.get("more_body", False):
-            return
+
+def _without_internals(send: Send) -> Send:
+    """``send`` with every JSON-RPC error rewritten: the code kept, the message one of HRT's, no
+    ``data``. Refused HTTP requests (4xx/5xx) carry one, and so do answers of 200: the SDK's
+    "Method not found" quotes the method the caller named in ``data``."""
+    held: list[Message] = []
+    judged = False
+
+    async def flush(body: bytes | None) -> None:
+        nonlocal judged
+        judged = True
         start, *chunks = held
-        body = b"".join(m.get("body", b"") for m in chunks)
         held.clear()
-        body = _rewritten(body)
+        if body is None:
+            for m in (start, *chunks):
+                await send(m)
+            return
         headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
         await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
+
+    async def wrapped(message: Message) -> None:
+        if judged or message["type"] not in ("http.response.start", "http.response.body"):
+            await send(message)
+            return
+        held.append(message)
+        if message["type"] == "http.response.start":
+            return
+        refused = int(held[0]["status"]) >= 400
+        size = sum(len(m.get("body", b"")) for m in held[1:])
+        if not refused and size > _ERROR_MAX_BYTES:
+            await flush(None)
+        elif not message.get("more_body", False):
+            body = b"".join(m.get("body", b"") for m in held[1:])
+            await flush(_rewritten(body) if refused or b'"error"' in body else None)
 
     return wrapped
 

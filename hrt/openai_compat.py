@@ -5,10 +5,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import httpx
 
@@ -22,6 +25,70 @@ def api_root(base_url: str, what: str) -> str:
     if not root.startswith(("http://", "https://")):
         raise ValueError(f"{what} base_url must be an http(s) URL, got {base_url!r}")
     return root[: -len("/v1")] if root.endswith("/v1") else root
+
+
+# an answer is a few KiB (an extraction's JSON, a rerank's logprobs): a server sending far more is
+# broken or hostile, and is read no further than this, decompressed bytes counted (a gzip bomb of a
+# few hundred KiB would otherwise expand to hundreds of MB in memory)
+MAX_ANSWER_BYTES = 1 << 20
+
+
+class AnswerTooLarge(httpx.DecodingError):
+    """An answer over :data:`MAX_ANSWER_BYTES` once decoded, or in an encoding HRT does not read."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A server's answer, read within its bound."""
+
+    status_code: int
+    content: bytes
+
+    @property
+    def is_success(self) -> bool:
+        return 200 <= self.status_code < 300
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+
+def _decompressor(encoding: str) -> Any:
+    """A zlib decompressor for the answer's Content-Encoding (None: none); br, zstd and stacked
+    encodings are refused, as HRT asks for gzip at most."""
+    if encoding in ("", "identity"):
+        return None
+    if encoding in ("gzip", "x-gzip"):
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if encoding == "deflate":
+        return zlib.decompressobj()
+    raise AnswerTooLarge(f"the answer is in an encoding HRT does not read ({encoding[:40]})")
+
+
+async def read_bounded(response: httpx.Response, limit: int = MAX_ANSWER_BYTES) -> bytes:
+    """The body of ``response`` (opened with ``stream``), read and decompressed a chunk at a time and
+    never past ``limit`` bytes: :class:`AnswerTooLarge` beyond, whatever Content-Length claims."""
+    if response.is_stream_consumed:  # read whole already by its transport (one in memory): its size alone
+        if len(response.content) > limit:
+            raise AnswerTooLarge(f"the answer is over {limit} bytes; at most {limit} are read")
+        return response.content
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit and "content-encoding" not in response.headers:
+        raise AnswerTooLarge(f"the answer is {declared} bytes; at most {limit} are read")
+    decoder = _decompressor(response.headers.get("content-encoding", "").strip().lower())
+    out = bytearray()
+    async for raw in response.aiter_raw():
+        # decompressed at most one byte past what is left: a bomb stops there, its tail unread
+        data = raw if decoder is None else decoder.decompress(raw, limit + 1 - len(out))
+        out += data
+        if len(out) > limit or (decoder is not None and decoder.unconsumed_tail):
+            raise AnswerTooLarge(f"the answer is over {limit} bytes; at most {limit} are read")
+    if decoder is not None:
+        out += decoder.flush()
+    return bytes(out)
 
 
 class ServerClient:
@@ -57,6 +124,16 @@ class ServerClient:
             limits = httpx.Limits(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency)
             self._client = httpx.AsyncClient(timeout=self.timeout_s, limits=limits, trust_env=False)
         return self._client
+
+    async def _post(self, url: str, body: dict[str, Any]) -> Answer:
+        """POST ``body``; the whole exchange within ``timeout_s`` (httpx's own timeout bounds each
+        phase), the answer read within :data:`MAX_ANSWER_BYTES`."""
+        headers = {**self._headers, "Accept-Encoding": "gzip"}
+        async with (
+            asyncio.timeout(self.timeout_s),
+            self._http().stream("POST", url, json=body, headers=headers, timeout=self.timeout_s) as response,
+        ):
+            return Answer(response.status_code, await read_bounded(response))
 
     async def aclose(self) -> None:
         """Close the HTTP client this object created (an injected client is the caller's to close)."""

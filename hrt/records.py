@@ -117,7 +117,10 @@ def valid_id(value: str) -> bool:
 def check_id(value: Any, field: str) -> str:
     """``value`` when it is a valid id (:data:`ID_PATTERN`), else InvalidInput naming ``field``."""
     if not isinstance(value, str) or not valid_id(value):
-        raise InvalidInput(f"{value!r} is not a valid {field}", field=field)
+        # the value itself is never quoted: it could be anything the caller sent, of any length
+        raise InvalidInput(
+            f"not a valid {field}: 1-128 of letters, digits, _ . : @ -, the first a letter or digit", field=field
+        )
     return value
 
 
@@ -228,7 +231,7 @@ def _distinct_aliases(value: list[str], info: ValidationInfo) -> list[str]:
     for i, alias in enumerate(value):
         key = alias_key(alias)
         if key in seen:
-            raise ValueError(f"alias {i} ({alias!r}) repeats the name or an earlier alias")
+            raise ValueError(f"alias {i} repeats the name or an earlier alias")
         seen.add(key)
     return value
 

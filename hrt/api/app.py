@@ -142,7 +142,7 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
     # checks its own scope and users against the key, hrt/mcp_server.py)
     from hrt.mcp_server import MCPEndpoint, build_server, request_principal
 
-    mcp_endpoint = MCPEndpoint(build_server(lambda: state.service, request_principal))
+    mcp_endpoint = MCPEndpoint(build_server(lambda: state.service, request_principal, places=state.ingest_bodies.place))
     app = FastAPI(
         title="HRT: Hybrid Retrieval Tool",
         version=__version__,

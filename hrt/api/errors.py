@@ -21,7 +21,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from hrt.errors import HRTError, InvalidInput, RateLimited, StoreDown, StoreUnavailable, Unauthenticated
-from hrt.front import INTERNAL_ERROR, error_dict, field_name, refusal_reason, status_for
+from hrt.front import INTERNAL_ERROR, error_dict, refusal_reason, status_for
+from hrt.jsonbounds import field_name, schema_errors
 
 log = logging.getLogger(__name__)
 
@@ -141,12 +142,12 @@ def install_error_handlers(app: FastAPI, count: Callable[[HRTError], None] | Non
             return _json(
                 415, "unsupported_media_type", f"send the body as application/json (content-type: {got})", "body"
             )
-        field = field_name(tuple(first.get("loc", ())))
-        invalid = InvalidInput(
-            f"field '{field}': {first.get('msg', 'invalid')}",
-            field=field,
-            errors=[(field_name(tuple(e.get("loc", ()))), str(e.get("msg", ""))) for e in errors[:100]],
-        )
+        if any(e.get("type") == "string_unicode" for e in errors):
+            # a lone surrogate (\ud800) went through JSON: no Unicode text, refused as a body that is
+            # not UTF-8 is, as ingest's and conversations' own reading refuses it
+            return _json(400, "malformed_body", "the body is not Unicode text (a lone surrogate escape)", "body")
+        named = [(field_name(loc), msg) for loc, msg in schema_errors(errors[:100])]
+        invalid = InvalidInput(f"field '{named[0][0]}': {named[0][1]}", field=named[0][0], errors=named)
         return JSONResponse(status_code=422, content={"error": invalid.to_dict()})
 
     @app.exception_handler(StarletteHTTPException)

@@ -30,7 +30,6 @@ One instance belongs to one event loop (its semaphore and HTTP client are loop-b
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -377,9 +376,7 @@ class ChatLLMExtractor(ServerClient):
 
     async def _ask(self, body: dict[str, Any]) -> LLMExtraction:
         with _map_httpx_errors(self._url):
-            # asyncio.timeout bounds the whole exchange; httpx's own timeout bounds each phase
-            async with asyncio.timeout(self.timeout_s):
-                response = await self._http().post(self._url, json=body, headers=self._headers, timeout=self.timeout_s)
+            response = await self._post(self._url, body)
         if not response.is_success:
             raise ExtractionFailed(
                 "error", f"{self._url} answered HTTP {response.status_code}: {_preview(response.text)}"

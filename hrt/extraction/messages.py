@@ -11,9 +11,11 @@ from hrt.records import IsoDateTime, UserId, check_metadata, utc
 # a call's messages at most; a longer history goes in several calls (each a transaction)
 MAX_MESSAGES = 500
 
-SessionId = Annotated[
-    str, Field(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$", description="1-128 printable chars")
-]
+# a name or id shown in contexts, logs and audit lines: no control character (C0, DEL, C1), nor a
+# format character that reorders or breaks the text shown (bidi embeddings, overrides and isolates,
+# line and paragraph separators, U+FEFF), so it displays as what is stored
+PRINTABLE = r"^[^\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ufeff]+$"
+SessionId = Annotated[str, Field(min_length=1, max_length=128, pattern=PRINTABLE, description="1-128 printable chars")]
 
 
 class Message(BaseModel):
@@ -22,7 +24,7 @@ class Message(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     role: Literal["user", "assistant", "system", "tool"] = "user"
-    name: str | None = Field(None, min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")
+    name: str | None = Field(None, min_length=1, max_length=128, pattern=PRINTABLE)
     content: str = Field(..., min_length=1, max_length=100_000)
     timestamp: IsoDateTime | None = None
     index: int | None = Field(None, ge=0, le=10_000_000, description="its position in the session (0-based)")
@@ -44,13 +46,13 @@ class ConversationRequest(BaseModel):
 
     user_id: UserId
     session_id: SessionId
-    agent_id: str | None = Field(None, min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")
+    agent_id: str | None = Field(None, min_length=1, max_length=128, pattern=PRINTABLE)
     start: int | None = Field(None, ge=0, le=10_000_000)
     user_name: str | None = Field(
-        None, min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$", description="the speaker of role user"
+        None, min_length=1, max_length=128, pattern=PRINTABLE, description="the speaker of role user"
     )
     agent_name: str | None = Field(
-        None, min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$", description="the speaker of role assistant"
+        None, min_length=1, max_length=128, pattern=PRINTABLE, description="the speaker of role assistant"
     )
     messages: list[Message] = Field(..., min_length=1, max_length=MAX_MESSAGES)
 

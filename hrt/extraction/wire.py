@@ -1,20 +1,26 @@
 """A :class:`ConversationRequest` from the wire: the body of ``POST /v1/conversations`` and the
 arguments of the MCP tool ``remember``, validated strictly (JSON's types as declared, as ingest
-does) with every invalid field named as the caller wrote it: ``messages[2].content``."""
+does) with every invalid field named as the schema names it: ``messages[2].content``.
+
+The body is read as ingest reads its own (:mod:`hrt.jsonbounds`): each message measured in the text,
+decoded and validated alone, every other member a short value, a member that is no field refused
+unread, so memory holds validated messages, never a tree of the whole body."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import ValidationError
 
 from hrt.errors import InvalidInput, PayloadTooLarge
-from hrt.extraction.messages import MAX_MESSAGES, ConversationRequest
-from hrt.ingest import MAX_REPORTED_ERRORS, decode_json
+from hrt.extraction.messages import MAX_MESSAGES, ConversationRequest, Message
+from hrt.ingest import MAX_REPORTED_ERRORS
+from hrt.jsonbounds import RECORD, SCALAR, TYPE_TAGS, Cursor, decode_text, schema_errors, unknown_member
+from hrt.records import valid_id
 
-# pydantic names the member of a union in an error's location; a caller wants the field
-_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "none", "list", "dict", "constrained-str"})
+_FIELDS = ", ".join(ConversationRequest.model_fields)
 
 
 def field_path(loc: tuple[Any, ...]) -> str:
@@ -23,28 +29,107 @@ def field_path(loc: tuple[Any, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part not in ("body",) and not ("[" in str(part) or part in _TYPE_TAGS):
+        elif part not in ("body",) and not ("[" in str(part) or part in TYPE_TAGS):
             out += f".{part}" if out else str(part)
     return out or "body"
 
 
-def conversation_request(value: Any) -> ConversationRequest:
-    """``value`` (decoded JSON) as a request, or :class:`InvalidInput` naming every bad field (the
-    first in ``field``); more than ``MAX_MESSAGES`` messages is :class:`PayloadTooLarge` (413, as
-    an ingest of too many records is)."""
-    if isinstance(value, dict) and isinstance(value.get("messages"), list) and len(value["messages"]) > MAX_MESSAGES:
-        raise PayloadTooLarge(
-            f"more than {MAX_MESSAGES} messages in one request: send them in several calls (each one transaction)",
-            field="messages",
-        )
+def _named(exc: ValidationError, prefix: tuple[Any, ...] = ()) -> list[tuple[str, str]]:
+    return [(field_path(prefix + loc), msg) for loc, msg in schema_errors(exc.errors()[:MAX_REPORTED_ERRORS])]
+
+
+class _Messages:
+    """Messages validated one at a time as they are read; their errors kept, up to the bound."""
+
+    def __init__(self) -> None:
+        self.valid: list[Message] = []
+        self.errors: list[tuple[str, str]] = []
+
+    def add(self, n: int, value: Any) -> bool:
+        """Validate the ``n``-th message; False once the errors reported are at their bound."""
+        if n >= MAX_MESSAGES:
+            raise PayloadTooLarge(
+                f"more than {MAX_MESSAGES} messages in one request: send them in several calls (each one transaction)",
+                field="messages",
+            )
+        try:
+            # strictly, from JSON, as ingest validates a record (hrt.ingest.parse_record)
+            self.valid.append(Message.model_validate_json(json.dumps(value), strict=True))
+        except ValidationError as exc:
+            self.errors.extend(_named(exc, ("messages", n)))
+        return len(self.errors) < MAX_REPORTED_ERRORS
+
+    def read(self, items: Iterable[tuple[int, Any]]) -> _Messages:
+        for n, value in items:
+            if not self.add(n, value):
+                break
+        return self
+
+
+def _request(top: dict[str, Any], messages: _Messages | None) -> ConversationRequest:
+    """The request from its short members (decoded JSON) and its messages (validated), or one
+    :class:`InvalidInput` naming every bad field, the first in ``field``."""
+    errors = list(messages.errors) if messages is not None else []
+    fields = dict(top)
+    if messages is not None:
+        fields["messages"] = messages.valid
     try:
-        return ConversationRequest.model_validate_json(json.dumps(value), strict=True)
+        # the short members strictly from JSON (strings and integers: python mode is the same); the
+        # messages are validated already
+        request = ConversationRequest.model_validate(fields, strict=True)
     except ValidationError as exc:
-        errors = [(field_path(tuple(e["loc"])), e["msg"]) for e in exc.errors()[:MAX_REPORTED_ERRORS]]
+        # with invalid messages, the list of the valid ones may be short or empty: not an error of its own
+        errors += [e for e in _named(exc) if not (errors and e[0].startswith("messages"))]
+    if errors:
         where, message = errors[0]
-        raise InvalidInput(f"field '{where}': {message}", field=where, errors=errors) from None
+        raise InvalidInput(f"field '{where}': {message}", field=where, errors=errors[:MAX_REPORTED_ERRORS])
+    return request
 
 
-def parse_conversation_body(raw: bytes) -> ConversationRequest:
-    """The body of ``POST /v1/conversations``: strict JSON (400 otherwise), then the request."""
-    return conversation_request(decode_json(raw, "body"))
+def conversation_request(value: Any) -> ConversationRequest:
+    """``value`` (decoded JSON: the MCP tool's arguments) as a request, or :class:`InvalidInput`
+    naming every bad field (the first in ``field``); more than ``MAX_MESSAGES`` messages is
+    :class:`PayloadTooLarge` (413, as an ingest of too many records is)."""
+    if not isinstance(value, dict):
+        raise InvalidInput("field 'body': must be a JSON object", field="body")
+    for n, name in enumerate(value):
+        if name not in ConversationRequest.model_fields:
+            raise unknown_member(n, _FIELDS)
+    top = {k: v for k, v in value.items() if k != "messages"}
+    said = value.get("messages")
+    if not isinstance(said, list):
+        return _request({**top, "messages": said} if "messages" in value else top, None)
+    return _request(top, _Messages().read(enumerate(said)))
+
+
+def parse_conversation_body(raw: bytes, users: set[str] | None = None) -> ConversationRequest:
+    """The body of ``POST /v1/conversations``: strict JSON (400 otherwise), read within bounds
+    (413 over them, :mod:`hrt.jsonbounds`), then the request. ``users`` gets its user id when it
+    is one, also when the request is refused (for the audit line)."""
+    cur = Cursor(decode_text(raw))
+    if not cur.skip().at("{"):
+        return conversation_request(cur.value(RECORD, "body"))
+    top: dict[str, Any] = {}
+    try:
+        return _read_conversation(cur, top)
+    finally:
+        user = top.get("user_id")
+        if users is not None and isinstance(user, str) and valid_id(user):
+            users.add(user)
+
+
+def _read_conversation(cur: Cursor, top: dict[str, Any]) -> ConversationRequest:
+    """The members of the body at ``cur``; the short ones in ``top`` as they come."""
+    messages: _Messages | None = None
+    for name, n in cur.members():
+        if name not in ConversationRequest.model_fields:
+            raise unknown_member(n, _FIELDS)
+        if name in top or (name == "messages" and messages is not None):
+            raise InvalidInput(f"{name} is given twice", field=name)
+        if name == "messages" and cur.skip().at("["):
+            messages = _Messages().read(cur.elements(RECORD, "messages"))
+            if len(messages.errors) >= MAX_REPORTED_ERRORS:
+                break  # parsing stops at the bound, as ingest's does
+        else:
+            top[name] = cur.value(SCALAR, name)
+    return _request(top, messages)

@@ -54,7 +54,7 @@ from typing import Any, Literal
 import httpx
 
 from hrt.errors import HRTError, StoreError, StoreUnavailable
-from hrt.openai_compat import ServerClient, api_root
+from hrt.openai_compat import AnswerTooLarge, ServerClient, api_root
 from hrt.reranker import SCORE_DECIMALS
 from hrt.rerankers.metrics import RerankMetrics
 from hrt.rerankers.score_cache import ScoreCache
@@ -233,6 +233,9 @@ def map_httpx_errors(what: str, on_error: Callable[[str], None] | None = None) -
     except (httpx.NetworkError, httpx.RemoteProtocolError, httpx.ProxyError) as exc:
         note("connection")
         raise StoreUnavailable(f"rerank server unreachable ({what}): {type(exc).__name__}: {_preview(exc)}") from exc
+    except AnswerTooLarge as exc:
+        note("invalid_response")
+        raise StoreError(f"rerank server answer refused ({what}): {exc}") from exc
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
         note("other")
         raise StoreError(f"rerank request failed ({what}): {type(exc).__name__}: {_preview(exc)}") from exc
@@ -328,11 +331,7 @@ class Qwen3Reranker(ServerClient):
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("rerank POST %s doc=%r", self._url, _preview(document, 80))
             with map_httpx_errors(self._url, self._server_error):
-                # asyncio.timeout bounds the whole exchange; httpx's own timeout bounds each phase
-                async with asyncio.timeout(self.timeout_s):
-                    response = await self._http().post(
-                        self._url, json=body, headers=self._headers, timeout=self.timeout_s
-                    )
+                response = await self._post(self._url, body)
         if not response.is_success:
             self._server_error("http_status")
             log.warning("rerank server answered %d: %s", response.status_code, _preview(response.text))

@@ -119,7 +119,7 @@ async def test_the_route_refuses_what_it_must(api, loaded_service):
         ({"ids": ["a", "a"]}, "ids"),
         ({"ids": ["bad id"]}, "ids"),
         ({}, "ids"),
-        ({"ids": ["c-bw"], "more": 1}, "more"),
+        ({"ids": ["c-bw"], "more": 1}, "body"),  # an unknown member: named by where it is, never echoed
     ):
         r = await api.post(MERGE, json=body, headers=made["w"])
         assert 400 <= r.status_code < 500 and field in (r.json()["error"].get("field") or ""), (body, r.text)

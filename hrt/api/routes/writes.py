@@ -40,8 +40,12 @@ async def ingest(request: Request, caller: Caller, server: Server) -> WriteSumma
         raw = await request.body()
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     svc = server.service
+    seen: set[str] = set()  # the records' users, named by the audit line of a refusal too
     with svc.ingest_slot():
-        records = await asyncio.to_thread(parse_ingest_body, raw, ctype, server.settings.max_ingest_records)
+        try:
+            records = await asyncio.to_thread(parse_ingest_body, raw, ctype, server.settings.max_ingest_records, seen)
+        finally:
+            audit.update(users=sorted(seen))
         del raw
         users = sorted({r.user_id for r in records})
         audit.update(users=users, records=len(records))
@@ -66,8 +70,12 @@ async def conversations(request: Request, caller: Caller, server: Server) -> Con
     with server.ingest_bodies.place(caller.key_id):
         raw = await request.body()
     svc = server.service
+    seen: set[str] = set()
     with svc.ingest_slot():
-        body = await asyncio.to_thread(parse_conversation_body, raw)
+        try:
+            body = await asyncio.to_thread(parse_conversation_body, raw, seen)
+        finally:
+            audit.update(users=sorted(seen))
         del raw
         audit.update(users=[body.user_id], records=len(body.messages), messages=len(body.messages))
         caller.require_users([body.user_id])  # before anything is written
