@@ -72,6 +72,8 @@ MAX_KEY_CONCURRENCY = 100_000
 # a key made by a key made by ... : deeper than this is refused at use
 MAX_LINEAGE = 32
 KeyStatus = Literal["active", "expired", "revoked"]
+# the tenant of keys for every user (and of HRT_AUTH=off): one tenant, whatever key
+ALL_USERS_TENANT = "*"
 
 
 def hash_token(token: str) -> bytes:
@@ -370,6 +372,13 @@ def auth_off_refused(host: str) -> str:
 # ------------------------------------------------------------------------------------------
 
 
+def users_tenant(users: Iterable[str] | None) -> str:
+    """The tenant of a set of users: its digest (``*``: every user)."""
+    if users is None:
+        return ALL_USERS_TENANT
+    return "users:" + hashlib.sha256("\x1f".join(sorted(users)).encode()).hexdigest()[:16]
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
     """The key a request was made with, as far as authorisation needs it."""
@@ -381,6 +390,13 @@ class Principal:
     rate_limit: float | None = None
     max_concurrency: int | None = None
     expires_at: float | None = None
+    # whose share of the server's bounded resources this key draws on (:func:`tenant_of`); by
+    # default that of its own users
+    tenant: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.tenant:
+            object.__setattr__(self, "tenant", users_tenant(self.users))
 
     def can(self, scope: str) -> bool:
         return scope in self.scopes
@@ -403,7 +419,21 @@ class Principal:
 UNAUTHENTICATED_DEV = Principal(name="auth-off", key_id="-", scopes=frozenset(SCOPES), users=None)
 
 
-def principal_of(key: KeyRecord) -> Principal:
+def tenant_of(key: KeyRecord, by_id: Mapping[str, KeyRecord]) -> str:
+    """The tenant a key belongs to: the users of the topmost key of its line (the operator's key
+    that every key above it descends from). A key made over HTTP acts for a subset of its maker's
+    users, so a child key (or a grandchild, or a sibling) draws on its maker's shares, never on new
+    ones; keys the operator made for the same users share too. ``*``: every user."""
+    top = key
+    for _ in range(MAX_LINEAGE):
+        parent = by_id.get(top.parent) if top.parent is not None else None
+        if parent is None:
+            break
+        top = parent
+    return users_tenant(top.users)
+
+
+def principal_of(key: KeyRecord, tenant: str | None = None) -> Principal:
     return Principal(
         name=key.name,
         key_id=key.key_id,
@@ -412,6 +442,7 @@ def principal_of(key: KeyRecord) -> Principal:
         rate_limit=key.rate_limit,
         max_concurrency=key.max_concurrency,
         expires_at=key.expires_at,
+        tenant=tenant or "",
     )
 
 
@@ -517,7 +548,7 @@ class KeyRing:
         if status == "expired":
             raise Unauthenticated(f"this API key ({key.name}) has expired", reason="expired")
         self._used[key_id] = now
-        return principal_of(key)
+        return principal_of(key, tenant_of(key, self._keys))
 
     async def _verify_scrypt(self, key: KeyRecord, token: str, digest: bytes) -> KeyRecord:
         """A key stored by an older version: scrypt once (one at a time, off the event loop), then

@@ -276,6 +276,13 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
     ),
     (("extractor_max_concurrency",), "extraction requests in flight (the server's slots)"),
     (
+        ("extractor_call_budget_s",),
+        (
+            "the LLM's time for one conversation call, all its messages together; past it the remaining "
+            "messages get the rules alone (counted in `llm_fallbacks`): a call holds a write slot while it plans"
+        ),
+    ),
+    (
         ("extractor_response_format",),
         (
             "how the answer is held to the JSON schema: `json_object+schema` (llama.cpp's servers turn the schema "
@@ -340,8 +347,8 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
     (
         ("max_ingest_bodies",),
         (
-            "ingest bodies being received at once in one process, one key holding at most half of them; "
-            "one more is refused with 429 before it is read"
+            "ingest bodies being received at once in one process, one tenant (the users a key acts for, "
+            "child keys included) holding at most half of them; one more is refused with 429 before it is read"
         ),
     ),
     (("log_level",), "server log level"),
@@ -350,10 +357,18 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
         (
             "writes (ingests, deletes) running at once in one process; one more is refused with 429 and "
             "`Retry-After`; an ingest takes its slot once its body is received; each embeds and commits in "
-            "worker threads, so reads go on beside it; 0: no limit"
+            "worker threads, so reads go on beside it; one tenant (the users a key acts for, child keys "
+            "included) holds at most half of them (at least one); 0: no limit"
         ),
     ),
     (("ingest_retry_after_s",), "the `Retry-After` of that 429, in seconds"),
+    (
+        ("user_write_wait_s",),
+        (
+            "a conversation write waits at most this long for the previous write of its user, holding no "
+            "write slot meanwhile (the user's lock comes before the slot); then 429 with `Retry-After`"
+        ),
+    ),
     (
         ("projector_max_attempts",),
         (

@@ -384,7 +384,7 @@ class _Tools:
         users = sorted({r.user_id for r in parsed})
         written.update(users=users, records=len(parsed))
         caller.require_users(users)  # before anything is written
-        result = await self.service().ingest(parsed, written_by=written_by(caller))
+        result = await self.service().ingest(parsed, written_by=written_by(caller), tenant=caller.tenant)
         written.update(upserted=result.upserted, deleted=result.deleted)
         return _json_result({"upserted": result.upserted, "deleted": result.deleted})
 
@@ -404,9 +404,8 @@ class _Tools:
             raise type(exc)(message, field=field) from None
         written.update(users=[request.user_id], records=len(request.messages), messages=len(request.messages))
         caller.require_users([request.user_id])  # before anything is written
-        service = self.service()
-        with service.ingest_slot():
-            result = await service.add_messages(request, written_by=written_by(caller))
+        # the user's lock, then a slot of the tenant's share (HRTService.add_messages)
+        result = await self.service().add_messages(request, written_by=written_by(caller), tenant=caller.tenant)
         written.update(upserted=sum(m.status != "unchanged" for m in result.messages))
         return _json_result(result.model_dump(mode="json"))
 
@@ -424,7 +423,8 @@ class _Tools:
                 written.update(users=[user], records=1)
                 caller.require_users([user])
                 kind = _kind(args["kind"])
-                n = await self.service().delete_entity(user, kind, check_id(args["entity_id"], "entity_id"))
+                ident = check_id(args["entity_id"], "entity_id")
+                n = await self.service().delete_entity(user, kind, ident, tenant=caller.tenant)
             elif what == "user":
                 caller.require_scope("admin")
                 if user_id is None:
@@ -432,7 +432,7 @@ class _Tools:
                 user = check_id(user_id, "user_id")
                 written.update(users=[user])
                 caller.require_users([user])
-                n = await self.service().delete_user(user)
+                n = await self.service().delete_user(user, tenant=caller.tenant)
             else:
                 raise InvalidInput('what must be "entity" or "user"', field="what")
             written.update(deleted=n)
