@@ -484,6 +484,9 @@ class Settings(
     # One tenant holds at most half of them (at least one).
     max_concurrent_ingests: int = Field(2, ge=0, le=1024)
     ingest_retry_after_s: int = Field(2, ge=1, le=3600)
+    # an export whose client takes no chunk for this long is cut, releasing its export slot and
+    # its read snapshot (a client that stops reading would hold both for ever)
+    export_idle_s: float = Field(30.0, gt=0.0, le=3600.0)
     # a conversation write waits at most this long for the previous one of its user (holding no
     # write slot while it waits), then 429
     user_write_wait_s: float = Field(10.0, ge=0.0, le=600.0)

@@ -363,6 +363,13 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
     ),
     (("ingest_retry_after_s",), "the `Retry-After` of that 429, in seconds"),
     (
+        ("export_idle_s",),
+        (
+            "an export (`GET /v1/users/{user_id}/export`) whose client takes no chunk for this long is cut "
+            "(the connection closed without the body's end), releasing its export slot and read snapshot"
+        ),
+    ),
+    (
         ("user_write_wait_s",),
         (
             "a conversation write waits at most this long for the previous write of its user, holding no "

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from hrt.errors import NotFound, RateLimited
 from hrt.records import Artifact, Concept, EdgeType, Entity, Kind, MemoryUnit, Preference, Relation
+from hrt.shares import Place, Shares
 from hrt.stores.base import ExportReader, RecordStore
 
 if TYPE_CHECKING:
@@ -167,26 +168,29 @@ async def export_records(reader: ExportReader, chunk: int = EXPORT_CHUNK) -> Asy
 
 
 class ExportSlots:
-    """At most ``limit`` exports streaming at once in this process; beyond, :class:`RateLimited`
-    (429 with Retry-After): each holds a store connection and a read snapshot while it streams."""
+    """At most ``limit`` exports streaming at once in this process, at most half of them (at least
+    one) for one tenant (:mod:`hrt.shares`: a key's users, child keys included); beyond,
+    :class:`RateLimited` (429 with Retry-After): each holds a store connection and a read snapshot
+    while it streams, so one tenant's exports never take every slot."""
 
     def __init__(self, limit: int = MAX_CONCURRENT_EXPORTS) -> None:
         self.limit = limit
-        self.running = 0
+        self.shares = Shares(limit)
 
-    @contextlib.contextmanager
-    def slot(self) -> Iterator[None]:
-        if self.running >= self.limit:
-            raise RateLimited(
-                f"{self.running} exports are streaming, as many as this server runs at once; retry later",
-                retry_after_s=EXPORT_RETRY_AFTER_S,
-                reason="export_concurrency",
-            )
-        self.running += 1
-        try:
-            yield
-        finally:
-            self.running -= 1
+    @property
+    def running(self) -> int:
+        return self.shares.total
+
+    def _refusal(self, held: int, mine: bool) -> RateLimited:
+        where = "for this tenant, its share" if mine else "as many as this server runs at once"
+        return RateLimited(
+            f"{held} exports are streaming, {where}; retry later",
+            retry_after_s=EXPORT_RETRY_AFTER_S,
+            reason="export_concurrency",
+        )
+
+    def slot(self, tenant: str | None = None) -> contextlib.AbstractContextManager[Place]:
+        return self.shares.place(tenant, self._refusal)
 
 
 async def check_exportable(records: RecordStore, user_id: str) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -346,3 +348,19 @@ async def test_hrt_export_writes_the_same_bytes_as_the_route(loaded_service, set
     assert captured.out == expected and b"export u1" in captured.err and b"rec" in captured.err
     assert await hrt("export", "--db", db, "--user", "nobody", "--out", str(tmp_path / "n")) == 2
     assert b"no user 'nobody'" in capsysbinary.readouterr().err and not (tmp_path / "n").exists()
+
+
+async def test_hrt_export_out_is_readable_by_its_owner_only(loaded_service, settings, tmp_path):
+    """#45 L6: a whole user's memory is written 0600, whatever the umask and a stale partial file."""
+    out = tmp_path / "u1.ndjson"
+    stale = tmp_path / "u1.ndjson.partial"
+    stale.write_bytes(b"stale")
+    stale.chmod(0o644)
+    old = os.umask(0o022)
+    try:
+        argv = ["export", "--db", str(settings.db_path), "--user", "u1", "--out", str(out)]
+        assert await asyncio.to_thread(main, argv) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert out.read_bytes() == await export_bytes(loaded_service, "u1") and not stale.exists()

@@ -1,7 +1,8 @@
 """Fair shares of what the server holds for writers (#45, H1, H2, M3): a tenant is the users a key
 acts for, child keys included, and holds at most half of the write slots and ingest body places;
 a conversation call takes its user's lock before a write slot; the LLM extractor's time per call is
-bounded and its invalid answers count against it; planning never runs on the event loop.
+bounded and its invalid answers count against it; planning never runs on the event loop; export
+slots per tenant, and an export nobody reads cut after HRT_EXPORT_IDLE_S.
 Concurrency is checked by events and ordering, never by timing."""
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hrt.api import create_app
 from hrt.api.bodies import IngestBodies
 from hrt.auth import KeyRing, new_key
 from hrt.config import Settings
 from hrt.errors import RateLimited
+from hrt.export import ExportSlots
 from hrt.extraction.conversation import LLMOutcome
 from hrt.extraction.messages import ConversationRequest
 from hrt.ingest import parse_jsonl
@@ -199,3 +202,59 @@ async def test_planning_with_the_llm_extractor_reads_the_statistics_off_the_loop
     assert result.extractor == "rules+llm" and result.llm_fallbacks == 0
     assert readers and loop_thread not in readers
     assert asked_on == {loop_thread}
+
+
+# --- M1: export slots per tenant; a stream nobody reads is cut --------------------------------------
+
+
+def test_a_tenant_holds_at_most_one_of_the_two_export_slots():
+    slots = ExportSlots()
+    with slots.slot("tenant-a"):
+        with pytest.raises(RateLimited) as refused, slots.slot("tenant-a"):
+            pass
+        assert refused.value.reason == "export_concurrency" and "tenant" in refused.value.message
+        with slots.slot("tenant-b"):
+            assert slots.running == 2
+    assert slots.running == 0
+
+
+async def test_an_export_nobody_reads_is_cut_and_gives_back_its_slot(loaded_service, settings):
+    token, record = new_key("u1-export", ["export"], ["u1"])
+    await loaded_service.records.create_key(record)
+    app = create_app(settings.model_copy(update={"export_idle_s": 0.05}), service=loaded_service)
+    state = app.state.hrt
+    started = asyncio.Event()
+    stalled = asyncio.Event()  # never set: the client's buffers are full, forever
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.4"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/v1/users/u1/export",
+        "raw_path": b"/v1/users/u1/export",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"hrt"), (b"authorization", f"Bearer {token}".encode())],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 8080),
+    }
+
+    async def receive() -> dict[str, object]:
+        await stalled.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, object]) -> None:
+        if message["type"] == "http.response.start":
+            assert message["status"] == 200
+            started.set()
+        elif message.get("body"):
+            assert state.export_slots.running == 1  # held while the first chunk waits
+            await stalled.wait()
+
+    async with asyncio.timeout(20):  # the bound of the test, not a measurement
+        await app(scope, receive, send)
+    assert started.is_set() and state.export_slots.running == 0
+    # and the slot is there for the next export
+    with state.export_slots.slot("another"):
+        pass
