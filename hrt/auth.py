@@ -21,6 +21,8 @@ Scopes (each route declares its own, ``dependencies=[needs(scope)]`` in ``hrt/ap
     admin      DELETE /v1/users/{u}, the /v1/keys routes
     ops        GET /readyz, GET /metrics
     export     GET /v1/users/{u}/export (everything of a user, in bulk: a right of access, per user)
+    read       whole records in bulk where a retrieve key gets ids and titles (the records of
+               GET /v1/users/{u}/entities pages); export implies it. Never granted by default.
 
 A key acts for the users it lists, or for every user (``--all-users``). ``/healthz`` needs no key.
 
@@ -56,8 +58,8 @@ from hrt.errors import Forbidden, InvalidInput, RateLimited, StoreDown, Unauthen
 
 log = logging.getLogger(__name__)
 
-Scope = Literal["retrieve", "ingest", "admin", "ops", "export"]
-SCOPES: tuple[Scope, ...] = ("retrieve", "ingest", "admin", "ops", "export")
+Scope = Literal["retrieve", "ingest", "admin", "ops", "export", "read"]
+SCOPES: tuple[Scope, ...] = ("retrieve", "ingest", "admin", "ops", "export", "read")
 TOKEN_PREFIX = "hrt_"
 _TOKEN = re.compile(r"hrt_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
 KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,63}")

@@ -484,6 +484,9 @@ class Settings(
     # One tenant holds at most half of them (at least one).
     max_concurrent_ingests: int = Field(2, ge=0, le=1024)
     ingest_retry_after_s: int = Field(2, ge=1, le=3600)
+    # a browse page (GET /v1/users/{user_id}/entities) holds at most this much JSON, at least one
+    # entity, whatever its limit: the page then ends early with a cursor
+    browse_max_page_bytes: int = Field(4 * 1_048_576, ge=65_536, le=256 * 1_048_576)
     # an export whose client takes no chunk for this long is cut, releasing its export slot and
     # its read snapshot (a client that stops reading would hold both for ever)
     export_idle_s: float = Field(30.0, gt=0.0, le=3600.0)

@@ -363,6 +363,13 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
     ),
     (("ingest_retry_after_s",), "the `Retry-After` of that 429, in seconds"),
     (
+        ("browse_max_page_bytes",),
+        (
+            "a page of `GET /v1/users/{user_id}/entities` holds at most this much JSON (at least one entity), "
+            "whatever its `limit`: it then ends early with a `next_cursor`"
+        ),
+    ),
+    (
         ("export_idle_s",),
         (
             "an export (`GET /v1/users/{user_id}/export`) whose client takes no chunk for this long is cut "

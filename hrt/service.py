@@ -15,9 +15,9 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from hrt.config import Settings
 from hrt.contract import AugmentedMemoryContext, RetrieveRequest
@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from hrt.projector import Projector
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 PORTS = ("records", "graph", "vectors")  # the order of Stores.parts
 
@@ -571,16 +573,24 @@ class HRTService:
             break
         return plan
 
+    async def off_loop(self, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """``work()`` on a loop of its own in a worker thread when the stores read from any thread
+        (the embedded store, whose reads are synchronous SQLite and would hold this loop, and
+        with it every other request, /healthz included), else here (PostgreSQL's pool belongs
+        to this loop; its reads already wait without holding it)."""
+        if self.stores.reads_from_any_thread:
+            return await asyncio.to_thread(lambda: asyncio.run(work()))
+        return await work()
+
     async def _plan(self, request: ConversationRequest, llm: LLMCall | None) -> Plan:
         """The call's plan: tens of milliseconds of Python over the statistics (more with many
         messages). The embedded store reads from any thread, so there it runs on a loop of its own
         in a worker thread and never holds up this loop's requests, with or without the LLM
         extractor, whose calls are sent back to this loop (its HTTP client and semaphore are
         bound to it); PostgreSQL's pool belongs to this loop."""
+        remote = on_loop(llm, asyncio.get_running_loop()) if llm is not None else None
         if self.stores.reads_from_any_thread:
-            records = self.records
-            remote = on_loop(llm, asyncio.get_running_loop()) if llm is not None else None
-            return await asyncio.to_thread(lambda: asyncio.run(plan_messages(records, request, utc_now(), llm=remote)))
+            return await self.off_loop(lambda: plan_messages(self.records, request, utc_now(), llm=remote))
         return await plan_messages(self.records, request, utc_now(), llm=llm)
 
     async def _project_now(self) -> None:
