@@ -47,6 +47,8 @@ KIND_ORDER: tuple[Kind, ...] = (Kind.MEMORY_UNIT, Kind.CONCEPT, Kind.ARTIFACT)
 _RANK = {k: i for i, k in enumerate(KIND_ORDER)}
 # exports one server streams at once (each holds a store connection and a read snapshot)
 MAX_CONCURRENT_EXPORTS = 2
+# what one send of an export carries at most (at least one line): the unit of the idle cut
+EXPORT_PIECE_BYTES = 1_048_576
 EXPORT_RETRY_AFTER_S = 5
 
 ExportRecord = MemoryUnit | Concept | Artifact | Relation | Preference
@@ -199,16 +201,37 @@ async def check_exportable(records: RecordStore, user_id: str) -> None:
         raise NotFound(f"no user {user_id!r}", field="user_id")
 
 
+def _pieces(part: list[ExportRecord], max_bytes: int) -> list[tuple[bytes, int]]:
+    """A chunk's lines as pieces of at most ``max_bytes`` (at least one line each), with the
+    number of lines in each: what one send of the stream carries."""
+    out: list[tuple[bytes, int]] = []
+    lines: list[bytes] = []
+    size = 0
+    for record in part:
+        line = (record_line(record) + "\n").encode("utf-8")
+        if lines and size + len(line) > max_bytes:
+            out.append((b"".join(lines), len(lines)))
+            lines, size = [], 0
+        lines.append(line)
+        size += len(line)
+    if lines:
+        out.append((b"".join(lines), len(lines)))
+    return out
+
+
 async def export_lines(
-    reader: ExportReader, counted: dict[str, Any] | None = None, chunk: int = EXPORT_CHUNK
+    reader: ExportReader,
+    counted: dict[str, Any] | None = None,
+    chunk: int = EXPORT_CHUNK,
+    max_bytes: int = EXPORT_PIECE_BYTES,
 ) -> AsyncGenerator[bytes, None]:
-    """The export as NDJSON, one chunk of lines per item; ``counted["records"]`` follows the
-    lines written, and ``counted["complete"]`` says whether the last was."""
+    """The export as NDJSON, in pieces of at most ``max_bytes`` (at least one line), each chunk's
+    lines written in a worker thread; ``counted["records"]`` follows the lines written, and
+    ``counted["complete"]`` says whether the last was."""
     counted = counted if counted is not None else {}
     counted.update(records=0, complete=False)
     async for part in export_records(reader, chunk):
-        text = "".join(record_line(r) + "\n" for r in part)
-        counted["records"] += len(part)
-        yield text.encode("utf-8")
-        await asyncio.sleep(0)  # other requests between chunks
+        for piece, n in await asyncio.to_thread(_pieces, part, max_bytes):
+            counted["records"] += n
+            yield piece
     counted["complete"] = True

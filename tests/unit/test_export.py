@@ -364,3 +364,26 @@ async def test_hrt_export_out_is_readable_by_its_owner_only(loaded_service, sett
         os.umask(old)
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     assert out.read_bytes() == await export_bytes(loaded_service, "u1") and not stale.exists()
+
+
+async def test_the_export_is_sent_in_pieces_bounded_in_bytes_built_off_the_loop(source: HRTService, monkeypatch):
+    """#45 M2: a chunk of large records is never one send; its lines are written in a worker thread."""
+    import threading
+
+    from hrt import export as export_module
+
+    loop_thread = threading.get_ident()
+    writers: set[int] = set()
+    real = export_module.record_line
+
+    def spied(record: Any) -> str:
+        writers.add(threading.get_ident())
+        return real(record)
+
+    monkeypatch.setattr(export_module, "record_line", spied)
+    whole = await export_bytes(source, U)
+    async with source.records.export_reader(U) as reader:
+        pieces = [p async for p in export_lines(reader, max_bytes=512)]
+    assert b"".join(pieces) == whole and len(pieces) > 1
+    assert all(len(p) <= 512 or p.count(b"\n") == 1 for p in pieces)  # a line over the bound goes alone
+    assert writers and loop_thread not in writers
