@@ -24,7 +24,7 @@ from hrt.contract import AugmentedMemoryContext, RetrieveRequest
 from hrt.embedder import CachedEmbedder, Embedder, SentenceTransformerEmbedder
 from hrt.embedding_models import prebuilt
 from hrt.errors import RateLimited, StateChanged, StoreError, StoreUnavailable
-from hrt.extraction.conversation import LLMCall, LLMOutcome, Plan, budgeted, on_loop, plan_messages
+from hrt.extraction.conversation import LLMCall, LLMOutcome, Plan, adopted_terms, budgeted, on_loop, plan_messages
 from hrt.extraction.messages import ConversationRequest, ConversationResult
 from hrt.ingest import Record, build_batch
 from hrt.metrics import Metrics
@@ -616,19 +616,23 @@ class HRTService:
     async def merge_concepts(
         self, user_id: str, target: str, ids: Sequence[str], tenant: str | None = None
     ) -> MergeResult:
-        """Merge concepts into ``target`` in one write (:mod:`hrt.merge`); again, a no-op."""
+        """Merge concepts into ``target`` in one write (:mod:`hrt.merge`); again, a no-op. The
+        conversation statistics follow in the same transaction (:func:`adopted_terms`): the user's
+        lock first, as a conversation call takes it, so none plans from the concepts being merged."""
         from hrt.merge import merge_records, prepare_merge
 
         check_id(user_id, "user_id")
         check_id(target, "id")
-        with self.ingest_slot(tenant):
-            plan, result = await prepare_merge(self.records, user_id, target, ids)
-            records = merge_records(plan)
-            if records:
-                batch = await asyncio.to_thread(build_batch, records, self.embedder)
-                await self.writer.apply(batch)
-                self.metrics.ingested.labels(kind="merge").inc()
-                await self._project_now()
+        async with self.user_write(user_id):
+            with self.ingest_slot(tenant):
+                plan, result = await prepare_merge(self.records, user_id, target, ids)
+                records = merge_records(plan)
+                if records:
+                    batch = await asyncio.to_thread(build_batch, records, self.embedder)
+                    batch.state, batch.state_expect = await adopted_terms(self.records, user_id, target, result.merged)
+                    await self.writer.apply(batch)
+                    self.metrics.ingested.labels(kind="merge").inc()
+                    await self._project_now()
         return result
 
     async def delete_user(self, user_id: str, tenant: str | None = None) -> int:

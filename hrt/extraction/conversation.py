@@ -550,13 +550,39 @@ class Planner:
                 self.touched.add(row.split(SEP, 1)[1])
 
     async def _concept_id(self, key: str) -> str:
+        """The concept id of a key: derived from it, unless another key holds that id or the user
+        stored an entity under it (ingested, not made here): then a hashed variant, so a made id
+        never lands on an ingested one (which answered 409, or overwrote it, at every later call)."""
         kind, _, raw = key.partition(":")
         cid = entity_id(kind, raw.lower() if kind == "person" else raw)
         owner = await self.st.get("cid", cid)
-        if owner is not None and owner != key:
+        if (owner is not None and owner != key) or (owner is None and await self._stored_ids([cid])):
             cid = f"{cid}-{hashlib.sha1(key.encode()).hexdigest()[:6]}"
         self.st.put("cid", cid, key)
         return cid
+
+    async def _stored_ids(self, ids: Sequence[str]) -> set[str]:
+        """Which of ``ids`` name an entity the user holds, of any kind."""
+        found: set[str] = set()
+        for kind in (Kind.CONCEPT, Kind.MEMORY_UNIT, Kind.ARTIFACT):
+            found.update((await self.st.store.get_many(self.user, kind, list(ids))).keys())
+        return found
+
+    async def _relink_missing(self, terms: Mapping[str, dict[str, Any] | None]) -> None:
+        """Linked keys whose concept is gone (deleted, or merged away by ``POST .../merge``, or an
+        ingest's delete) count as unlinked: their concept is made again when kept, with every
+        mention, instead of MENTIONS edges to nothing, which failed every later call. A key merged
+        into another concept (``adopted``, :func:`hrt.merge`) follows that concept."""
+        linked = {k: t for k, t in terms.items() if t is not None and t.get("linked") and t.get("cid")}
+        if not linked:
+            return
+        present = await self.st.store.get_many(self.user, Kind.CONCEPT, sorted({t["cid"] for t in linked.values()}))
+        for key, term in linked.items():
+            if term["cid"] not in present:
+                term["linked"] = False
+                if term.pop("adopted", False):  # the concept it followed is gone too: its own again
+                    term["cid"] = None
+                self.st.put("term", key, term)
 
     async def _link(self, turns: int) -> None:
         """Every touched key linked or unlinked as the statistics now say; its mentions written."""
@@ -564,6 +590,7 @@ class Planner:
         max_df = self.opts.max_df(turns)
         keys = sorted(self.touched)
         terms = await st.get_many("term", keys)
+        await self._relink_missing(terms)
         for key in keys:
             term = terms.get(key)
             if term is None:
@@ -576,9 +603,11 @@ class Planner:
         await self._link_speakers()
 
     def _unlink_key(self, key: str, term: dict[str, Any], df: int) -> None:
-        """A key no longer kept: its concept goes; a key no message mentions goes too."""
+        """A key no longer kept: its concept goes (not one it was merged into, which is not the
+        statistics' own); a key no message mentions goes too."""
         if term["linked"] and term["cid"]:
-            self.deleted_concepts.add(term["cid"])
+            if not term.get("adopted"):
+                self.deleted_concepts.add(term["cid"])
             term["linked"] = False
             term["rel"] = []
             self.st.put("term", key, term)
@@ -601,7 +630,7 @@ class Planner:
         else:
             name = sorted(term["surf"].items(), key=lambda kv: (-kv[1], kv[0]))[0][0] if term["surf"] else key
             salience = round(min(1.0, 0.3 + 0.7 * max(0.0, 1.0 - df / (2 * max_df + 1))), 4)
-        stale = (
+        stale = not term.get("adopted") and (  # a concept merged into is the merge's, not rewritten here
             not was
             or term.get("src", "rules") != source
             or term.get("name") != name
@@ -638,6 +667,8 @@ class Planner:
     async def _link_speakers(self) -> None:
         """Each message MENTIONS its speaker's concept, made for the speaker when missing."""
         st = self.st
+        speakers = sorted(set(self.speaker_of.values()))
+        await self._relink_missing(await st.get_many("term", speakers))
         for muid, speaker_key in sorted(self.speaker_of.items()):
             term = await st.get("term", speaker_key)
             if term is None or not term.get("cid"):
@@ -748,6 +779,32 @@ class Planner:
         self.relations[(source, target, kind.value)] = Relation(
             user_id=self.user, type=kind, source=source, target=target, weight=weight, relation_type=relation_type
         )
+
+
+async def adopted_terms(
+    records: StateStore, user_id: str, target: str, merged: Sequence[str]
+) -> tuple[dict[tuple[str, str, str], str | None], dict[tuple[str, str, str], str | None]]:
+    """The conversation statistics' rows that follow a merge (this module's),
+    and the version row they expect: each key whose concept was merged now names the target,
+    ``adopted`` (its later mentions link to the target, and the statistics never rename nor delete
+    a concept they did not make), and the version moves on so a conversation call planned before
+    the merge plans again. Empty when no merged concept came from a conversation."""
+    owners = {cid: json.loads(raw) for cid, raw in (await records.state_get(user_id, "cid", list(merged))).items()}
+    if not owners:
+        return {}, {}
+    terms = await records.state_get(user_id, "term", sorted({str(k) for k in owners.values()}))
+    rows: dict[tuple[str, str, str], str | None] = {}
+    for key, raw in sorted(terms.items()):
+        term = json.loads(raw)
+        if term.get("cid") in owners:
+            term.update(cid=target, adopted=True)
+            rows[(user_id, "term", key)] = _dump(term)
+    meta_raw = (await records.state_get(user_id, "meta", ["meta"])).get("meta")
+    if not rows or meta_raw is None:
+        return rows, {}
+    meta = json.loads(meta_raw)
+    rows[(user_id, "meta", "meta")] = _dump({**meta, "version": int(meta["version"]) + 1})
+    return rows, {(user_id, "meta", "meta"): meta_raw}
 
 
 async def plan_messages(
