@@ -487,6 +487,9 @@ class Settings(
     # a browse page (GET /v1/users/{user_id}/entities) holds at most this much JSON, at least one
     # entity, whatever its limit: the page then ends early with a cursor
     browse_max_page_bytes: int = Field(4 * 1_048_576, ge=65_536, le=256 * 1_048_576)
+    # the conversation statistics rows one user may hold (POST /v1/conversations keeps them per
+    # user); a call that would pass the bound is refused with 413. 0: no bound
+    max_conversation_state_rows: int = Field(1_000_000, ge=0, le=1_000_000_000)
     # an export whose client takes no chunk for this long is cut, releasing its export slot and
     # its read snapshot (a client that stops reading would hold both for ever)
     export_idle_s: float = Field(30.0, gt=0.0, le=3600.0)

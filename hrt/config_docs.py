@@ -370,6 +370,14 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
         ),
     ),
     (
+        ("max_conversation_state_rows",),
+        (
+            "the conversation statistics rows one user may hold (`POST /v1/conversations`; one message adds "
+            "at most its first 2,000 distinct words and 256 keys); a call that would pass it is refused with "
+            "413 naming `messages`; 0: no bound"
+        ),
+    ),
+    (
         ("export_idle_s",),
         (
             "an export (`GET /v1/users/{user_id}/export`) whose client takes no chunk for this long is cut "

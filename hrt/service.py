@@ -24,7 +24,16 @@ from hrt.contract import AugmentedMemoryContext, RetrieveRequest
 from hrt.embedder import CachedEmbedder, Embedder, SentenceTransformerEmbedder
 from hrt.embedding_models import prebuilt
 from hrt.errors import RateLimited, StateChanged, StoreError, StoreUnavailable
-from hrt.extraction.conversation import LLMCall, LLMOutcome, Plan, adopted_terms, budgeted, on_loop, plan_messages
+from hrt.extraction.conversation import (
+    ExtractionOptions,
+    LLMCall,
+    LLMOutcome,
+    Plan,
+    adopted_terms,
+    budgeted,
+    on_loop,
+    plan_messages,
+)
 from hrt.extraction.messages import ConversationRequest, ConversationResult
 from hrt.ingest import Record, build_batch
 from hrt.metrics import Metrics
@@ -589,9 +598,10 @@ class HRTService:
         extractor, whose calls are sent back to this loop (its HTTP client and semaphore are
         bound to it); PostgreSQL's pool belongs to this loop."""
         remote = on_loop(llm, asyncio.get_running_loop()) if llm is not None else None
+        options = ExtractionOptions(max_state_rows=self.settings.max_conversation_state_rows)
         if self.stores.reads_from_any_thread:
-            return await self.off_loop(lambda: plan_messages(self.records, request, utc_now(), llm=remote))
-        return await plan_messages(self.records, request, utc_now(), llm=llm)
+            return await self.off_loop(lambda: plan_messages(self.records, request, utc_now(), options, remote))
+        return await plan_messages(self.records, request, utc_now(), options, llm)
 
     async def _project_now(self) -> None:
         """Read-your-writes when the targets are up, within ``read_your_writes_timeout_s`` (a target

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from hrt.errors import PayloadTooLarge
 from hrt.extraction.ids import entity_id, message_id, slug
 from hrt.extraction.messages import ConversationRequest, Message, MessageResult
 from hrt.extraction.rules import ProperNouns, allowance, extract, name_counts, too_common, topic_key
@@ -65,6 +66,12 @@ class ExtractionOptions:
     max_pair_keys: int = 24  # co-occurrences counted among a message's first keys only
     salience_step: float = 0.05  # a linked concept is rewritten when its salience moved this much
     fact_weight: float = 1.0  # an LLM fact DERIVED_FROM its message
+    # what one message may add to the statistics: capitalisation counts of its first distinct
+    # words, and its first keys (a 100 KB message of distinct words wrote ~70,000 rows, #45)
+    max_message_words: int = 2000
+    max_message_keys: int = 256
+    # the statistics rows one user may hold (0: no bound); a call that would pass it is refused
+    max_state_rows: int = 0
 
     def max_df(self, turns: int) -> int:
         return allowance(turns, self.max_topic_df_ratio, self.min_topic_df, self.common_topic_floor)
@@ -127,6 +134,20 @@ class State:
 
     def put(self, ns: str, key: str, value: Any) -> None:
         self.writes.setdefault(ns, {})[key] = value
+
+    async def row_delta(self) -> int:
+        """Rows this call's writes add to the user's statistics, less those they delete (the
+        ``meta`` row aside): one read per namespace for the rows written without being read."""
+        delta = 0
+        for ns, values in self.writes.items():
+            if ns == "meta":
+                continue
+            unknown = [k for k in values if (ns, k) not in self.read]
+            found = await self.store.state_get(self.user_id, ns, unknown) if unknown else {}
+            for k, v in values.items():
+                existed = self.read[(ns, k)] is not None if (ns, k) in self.read else k in found
+                delta += (v is not None and not existed) - (v is None and existed)
+        return delta
 
     def written(self, ns: str, key: str) -> Any:
         return self.writes.get(ns, {}).get(key)
@@ -274,7 +295,14 @@ class Planner:
         await self._link(turns)
         await self._related()
         self._llm_relations()
-        meta = {"turns": turns, "version": int(meta["version"]) + 1}
+        rows = int(meta.get("rows", 0)) + await st.row_delta()
+        if self.opts.max_state_rows and rows > self.opts.max_state_rows:
+            raise PayloadTooLarge(
+                f"this call would bring the user's conversation statistics to {rows} rows, over their bound "
+                f"of {self.opts.max_state_rows} (HRT_MAX_CONVERSATION_STATE_ROWS)",
+                field="messages",
+            )
+        meta = {"turns": turns, "version": int(meta["version"]) + 1, "rows": max(0, rows)}
         st.put("meta", "meta", meta)
         raw_meta = st.read.get(("meta", "meta"))
         for key in self.unrelate - set(self.relations):
@@ -440,7 +468,7 @@ class Planner:
     async def _extract(self, muid: str, speaker: str, text: str, h: str, history: Sequence[str]) -> list[str]:
         """Learn the text's capitalisation, extract, map names to speakers; count the keys."""
         st = self.st
-        counts = name_counts(text)
+        counts = dict(list(name_counts(text).items())[: self.opts.max_message_words])
         rows = await st.get_many("name", sorted(counts))
         for word, (cap, lower) in counts.items():
             old = rows.get(word, [0, 0])
@@ -479,7 +507,7 @@ class Planner:
             keys.extend(found_by_llm)
             self._llm_facts(muid, speaker, outcome)
             self.llm_relations.extend((entity_key(a), entity_key(b), t) for a, b, t in outcome.relations)
-        keys = list(dict.fromkeys(keys))
+        keys = list(dict.fromkeys(keys))[: self.opts.max_message_keys]
         await self._count(muid, keys, surfaces, +1)
         return keys
 

@@ -1,15 +1,21 @@
 """The conversation statistics stay consistent with the records (#45, L1): a conversation's concept
 deleted or merged away does not break the later messages that mention it, and an id the planner
-makes never lands on one the user ingested."""
+makes never lands on one the user ingested; and (L3) the statistics a message adds, and a user holds,
+are bounded."""
 
 from __future__ import annotations
 
+import json
+import sqlite3
+
+from hrt.config import Settings
+from hrt.errors import PayloadTooLarge
 from hrt.extraction.ids import entity_id
 from hrt.extraction.messages import ConversationRequest
 from hrt.ingest import parse_jsonl
 from hrt.records import Kind
 from hrt.service import HRTService
-from tests.helpers import concept, jsonl, mu
+from tests.helpers import HashingEmbedder, concept, jsonl, mu
 
 
 def said(*lines: tuple[str, str], session: str = "s1") -> ConversationRequest:
@@ -65,3 +71,48 @@ async def test_an_ingested_id_never_collides_with_a_made_one(hashing_service):
     assert unit.content == "a note the user filed under this id"  # untouched
     speakers = await mentioned(svc, again.messages[0].muid)
     assert maya not in speakers and any(c.startswith(maya + "-") for c in speakers)
+
+
+# --- L3: the statistics are bounded per message and per user ---------------------------------------
+
+
+def state_rows(svc: HRTService, user: str = "u1") -> int:
+    """Rows of the user's statistics as stored (the meta row aside), read from the SQLite file."""
+    with sqlite3.connect(str(svc.settings.db_path)) as db:
+        (n,) = db.execute(
+            "SELECT COUNT(*) FROM extraction_state WHERE user_id = ? AND ns != 'meta'", (user,)
+        ).fetchone()
+    return int(n)
+
+
+async def test_one_long_message_adds_a_bounded_number_of_statistics_rows(hashing_service):
+    words = " ".join(f"Word{i:05d} topic{i:05d}." for i in range(4500))  # ~95 KB of distinct words
+    await hashing_service.add_messages(said(("Maya", words)))
+    assert state_rows(hashing_service) < 4000  # was ~70,000: 2,000 words and 256 keys at most
+
+
+async def test_a_user_statistics_are_bounded_and_their_count_is_kept_exact(tmp_path):
+    svc = HRTService(Settings(db_path=tmp_path / "hrt.db", max_conversation_state_rows=150), embedder=HashingEmbedder())
+    try:
+        lines = [
+            ("Maya", "I booked the pottery class at Clayworks for Saturday."),
+            ("Tom", "Is that the studio near Riverside Park?"),
+            ("Maya", "Yes, the pottery teacher is Ines."),
+            ("Tom", "Ines taught my sister pottery last year."),
+            ("Maya", "I want to make a glazed bowl for my mother in June."),
+            ("Tom", "I am planning a hiking trip to Lisbon with Ana in July."),
+        ]
+        refused = None
+        for i, line in enumerate(lines):
+            before = state_rows(svc)
+            try:
+                await svc.add_messages(said(line, session=f"s{i}"))
+            except PayloadTooLarge as exc:
+                refused = exc
+                assert state_rows(svc) == before  # nothing of the refused call is written
+                break
+            meta = json.loads((await svc.records.state_get("u1", "meta", ["meta"]))["meta"])
+            assert meta["rows"] == state_rows(svc) <= 150
+        assert refused is not None and refused.field == "messages"
+    finally:
+        await svc.close()
