@@ -31,6 +31,7 @@ from hrt.extraction.conversation import (
     Plan,
     adopted_terms,
     budgeted,
+    forget_messages,
     on_loop,
     plan_messages,
 )
@@ -517,14 +518,42 @@ class HRTService:
         the operator), kept with each entity with the clock's time (``RecordStore.entity_detail``);
         ``tenant``: whose share of the write slots it takes (:meth:`ingest_slot`)."""
         with self.ingest_slot(tenant):
-            # embedding is CPU-bound for seconds per thousand records: never on the event loop
-            batch = await asyncio.to_thread(build_batch, records, self.embedder, progress=progress)
-            self._mark_writer(batch, written_by)
-            result = await self.writer.apply(batch)
+            for attempt in range(CONVERSATION_RETRIES):
+                forgetting = await self._forget_messages(records)
+                # embedding is CPU-bound for seconds per thousand records: never on the event loop
+                batch = await asyncio.to_thread(
+                    build_batch, [*records, *forgetting.records], self.embedder, progress=progress
+                )
+                batch.state, batch.state_expect = forgetting.state, forgetting.expect
+                self._mark_writer(batch, written_by)
+                try:
+                    result = await self.writer.apply(batch)
+                except StateChanged:  # a conversation call of the user committed first
+                    if attempt == CONVERSATION_RETRIES - 1:
+                        raise
+                    continue
+                break
             for r in records:
                 self.metrics.ingested.labels(kind=r.kind).inc()
             await self._project_now()
         return result
+
+    async def _forget_messages(self, records: Sequence[Record]) -> Plan:
+        """What deleting conversation messages takes out of their users' statistics
+        (:func:`forget_messages`), for the memory units ``records`` deletes: one read per user
+        that deletes any, nothing otherwise."""
+        deleted: dict[str, list[str]] = {}
+        for r in records:
+            if isinstance(r, Deletion) and r.kind == "memory_unit" and (ident := r.entity_id()):
+                deleted.setdefault(r.user_id, []).append(ident)
+        out = Plan([], {}, {}, [])
+        options = ExtractionOptions(max_state_rows=self.settings.max_conversation_state_rows)
+        for user_id, muids in sorted(deleted.items()):
+            plan = await forget_messages(self.records, user_id, muids, self.clock(), options)
+            out.records.extend(plan.records)
+            out.state.update(plan.state)
+            out.expect.update(plan.expect)
+        return out
 
     def _mark_writer(self, batch: WriteBatch, written_by: str | None) -> None:
         batch.written_by = written_by

@@ -292,11 +292,17 @@ class Planner:
             return Plan([], {}, {}, self.results)
         st.put("session", self.req.session_id, session)
         await self._thresholds(turns_before, turns)
+        return await self.finish(meta, turns)
+
+    async def finish(self, meta: Mapping[str, Any], turns: int) -> Plan:
+        """The touched keys linked again, co-occurrences, the version row: the plan."""
+        st = self.st
         await self._link(turns)
         await self._related()
         self._llm_relations()
-        rows = int(meta.get("rows", 0)) + await st.row_delta()
-        if self.opts.max_state_rows and rows > self.opts.max_state_rows:
+        delta = await st.row_delta()
+        rows = int(meta.get("rows", 0)) + delta
+        if delta > 0 and self.opts.max_state_rows and rows > self.opts.max_state_rows:
             raise PayloadTooLarge(
                 f"this call would bring the user's conversation statistics to {rows} rows, over their bound "
                 f"of {self.opts.max_state_rows} (HRT_MAX_CONVERSATION_STATE_ROWS)",
@@ -510,6 +516,20 @@ class Planner:
         keys = list(dict.fromkeys(keys))[: self.opts.max_message_keys]
         await self._count(muid, keys, surfaces, +1)
         return keys
+
+    async def _uncount_names(self, content: str, speaker: str) -> None:
+        """Take a deleted message's capitalisation counts back out (its text is the unit's, inside
+        :func:`unit_content`); a word counted nowhere any more loses its row."""
+        said = f'{speaker} said, "'
+        text = content[len(said) : -1] if content.startswith(said) and content.endswith('"') else content
+        counts = dict(list(name_counts(text).items())[: self.opts.max_message_words])
+        rows = await self.st.get_many("name", sorted(counts))
+        for word, (cap, lower) in counts.items():
+            old = rows.get(word)
+            if old is None:
+                continue
+            left = [max(0, int(old[0]) - cap), max(0, int(old[1]) - lower)]
+            self.st.put("name", word, left if any(left) else None)
 
     async def _speaker(self, speaker: str) -> str:
         lowered = speaker.lower()
@@ -833,6 +853,40 @@ async def adopted_terms(
     meta = json.loads(meta_raw)
     rows[(user_id, "meta", "meta")] = _dump({**meta, "version": int(meta["version"]) + 1})
     return rows, {(user_id, "meta", "meta"): meta_raw}
+
+
+async def forget_messages(
+    store: StateStore, user_id: str, muids: Sequence[str], now: datetime, options: ExtractionOptions | None = None
+) -> Plan:
+    """What deleting memory units takes out of the user's statistics (L3 of #45: they shrank
+    never, so a user's rows only grew): each of them that was a conversation's message is
+    retracted as an edit retracts it (its keys' counts, postings, co-occurrences, families),
+    its own rows go, and the keys it touched are linked again (a concept no message mentions any
+    more goes). Written in the deleting batch, expecting the version row (a conversation call
+    planned meanwhile plans again). An empty plan when none was a message."""
+    # the planner's request only names the user: forgetting reads no message of it
+    placeholder = ConversationRequest(user_id=user_id, session_id="-", messages=[Message(content="-")])
+    planner = Planner(store, placeholder, now, options or ExtractionOptions(), None)
+    st = planner.st
+    meta = await st.get("meta", "meta")
+    rows = await st.get_many("msg", sorted(set(muids))) if meta is not None else {}
+    if meta is None or not rows:
+        return Plan([], {}, {}, [])
+    units = await store.get_many(user_id, Kind.MEMORY_UNIT, sorted(rows))
+    for muid, row in sorted(rows.items()):
+        await planner._retract(muid, row)
+        st.put("msg", muid, None)
+        unit = units.get(muid)
+        if isinstance(unit, MemoryUnit):
+            session = unit.metadata.get("session_id")
+            if isinstance(session, str):
+                st.put("mh", session + SEP + str(row["h"]), None)
+            await planner._uncount_names(unit.content, str(row.get("speaker", "")))
+    tail = await st.get("tail", "tail")
+    if tail:
+        st.put("tail", "tail", [m for m in tail if m not in rows])
+    turns = max(0, int(meta["turns"]) - len(rows))
+    return await planner.finish(meta, turns)
 
 
 async def plan_messages(

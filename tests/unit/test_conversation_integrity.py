@@ -116,3 +116,27 @@ async def test_a_user_statistics_are_bounded_and_their_count_is_kept_exact(tmp_p
         assert refused is not None and refused.field == "messages"
     finally:
         await svc.close()
+
+
+async def test_deleting_messages_shrinks_their_statistics(hashing_service):
+    svc = hashing_service
+    first = await svc.add_messages(said(("Maya", "I booked the pottery class at Clayworks for Saturday.")))
+    base = state_rows(svc)
+    extra = await svc.add_messages(
+        said(
+            ("Tom", "Is that the Clayworks studio near Riverside Park?"),
+            ("Maya", "Yes, and the pottery teacher there is Ines Moreau."),
+        )
+    )
+    grown = state_rows(svc)
+    ines = entity_id("entity", "ines moreau")
+    assert grown > base and await svc.records.get_many("u1", Kind.CONCEPT, [ines])
+    for message in extra.messages:
+        assert await svc.delete_entity("u1", Kind.MEMORY_UNIT, message.muid) >= 1
+    meta = json.loads((await svc.records.state_get("u1", "meta", ["meta"]))["meta"])
+    assert state_rows(svc) < grown and meta["rows"] == state_rows(svc) and meta["turns"] == 1
+    assert not await svc.records.state_get("u1", "msg", [m.muid for m in extra.messages])
+    # what only the deleted messages mentioned is gone; the next message works as before
+    assert not await svc.records.get_many("u1", Kind.CONCEPT, [ines])
+    later = await svc.add_messages(said(("Maya", "The bowl came out of the kiln at Clayworks.")))
+    assert [m.status for m in later.messages] == ["added"] and first.messages[0].status == "added"
