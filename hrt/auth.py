@@ -21,6 +21,8 @@ Scopes (each route declares its own, ``dependencies=[needs(scope)]`` in ``hrt/ap
     admin      DELETE /v1/users/{u}, the /v1/keys routes
     ops        GET /readyz, GET /metrics
     export     GET /v1/users/{u}/export (everything of a user, in bulk: a right of access, per user)
+    read       whole records in bulk where a retrieve key gets ids and titles (the records of
+               GET /v1/users/{u}/entities pages); export implies it. Never granted by default.
 
 A key acts for the users it lists, or for every user (``--all-users``). ``/healthz`` needs no key.
 
@@ -56,8 +58,8 @@ from hrt.errors import Forbidden, InvalidInput, RateLimited, StoreDown, Unauthen
 
 log = logging.getLogger(__name__)
 
-Scope = Literal["retrieve", "ingest", "admin", "ops", "export"]
-SCOPES: tuple[Scope, ...] = ("retrieve", "ingest", "admin", "ops", "export")
+Scope = Literal["retrieve", "ingest", "admin", "ops", "export", "read"]
+SCOPES: tuple[Scope, ...] = ("retrieve", "ingest", "admin", "ops", "export", "read")
 TOKEN_PREFIX = "hrt_"
 _TOKEN = re.compile(r"hrt_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
 KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,63}")
@@ -72,6 +74,8 @@ MAX_KEY_CONCURRENCY = 100_000
 # a key made by a key made by ... : deeper than this is refused at use
 MAX_LINEAGE = 32
 KeyStatus = Literal["active", "expired", "revoked"]
+# the tenant of keys for every user (and of HRT_AUTH=off): one tenant, whatever key
+ALL_USERS_TENANT = "*"
 
 
 def hash_token(token: str) -> bytes:
@@ -368,6 +372,13 @@ def auth_off_refused(host: str) -> str:
 # ------------------------------------------------------------------------------------------
 
 
+def users_tenant(users: Iterable[str] | None) -> str:
+    """The tenant of a set of users: its digest (``*``: every user)."""
+    if users is None:
+        return ALL_USERS_TENANT
+    return "users:" + hashlib.sha256("\x1f".join(sorted(users)).encode()).hexdigest()[:16]
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
     """The key a request was made with, as far as authorisation needs it."""
@@ -379,6 +390,13 @@ class Principal:
     rate_limit: float | None = None
     max_concurrency: int | None = None
     expires_at: float | None = None
+    # whose share of the server's bounded resources this key draws on (:func:`tenant_of`); by
+    # default that of its own users
+    tenant: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.tenant:
+            object.__setattr__(self, "tenant", users_tenant(self.users))
 
     def can(self, scope: str) -> bool:
         return scope in self.scopes
@@ -401,7 +419,21 @@ class Principal:
 UNAUTHENTICATED_DEV = Principal(name="auth-off", key_id="-", scopes=frozenset(SCOPES), users=None)
 
 
-def principal_of(key: KeyRecord) -> Principal:
+def tenant_of(key: KeyRecord, by_id: Mapping[str, KeyRecord]) -> str:
+    """The tenant a key belongs to: the users of the topmost key of its line (the operator's key
+    that every key above it descends from). A key made over HTTP acts for a subset of its maker's
+    users, so a child key (or a grandchild, or a sibling) draws on its maker's shares, never on new
+    ones; keys the operator made for the same users share too. ``*``: every user."""
+    top = key
+    for _ in range(MAX_LINEAGE):
+        parent = by_id.get(top.parent) if top.parent is not None else None
+        if parent is None:
+            break
+        top = parent
+    return users_tenant(top.users)
+
+
+def principal_of(key: KeyRecord, tenant: str | None = None) -> Principal:
     return Principal(
         name=key.name,
         key_id=key.key_id,
@@ -410,6 +442,7 @@ def principal_of(key: KeyRecord) -> Principal:
         rate_limit=key.rate_limit,
         max_concurrency=key.max_concurrency,
         expires_at=key.expires_at,
+        tenant=tenant or "",
     )
 
 
@@ -515,7 +548,7 @@ class KeyRing:
         if status == "expired":
             raise Unauthenticated(f"this API key ({key.name}) has expired", reason="expired")
         self._used[key_id] = now
-        return principal_of(key)
+        return principal_of(key, tenant_of(key, self._keys))
 
     async def _verify_scrypt(self, key: KeyRecord, token: str, digest: bytes) -> KeyRecord:
         """A key stored by an older version: scrypt once (one at a time, off the event loop), then

@@ -15,11 +15,12 @@ pages (what was written meanwhile appears when its id comes after the cursor).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -33,6 +34,10 @@ from hrt.stores.projection import instant, interval
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
+# a page holds at most this much JSON (at least one entity), however many entities were asked for
+MAX_PAGE_BYTES = 4 * 1_048_576
+# entities read from the store at a time while a page is made
+READ_CHUNK = 50
 DEFAULT_RELATION_LIMIT = 100
 MAX_RELATION_LIMIT = 1000
 MAX_FILTER_VALUES = 64
@@ -110,7 +115,9 @@ class EntitySummary(BaseModel):
     title: str
     written_at: str | None
     written_by: str | None
-    record: dict[str, Any]
+    record: dict[str, Any] | None = Field(
+        description="the record as stored; null unless the key has the read or export scope (ids and titles only)"
+    )
 
 
 class EntityPage(BaseModel):
@@ -119,6 +126,11 @@ class EntityPage(BaseModel):
     user_id: str
     entities: list[EntitySummary]
     next_cursor: str | None
+    records_omitted: bool = Field(
+        False,
+        description="true when the key lacks the read (or export) scope: each entity's record is null, "
+        "ids and titles only (since #45; before, a retrieve key got whole records)",
+    )
 
 
 def _when(epoch: float | None) -> str | None:
@@ -169,7 +181,7 @@ def entity_view(user_id: str, detail: EntityDetail) -> EntityView:
     )
 
 
-def summary(stored: StoredEntity) -> EntitySummary:
+def summary(stored: StoredEntity, full: bool = True) -> EntitySummary:
     entity = stored.entity
     return EntitySummary(
         kind=Kind(entity.kind),
@@ -177,7 +189,7 @@ def summary(stored: StoredEntity) -> EntitySummary:
         title=entity_label(entity),
         written_at=_when(stored.written_at),
         written_by=stored.written_by,
-        record=entity.model_dump(mode="json"),
+        record=entity.model_dump(mode="json") if full else None,
     )
 
 
@@ -302,14 +314,52 @@ def _time(value: str | None, field: str) -> float | None:
         raise InvalidInput(f"{field} must be an ISO 8601 date-time, e.g. 2025-06-01T00:00:00Z", field=field) from None
 
 
-async def browse_entities(records: RecordStore, user_id: str, request: BrowseRequest, now: datetime) -> EntityPage:
-    """One page of the user's entities, and the cursor of the next (None after the last)."""
+def _summaries(found: list[StoredEntity], full: bool) -> list[tuple[EntitySummary, int]]:
+    """Each entity's summary and its size as JSON (what it adds to the page), in a worker thread."""
+    out = []
+    for stored in found:
+        item = summary(stored, full)
+        out.append((item, len(item.model_dump_json())))
+    return out
+
+
+async def browse_entities(
+    records: RecordStore,
+    user_id: str,
+    request: BrowseRequest,
+    now: datetime,
+    *,
+    full: bool = True,
+    max_bytes: int = MAX_PAGE_BYTES,
+) -> EntityPage:
+    """One page of the user's entities, and the cursor of the next (None after the last). A page
+    ends at ``request.limit`` entities or once it holds ``max_bytes`` of JSON (at least one
+    entity), whichever comes first; the store is read ``READ_CHUNK`` entities at a time and the
+    summaries are built in worker threads, so neither a page nor its making holds much memory or
+    the event loop. ``full`` False: ids and titles, no records (a key without the read scope)."""
     where = request.filter(now)
-    found = await records.browse(user_id, where)
-    page = found[: request.limit]
-    more = len(found) > request.limit
+    entities: list[EntitySummary] = []
+    size, more, after = 0, False, where.after
+    while len(entities) < request.limit:
+        want = min(READ_CHUNK, request.limit - len(entities))
+        found = await records.browse(user_id, replace(where, after=after, limit=want + 1))
+        batch = found[:want]
+        for item, n in await asyncio.to_thread(_summaries, batch, full):
+            if entities and size + n > max_bytes:  # the page is full: the next one starts here
+                return _page(user_id, request, entities, more=True, full=full)
+            entities.append(item)
+            size += n
+        more = len(found) > want
+        if not more or not batch:
+            break
+        after = batch[-1].entity.id
+    return _page(user_id, request, entities, more=more, full=full)
+
+
+def _page(user_id: str, request: BrowseRequest, entities: list[EntitySummary], *, more: bool, full: bool) -> EntityPage:
     return EntityPage(
         user_id=user_id,
-        entities=[summary(s) for s in page],
-        next_cursor=request.cursor_after(page[-1].entity.id) if more and page else None,
+        entities=entities,
+        next_cursor=request.cursor_after(entities[-1].id) if more and entities else None,
+        records_omitted=not full,
     )

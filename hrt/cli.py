@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -379,8 +380,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         target = Path(args.out)
         partial = target.with_name(target.name + ".partial")  # never a truncated file under the name
+        # a user's whole memory: readable by its owner only (0600, whatever the umask), from the
+        # first byte; a stale partial (perhaps another mode, another owner's) is replaced, not reused
+        partial.unlink(missing_ok=True)
         try:
-            with partial.open("wb") as fh:
+            with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as fh:
                 n = asyncio.run(export_user(settings, args.user, fh, args.progress))
         except BaseException:
             partial.unlink(missing_ok=True)

@@ -595,7 +595,8 @@ class HRTClient(_Base):
         """Every entity of the user that the filters let through, in id order, fetched a page at a
         time (``GET /v1/users/{user_id}/entities``): ``tags``, ``agent`` (lists), ``created_after``,
         ``created_before``, ``valid_at`` (ISO 8601 or datetimes), ``prefix``, ``include_invalidated``,
-        ``limit`` (the page size, 1 to 500)."""
+        ``limit`` (the page size, 1 to 500; a page may end sooner at the server's byte bound). Each
+        entity's ``record`` is None unless the key has the ``read`` (or ``export``) scope."""
         sent = _list_filters(kind, filters)
         cursor: str | None = None
         while True:

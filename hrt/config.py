@@ -445,6 +445,9 @@ class Settings(
     extractor_api_key: SecretStr | None = None  # sent as a bearer token
     extractor_timeout_s: float = Field(20.0, gt=0.0, le=600.0)  # per message
     extractor_max_concurrency: int = Field(2, ge=1, le=64)
+    # the LLM's time for one conversation call, all its messages together: past it the rest get
+    # the rules alone (a call holds a write slot while it plans, so this bounds that hold)
+    extractor_call_budget_s: float = Field(60.0, gt=0.0, le=3600.0)
     # how the answer is held to the JSON schema (hrt.extraction.llm.ResponseFormat)
     extractor_response_format: Literal["json_object+schema", "json_schema", "json_object", "off"] = "json_object+schema"
 
@@ -474,16 +477,29 @@ class Settings(
     max_ingest_records: int = Field(10_000, ge=1, le=1_000_000)  # records in one request (413 above)
     # a body not received in full within this is answered 408: a slow client holds nothing shared
     body_read_timeout_s: float = Field(10.0, gt=0.0, le=600.0)
-    # ingest bodies being received at once in this process, one key holding at most half of them;
-    # one more is refused with 429 before it is read
+    # ingest bodies being received at once in this process, one tenant (the users a key acts for,
+    # child keys included) holding at most half of them; one more is refused with 429 before it is read
     max_ingest_bodies: int = Field(4, ge=1, le=1024)
     log_level: str = "INFO"
     # writes (ingests, deletes) running at once in this process; one more is refused with 429 and
     # Retry-After (ingest_retry_after_s). An ingest takes its slot once its body is received and
     # holds it while it parses, embeds and commits. 0: no limit. Each runs its embedding and its
     # SQLite transaction in worker threads, so reads go on beside them.
+    # One tenant holds at most half of them (at least one).
     max_concurrent_ingests: int = Field(2, ge=0, le=1024)
     ingest_retry_after_s: int = Field(2, ge=1, le=3600)
+    # a browse page (GET /v1/users/{user_id}/entities) holds at most this much JSON, at least one
+    # entity, whatever its limit: the page then ends early with a cursor
+    browse_max_page_bytes: int = Field(4 * 1_048_576, ge=65_536, le=256 * 1_048_576)
+    # the conversation statistics rows one user may hold (POST /v1/conversations keeps them per
+    # user); a call that would pass the bound is refused with 413. 0: no bound
+    max_conversation_state_rows: int = Field(1_000_000, ge=0, le=1_000_000_000)
+    # an export whose client takes no chunk for this long is cut, releasing its export slot and
+    # its read snapshot (a client that stops reading would hold both for ever)
+    export_idle_s: float = Field(30.0, gt=0.0, le=3600.0)
+    # a conversation write waits at most this long for the previous one of its user (holding no
+    # write slot while it waits), then 429
+    user_write_wait_s: float = Field(10.0, ge=0.0, le=600.0)
 
     # --- outbox projector (services deployment; docs/reliability.md) ---------------------------
     # an event a target refuses this many times (a target that is down does not count) is set

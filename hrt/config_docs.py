@@ -284,6 +284,13 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
     ),
     (("extractor_max_concurrency",), "extraction requests in flight (the server's slots)"),
     (
+        ("extractor_call_budget_s",),
+        (
+            "the LLM's time for one conversation call, all its messages together; past it the remaining "
+            "messages get the rules alone (counted in `llm_fallbacks`): a call holds a write slot while it plans"
+        ),
+    ),
+    (
         ("extractor_response_format",),
         (
             "how the answer is held to the JSON schema: `json_object+schema` (llama.cpp's servers turn the schema "
@@ -348,8 +355,8 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
     (
         ("max_ingest_bodies",),
         (
-            "ingest bodies being received at once in one process, one key holding at most half of them; "
-            "one more is refused with 429 before it is read"
+            "ingest bodies being received at once in one process, one tenant (the users a key acts for, "
+            "child keys included) holding at most half of them; one more is refused with 429 before it is read"
         ),
     ),
     (("log_level",), "server log level"),
@@ -358,10 +365,40 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
         (
             "writes (ingests, deletes) running at once in one process; one more is refused with 429 and "
             "`Retry-After`; an ingest takes its slot once its body is received; each embeds and commits in "
-            "worker threads, so reads go on beside it; 0: no limit"
+            "worker threads, so reads go on beside it; one tenant (the users a key acts for, child keys "
+            "included) holds at most half of them (at least one); 0: no limit"
         ),
     ),
     (("ingest_retry_after_s",), "the `Retry-After` of that 429, in seconds"),
+    (
+        ("browse_max_page_bytes",),
+        (
+            "a page of `GET /v1/users/{user_id}/entities` holds at most this much JSON (at least one entity), "
+            "whatever its `limit`: it then ends early with a `next_cursor`"
+        ),
+    ),
+    (
+        ("max_conversation_state_rows",),
+        (
+            "the conversation statistics rows one user may hold (`POST /v1/conversations`; one message adds "
+            "at most its first 2,000 distinct words and 256 keys); a call that would pass it is refused with "
+            "413 naming `messages`; 0: no bound"
+        ),
+    ),
+    (
+        ("export_idle_s",),
+        (
+            "an export (`GET /v1/users/{user_id}/export`) whose client takes no chunk for this long is cut "
+            "(the connection closed without the body's end), releasing its export slot and read snapshot"
+        ),
+    ),
+    (
+        ("user_write_wait_s",),
+        (
+            "a conversation write waits at most this long for the previous write of its user, holding no "
+            "write slot meanwhile (the user's lock comes before the slot); then 429 with `Retry-After`"
+        ),
+    ),
     (
         ("projector_max_attempts",),
         (

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from hrt.errors import NotFound, RateLimited
 from hrt.records import Artifact, Concept, EdgeType, Entity, Kind, MemoryUnit, Preference, Relation
+from hrt.shares import Place, Shares
 from hrt.stores.base import ExportReader, RecordStore
 
 if TYPE_CHECKING:
@@ -46,6 +47,8 @@ KIND_ORDER: tuple[Kind, ...] = (Kind.MEMORY_UNIT, Kind.CONCEPT, Kind.ARTIFACT)
 _RANK = {k: i for i, k in enumerate(KIND_ORDER)}
 # exports one server streams at once (each holds a store connection and a read snapshot)
 MAX_CONCURRENT_EXPORTS = 2
+# what one send of an export carries at most (at least one line): the unit of the idle cut
+EXPORT_PIECE_BYTES = 1_048_576
 EXPORT_RETRY_AFTER_S = 5
 
 ExportRecord = MemoryUnit | Concept | Artifact | Relation | Preference
@@ -167,26 +170,29 @@ async def export_records(reader: ExportReader, chunk: int = EXPORT_CHUNK) -> Asy
 
 
 class ExportSlots:
-    """At most ``limit`` exports streaming at once in this process; beyond, :class:`RateLimited`
-    (429 with Retry-After): each holds a store connection and a read snapshot while it streams."""
+    """At most ``limit`` exports streaming at once in this process, at most half of them (at least
+    one) for one tenant (:mod:`hrt.shares`: a key's users, child keys included); beyond,
+    :class:`RateLimited` (429 with Retry-After): each holds a store connection and a read snapshot
+    while it streams, so one tenant's exports never take every slot."""
 
     def __init__(self, limit: int = MAX_CONCURRENT_EXPORTS) -> None:
         self.limit = limit
-        self.running = 0
+        self.shares = Shares(limit)
 
-    @contextlib.contextmanager
-    def slot(self) -> Iterator[None]:
-        if self.running >= self.limit:
-            raise RateLimited(
-                f"{self.running} exports are streaming, as many as this server runs at once; retry later",
-                retry_after_s=EXPORT_RETRY_AFTER_S,
-                reason="export_concurrency",
-            )
-        self.running += 1
-        try:
-            yield
-        finally:
-            self.running -= 1
+    @property
+    def running(self) -> int:
+        return self.shares.total
+
+    def _refusal(self, held: int, mine: bool) -> RateLimited:
+        where = "for this tenant, its share" if mine else "as many as this server runs at once"
+        return RateLimited(
+            f"{held} exports are streaming, {where}; retry later",
+            retry_after_s=EXPORT_RETRY_AFTER_S,
+            reason="export_concurrency",
+        )
+
+    def slot(self, tenant: str | None = None) -> contextlib.AbstractContextManager[Place]:
+        return self.shares.place(tenant, self._refusal)
 
 
 async def check_exportable(records: RecordStore, user_id: str) -> None:
@@ -195,16 +201,37 @@ async def check_exportable(records: RecordStore, user_id: str) -> None:
         raise NotFound(f"no user {user_id!r}", field="user_id")
 
 
+def _pieces(part: list[ExportRecord], max_bytes: int) -> list[tuple[bytes, int]]:
+    """A chunk's lines as pieces of at most ``max_bytes`` (at least one line each), with the
+    number of lines in each: what one send of the stream carries."""
+    out: list[tuple[bytes, int]] = []
+    lines: list[bytes] = []
+    size = 0
+    for record in part:
+        line = (record_line(record) + "\n").encode("utf-8")
+        if lines and size + len(line) > max_bytes:
+            out.append((b"".join(lines), len(lines)))
+            lines, size = [], 0
+        lines.append(line)
+        size += len(line)
+    if lines:
+        out.append((b"".join(lines), len(lines)))
+    return out
+
+
 async def export_lines(
-    reader: ExportReader, counted: dict[str, Any] | None = None, chunk: int = EXPORT_CHUNK
+    reader: ExportReader,
+    counted: dict[str, Any] | None = None,
+    chunk: int = EXPORT_CHUNK,
+    max_bytes: int = EXPORT_PIECE_BYTES,
 ) -> AsyncGenerator[bytes, None]:
-    """The export as NDJSON, one chunk of lines per item; ``counted["records"]`` follows the
-    lines written, and ``counted["complete"]`` says whether the last was."""
+    """The export as NDJSON, in pieces of at most ``max_bytes`` (at least one line), each chunk's
+    lines written in a worker thread; ``counted["records"]`` follows the lines written, and
+    ``counted["complete"]`` says whether the last was."""
     counted = counted if counted is not None else {}
     counted.update(records=0, complete=False)
     async for part in export_records(reader, chunk):
-        text = "".join(record_line(r) + "\n" for r in part)
-        counted["records"] += len(part)
-        yield text.encode("utf-8")
-        await asyncio.sleep(0)  # other requests between chunks
+        for piece, n in await asyncio.to_thread(_pieces, part, max_bytes):
+            counted["records"] += n
+            yield piece
     counted["complete"] = True

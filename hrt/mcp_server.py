@@ -65,7 +65,7 @@ Send = Callable[[Message], Awaitable[None]]
 PrincipalOf = Callable[[Context[Any, Any]], Principal]
 Action = Callable[[Principal, dict[str, Any]], Awaitable[CallToolResult]]
 # a key's ingest body place (hrt.api.bodies.IngestBodies.place), held while its records are parsed
-Places = Callable[[str], contextlib.AbstractContextManager[None]]
+Places = Callable[[str], contextlib.AbstractContextManager[object]]
 
 INSTRUCTIONS = (
     "HRT is the user's long-term memory: a knowledge graph of their past conversations (memory units), "
@@ -403,12 +403,12 @@ class _Tools:
             default_user = _user(caller, user_id)
         seen = [r.get("user_id", default_user) for r in records if isinstance(r, dict)]
         written.update(users=sorted({u for u in seen if isinstance(u, str) and valid_id(u)}))
-        with self.places(caller.key_id):
+        with self.places(caller.tenant):
             parsed = await asyncio.to_thread(_parse_records, records, default_user)
         users = sorted({r.user_id for r in parsed})
         written.update(users=users, records=len(parsed))
         caller.require_users(users)  # before anything is written
-        result = await service.ingest(parsed, written_by=written_by(caller))
+        result = await service.ingest(parsed, written_by=written_by(caller), tenant=caller.tenant)
         written.update(upserted=result.upserted, deleted=result.deleted)
         return _json_result({"upserted": result.upserted, "deleted": result.deleted})
 
@@ -429,9 +429,8 @@ class _Tools:
             raise type(exc)(message, field=field) from None
         written.update(users=[request.user_id], records=len(request.messages), messages=len(request.messages))
         caller.require_users([request.user_id])  # before anything is written
-        service = self.service()
-        with service.ingest_slot():
-            result = await service.add_messages(request, written_by=written_by(caller))
+        # the user's lock, then a slot of the tenant's share (HRTService.add_messages)
+        result = await self.service().add_messages(request, written_by=written_by(caller), tenant=caller.tenant)
         written.update(upserted=sum(m.status != "unchanged" for m in result.messages))
         return _json_result(result.model_dump(mode="json"))
 
@@ -449,7 +448,8 @@ class _Tools:
                 written.update(users=[user], records=1)
                 caller.require_users([user])
                 kind = _kind(args["kind"])
-                n = await self.service().delete_entity(user, kind, check_id(args["entity_id"], "entity_id"))
+                ident = check_id(args["entity_id"], "entity_id")
+                n = await self.service().delete_entity(user, kind, ident, tenant=caller.tenant)
             elif what == "user":
                 caller.require_scope("admin")
                 if user_id is None:
@@ -457,7 +457,7 @@ class _Tools:
                 user = check_id(user_id, "user_id")
                 written.update(users=[user])
                 caller.require_users([user])
-                n = await self.service().delete_user(user)
+                n = await self.service().delete_user(user, tenant=caller.tenant)
             else:
                 raise InvalidInput('what must be "entity" or "user"', field="what")
             written.update(deleted=n)

@@ -113,10 +113,15 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-def without_other_keys(text: bytes, key_id: str) -> bytes:
-    """The Prometheus text without the per-key series of keys other than ``key_id`` (what a key for
-    some users sees: other tenants' keys and their traffic are not its business)."""
+def own_series(text: bytes, key_id: str) -> bytes:
+    """The Prometheus text as a key for some users sees it: its own key's series
+    (``hrt_key_requests`` for ``key_id``) and nothing else. The server-wide series (requests by
+    route, latencies, ingests, the outbox, the stores) sum every tenant's traffic, so they are
+    for the operator's keys (every user) only."""
     own = f'key="{key_id}"'.encode()
     return b"".join(
-        line for line in text.splitlines(keepends=True) if not line.startswith(b"hrt_key_requests_") or own in line
+        line
+        for line in text.splitlines(keepends=True)
+        if line.startswith((b"# HELP hrt_key_requests ", b"# TYPE hrt_key_requests "))
+        or (line.startswith(b"hrt_key_requests_") and own in line)
     )

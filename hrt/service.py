@@ -15,22 +15,33 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from hrt.config import Settings
 from hrt.contract import AugmentedMemoryContext, RetrieveRequest
 from hrt.embedder import CachedEmbedder, Embedder, SentenceTransformerEmbedder
 from hrt.embedding_models import prebuilt
 from hrt.errors import RateLimited, StateChanged, StoreError, StoreUnavailable
-from hrt.extraction.conversation import LLMCall, LLMOutcome, Plan, plan_messages
+from hrt.extraction.conversation import (
+    ExtractionOptions,
+    LLMCall,
+    LLMOutcome,
+    Plan,
+    adopted_terms,
+    budgeted,
+    forget_messages,
+    on_loop,
+    plan_messages,
+)
 from hrt.extraction.messages import ConversationRequest, ConversationResult
 from hrt.ingest import Record, build_batch
 from hrt.metrics import Metrics
 from hrt.pipeline import HybridRetrievalTool, utc_now
 from hrt.records import Deletion, Kind, check_id
 from hrt.reranker import NoopReranker, Reranker
+from hrt.shares import Shares
 from hrt.stores.base import (
     GraphStore,
     RecordStore,
@@ -48,6 +59,8 @@ if TYPE_CHECKING:
     from hrt.projector import Projector
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 PORTS = ("records", "graph", "vectors")  # the order of Stores.parts
 
@@ -175,8 +188,8 @@ class HRTService:
         self._preload_lock = threading.Lock()
         self._warm_task: asyncio.Task[None] | None = None
         self._projector_stop = asyncio.Event()
-        self._ingests = 0  # writes in progress (ingest_slot)
-        self._ingest_lock = threading.Lock()
+        # writes in progress (ingest_slot), per tenant
+        self.write_slots = Shares(settings.max_concurrent_ingests)
         # one conversation write per user at a time in this process (others wait; replicas are
         # kept apart by the statistics' version row, WriteBatch.state_expect)
         self._conversation_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -449,80 +462,123 @@ class HRTService:
         return await self.tool.run(request)
 
     @contextlib.contextmanager
-    def ingest_slot(self) -> Iterator[None]:
-        """One of the ``HRT_MAX_CONCURRENT_INGESTS`` writes that may run at once, or
-        :class:`RateLimited` (429 with Retry-After) when all are taken: a write embeds and commits
-        in worker threads, and more of them at once would only queue for the CPU and the write
-        lock while holding their records in memory. Held already by this task: taken once."""
+    def ingest_slot(self, tenant: str | None = None) -> Iterator[None]:
+        """One of the ``HRT_MAX_CONCURRENT_INGESTS`` writes that may run at once, at most half of
+        them (at least one) for one ``tenant`` (:mod:`hrt.shares`; None: the operator, held to
+        the total alone), or :class:`RateLimited` (429 with Retry-After) when the tenant's share or
+        every slot is taken: a write embeds and commits in worker threads, and more of them at
+        once would only queue for the CPU and the write lock while holding their records in
+        memory. Never waited for: a write that finds none is refused at once. Held already by
+        this task: taken once."""
         if _INGEST_SLOT_HELD.get():
             yield
             return
-        limit = self.settings.max_concurrent_ingests
-        with self._ingest_lock:
-            if limit and self._ingests >= limit:
-                raise RateLimited(
-                    f"{self._ingests} writes are in progress, as many as this server runs at once "
-                    "(HRT_MAX_CONCURRENT_INGESTS); retry later",
-                    retry_after_s=self.settings.ingest_retry_after_s,
-                    reason="ingest_concurrency",
-                )
-            self._ingests += 1
-        token = _INGEST_SLOT_HELD.set(True)
+        with self.write_slots.place(tenant, self._slots_refusal):
+            token = _INGEST_SLOT_HELD.set(True)
+            try:
+                yield
+            finally:
+                _INGEST_SLOT_HELD.reset(token)
+
+    def _slots_refusal(self, held: int, mine: bool) -> RateLimited:
+        where = "for this tenant, its share" if mine else "as many as this server runs at once"
+        return RateLimited(
+            f"{held} writes are in progress, {where} (HRT_MAX_CONCURRENT_INGESTS); retry later",
+            retry_after_s=self.settings.ingest_retry_after_s,
+            reason="ingest_concurrency",
+        )
+
+    @contextlib.asynccontextmanager
+    async def user_write(self, user_id: str) -> AsyncIterator[None]:
+        """The user's conversation lock (one conversation write per user at a time in this
+        process), waited for at most ``HRT_USER_WRITE_WAIT_S`` and taken BEFORE a write slot: a
+        second call for a busy user waits holding no slot, so it cannot take a slot from another
+        tenant while it waits; past the wait, 429 with Retry-After."""
+        lock = self._conversation_locks.setdefault(user_id, asyncio.Lock())
+        wait = self.settings.user_write_wait_s
+        try:
+            async with asyncio.timeout(wait):
+                await lock.acquire()
+        except TimeoutError:
+            raise RateLimited(
+                f"another write of this user is still running after {wait:g} s (HRT_USER_WRITE_WAIT_S); retry later",
+                retry_after_s=self.settings.ingest_retry_after_s,
+                reason="ingest_concurrency",
+            ) from None
         try:
             yield
         finally:
-            _INGEST_SLOT_HELD.reset(token)
-            with self._ingest_lock:
-                self._ingests -= 1
+            lock.release()
 
     async def ingest(
         self,
         records: Sequence[Record],
         progress: Callable[[int], None] | None = None,
         written_by: str | None = None,
+        tenant: str | None = None,
     ) -> WriteResult:
         """Write records in one transaction; ``written_by``: the API key's id writing them (None:
-        the operator), kept with each entity with the clock's time (``RecordStore.entity_detail``)."""
-        with self.ingest_slot():
-            # embedding is CPU-bound for seconds per thousand records: never on the event loop
-            batch = await asyncio.to_thread(build_batch, records, self.embedder, progress=progress)
-            self._mark_writer(batch, written_by)
-            result = await self.writer.apply(batch)
+        the operator), kept with each entity with the clock's time (``RecordStore.entity_detail``);
+        ``tenant``: whose share of the write slots it takes (:meth:`ingest_slot`)."""
+        with self.ingest_slot(tenant):
+            for attempt in range(CONVERSATION_RETRIES):
+                forgetting = await self._forget_messages(records)
+                # embedding is CPU-bound for seconds per thousand records: never on the event loop
+                batch = await asyncio.to_thread(
+                    build_batch, [*records, *forgetting.records], self.embedder, progress=progress
+                )
+                batch.state, batch.state_expect = forgetting.state, forgetting.expect
+                self._mark_writer(batch, written_by)
+                try:
+                    result = await self.writer.apply(batch)
+                except StateChanged:  # a conversation call of the user committed first
+                    if attempt == CONVERSATION_RETRIES - 1:
+                        raise
+                    continue
+                break
             for r in records:
                 self.metrics.ingested.labels(kind=r.kind).inc()
             await self._project_now()
         return result
 
+    async def _forget_messages(self, records: Sequence[Record]) -> Plan:
+        """What deleting conversation messages takes out of their users' statistics
+        (:func:`forget_messages`), for the memory units ``records`` deletes: one read per user
+        that deletes any, nothing otherwise."""
+        deleted: dict[str, list[str]] = {}
+        for r in records:
+            if isinstance(r, Deletion) and r.kind == "memory_unit" and (ident := r.entity_id()):
+                deleted.setdefault(r.user_id, []).append(ident)
+        out = Plan([], {}, {}, [])
+        options = ExtractionOptions(max_state_rows=self.settings.max_conversation_state_rows)
+        for user_id, muids in sorted(deleted.items()):
+            plan = await forget_messages(self.records, user_id, muids, self.clock(), options)
+            out.records.extend(plan.records)
+            out.state.update(plan.state)
+            out.expect.update(plan.expect)
+        return out
+
     def _mark_writer(self, batch: WriteBatch, written_by: str | None) -> None:
         batch.written_by = written_by
         batch.written_at = self.clock().timestamp()
 
-    async def add_messages(self, request: ConversationRequest, written_by: str | None = None) -> ConversationResult:
+    async def add_messages(
+        self,
+        request: ConversationRequest,
+        written_by: str | None = None,
+        tenant: str | None = None,
+        on_slot: Callable[[], None] | None = None,
+    ) -> ConversationResult:
         """Messages of one session in: each a memory unit, linked to the previous turn and to the
         concepts the extractor finds (:mod:`hrt.extraction.conversation`), in one transaction with
-        the user's extraction statistics. A resend is a no-op; an edited message replaces its unit."""
-        lock = self._conversation_locks.setdefault(request.user_id, asyncio.Lock())
-        with self.ingest_slot():
-            async with lock:
-                for attempt in range(CONVERSATION_RETRIES):
-                    plan = await self._plan(request)
-                    if not plan.records and not plan.state:
-                        break
-                    batch = await asyncio.to_thread(build_batch, plan.records, self.embedder)
-                    batch.state, batch.state_expect = plan.state, plan.expect
-                    self._mark_writer(batch, written_by)
-                    try:
-                        await self.writer.apply(batch)
-                    except StateChanged:
-                        if attempt == CONVERSATION_RETRIES - 1:
-                            raise
-                        log.info("conversation write of %s planned again: another writer came first", request.user_id)
-                        continue
-                    self.metrics.ingested.labels(kind="message").inc(
-                        sum(1 for r in plan.results if r.status != "unchanged")
-                    )
-                    await self._project_now()
-                    break
+        the user's extraction statistics. A resend is a no-op; an edited message replaces its unit.
+        The user's lock first (:meth:`user_write`), then a write slot of ``tenant``'s share;
+        ``on_slot`` is called once the slot is held (the route gives back its body's place)."""
+        async with self.user_write(request.user_id):
+            with self.ingest_slot(tenant):
+                if on_slot is not None:
+                    on_slot()
+                plan = await self._write_messages(request, written_by)
         return ConversationResult(
             user_id=request.user_id,
             session_id=request.session_id,
@@ -534,14 +590,50 @@ class HRTService:
             llm_fallbacks=plan.llm_fallbacks,
         )
 
-    async def _plan(self, request: ConversationRequest) -> Plan:
-        """The call's plan: tens of milliseconds of Python over the statistics. The embedded store
-        reads from any thread, so there it runs on a loop of its own in a worker thread and never
-        holds up this loop's requests; PostgreSQL's pool belongs to this loop."""
-        if self.stores.reads_from_any_thread and self.llm_extractor is None:
-            records = self.records
-            return await asyncio.to_thread(lambda: asyncio.run(plan_messages(records, request, utc_now())))
-        return await plan_messages(self.records, request, utc_now(), llm=self.llm_extractor)
+    async def _write_messages(self, request: ConversationRequest, written_by: str | None) -> Plan:
+        """Plan and write, planned again when another writer of the user committed first. The LLM
+        extractor's time is bounded for the whole call (``HRT_EXTRACTOR_CALL_BUDGET_S``, retries
+        included): past it, the remaining messages get the rules alone (``llm_fallbacks``)."""
+        llm = budgeted(self.llm_extractor, self.settings.extractor_call_budget_s) if self.llm_extractor else None
+        for attempt in range(CONVERSATION_RETRIES):
+            plan = await self._plan(request, llm)
+            if not plan.records and not plan.state:
+                break
+            batch = await asyncio.to_thread(build_batch, plan.records, self.embedder)
+            batch.state, batch.state_expect = plan.state, plan.expect
+            self._mark_writer(batch, written_by)
+            try:
+                await self.writer.apply(batch)
+            except StateChanged:
+                if attempt == CONVERSATION_RETRIES - 1:
+                    raise
+                log.info("conversation write of %s planned again: another writer came first", request.user_id)
+                continue
+            self.metrics.ingested.labels(kind="message").inc(sum(1 for r in plan.results if r.status != "unchanged"))
+            await self._project_now()
+            break
+        return plan
+
+    async def off_loop(self, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """``work()`` on a loop of its own in a worker thread when the stores read from any thread
+        (the embedded store, whose reads are synchronous SQLite and would hold this loop, and
+        with it every other request, /healthz included), else here (PostgreSQL's pool belongs
+        to this loop; its reads already wait without holding it)."""
+        if self.stores.reads_from_any_thread:
+            return await asyncio.to_thread(lambda: asyncio.run(work()))
+        return await work()
+
+    async def _plan(self, request: ConversationRequest, llm: LLMCall | None) -> Plan:
+        """The call's plan: tens of milliseconds of Python over the statistics (more with many
+        messages). The embedded store reads from any thread, so there it runs on a loop of its own
+        in a worker thread and never holds up this loop's requests, with or without the LLM
+        extractor, whose calls are sent back to this loop (its HTTP client and semaphore are
+        bound to it); PostgreSQL's pool belongs to this loop."""
+        remote = on_loop(llm, asyncio.get_running_loop()) if llm is not None else None
+        options = ExtractionOptions(max_state_rows=self.settings.max_conversation_state_rows)
+        if self.stores.reads_from_any_thread:
+            return await self.off_loop(lambda: plan_messages(self.records, request, utc_now(), options, remote))
+        return await plan_messages(self.records, request, utc_now(), options, llm)
 
     async def _project_now(self) -> None:
         """Read-your-writes when the targets are up, within ``read_your_writes_timeout_s`` (a target
@@ -566,29 +658,35 @@ class HRTService:
         else:
             log.info("projection at once again (read-your-writes)")
 
-    async def delete_entity(self, user_id: str, kind: Kind, ident: str) -> int:
+    async def delete_entity(self, user_id: str, kind: Kind, ident: str, tenant: str | None = None) -> int:
         check_id(ident, "id")
         deletion = Deletion(op="delete", kind=Kind(kind).value, user_id=user_id, id=ident)
-        return (await self.ingest([deletion])).deleted
+        return (await self.ingest([deletion], tenant=tenant)).deleted
 
-    async def merge_concepts(self, user_id: str, target: str, ids: Sequence[str]) -> MergeResult:
-        """Merge concepts into ``target`` in one write (:mod:`hrt.merge`); again, a no-op."""
+    async def merge_concepts(
+        self, user_id: str, target: str, ids: Sequence[str], tenant: str | None = None
+    ) -> MergeResult:
+        """Merge concepts into ``target`` in one write (:mod:`hrt.merge`); again, a no-op. The
+        conversation statistics follow in the same transaction (:func:`adopted_terms`): the user's
+        lock first, as a conversation call takes it, so none plans from the concepts being merged."""
         from hrt.merge import merge_records, prepare_merge
 
         check_id(user_id, "user_id")
         check_id(target, "id")
-        with self.ingest_slot():
-            plan, result = await prepare_merge(self.records, user_id, target, ids)
-            records = merge_records(plan)
-            if records:
-                batch = await asyncio.to_thread(build_batch, records, self.embedder)
-                await self.writer.apply(batch)
-                self.metrics.ingested.labels(kind="merge").inc()
-                await self._project_now()
+        async with self.user_write(user_id):
+            with self.ingest_slot(tenant):
+                plan, result = await prepare_merge(self.records, user_id, target, ids)
+                records = merge_records(plan)
+                if records:
+                    batch = await asyncio.to_thread(build_batch, records, self.embedder)
+                    batch.state, batch.state_expect = await adopted_terms(self.records, user_id, target, result.merged)
+                    await self.writer.apply(batch)
+                    self.metrics.ingested.labels(kind="merge").inc()
+                    await self._project_now()
         return result
 
-    async def delete_user(self, user_id: str) -> int:
-        with self.ingest_slot():
+    async def delete_user(self, user_id: str, tenant: str | None = None) -> int:
+        with self.ingest_slot(tenant):
             n = await self.writer.delete_user(user_id)
             await self._project_now()
         return n

@@ -2,7 +2,7 @@
 
 :class:`BodyLimit` answers 413 for a body over its route's limit and 408 for one that has not
 arrived in full within ``HRT_BODY_READ_TIMEOUT_S``, whether or not the client sent
-Content-Length. :class:`IngestBodies` bounds the ingest bodies being received at once, one key
+Content-Length. :class:`IngestBodies` bounds the ingest bodies being received at once, one tenant
 holding at most half of them: a slow or stalled client holds a place for at most the read timeout,
 and never a write slot (an ingest takes its slot once its body is in).
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
 
 from hrt.api.guard import ASGIApp, Message, Receive, Scope, Send, send_error
 from hrt.errors import HRTError, PayloadTooLarge, RateLimited, RequestTimeout
+from hrt.shares import Place, Shares
 
 # after a refusal the rest of the body is never read: the connection closes with the answer
 _CLOSE = {"connection": "close"}
@@ -87,36 +87,25 @@ class BodyLimit:
 
 class IngestBodies:
     """Ingest bodies being received at once in this process: at most ``limit``, at most half of
-    them (at least one) for one key, so no key can take every place. Memory held by bodies is then
-    at most (``limit`` + the write slots) x the ingest body limit."""
+    them (at least one) for one tenant (:mod:`hrt.shares`: every key of the users it acts for,
+    child keys included), so no tenant can take every place however many keys it makes. Memory
+    held by bodies is then at most (``limit`` + the write slots) x the ingest body limit."""
 
     def __init__(self, limit: int, retry_after_s: int) -> None:
         self.limit = limit
-        self.per_key = max(1, limit // 2)
         self.retry_after_s = retry_after_s
-        self.total = 0
-        self.by_key: dict[str, int] = {}
+        self.shares = Shares(limit)
 
-    @contextlib.contextmanager
-    def place(self, key_id: str) -> Iterator[None]:
-        held = self.by_key.get(key_id, 0)
-        if self.total >= self.limit or held >= self.per_key:
-            mine = held >= self.per_key
-            raise RateLimited(
-                f"{held if mine else self.total} ingest bodies are being received "
-                f"{'for this key, its share' if mine else 'at once, as many as this server takes'} "
-                "(HRT_MAX_INGEST_BODIES); retry later",
-                retry_after_s=self.retry_after_s,
-                reason="ingest_bodies",
-            )
-        self.total += 1
-        self.by_key[key_id] = held + 1
-        try:
-            yield
-        finally:
-            self.total -= 1
-            left = self.by_key[key_id] - 1
-            if left:
-                self.by_key[key_id] = left
-            else:
-                del self.by_key[key_id]
+    def _refusal(self, held: int, mine: bool) -> RateLimited:
+        return RateLimited(
+            f"{held} ingest bodies are being received "
+            f"{'for this tenant, its share' if mine else 'at once, as many as this server takes'} "
+            "(HRT_MAX_INGEST_BODIES); retry later",
+            retry_after_s=self.retry_after_s,
+            reason="ingest_bodies",
+        )
+
+    def place(self, tenant: str) -> contextlib.AbstractContextManager[Place]:
+        """A place for a body of ``tenant``; :meth:`Place.release` gives it back before the block
+        ends (once the write holds a slot, which bounds the body's memory from then on)."""
+        return self.shares.place(tenant, self._refusal)

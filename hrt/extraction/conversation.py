@@ -31,6 +31,7 @@ Statistics rows (namespace: key -> JSON):
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
@@ -40,6 +41,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from hrt.errors import PayloadTooLarge
 from hrt.extraction.ids import entity_id, message_id, slug
 from hrt.extraction.messages import ConversationRequest, Message, MessageResult
 from hrt.extraction.rules import ProperNouns, allowance, extract, name_counts, too_common, topic_key
@@ -64,6 +66,12 @@ class ExtractionOptions:
     max_pair_keys: int = 24  # co-occurrences counted among a message's first keys only
     salience_step: float = 0.05  # a linked concept is rewritten when its salience moved this much
     fact_weight: float = 1.0  # an LLM fact DERIVED_FROM its message
+    # what one message may add to the statistics: capitalisation counts of its first distinct
+    # words, and its first keys (a 100 KB message of distinct words wrote ~70,000 rows, #45)
+    max_message_words: int = 2000
+    max_message_keys: int = 256
+    # the statistics rows one user may hold (0: no bound); a call that would pass it is refused
+    max_state_rows: int = 0
 
     def max_df(self, turns: int) -> int:
         return allowance(turns, self.max_topic_df_ratio, self.min_topic_df, self.common_topic_floor)
@@ -127,6 +135,20 @@ class State:
     def put(self, ns: str, key: str, value: Any) -> None:
         self.writes.setdefault(ns, {})[key] = value
 
+    async def row_delta(self) -> int:
+        """Rows this call's writes add to the user's statistics, less those they delete (the
+        ``meta`` row aside): one read per namespace for the rows written without being read."""
+        delta = 0
+        for ns, values in self.writes.items():
+            if ns == "meta":
+                continue
+            unknown = [k for k in values if (ns, k) not in self.read]
+            found = await self.store.state_get(self.user_id, ns, unknown) if unknown else {}
+            for k, v in values.items():
+                existed = self.read[(ns, k)] is not None if (ns, k) in self.read else k in found
+                delta += (v is not None and not existed) - (v is None and existed)
+        return delta
+
     def written(self, ns: str, key: str) -> Any:
         return self.writes.get(ns, {}).get(key)
 
@@ -149,6 +171,41 @@ class LLMOutcome:
 
 # speaker, text, previous texts -> the LLM's answer, None when it failed (rules only)
 LLMCall = Callable[[str, str, Sequence[str]], Awaitable[LLMOutcome | None]]
+
+
+def budgeted(call: LLMCall, budget_s: float) -> LLMCall:
+    """``call`` within ``budget_s`` seconds in all, from now: a call still running when the budget
+    is spent is abandoned, and later ones are not made (None: the rules alone, as a failure). One
+    conversation call holds a write slot while it plans, so its LLM time is its slot time."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + budget_s
+
+    async def within(speaker: str, text: str, context: Sequence[str]) -> LLMOutcome | None:
+        left = deadline - loop.time()
+        if left <= 0:
+            return None
+        try:
+            async with asyncio.timeout(left):
+                return await call(speaker, text, context)
+        except TimeoutError:
+            return None
+
+    return within
+
+
+def on_loop(call: LLMCall, loop: asyncio.AbstractEventLoop) -> LLMCall:
+    """``call`` run on ``loop`` (where its HTTP client lives), awaited from another loop: the
+    planner's, in a worker thread."""
+
+    async def there(speaker: str, text: str, context: Sequence[str]) -> LLMOutcome | None:
+        future = asyncio.run_coroutine_threadsafe(_ask(call, speaker, text, list(context)), loop)
+        return await asyncio.wrap_future(future)
+
+    return there
+
+
+async def _ask(call: LLMCall, speaker: str, text: str, context: Sequence[str]) -> LLMOutcome | None:
+    return await call(speaker, text, context)
 
 
 @dataclass(slots=True)
@@ -235,10 +292,23 @@ class Planner:
             return Plan([], {}, {}, self.results)
         st.put("session", self.req.session_id, session)
         await self._thresholds(turns_before, turns)
+        return await self.finish(meta, turns)
+
+    async def finish(self, meta: Mapping[str, Any], turns: int) -> Plan:
+        """The touched keys linked again, co-occurrences, the version row: the plan."""
+        st = self.st
         await self._link(turns)
         await self._related()
         self._llm_relations()
-        meta = {"turns": turns, "version": int(meta["version"]) + 1}
+        delta = await st.row_delta()
+        rows = int(meta.get("rows", 0)) + delta
+        if delta > 0 and self.opts.max_state_rows and rows > self.opts.max_state_rows:
+            raise PayloadTooLarge(
+                f"this call would bring the user's conversation statistics to {rows} rows, over their bound "
+                f"of {self.opts.max_state_rows} (HRT_MAX_CONVERSATION_STATE_ROWS)",
+                field="messages",
+            )
+        meta = {"turns": turns, "version": int(meta["version"]) + 1, "rows": max(0, rows)}
         st.put("meta", "meta", meta)
         raw_meta = st.read.get(("meta", "meta"))
         for key in self.unrelate - set(self.relations):
@@ -404,7 +474,7 @@ class Planner:
     async def _extract(self, muid: str, speaker: str, text: str, h: str, history: Sequence[str]) -> list[str]:
         """Learn the text's capitalisation, extract, map names to speakers; count the keys."""
         st = self.st
-        counts = name_counts(text)
+        counts = dict(list(name_counts(text).items())[: self.opts.max_message_words])
         rows = await st.get_many("name", sorted(counts))
         for word, (cap, lower) in counts.items():
             old = rows.get(word, [0, 0])
@@ -443,9 +513,23 @@ class Planner:
             keys.extend(found_by_llm)
             self._llm_facts(muid, speaker, outcome)
             self.llm_relations.extend((entity_key(a), entity_key(b), t) for a, b, t in outcome.relations)
-        keys = list(dict.fromkeys(keys))
+        keys = list(dict.fromkeys(keys))[: self.opts.max_message_keys]
         await self._count(muid, keys, surfaces, +1)
         return keys
+
+    async def _uncount_names(self, content: str, speaker: str) -> None:
+        """Take a deleted message's capitalisation counts back out (its text is the unit's, inside
+        :func:`unit_content`); a word counted nowhere any more loses its row."""
+        said = f'{speaker} said, "'
+        text = content[len(said) : -1] if content.startswith(said) and content.endswith('"') else content
+        counts = dict(list(name_counts(text).items())[: self.opts.max_message_words])
+        rows = await self.st.get_many("name", sorted(counts))
+        for word, (cap, lower) in counts.items():
+            old = rows.get(word)
+            if old is None:
+                continue
+            left = [max(0, int(old[0]) - cap), max(0, int(old[1]) - lower)]
+            self.st.put("name", word, left if any(left) else None)
 
     async def _speaker(self, speaker: str) -> str:
         lowered = speaker.lower()
@@ -514,13 +598,39 @@ class Planner:
                 self.touched.add(row.split(SEP, 1)[1])
 
     async def _concept_id(self, key: str) -> str:
+        """The concept id of a key: derived from it, unless another key holds that id or the user
+        stored an entity under it (ingested, not made here): then a hashed variant, so a made id
+        never lands on an ingested one (which answered 409, or overwrote it, at every later call)."""
         kind, _, raw = key.partition(":")
         cid = entity_id(kind, raw.lower() if kind == "person" else raw)
         owner = await self.st.get("cid", cid)
-        if owner is not None and owner != key:
+        if (owner is not None and owner != key) or (owner is None and await self._stored_ids([cid])):
             cid = f"{cid}-{hashlib.sha1(key.encode()).hexdigest()[:6]}"
         self.st.put("cid", cid, key)
         return cid
+
+    async def _stored_ids(self, ids: Sequence[str]) -> set[str]:
+        """Which of ``ids`` name an entity the user holds, of any kind."""
+        found: set[str] = set()
+        for kind in (Kind.CONCEPT, Kind.MEMORY_UNIT, Kind.ARTIFACT):
+            found.update((await self.st.store.get_many(self.user, kind, list(ids))).keys())
+        return found
+
+    async def _relink_missing(self, terms: Mapping[str, dict[str, Any] | None]) -> None:
+        """Linked keys whose concept is gone (deleted, or merged away by ``POST .../merge``, or an
+        ingest's delete) count as unlinked: their concept is made again when kept, with every
+        mention, instead of MENTIONS edges to nothing, which failed every later call. A key merged
+        into another concept (``adopted``, :func:`hrt.merge`) follows that concept."""
+        linked = {k: t for k, t in terms.items() if t is not None and t.get("linked") and t.get("cid")}
+        if not linked:
+            return
+        present = await self.st.store.get_many(self.user, Kind.CONCEPT, sorted({t["cid"] for t in linked.values()}))
+        for key, term in linked.items():
+            if term["cid"] not in present:
+                term["linked"] = False
+                if term.pop("adopted", False):  # the concept it followed is gone too: its own again
+                    term["cid"] = None
+                self.st.put("term", key, term)
 
     async def _link(self, turns: int) -> None:
         """Every touched key linked or unlinked as the statistics now say; its mentions written."""
@@ -528,6 +638,7 @@ class Planner:
         max_df = self.opts.max_df(turns)
         keys = sorted(self.touched)
         terms = await st.get_many("term", keys)
+        await self._relink_missing(terms)
         for key in keys:
             term = terms.get(key)
             if term is None:
@@ -540,9 +651,11 @@ class Planner:
         await self._link_speakers()
 
     def _unlink_key(self, key: str, term: dict[str, Any], df: int) -> None:
-        """A key no longer kept: its concept goes; a key no message mentions goes too."""
+        """A key no longer kept: its concept goes (not one it was merged into, which is not the
+        statistics' own); a key no message mentions goes too."""
         if term["linked"] and term["cid"]:
-            self.deleted_concepts.add(term["cid"])
+            if not term.get("adopted"):
+                self.deleted_concepts.add(term["cid"])
             term["linked"] = False
             term["rel"] = []
             self.st.put("term", key, term)
@@ -565,7 +678,7 @@ class Planner:
         else:
             name = sorted(term["surf"].items(), key=lambda kv: (-kv[1], kv[0]))[0][0] if term["surf"] else key
             salience = round(min(1.0, 0.3 + 0.7 * max(0.0, 1.0 - df / (2 * max_df + 1))), 4)
-        stale = (
+        stale = not term.get("adopted") and (  # a concept merged into is the merge's, not rewritten here
             not was
             or term.get("src", "rules") != source
             or term.get("name") != name
@@ -602,6 +715,8 @@ class Planner:
     async def _link_speakers(self) -> None:
         """Each message MENTIONS its speaker's concept, made for the speaker when missing."""
         st = self.st
+        speakers = sorted(set(self.speaker_of.values()))
+        await self._relink_missing(await st.get_many("term", speakers))
         for muid, speaker_key in sorted(self.speaker_of.items()):
             term = await st.get("term", speaker_key)
             if term is None or not term.get("cid"):
@@ -712,6 +827,66 @@ class Planner:
         self.relations[(source, target, kind.value)] = Relation(
             user_id=self.user, type=kind, source=source, target=target, weight=weight, relation_type=relation_type
         )
+
+
+async def adopted_terms(
+    records: StateStore, user_id: str, target: str, merged: Sequence[str]
+) -> tuple[dict[tuple[str, str, str], str | None], dict[tuple[str, str, str], str | None]]:
+    """The conversation statistics' rows that follow a merge (this module's),
+    and the version row they expect: each key whose concept was merged now names the target,
+    ``adopted`` (its later mentions link to the target, and the statistics never rename nor delete
+    a concept they did not make), and the version moves on so a conversation call planned before
+    the merge plans again. Empty when no merged concept came from a conversation."""
+    owners = {cid: json.loads(raw) for cid, raw in (await records.state_get(user_id, "cid", list(merged))).items()}
+    if not owners:
+        return {}, {}
+    terms = await records.state_get(user_id, "term", sorted({str(k) for k in owners.values()}))
+    rows: dict[tuple[str, str, str], str | None] = {}
+    for key, raw in sorted(terms.items()):
+        term = json.loads(raw)
+        if term.get("cid") in owners:
+            term.update(cid=target, adopted=True)
+            rows[(user_id, "term", key)] = _dump(term)
+    meta_raw = (await records.state_get(user_id, "meta", ["meta"])).get("meta")
+    if not rows or meta_raw is None:
+        return rows, {}
+    meta = json.loads(meta_raw)
+    rows[(user_id, "meta", "meta")] = _dump({**meta, "version": int(meta["version"]) + 1})
+    return rows, {(user_id, "meta", "meta"): meta_raw}
+
+
+async def forget_messages(
+    store: StateStore, user_id: str, muids: Sequence[str], now: datetime, options: ExtractionOptions | None = None
+) -> Plan:
+    """What deleting memory units takes out of the user's statistics (L3 of #45: they shrank
+    never, so a user's rows only grew): each of them that was a conversation's message is
+    retracted as an edit retracts it (its keys' counts, postings, co-occurrences, families),
+    its own rows go, and the keys it touched are linked again (a concept no message mentions any
+    more goes). Written in the deleting batch, expecting the version row (a conversation call
+    planned meanwhile plans again). An empty plan when none was a message."""
+    # the planner's request only names the user: forgetting reads no message of it
+    placeholder = ConversationRequest(user_id=user_id, session_id="-", messages=[Message(content="-")])
+    planner = Planner(store, placeholder, now, options or ExtractionOptions(), None)
+    st = planner.st
+    meta = await st.get("meta", "meta")
+    rows = await st.get_many("msg", sorted(set(muids))) if meta is not None else {}
+    if meta is None or not rows:
+        return Plan([], {}, {}, [])
+    units = await store.get_many(user_id, Kind.MEMORY_UNIT, sorted(rows))
+    for muid, row in sorted(rows.items()):
+        await planner._retract(muid, row)
+        st.put("msg", muid, None)
+        unit = units.get(muid)
+        if isinstance(unit, MemoryUnit):
+            session = unit.metadata.get("session_id")
+            if isinstance(session, str):
+                st.put("mh", session + SEP + str(row["h"]), None)
+            await planner._uncount_names(unit.content, str(row.get("speaker", "")))
+    tail = await st.get("tail", "tail")
+    if tail:
+        st.put("tail", "tail", [m for m in tail if m not in rows])
+    turns = max(0, int(meta["turns"]) - len(rows))
+    return await planner.finish(meta, turns)
 
 
 async def plan_messages(

@@ -15,8 +15,10 @@ The model's answer is data, never trusted: it is parsed as JSON and validated by
 - ``timeout``: no answer within ``timeout_s``;
 - ``error``: the server could not be reached, refused the call (an HTTP error: a wrong key, model or
   URL) or answered with something that is not a chat completion;
-- ``open``: the circuit breaker (:mod:`hrt.breaker`) is open after consecutive timeouts or
-  errors, so no request was sent. An invalid answer does not count against the server: it answered.
+- ``open``: the circuit breaker (:mod:`hrt.breaker`) is open after consecutive failed calls
+  (timeouts, errors or invalid answers), so no request was sent. An invalid answer counts against
+  the server like a timeout: a model that answers junk in seconds would otherwise keep every
+  conversation call (and the write slot it holds) waiting on it message after message.
 
 Every outcome is counted in ``hrt_extractor_calls_total{outcome}``; the calls that reached the server
 are timed in ``hrt_extractor_latency_seconds``.
@@ -420,10 +422,10 @@ class ChatLLMExtractor(ServerClient):
         finally:
             if not outcome:  # cancelled by the caller: no verdict on the server
                 self._breaker.record_abandoned()
-            elif outcome in ("timeout", "error"):
-                self._breaker.record_failure()
-            else:  # ok or invalid: the server answered
+            elif outcome == "ok":
                 self._breaker.record_success()
+            else:  # timeout, error, or an answer that is not a valid extraction: all useless
+                self._breaker.record_failure()
             if outcome:
                 self._count(outcome, time.perf_counter() - started)
 

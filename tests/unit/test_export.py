@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -346,3 +348,42 @@ async def test_hrt_export_writes_the_same_bytes_as_the_route(loaded_service, set
     assert captured.out == expected and b"export u1" in captured.err and b"rec" in captured.err
     assert await hrt("export", "--db", db, "--user", "nobody", "--out", str(tmp_path / "n")) == 2
     assert b"no user 'nobody'" in capsysbinary.readouterr().err and not (tmp_path / "n").exists()
+
+
+async def test_hrt_export_out_is_readable_by_its_owner_only(loaded_service, settings, tmp_path):
+    """#45 L6: a whole user's memory is written 0600, whatever the umask and a stale partial file."""
+    out = tmp_path / "u1.ndjson"
+    stale = tmp_path / "u1.ndjson.partial"
+    stale.write_bytes(b"stale")
+    stale.chmod(0o644)
+    old = os.umask(0o022)
+    try:
+        argv = ["export", "--db", str(settings.db_path), "--user", "u1", "--out", str(out)]
+        assert await asyncio.to_thread(main, argv) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert out.read_bytes() == await export_bytes(loaded_service, "u1") and not stale.exists()
+
+
+async def test_the_export_is_sent_in_pieces_bounded_in_bytes_built_off_the_loop(source: HRTService, monkeypatch):
+    """#45 M2: a chunk of large records is never one send; its lines are written in a worker thread."""
+    import threading
+
+    from hrt import export as export_module
+
+    loop_thread = threading.get_ident()
+    writers: set[int] = set()
+    real = export_module.record_line
+
+    def spied(record: Any) -> str:
+        writers.add(threading.get_ident())
+        return real(record)
+
+    monkeypatch.setattr(export_module, "record_line", spied)
+    whole = await export_bytes(source, U)
+    async with source.records.export_reader(U) as reader:
+        pieces = [p async for p in export_lines(reader, max_bytes=512)]
+    assert b"".join(pieces) == whole and len(pieces) > 1
+    assert all(len(p) <= 512 or p.count(b"\n") == 1 for p in pieces)  # a line over the bound goes alone
+    assert writers and loop_thread not in writers

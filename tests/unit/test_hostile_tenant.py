@@ -154,7 +154,7 @@ async def test_audit_lines_carry_time_request_id_client_and_reason(api, keys, ca
 # --- finding 9: a key for some users does not see other keys' series --------------------------
 
 
-async def test_a_user_bound_ops_key_sees_only_its_own_key_series(api, keys):
+async def test_a_user_bound_ops_key_sees_only_its_own_traffic(api, keys):
     for name in ("u2-admin", "root", "u1-ops"):
         await api.post(
             "/v1/retrieve",
@@ -165,9 +165,14 @@ async def test_a_user_bound_ops_key_sees_only_its_own_key_series(api, keys):
     bound = (await api.get("/metrics", headers=bearer(keys["u1-ops"]))).text
     assert f'key="{own}"' in bound and f'key="{other}"' not in bound
     assert f'key="{token_key_id(keys["root"])}"' not in bound
-    assert "hrt_requests_total" in bound  # the server's own series stay
+    # #45 L4: nor the server-wide series, which sum every tenant's traffic
+    assert "hrt_requests_total" not in bound and "hrt_retrieve_seconds" not in bound
+    assert all(
+        line.startswith(("hrt_key_requests", "# HELP hrt_key_requests", "# TYPE hrt_key_requests"))
+        for line in bound.splitlines()
+    )
     everyone = (await api.get("/metrics", headers=bearer(keys["root"]))).text
-    assert f'key="{other}"' in everyone
+    assert f'key="{other}"' in everyone and "hrt_requests_total" in everyone
 
 
 # --- finding 13: one error format ----------------------------------------------------------------

@@ -217,17 +217,22 @@ INVALID: dict[str, object] = {
 
 
 @pytest.mark.parametrize("case", sorted(INVALID))
-async def test_an_invalid_answer_fails_as_invalid_and_leaves_the_circuit_closed(
+async def test_an_invalid_answer_fails_as_invalid_and_counts_against_the_circuit(
     serve: ServerFactory, case: str
 ) -> None:
+    """A model that answers junk is no more use than one that does not answer (#45): its calls
+    open the circuit, so a conversation call stops waiting on it message after message."""
     server = await serve(lambda _body: completion(INVALID[case]))
     registry = CollectorRegistry()
-    async with extractor(server, metrics=ExtractorMetrics(registry), breaker_failures=1) as x:
+    async with extractor(server, metrics=ExtractorMetrics(registry), breaker_failures=2) as x:
         for _ in range(2):
             with pytest.raises(ExtractionFailed) as info:
                 await x.extract("Alice", "I moved to Berlin.")
             assert info.value.reason == "invalid"
-        assert x.circuit_state == "closed"  # the server answered: the model's output was the problem
+        assert x.circuit_state == "open"
+        with pytest.raises(ExtractionFailed) as info:
+            await x.extract("Alice", "I moved to Berlin.")
+        assert info.value.reason == "open"
     assert len(server.bodies) == 2
     assert calls(registry, "invalid") == 2 and calls(registry, "error") == 0
 

@@ -31,4 +31,6 @@ async def export_user(request: Request, user_id: UserIdPath, caller: Caller, ser
     audit = request.state.audit = {"users": [user_id], "records": 0}
     check_id(user_id, "user_id")
     caller.require_users([user_id])
-    return await export_response(server.service.records, user_id, server.export_slots, audit)
+    return await export_response(
+        server.service.records, user_id, server.export_slots, audit, caller.tenant, server.settings.export_idle_s
+    )

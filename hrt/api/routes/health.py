@@ -12,7 +12,7 @@ from hrt.api.access import Caller, needs, no_key
 from hrt.api.errors import ERROR_RESPONSES
 from hrt.api.state import AUTH_OFF_WARNING, Server, Service
 from hrt.contract import Health, Readiness
-from hrt.metrics import without_other_keys
+from hrt.metrics import own_series
 from hrt.service import HRTService
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,6 @@ async def readyz(server: Server) -> Response:
 )
 async def metrics(caller: Caller, svc: Service) -> Response:
     text = svc.metrics.render()
-    if caller.users is not None:  # a key for some users sees its own series only, no other key's
-        text = without_other_keys(text, caller.key_id)
+    if caller.users is not None:  # a key for some users sees its own traffic only, no server-wide sum
+        text = own_series(text, caller.key_id)
     return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")

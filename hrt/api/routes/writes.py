@@ -32,16 +32,16 @@ router = APIRouter()
 )
 async def ingest(request: Request, caller: Caller, server: Server) -> WriteSummary:
     audit = request.state.audit = {"users": [], "records": 0}
-    # the body first, bounded in size and time (BodyLimit) and in bodies at once per key
+    # the body first, bounded in size and time (BodyLimit) and in bodies at once per tenant
     # (IngestBodies): a slow client never holds a write slot, which the write then takes at
     # once or answers 429. Decoding and validating thousands of records takes seconds, in a
     # worker thread.
-    with server.ingest_bodies.place(caller.key_id):
+    with server.ingest_bodies.place(caller.tenant):
         raw = await request.body()
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     svc = server.service
     seen: set[str] = set()  # the records' users, named by the audit line of a refusal too
-    with svc.ingest_slot():
+    with svc.ingest_slot(caller.tenant):
         try:
             records = await asyncio.to_thread(parse_ingest_body, raw, ctype, server.settings.max_ingest_records, seen)
         finally:
@@ -65,13 +65,14 @@ async def ingest(request: Request, caller: Caller, server: Server) -> WriteSumma
 )
 async def conversations(request: Request, caller: Caller, server: Server) -> ConversationResult:
     audit = request.state.audit = {"users": [], "records": 0, "messages": 0}
-    # as an ingest: the body bounded (BodyLimit, HRT_MAX_INGEST_BODY_BYTES) and received in an
-    # ingest body place, validated and written in a write slot, the user checked before writing
-    with server.ingest_bodies.place(caller.key_id):
-        raw = await request.body()
+    # as an ingest, the body bounded (BodyLimit, HRT_MAX_INGEST_BODY_BYTES) and received in an
+    # ingest body place of the tenant's share; but it is validated in that place, which it keeps
+    # until a write slot is held: the user is known only then, and its lock comes before a slot,
+    # so a call waiting for the same user's previous one holds no slot meanwhile
     svc = server.service
-    seen: set[str] = set()
-    with svc.ingest_slot():
+    seen: set[str] = set()  # the message's user, named by the audit line of a refusal too
+    with server.ingest_bodies.place(caller.tenant) as place:
+        raw = await request.body()
         try:
             body = await asyncio.to_thread(parse_conversation_body, raw, seen)
         finally:
@@ -79,7 +80,9 @@ async def conversations(request: Request, caller: Caller, server: Server) -> Con
         del raw
         audit.update(users=[body.user_id], records=len(body.messages), messages=len(body.messages))
         caller.require_users([body.user_id])  # before anything is written
-        result = await svc.add_messages(body, written_by=written_by(caller))
+        result = await svc.add_messages(
+            body, written_by=written_by(caller), tenant=caller.tenant, on_slot=place.release
+        )
     audit.update(upserted=sum(m.status != "unchanged" for m in result.messages))
     return result
 
@@ -98,7 +101,7 @@ async def delete_entity(
     check_id(user_id, "user_id")
     caller.require_users([user_id])
     check_id(entity_id, "entity_id")
-    n = await svc.delete_entity(user_id, Kind(kind), entity_id)
+    n = await svc.delete_entity(user_id, Kind(kind), entity_id, tenant=caller.tenant)
     request.state.audit.update(deleted=n)
     return WriteSummary(upserted=0, deleted=n)
 
@@ -118,7 +121,7 @@ async def merge_concepts(
     check_id(user_id, "user_id")
     caller.require_users([user_id])
     check_id(concept_id, "concept_id")
-    result = await svc.merge_concepts(user_id, concept_id, body.ids)
+    result = await svc.merge_concepts(user_id, concept_id, body.ids, tenant=caller.tenant)
     request.state.audit.update(deleted=len(result.merged), upserted=result.relations_moved)
     return result
 
@@ -134,6 +137,6 @@ async def delete_user(request: Request, user_id: UserIdPath, caller: Caller, svc
     request.state.audit = {"users": [user_id], "records": 0}
     check_id(user_id, "user_id")
     caller.require_users([user_id])
-    n = await svc.delete_user(user_id)
+    n = await svc.delete_user(user_id, tenant=caller.tenant)
     request.state.audit.update(deleted=n)
     return WriteSummary(upserted=0, deleted=n)

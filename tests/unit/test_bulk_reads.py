@@ -1,0 +1,88 @@
+"""Reading a user in bulk (#45, M2, M4): browse pages bounded in bytes as well as count and made off
+the event loop; whole records in bulk only for a key with the read (or export) scope, a retrieve
+key getting ids and titles."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import httpx
+import pytest
+
+from hrt.api import create_app
+from hrt.auth import new_key
+from hrt.ingest import parse_jsonl
+from tests.helpers import bearer, jsonl, mu
+
+BIG = 20_000  # characters of content per memory unit below
+
+
+@pytest.fixture
+async def keys(loaded_service) -> dict[str, str]:
+    made = {}
+    for name, scopes in [
+        ("agent", ["retrieve"]),
+        ("reader", ["retrieve", "read"]),
+        ("exporter", ["retrieve", "export"]),
+    ]:
+        token, record = new_key(name, scopes, ["u1"])
+        await loaded_service.records.create_key(record)
+        made[name] = token
+    return made
+
+
+async def test_a_retrieve_key_browses_ids_and_titles_not_whole_records(api, keys):
+    agent = await api.get("/v1/users/u1/entities", params={"limit": 500}, headers=bearer(keys["agent"]))
+    assert agent.status_code == 200, agent.text
+    page = agent.json()
+    assert page["entities"] and page["records_omitted"] is True
+    assert all(e["record"] is None and e["id"] and e["title"] for e in page["entities"])
+    assert "read or export scope" in agent.headers["warning"]  # the changed default, said on each page
+    for name in ("reader", "exporter"):
+        full = await api.get("/v1/users/u1/entities", params={"limit": 500}, headers=bearer(keys[name]))
+        body = full.json()
+        assert body["records_omitted"] is False and "warning" not in full.headers
+        assert [e["id"] for e in body["entities"]] == [e["id"] for e in page["entities"]]
+        assert all(e["record"]["user_id"] == "u1" for e in body["entities"])
+
+
+async def test_a_page_is_bounded_in_bytes_and_the_walk_still_sees_everything(loaded_service, settings, keys):
+    await loaded_service.ingest(
+        parse_jsonl(jsonl([mu("u1", f"big-{i:02d}", "word " * (BIG // 5), title=f"Big {i}") for i in range(12)]))
+    )
+    bound = 65_536
+    app = create_app(settings.model_copy(update={"browse_max_page_bytes": bound}), service=loaded_service)
+    seen: list[str] = []
+    cursor = None
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://hrt") as c:
+        while True:
+            params: dict[str, str | int] = {"limit": 500, "include_invalidated": "true"}
+            if cursor:
+                params["cursor"] = cursor
+            r = await c.get("/v1/users/u1/entities", params=params, headers=bearer(keys["reader"]))
+            assert r.status_code == 200, r.text
+            assert len(r.content) <= bound + BIG + 4096  # the bound, plus at most the entity that crossed it
+            seen += [e["id"] for e in r.json()["entities"]]
+            cursor = r.json()["next_cursor"]
+            if cursor is None:
+                break
+    expected = sorted((await loaded_service.records.ids("u1")).keys())
+    assert seen == expected  # every entity once, in order, over several pages
+    assert len(seen) > 12
+
+
+async def test_a_page_is_read_and_built_off_the_event_loop(api, keys, loaded_service, monkeypatch):
+    loop_thread = threading.get_ident()
+    readers: set[int] = set()
+    store = loaded_service.records
+    real = store.browse
+
+    async def browse(*args: object) -> object:
+        readers.add(threading.get_ident())
+        return await real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "browse", browse)
+    r = await api.get("/v1/users/u1/entities", headers=bearer(keys["reader"]))
+    assert r.status_code == 200 and json.loads(r.content)["entities"]
+    assert readers and loop_thread not in readers
