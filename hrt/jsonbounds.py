@@ -63,15 +63,19 @@ _ESCAPE = re.compile(
 )
 
 
-def lone_surrogate(text: str, i: int, end: int) -> int | None:
-    """The index of the first escape of a lone surrogate (``\\ud800`` without its pair) in
-    ``text[i:end]``, or None: JSON lets one through, but it is no Unicode text (UTF-8 cannot encode
-    it, no store keeps it), so it is refused as a body that is not UTF-8 is."""
+def unstorable(text: str, i: int, end: int) -> tuple[int, str] | None:
+    """The index of the first escape in ``text[i:end]`` that no store keeps, with what it is, or
+    None. A lone surrogate (``\\ud800`` without its pair): JSON lets one through, but it is no
+    Unicode text (UTF-8 cannot encode it), so it is refused as a body that is not UTF-8 is. The
+    character U+0000: PostgreSQL's text and JSON refuse it (a 500 from the services deployment, a
+    value SQLite keeps), so every deployment refuses it alike."""
     if text.find("\\u", i, end) < 0:
         return None
     for m in _ESCAPE.finditer(text, i, end):
         if m.end() - m.start() == 6 and text[m.start() + 1] == "u":
-            return m.start()
+            return m.start(), "a lone surrogate escape"
+        if text.startswith("\\u0000", m.start()):
+            return m.start(), "the character U+0000"
     return None
 
 
@@ -177,9 +181,9 @@ class Cursor:
         stop = len(self.text) if stop is None else stop
         end, values = measure(self.text, self.skip().i, stop, bounds, where, field)
         self.budget.spend(values, where)
-        bad = lone_surrogate(self.text, self.i, end)
+        bad = unstorable(self.text, self.i, end)
         if bad is not None:
-            raise MalformedBody(f"{where}: not Unicode text (a lone surrogate escape at character {bad})", field=field)
+            raise MalformedBody(f"{where}: not storable text ({bad[1]} at character {bad[0]})", field=field)
         try:
             value, used = DECODER.raw_decode(self.text[self.i : end])
         except json.JSONDecodeError as exc:
