@@ -383,6 +383,12 @@ def slow_body(a: Attack, token: str, op: str) -> None:
                 with contextlib.suppress(OSError):
                     sock.sendall(b" ")
                 continue
+            with contextlib.suppress(OSError):  # the body may follow the head in a packet of its own
+                while b"\r\n\r\n" not in answer or answer.endswith(b"\r\n\r\n"):
+                    more = sock.recv(4096)
+                    if not more:
+                        break
+                    answer += more
             head, _, body = answer.partition(b"\r\n\r\n")
             status = head.split(b"\r\n", 1)[0].split()
             code = int(status[1]) if len(status) > 1 and status[1].isdigit() else 0
