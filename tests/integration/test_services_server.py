@@ -56,6 +56,16 @@ def services_env(dsn: str, stack: devstack.Stack, weaviate: devstack.Stack, tmp:
     }
 
 
+def start_services_server(dsn: str, stack: devstack.Stack, weaviate: devstack.Stack, tmp: Path) -> ServerProcess:
+    """``hrt migrate`` on ``dsn``, then ``hrt serve`` over the services (log: ``tmp/server.log``)."""
+    env = services_env(dsn, stack, weaviate, tmp)
+    migrated = subprocess.run(
+        [sys.executable, "-m", "hrt.cli", "migrate"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert migrated.returncode == 0, migrated.stderr
+    return start_hrt_server(tmp / "unused.db", tmp / "server.log", env=env)
+
+
 async def mcp_retrieve(server: ServerProcess, body: dict[str, object]) -> bytes:
     """``retrieve_memory`` through ``/mcp`` with the SDK's own client; the JSON block it answers."""
     async with (
@@ -77,12 +87,7 @@ def own_weaviate():
 
 def test_all_real_backends_end_to_end(postgres_dsn, stack_manager, own_weaviate, tmp_path):
     stack = stack_manager.need("neo4j")
-    env = services_env(postgres_dsn, stack, own_weaviate, tmp_path)
-    migrated = subprocess.run(
-        [sys.executable, "-m", "hrt.cli", "migrate"], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert migrated.returncode == 0, migrated.stderr
-    server = start_hrt_server(tmp_path / "unused.db", tmp_path / "server.log", env=env)
+    server = start_services_server(postgres_dsn, stack, own_weaviate, tmp_path)
     try:
         with server.client(timeout=60) as c:
             for user in SAMPLE_USERS:  # Neo4j is shared across tests: start from nothing
