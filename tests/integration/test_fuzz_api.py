@@ -8,14 +8,14 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
@@ -123,11 +123,9 @@ def fuzz(
     mode: GenerationMode,
     users: tuple[str, ...],
     examples: int,
-    known_failing: Callable[[schemathesis.Case], bool] | None = None,
 ) -> None:
     """``examples`` cases of ``operation`` in ``mode`` against ``server`` with its key, every answer
-    checked; half the positive cases aimed at ``users`` (users who exist, not random ids). Cases
-    ``known_failing`` accepts are not sent (each has a test of its own that names it)."""
+    checked; half the positive cases aimed at ``users`` (users who exist, not random ids)."""
     strategy = operation.as_strategy(generation_mode=mode)
     if mode is GenerationMode.POSITIVE:
         strategy = st.one_of(strategy, st.tuples(strategy, st.sampled_from(users)).map(lambda t: aim(*t)))
@@ -135,7 +133,6 @@ def fuzz(
     @given(case=strategy)
     @settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     def run(case: schemathesis.Case) -> None:
-        assume(known_failing is None or not known_failing(case))
         case.call_and_validate(base_url=server.base_url, headers=server.headers, checks=CHECKS, timeout=60)
 
     run()

@@ -25,7 +25,6 @@ from typing import Any
 
 import httpx
 import pytest
-import schemathesis
 from schemathesis import GenerationMode
 from schemathesis.schemas import APIOperation
 
@@ -85,8 +84,7 @@ def services(stack_manager, postgres_stack, tmp_path_factory: pytest.TempPathFac
             assert made.status_code == 201, made.text
         yield Services(server, {"authorization": f"Bearer {made.json()['key']}"}, "tom-c-postgres")
         log = (tmp / "server.log").read_text()
-        # the known-failing U+0000 cases (NUL_FAILING) each log their store error's traceback
-        assert log.count("Traceback") == log.count("psycopg.errors.UntranslatableCharacter"), log[-3000:]
+        assert log.count("Traceback") == 0, log[-3000:]
     finally:
         with server.client(timeout=120) as c:
             for user in (OWN, OTHER, FUZZ):  # out of the shared Neo4j too
@@ -352,20 +350,9 @@ ECHO_MCP: dict[str, tuple[str, Any]] = {
     ),
     "mcp unknown argument": ("tools/call", {"name": "memory_stats", "arguments": {MARKER: 1}}),
 }
-# echo cases that fail on main (e4aa551) because of a finding of #45 fixed elsewhere
-# (M5: "errors name fields from the schema, never the caller's keys or values")
-KNOWN_FAILING: dict[str, str] = {
-    "retrieve unknown key": "M5: the unknown field's name in the 422",
-    "ingest unknown record key": "M5: the unknown field's name in the 422",
-    "conversations unknown key": "M5: the unknown field's name in the 422",
-    "conversations unknown message key": "M5: the unknown field's name in the 422",
-    "merge unknown key": "M5: the unknown field's name in the 422",
-    "keys unknown key": "M5: the unknown field's name in the 422",
-    "mcp unknown tool": "M5: 'Unknown tool: <name>'",
-    "mcp unknown method": "M5: JSON-RPC 'method not found' with the method in data, on HTTP 200",
-    "mcp id value": "M5: check_id formats the value in MCP errors",
-    "mcp record unknown key": "M5: the unknown field's name in the tool error",
-}
+# echo cases failing because of a finding not fixed yet, with its id, run as strict xfails
+# (M5's ten, "errors name fields from the schema, never the caller's keys or values", were here)
+KNOWN_FAILING: dict[str, str] = {}  # M5's cases, fixed by #45: each passes now
 
 
 def echo_params(cases: dict[str, Any]) -> list[Any]:
@@ -405,14 +392,7 @@ def test_no_input_gives_a_5xx_in_the_services_deployment(
     """As test_fuzz_api's run, fewer examples, with the operator's key; positive cases half aimed
     at FUZZ, a user of the sample graph (so they reach PostgreSQL, Neo4j and Weaviate), whose data
     the run may change: the other tests' users stay as seeded (random ids hardly meet them)."""
-    fuzz(services.server, operation, mode, (FUZZ,), EXAMPLES, known_failing=has_nul)
-
-
-def has_nul(case: schemathesis.Case) -> bool:
-    """A U+0000 anywhere in a body: PostgreSQL refuses it in ``jsonb`` ("unsupported Unicode escape
-    sequence") and the server answers 500 (found by this run; not a finding of #45 and not fixed
-    here). ``test_a_nul_in_a_write_is_a_4xx_not_a_500`` holds the cases; drop this when it passes."""
-    return case.body is not None and "\\u0000" in json.dumps(case.body, default=str)
+    fuzz(services.server, operation, mode, (FUZZ,), EXAMPLES)
 
 
 def test_the_fuzz_run_reached_the_stores_and_no_5xx_was_counted(services: Services) -> None:
@@ -462,8 +442,9 @@ NUL_CASES = {
         },
     ),
 }
-# a finding of this run, not of #45's list: PostgreSQL refuses U+0000 in text and jsonb
-NUL_FAILING = dict.fromkeys(NUL_CASES, "U+0000 in a write answers 500 store_error in the services deployment")
+# a finding of this run, not of #45's list: PostgreSQL refuses U+0000 in text and jsonb (a 500
+# before; now a 400 at the body's reading, in every deployment)
+NUL_FAILING: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(
@@ -479,4 +460,4 @@ def test_a_nul_in_a_write_is_a_4xx_not_a_500(services: Services, case: str, path
     """SQLite stores U+0000; PostgreSQL's ``jsonb`` and ``text`` refuse it: a write that carries one
     must be refused as input in every deployment (400/422), not fail in the store (500)."""
     r = httpx.post(services.server.base_url + path, json=body, headers=services.mine, timeout=60)
-    assert r.status_code < 500, (case, r.text[:300])
+    assert r.status_code == 400 and r.json()["error"]["code"] == "malformed_body", (case, r.text[:300])

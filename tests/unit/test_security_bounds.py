@@ -225,7 +225,7 @@ async def test_mcp_records_obey_the_record_bound_and_the_body_places(loaded_serv
     server = build_server(lambda: loaded_service, lambda _ctx: caller, places=places.place)
     async with Client(server) as mcp:
         over = await mcp.call_tool("remember", {"records": records})
-        with places.place(caller.key_id):  # the key's share of the places (half of 2) is taken
+        with places.place(caller.tenant):  # the tenant's share of the places (half of 2) is taken
             busy = await mcp.call_tool("remember", {"records": records[:3]})
         done = await mcp.call_tool("remember", {"records": records[:3]})
     assert over.is_error and json.loads(over.content[0].text)["error"]["field"] == "records"
