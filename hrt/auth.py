@@ -420,17 +420,22 @@ UNAUTHENTICATED_DEV = Principal(name="auth-off", key_id="-", scopes=frozenset(SC
 
 
 def tenant_of(key: KeyRecord, by_id: Mapping[str, KeyRecord]) -> str:
-    """The tenant a key belongs to: the users of the topmost key of its line (the operator's key
-    that every key above it descends from). A key made over HTTP acts for a subset of its maker's
-    users, so a child key (or a grandchild, or a sibling) draws on its maker's shares, never on new
-    ones; keys the operator made for the same users share too. ``*``: every user."""
-    top = key
+    """The tenant a key belongs to: the users of the topmost key of its line that is bound to
+    users (``*`` for a key of every user). A key made over HTTP acts for a subset of its maker's
+    users, so a child key (or a grandchild, or a sibling) of a user-bound key draws on that key's
+    shares, never on new ones; an every-user key (an operator's, a platform's admin key) that makes
+    a key for some users makes a tenant of them, not one tenant of all its keys. Keys for the same
+    users share one tenant, whoever made them."""
+    tenant = key
+    ancestor = key
     for _ in range(MAX_LINEAGE):
-        parent = by_id.get(top.parent) if top.parent is not None else None
+        parent = by_id.get(ancestor.parent) if ancestor.parent is not None else None
         if parent is None:
             break
-        top = parent
-    return users_tenant(top.users)
+        ancestor = parent
+        if ancestor.users is not None:
+            tenant = ancestor
+    return users_tenant(tenant.users)
 
 
 def principal_of(key: KeyRecord, tenant: str | None = None) -> Principal:

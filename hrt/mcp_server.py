@@ -683,13 +683,24 @@ def _without_internals(send: Send) -> Send:
             return
         refused = int(held[0]["status"]) >= 400
         size = sum(len(m.get("body", b"")) for m in held[1:])
-        if not refused and size > _ERROR_MAX_BYTES:
+        if not refused and size > _ERROR_MAX_BYTES and not _an_error(held[1].get("body", b"")[:_HEAD_BYTES]):
             await flush(None)
         elif not message.get("more_body", False):
             body = b"".join(m.get("body", b"") for m in held[1:])
             await flush(_rewritten(body) if refused or b'"error"' in body else None)
 
     return wrapped
+
+
+# a JSON-RPC answer names its kind in its first members ({"jsonrpc":..,"id":..,"error"/"result":..});
+# an error is held whole whatever its size (its echo of the caller's input is bounded by the
+# request's, HRT_MAX_BODY_BYTES), a result passed on once past the small-error size
+_HEAD_BYTES = 512
+
+
+def _an_error(head: bytes) -> bool:
+    error, result = head.find(b'"error"'), head.find(b'"result"')
+    return error >= 0 and (result < 0 or error < result)
 
 
 def _rewritten(body: bytes) -> bytes:

@@ -98,6 +98,35 @@ async def test_a_child_key_draws_on_its_makers_share_of_ingest_bodies(loaded_ser
     assert bodies.shares.total == 0
 
 
+async def test_keys_an_every_user_key_makes_for_different_users_are_different_tenants(loaded_service, api):
+    """A platform's admin key (every user) mints one key per customer: each customer is a tenant of
+    its own (not one tenant of all the admin's keys), and a key a customer mints shares its share."""
+    platform, platform_rec = new_key("platform", ["admin", "ingest"], None, now=time.time())
+    await loaded_service.records.create_key(platform_rec)
+
+    async def make(token: str, name: str, users: list[str]) -> str:
+        made = await api.post(
+            "/v1/keys", json={"name": name, "scopes": ["admin", "ingest"], "users": users}, headers=bearer(token)
+        )
+        assert made.status_code == 201, made.text
+        return str(made.json()["key"])
+
+    first = await make(platform, "customer-1", ["u1"])
+    second = await make(platform, "customer-2", ["u2"])
+    first_child = await make(first, "customer-1-agent", ["u1"])
+    ring = KeyRing(loaded_service.records)
+    admin, one, two, one_child = [
+        await ring.authenticate(f"Bearer {t}") for t in (platform, first, second, first_child)
+    ]
+    assert len({admin.tenant, one.tenant, two.tenant}) == 3
+    assert one_child.tenant == one.tenant
+    bodies = IngestBodies(limit=4, retry_after_s=1)
+    # the first customer's share is taken (by its key and its agent's); the other keeps its half
+    with bodies.place(one.tenant), bodies.place(one_child.tenant), bodies.place(two.tenant), bodies.place(two.tenant):
+        pass
+    assert bodies.shares.total == 0
+
+
 # --- H1: write slots per tenant; the user's lock before a slot ------------------------------------
 
 

@@ -200,15 +200,17 @@ async def test_mcp_errors_never_echo_the_callers_input(loaded_service, settings,
         "accept": "application/json, text/event-stream",
         "content-type": "application/json",
     }
-    body = {"jsonrpc": "2.0", "id": 1, "method": SECRET, "params": {}}
+    long_method = SECRET * (200_000 // len(SECRET))  # its echo would be past the small-error size
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://hrt") as c,
     ):
-        r = await c.post("/mcp", json=body, headers=headers)
-    doc = r.json()
-    assert doc["error"] == {"code": -32601, "message": "Method not found"}, r.text  # data held the method
-    assert SECRET not in r.text and int(r.headers["content-length"]) == len(r.content)
+        for method in (SECRET, long_method):
+            body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {}}
+            r = await c.post("/mcp", json=body, headers=headers)
+            doc = r.json()
+            assert doc["error"] == {"code": -32601, "message": "Method not found"}, r.text[:300]  # data held it
+            assert SECRET not in r.text and int(r.headers["content-length"]) == len(r.content)
 
 
 # --- L5: MCP remember(records) within the ingest bounds ---------------------------------------------
