@@ -491,6 +491,9 @@ class Settings(
     # a browse page (GET /v1/users/{user_id}/entities) holds at most this much JSON, at least one
     # entity, whatever its limit: the page then ends early with a cursor
     browse_max_page_bytes: int = Field(4 * 1_048_576, ge=65_536, le=256 * 1_048_576)
+    # browse pages being read and built at once in this process, one tenant at most half (at least
+    # one); beyond, 429. 0: no bound
+    max_concurrent_browse_pages: int = Field(4, ge=0, le=1024)
     # the conversation statistics rows one user may hold (POST /v1/conversations keeps them per
     # user); a call that would pass the bound is refused with 413. 0: no bound
     max_conversation_state_rows: int = Field(1_000_000, ge=0, le=1_000_000_000)

@@ -378,6 +378,14 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
         ),
     ),
     (
+        ("max_concurrent_browse_pages",),
+        (
+            "browse pages (`GET /v1/users/{user_id}/entities`) read and built at once in this process, one "
+            "tenant at most half of them (at least one); beyond, 429 `browse_concurrency` with `Retry-After`; "
+            "0: no bound"
+        ),
+    ),
+    (
         ("max_conversation_state_rows",),
         (
             "the conversation statistics rows one user may hold (`POST /v1/conversations`; one message adds "

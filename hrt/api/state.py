@@ -3,6 +3,7 @@ and the bounds held across requests; and the dependencies by which a route reach
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -10,8 +11,10 @@ from fastapi import Depends, Request
 from hrt.api.bodies import IngestBodies
 from hrt.auth import KeyLimiter, KeyRing
 from hrt.config import Settings
+from hrt.errors import RateLimited
 from hrt.export import ExportSlots
 from hrt.service import HRTService
+from hrt.shares import Place, Shares
 
 AUTH_OFF_WARNING = "HRT_AUTH=off: every route answers without an API key (development on loopback only)"
 
@@ -26,6 +29,21 @@ class ServerState:
         self.limiter = KeyLimiter(settings.key_rate_limit, settings.key_max_concurrency)
         self.ingest_bodies = IngestBodies(settings.max_ingest_bodies, settings.ingest_retry_after_s)
         self.export_slots = ExportSlots()
+        self.browse_pages = Shares(settings.max_concurrent_browse_pages)
+
+    def browse_page(self, tenant: str) -> contextlib.AbstractContextManager[Place]:
+        """A place for one browse page of ``tenant`` (its read and build hold CPU and a page of
+        memory: one tenant's pages never take them all), or 429."""
+
+        def refuse(held: int, mine: bool) -> RateLimited:
+            where = "for this tenant, its share" if mine else "as many as this server builds at once"
+            return RateLimited(
+                f"{held} browse pages are being built, {where}; retry later",
+                retry_after_s=1,
+                reason="browse_concurrency",
+            )
+
+        return self.browse_pages.place(tenant, refuse)
 
     @property
     def has_service(self) -> bool:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from hrt.api import create_app
-from hrt.auth import new_key
+from hrt.auth import KeyRing, new_key
 from hrt.ingest import parse_jsonl
 from tests.helpers import bearer, jsonl, mu
 
@@ -86,3 +86,22 @@ async def test_a_page_is_read_and_built_off_the_event_loop(api, keys, loaded_ser
     r = await api.get("/v1/users/u1/entities", headers=bearer(keys["reader"]))
     assert r.status_code == 200 and json.loads(r.content)["entities"]
     assert readers and loop_thread not in readers
+
+
+async def test_one_tenant_builds_at_most_its_share_of_browse_pages_at_once(loaded_service, settings, keys):
+    """Pages are read and built off the loop, but each holds CPU and a page of memory: with 2 pages
+    at once, one tenant gets 1 and a second is a 429; another tenant's page is built meanwhile."""
+    other, other_rec = new_key("other", ["retrieve", "read"], ["u2"])
+    await loaded_service.records.create_key(other_rec)
+    app = create_app(settings.model_copy(update={"max_concurrent_browse_pages": 2}), service=loaded_service)
+    tenant = (await KeyRing(loaded_service.records).authenticate(f"Bearer {keys['reader']}")).tenant
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://hrt") as c:
+        first = await c.get("/v1/users/u1/entities", headers=bearer(keys["reader"]))
+        assert first.status_code == 200, first.text
+        with app.state.hrt.browse_page(tenant):  # the tenant's one page is being built
+            busy = await c.get("/v1/users/u1/entities", headers=bearer(keys["agent"]))
+            free = await c.get("/v1/users/u2/entities", headers=bearer(other))
+    assert busy.status_code == 429 and "browse pages" in busy.json()["error"]["message"], busy.text
+    assert "retry-after" in busy.headers
+    assert free.status_code == 200, free.text
+    assert app.state.hrt.browse_pages.total == 0

@@ -115,6 +115,7 @@ async def list_entities(
         found = await browse_entities(svc.records, user_id, request, now, full=full, max_bytes=max_bytes)
         return (await asyncio.to_thread(found.model_dump_json)).encode()
 
-    body = await svc.off_loop(page)
+    with server.browse_page(caller.tenant):
+        body = await svc.off_loop(page)
     headers = {} if full else {"warning": RECORDS_OMITTED}
     return Response(body, media_type="application/json", headers=headers)
