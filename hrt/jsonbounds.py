@@ -288,7 +288,12 @@ def schema_errors(errors: Iterable[Mapping[str, Any]]) -> list[tuple[tuple[Any, 
         msg = str(e.get("msg", "invalid"))
         if e.get("type") == "extra_forbidden" and (not loc or loc[-1] not in names):
             loc, msg = loc[:-1], UNKNOWN_MEMBER
-        loc = tuple(p if isinstance(p, int) or p in names or p in _KEPT or "[" in str(p) else "*" for p in loc)
+        # a query, path or header parameter is one the route declares (FastAPI reports no other)
+        declared = 2 if loc[:1] in (("query",), ("path",), ("header",)) else 0
+        loc = tuple(
+            p if i < declared or isinstance(p, int) or p in names or p in _KEPT or "[" in str(p) else "*"
+            for i, p in enumerate(loc)
+        )
         out.append((loc, msg))
     return out
 

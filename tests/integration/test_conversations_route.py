@@ -98,8 +98,9 @@ BAD_BODIES = [
     ("too many messages", body(messages=[{"content": "hi"}] * (MAX_MESSAGES + 1)), 413, "messages"),
     ("bad timestamp", body(messages=[TURNS[0], {"content": "x", "timestamp": "Tue"}]), 422, "messages[1].timestamp"),
     ("a number as timestamp", body(messages=[{"content": "x", "timestamp": 1700000000}]), 422, "messages[0].timestamp"),
-    ("extra field", body(colour="blue"), 422, "colour"),
-    ("extra message field", body(messages=[{"content": "x", "tool_calls": []}]), 422, "messages[0].tool_calls"),
+    # an unknown member is named by where it is, never by the name the caller sent (#45, M5)
+    ("extra field", body(colour="blue"), 422, "body"),
+    ("extra message field", body(messages=[{"content": "x", "tool_calls": []}]), 422, "messages[0]"),
     ("content too long", body(messages=[TURNS[0], TURNS[1], {"content": LONG}]), 422, "messages[2].content"),
     ("empty content", body(messages=[{"content": ""}]), 422, "messages[0].content"),
     ("unknown role", body(messages=[{"role": "robot", "content": "x"}]), 422, "messages[0].role"),
