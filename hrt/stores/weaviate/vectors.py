@@ -282,11 +282,10 @@ def _unavailable(exc: BaseException) -> bool:
             | WeaviateRetryError,
         ):
             return True
-        if isinstance(current, AioRpcError) and current.code() in (
-            StatusCode.UNAVAILABLE,
-            StatusCode.DEADLINE_EXCEEDED,
-        ):
-            return True
+        if isinstance(current, AioRpcError):
+            # the latest gRPC answer decides: the client's retries raise inside ``except``, so an
+            # answer of a store back up ("tenant not found") carries the refusals of before it
+            return current.code() in (StatusCode.UNAVAILABLE, StatusCode.DEADLINE_EXCEEDED)
         if isinstance(current, UnexpectedStatusCodeError) and current.status_code in (502, 503, 504):
             return True
         current = current.__cause__ or current.__context__
@@ -498,9 +497,9 @@ class WeaviateVectorIndex:
             multi_tenancy_config=Configure.multi_tenancy(
                 enabled=True, auto_tenant_creation=True, auto_tenant_activation=True
             ),
-            replication_config=Configure.replication(
-                factor=self.replication_factor, async_enabled=self.replication_factor > 1
-            ),
+            # asynchronous replication (a node back from an outage is repaired) is Weaviate's
+            # default from v1.38 for a factor above 1: no switch to send
+            replication_config=Configure.replication(factor=self.replication_factor),
         )
 
     # ------------------------------------------------------------------------------------------
