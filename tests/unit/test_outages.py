@@ -490,31 +490,3 @@ async def test_a_projection_delayed_by_an_outage_is_logged_once_until_it_changes
     assert "projection delayed" in lines[0] and "connection refused" in lines[0]
     assert "background projector" in lines[1] and "at once again" in lines[2]
 
-
-def test_a_weaviate_answer_after_refusals_is_judged_by_the_answer_not_the_refusals() -> None:
-    """The client retries refused calls inside ``except``: the error of a Weaviate back up ("tenant
-    not found": a user it has no tenant for yet) carries the refusals of before in its context. The
-    latest gRPC answer decides, so it is not a store down (which opened the circuit once more)."""
-    from grpc import StatusCode
-    from grpc.aio import AioRpcError, Metadata
-    from weaviate.exceptions import WeaviateQueryError
-
-    from hrt.stores.weaviate.vectors import _unavailable
-
-    def rpc(code: StatusCode, details: str) -> AioRpcError:
-        return AioRpcError(code, Metadata(), Metadata(), details)
-
-    def chained(first: StatusCode, last: StatusCode) -> WeaviateQueryError:
-        try:
-            try:
-                raise rpc(first, "failed to connect to all addresses")
-            except AioRpcError:
-                raise rpc(last, 'tenant not found: "u1"')  # noqa: B904 (its context: the refusal, as the client)
-        except AioRpcError as exc:
-            try:
-                raise WeaviateQueryError(str(exc.details()), "GRPC search")
-            except WeaviateQueryError as query_error:
-                return query_error
-
-    assert not _unavailable(chained(StatusCode.UNAVAILABLE, StatusCode.UNKNOWN))
-    assert _unavailable(chained(StatusCode.UNKNOWN, StatusCode.UNAVAILABLE))

@@ -282,10 +282,11 @@ def _unavailable(exc: BaseException) -> bool:
             | WeaviateRetryError,
         ):
             return True
-        if isinstance(current, AioRpcError):
-            # the latest gRPC answer decides: the client's retries raise inside ``except``, so an
-            # answer of a store back up ("tenant not found") carries the refusals of before it
-            return current.code() in (StatusCode.UNAVAILABLE, StatusCode.DEADLINE_EXCEEDED)
+        if isinstance(current, AioRpcError) and current.code() in (
+            StatusCode.UNAVAILABLE,
+            StatusCode.DEADLINE_EXCEEDED,
+        ):
+            return True
         if isinstance(current, UnexpectedStatusCodeError) and current.status_code in (502, 503, 504):
             return True
         current = current.__cause__ or current.__context__
