@@ -489,4 +489,3 @@ async def test_a_projection_delayed_by_an_outage_is_logged_once_until_it_changes
     assert len(lines) == 3, lines
     assert "projection delayed" in lines[0] and "connection refused" in lines[0]
     assert "background projector" in lines[1] and "at once again" in lines[2]
-
