@@ -172,6 +172,25 @@ def small_graph(user: str = "u1", prefix: str = "") -> list[dict[str, Any]]:
     ]
 
 
+def asgi_get(path: str, token: str) -> dict[str, Any]:
+    """The ASGI scope of a GET of ``path`` with ``token``: for tests that drive the app's ASGI
+    callable themselves (a client that stops reading, a connection cut mid-body)."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.4"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"hrt"), (b"authorization", f"Bearer {token}".encode())],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 8080),
+    }
+
+
 def bearer(token: str) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"}
 

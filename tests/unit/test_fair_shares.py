@@ -26,7 +26,7 @@ from hrt.extraction.conversation import LLMOutcome
 from hrt.extraction.messages import ConversationRequest
 from hrt.ingest import parse_jsonl
 from hrt.service import HRTService
-from tests.helpers import HashingEmbedder, bearer, jsonl, mu
+from tests.helpers import HashingEmbedder, asgi_get, bearer, jsonl, mu
 
 BLOCK = "gatekeeper"
 
@@ -254,20 +254,7 @@ async def test_an_export_nobody_reads_is_cut_and_gives_back_its_slot(loaded_serv
     state = app.state.hrt
     started = asyncio.Event()
     stalled = asyncio.Event()  # never set: the client's buffers are full, forever
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.4"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": "/v1/users/u1/export",
-        "raw_path": b"/v1/users/u1/export",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"hrt"), (b"authorization", f"Bearer {token}".encode())],
-        "client": ("127.0.0.1", 5000),
-        "server": ("127.0.0.1", 8080),
-    }
+    scope = asgi_get("/v1/users/u1/export", token)
 
     async def receive() -> dict[str, object]:
         await stalled.wait()

@@ -29,7 +29,7 @@ from hrt.jsonbounds import BODY_VALUES, RECORD
 from hrt.mcp_server import build_server, operator_principal
 from hrt.openai_compat import MAX_ANSWER_BYTES
 from hrt.rerankers.qwen3 import Qwen3Reranker
-from tests.helpers import bearer, concept, mu
+from tests.helpers import asgi_get, bearer, concept, mu
 
 MiB = 1 << 20
 SECRET = "SECRET-INPUT"
@@ -331,20 +331,7 @@ async def test_a_refused_write_is_audited_with_its_users(client, keys, caplog):
 async def test_an_export_cut_short_is_audited_as_cut(loaded_service, settings, keys, caplog):
     caplog.set_level(logging.INFO, logger="hrt.audit")
     app = create_app(settings, service=loaded_service)
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.4"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": "/v1/users/u1/export",
-        "raw_path": b"/v1/users/u1/export",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"hrt"), (b"authorization", f"Bearer {keys['root']}".encode())],
-        "client": ("127.0.0.1", 5000),
-        "server": ("127.0.0.1", 80),
-    }
+    scope = asgi_get("/v1/users/u1/export", keys["root"])
 
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": b"", "more_body": False}
