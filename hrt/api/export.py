@@ -34,15 +34,26 @@ class ExportIdle(Exception):
     """The client took no chunk for ``HRT_EXPORT_IDLE_S``: the stream is cut."""
 
 
+async def _released_at_end(
+    lines: AsyncGenerator[bytes, None], held: contextlib.AsyncExitStack
+) -> AsyncGenerator[bytes, None]:
+    """``lines``, then ``held`` released before the body's end is sent: a client that starts its
+    next export on reading the last byte finds the slot free."""
+    async for piece in lines:
+        yield piece
+    await held.aclose()
+
+
 class ExportResponse(StreamingResponse):
-    """Streams the export, then releases what it held (its snapshot, its export slot), also when
-    the client went away before the end or stopped reading for ``idle_s``."""
+    """Streams the export, then releases what it held (its snapshot, its export slot): before
+    the body's end when the export is whole, else once the client went away before the end or
+    stopped reading for ``idle_s``."""
 
     def __init__(
         self, lines: AsyncGenerator[bytes, None], held: contextlib.AsyncExitStack, filename: str, idle_s: float
     ) -> None:
         super().__init__(
-            lines,
+            _released_at_end(lines, held),
             media_type=NDJSON,
             headers={"content-disposition": f'attachment; filename="{filename}"', "cache-control": "no-store"},
         )
@@ -67,6 +78,7 @@ class ExportResponse(StreamingResponse):
             # returned mid-body): the client cannot take what it got for a whole export
             log.warning("export stream cut: %s", exc)
         finally:
+            await self.body_iterator.aclose()  # type: ignore[attr-defined]
             await self._lines.aclose()
             await self._held.aclose()
 

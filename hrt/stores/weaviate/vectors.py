@@ -262,6 +262,12 @@ def _later_properties() -> list[Property]:
     ]
 
 
+# A node that has just started knows the collection (its schema comes from Raft) before its
+# database has loaded the collection's index: a search meanwhile fails with this gRPC UNKNOWN
+# (Weaviate's adapters/repos/db/search.go). Not a wrong request: the store is still starting.
+_LOADING = re.compile(r"\bnon-existing index for\b")
+
+
 def _unavailable(exc: BaseException) -> bool:
     """True when the failure means Weaviate cannot be reached (or answered too late), walking the
     chain because the client re-raises gRPC errors as WeaviateQueryError inside ``except``."""
@@ -286,6 +292,8 @@ def _unavailable(exc: BaseException) -> bool:
             StatusCode.UNAVAILABLE,
             StatusCode.DEADLINE_EXCEEDED,
         ):
+            return True
+        if isinstance(current, AioRpcError) and _LOADING.search(current.details() or ""):
             return True
         if isinstance(current, UnexpectedStatusCodeError) and current.status_code in (502, 503, 504):
             return True
