@@ -285,6 +285,8 @@ class Planner:
         self.said: dict[int, tuple[str, str]] = {}  # position -> (speaker, text), this call's
         self.participants: list[str] = []
         self.stale_notes: set[str] = set()
+        self.message_ts: dict[str, datetime] = {}  # muid -> its time (the LLM's facts are dated by it)
+        self.facts_of: dict[str, int] = {}  # muid -> facts the LLM extractor gave for it
 
     # --- messages -----------------------------------------------------------------------------
 
@@ -458,7 +460,6 @@ class Planner:
             self.records.append(change.restatement)
             for source in (muid, *change.restated):
                 self._relate(EdgeType.DERIVED_FROM, change.restatement.id, source, self.opts.fact_weight)
-        noted = await self._note(muid, speaker, message.content, ts, position)
         self.changes.remember(muid, speaker, message.content)
         await self.changes.note_tail(muid)
         for other, src, dst in ((position - 1, muid, None), (position + 1, None, muid)):
@@ -468,7 +469,9 @@ class Planner:
             if await st.get("msg", neighbour) is not None:
                 source, target = (src or neighbour), (dst or neighbour)
                 self._relate(EdgeType.FOLLOWS, source, target, self.opts.follows_weight)
+        self.message_ts[muid] = ts
         keys = await self._extract(muid, speaker, message.content, h, history)
+        noted = await self._note(muid, speaker, message.content, ts, position)
         row: dict[str, Any] = {"h": h, "pos": position, "ts": iso(ts), "keys": keys, "speaker": speaker}
         fams = self.changes.index_rows(muid, message.content, +1)
         for name, value in (
@@ -543,7 +546,8 @@ class Planner:
         """Write the message's rule note (:mod:`hrt.extraction.notes`), ``DERIVED_FROM`` it:
         attributed to the session's participants, dated from ``ts``, a short reply written behind
         the message before it (this call's, else the stored one, read only then). Whether it has one."""
-        if not self.opts.notes:
+        self.said[position] = (speaker, text)
+        if not self.opts.notes or self.facts_of.get(muid):  # the LLM's facts are the message's notes
             return False
         previous = self.said.get(position - 1)
         if previous is None and position > 0 and is_short_reply(text):
@@ -553,7 +557,6 @@ class Planner:
             if row is not None and isinstance(unit, MemoryUnit):
                 who = str(row.get("speaker", ""))
                 previous = (who, said_text(who, unit.content))
-        self.said[position] = (speaker, text)
         note = rule_note(self.user, muid, speaker, text, ts, self.participants, previous)
         if note is None:
             return False
@@ -845,6 +848,9 @@ class Planner:
         )
 
     def _llm_facts(self, muid: str, speaker: str, outcome: LLMOutcome) -> None:
+        """The LLM's facts, artifacts DERIVED_FROM the message and dated by it, as its rule note
+        is (which they replace)."""
+        self.facts_of[muid] = len(outcome.facts)
         for j, fact in enumerate(outcome.facts, start=1):
             aid = f"fact:{muid.partition(':')[2]}:{j}"[:128]
             self.records.append(
@@ -854,7 +860,7 @@ class Planner:
                     artifact_type="fact",
                     title=f"Fact from {speaker}"[:500],
                     content=fact[:100_000],
-                    created_at=self.now,
+                    created_at=self.message_ts.get(muid, self.now),
                     confidence=0.5,
                 )
             )

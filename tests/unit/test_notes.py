@@ -3,12 +3,14 @@ what they answer; and the same note from the conversation route's planner and th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from hrt.eval.locomo.importer import import_conversation
+from hrt.extraction.conversation import LLMOutcome
 from hrt.extraction.ids import message_id
 from hrt.extraction.notes import (
     attributed,
@@ -138,3 +140,29 @@ async def test_the_route_writes_the_notes_the_batch_import_writes(tmp_path: Path
         assert note_id(first) not in entities(dump(tmp_path / "c.db"), "artifact")
     finally:
         await svc.close()
+
+
+async def test_the_llm_extractors_facts_replace_the_note_and_are_dated_by_their_message(tmp_path: Path) -> None:
+    """With the extractor configured, a message it gave facts for has those facts (dated by the
+    message, DERIVED_FROM it) and no rule note: the two do not say the same thing twice; a message
+    it gave none for keeps its note."""
+    svc = await service(tmp_path / "c.db")
+
+    async def llm(speaker: str, text: str, context: Sequence[str]) -> LLMOutcome | None:
+        return LLMOutcome(facts=["Maya booked a pottery class at Clayworks."] if "pottery" in text else [])
+
+    svc.llm_extractor = llm
+    try:
+        await svc.add_messages(calls(per_call=2)[0])  # Maya on the pottery class, Tom's question
+        await svc.add_messages(request(0, [("Tom", "I taught my sister to knit last year.")], 2))
+        rows = dump(tmp_path / "c.db")
+    finally:
+        await svc.close()
+    artifacts = entities(rows, "artifact")
+    first, third = message_id("s0", 0), message_id("s0", 2)
+    facts = [a for a in artifacts.values() if a["artifact_type"] == "fact"]
+    assert [f["content"] for f in facts] == ["Maya booked a pottery class at Clayworks."]
+    assert facts[0]["created_at"].startswith("2026-01-01T10:00:00")  # the message's time, not the call's
+    assert note_id(first) not in artifacts and artifacts[note_id(third)]["content"].startswith("Tom taught")
+    derived = {(s, t) for s, t, ty, _, _ in rows["edges"] if ty == "DERIVED_FROM"}
+    assert (facts[0]["id"], first) in derived and (note_id(third), third) in derived
