@@ -44,7 +44,7 @@ from typing import Any, Protocol
 from hrt.errors import PayloadTooLarge
 from hrt.extraction.ids import entity_id, message_id, slug
 from hrt.extraction.messages import ConversationRequest, Message, MessageResult
-from hrt.extraction.notes import MAX_PARTICIPANTS, is_short_reply, note_id, rule_note
+from hrt.extraction.notes import MAX_PARTICIPANTS, note_id, rule_note
 from hrt.extraction.rules import ProperNouns, allowance, extract, name_counts, too_common, topic_key
 from hrt.extraction.superseding import ChangeFinder, restatement_id
 from hrt.ingest import Record
@@ -544,13 +544,13 @@ class Planner:
 
     async def _note(self, muid: str, speaker: str, text: str, ts: datetime, position: int) -> bool:
         """Write the message's rule note (:mod:`hrt.extraction.notes`), ``DERIVED_FROM`` it:
-        attributed to the session's participants, dated from ``ts``, a short reply written behind
-        the message before it (this call's, else the stored one, read only then). Whether it has one."""
+        attributed to the session's participants, dated from ``ts``, a reply written behind the
+        message before it (this call's, else the stored one). Whether it has one."""
         self.said[position] = (speaker, text)
         if not self.opts.notes or self.facts_of.get(muid):  # the LLM's facts are the message's notes
             return False
         previous = self.said.get(position - 1)
-        if previous is None and position > 0 and is_short_reply(text):
+        if previous is None and position > 0:
             before = message_id(self.req.session_id, position - 1)
             row = await self.st.get("msg", before)
             unit = (await self.st.store.get_many(self.user, Kind.MEMORY_UNIT, [before])).get(before)

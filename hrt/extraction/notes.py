@@ -11,8 +11,10 @@ An LLM's notes on a conversation help retrieval for reasons a deterministic pipe
 - **when**: a relative time resolved against the message's own time and written absolutely the
   way people answer "when?" (``yesterday`` -> ``yesterday (7 May 2023)``, ``last week`` -> ``last
   week (the week before 8 May 2023)``, ``two years ago`` -> ``two years ago (2021)``);
-- **what a short reply answers**: a message with too little of its own (``"Yes, with TAP"``) is
-  written behind the message it answers, so it is found by the words of the question.
+- **what a reply answers**: a message with too little of its own (``"Yes, with TAP"``) is
+  written behind the message it answers, and the statements of one that answers a question
+  behind that question (``Caroline, answering Melanie's "What made you decide to adopt?":``),
+  so each is found by the words of the question (a question itself has no note).
 
 The note is one artifact per message, ``DERIVED_FROM`` it and linked to the concepts it names:
 :func:`note_text` is the one function both writers call, the conversation route's planner
@@ -245,6 +247,12 @@ def is_short_reply(text: str) -> bool:
     return len(_said(" ".join(said))) < SHORT_REPLY_WORDS
 
 
+def _quoted(text: str) -> str:
+    """``text`` on one line, at most :data:`MAX_QUOTED_CHARS` (cut at a word, marked)."""
+    said = text.strip().replace("\n", " ")
+    return said if len(said) <= MAX_QUOTED_CHARS else said[:MAX_QUOTED_CHARS].rsplit(" ", 1)[0] + "..."
+
+
 def _answers(previous: tuple[str, str], speaker: str, text: str) -> bool:
     """A short reply to another speaker that says something (a word of its own, or yes or no to
     a question): a bare "Thanks!" to a statement answers nothing a question would ask."""
@@ -261,16 +269,18 @@ def note_text(
     listener: str | None = None,
     previous: tuple[str, str] | None = None,
 ) -> str | None:
-    """The note of one message: its statements, one per line, attributed and dated; a short reply
-    written behind ``previous`` (``(speaker, text)`` of the message before it, when another
-    speaker's). None when the message states nothing (a greeting, a question, a bare "Wow!")."""
+    """The note of one message: its statements, one per line, attributed and dated. With
+    ``previous`` (``(speaker, text)`` of the message before it) another speaker's: a short reply is
+    written behind that message, and statements that answer its question behind the question.
+    None when the message states nothing (a greeting, a question, a bare "Wow!")."""
     lines = clauses(with_dates(attributed(text, speaker, listener), when))
     if previous is not None and _answers(previous, speaker, text):
-        asked = previous[1].strip().replace("\n", " ")
-        if len(asked) > MAX_QUOTED_CHARS:
-            asked = asked[:MAX_QUOTED_CHARS].rsplit(" ", 1)[0] + "..."
         reply = attributed(text.strip().replace("\n", " "), speaker, listener)
-        lines = [f'{speaker}, answering {previous[0]}\'s "{asked}": {reply}']
+        lines = [f'{speaker}, answering {previous[0]}\'s "{_quoted(previous[1])}": {reply}']
+    elif lines and previous is not None and previous[0] != speaker:
+        asked = [q.strip() for q in _SENTENCE.split(previous[1].strip()) if q.strip().endswith("?")]
+        if asked:
+            lines = [f'{speaker}, answering {previous[0]}\'s "{_quoted(asked[-1])}":', *lines]
     if not lines:
         return None
     return "\n".join(lines)[:MAX_NOTE_CHARS]

@@ -88,6 +88,23 @@ def test_a_short_reply_is_written_behind_what_it_answers() -> None:
     assert note_text("Ana", "Yes!", MONDAY, "Ben", ("Ana", "Shall I?")) is None  # one's own message
 
 
+def test_statements_that_answer_a_question_are_written_behind_it() -> None:
+    asked = ("Melanie", "Wow, congrats! What made you decide to adopt?")
+    note = note_text("Caroline", "I have always wanted to help kids who need a home.", MONDAY, "Melanie", asked)
+    assert note == (
+        'Caroline, answering Melanie\'s "What made you decide to adopt?":\n'
+        "Caroline has always wanted to help kids who need a home."
+    )
+    told = ("Melanie", "We adopted a cat.")  # no question: the statements alone
+    assert (
+        note_text("Caroline", "I have always wanted a dog.", MONDAY, "Melanie", told)
+        == "Caroline has always wanted a dog."
+    )
+    long = ("Melanie", "Which " + "very " * 80 + "long road?")
+    quoted = note_text("Caroline", "I took the coast road north.", MONDAY, "Melanie", long)
+    assert quoted is not None and '..."' in quoted.splitlines()[0] and len(quoted.splitlines()[0]) < 300
+
+
 def test_a_note_states_the_message_attributed_and_dated() -> None:
     text = "I went to a support group yesterday. The talks moved me, but the drive home was long!"
     assert note_text("Caroline", text, MONDAY, "Mel") == (
