@@ -29,6 +29,7 @@ from hrt.config import Settings
 from hrt.errors import HRTError, StoreUnavailable
 from hrt.front import count_refusal as refused
 from hrt.service import HRTService
+from hrt.tracing import Tracing, tracing_from
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ async def _open_keyring(state: ServerState) -> KeyRing:
     return ring
 
 
-def _lifespan(state: ServerState, mcp_endpoint: Any) -> Callable[[FastAPI], Any]:
+def _lifespan(state: ServerState, mcp_endpoint: Any, tracing: Tracing | None) -> Callable[[FastAPI], Any]:
     """Starts the service unless one was given, opens the key ring (HRT_AUTH=on) or refuses to
     serve without keys off loopback, and runs the MCP session manager."""
     settings = state.settings
@@ -94,6 +95,8 @@ def _lifespan(state: ServerState, mcp_endpoint: Any) -> Callable[[FastAPI], Any]
         owned = not state.has_service
         if owned:
             state.set_service(await HRTService(settings).start(background_projector=True))
+        if tracing is not None and state.service.tool.tracing is None:
+            state.service.tool.trace_stores(tracing)
         try:
             if settings.auth == "on":
                 state.set_keyring(await _open_keyring(state))
@@ -112,6 +115,8 @@ def _lifespan(state: ServerState, mcp_endpoint: Any) -> Callable[[FastAPI], Any]
                     log.warning("recording the keys' last use at shutdown failed: %s", exc)
             if owned:
                 await state.service.close()
+            if tracing is not None:
+                tracing.shutdown()  # the spans still buffered go to the exporter
 
     return lifespan
 
@@ -135,9 +140,15 @@ def _counters(state: ServerState) -> tuple[Callable[[Scope, int], None], Callabl
     return count_request, count_refusal
 
 
-def create_app(settings: Settings | None = None, service: HRTService | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None, service: HRTService | None = None, tracing: Tracing | None = None
+) -> FastAPI:
+    """The app. ``tracing``: OpenTelemetry's (a test's exporter); None: as the OTEL_* variables say."""
     settings = settings or Settings()
+    tracing = tracing or tracing_from(settings.tracing_exporter())
     state = ServerState(settings, service)
+    if tracing is not None and service is not None and service.tool.tracing is None:
+        service.tool.trace_stores(tracing)
     # MCP over streamable HTTP at /mcp: behind the Guard like every route (any valid key; each tool
     # checks its own scope and users against the key, hrt/mcp_server.py)
     from hrt.mcp_server import MCPEndpoint, build_server, request_principal
@@ -150,7 +161,7 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
             "Deterministic knowledge-graph retrieval returning AugmentedMemoryContext V9.4. Every route but "
             "/healthz needs `Authorization: Bearer <API key>` (`hrt keys create`)."
         ),
-        lifespan=_lifespan(state, mcp_endpoint),
+        lifespan=_lifespan(state, mcp_endpoint, tracing),
         docs_url=None,  # a browser page cannot send the key; `hrt export-schema` writes the documents
         redoc_url=None,
     )
@@ -188,4 +199,8 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
         on_refusal=count_refusal,
     )
     app.add_middleware(RequestCounter, count=count_request)
+    if tracing is not None:
+        from hrt.api.traces import TraceRequests
+
+        app.add_middleware(TraceRequests, tracing=tracing)
     return app
