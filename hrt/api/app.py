@@ -20,10 +20,11 @@ from hrt import __version__
 from hrt.api.access import route_rules
 from hrt.api.bodies import BodyLimit
 from hrt.api.errors import install_error_handlers
-from hrt.api.guard import ASGIApp, Guard, Message, Receive, Scope, Send
+from hrt.api.guard import ASGIApp, Guard, Receive, Scope, Send, StatusNote
 from hrt.api.openapi import openapi_document
 from hrt.api.routes import ROUTERS
 from hrt.api.state import AUTH_OFF_WARNING, ServerState
+from hrt.api.ui import ui_files, ui_paths, ui_routes
 from hrt.auth import KeyRing, Principal, auth_off_refused, is_loopback
 from hrt.config import Settings
 from hrt.errors import HRTError, StoreUnavailable
@@ -55,18 +56,11 @@ class RequestCounter:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        status = 500
-
-        async def send_and_note(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
+        noted = StatusNote(send)
         try:
-            await self.app(scope, receive, send_and_note)
+            await self.app(scope, receive, noted)
         finally:
-            self.count(scope, status)
+            self.count(scope, noted.status)
 
 
 async def _open_keyring(state: ServerState) -> KeyRing:
@@ -180,6 +174,8 @@ def create_app(
 
     app.openapi = openapi  # type: ignore[method-assign]
     app.router.routes.append(mcp_endpoint.route("/mcp"))
+    ui = ui_files()  # the inspector (/ui): static files, no data, no key
+    app.router.routes.extend(ui_routes(ui))
 
     rules = route_rules(app.router.routes)
     app.add_middleware(
@@ -193,7 +189,7 @@ def create_app(
         routes=lambda: list(app.router.routes),
         scopes=rules.scopes,
         audited=rules.audited,
-        open_paths=rules.open_paths,
+        open_paths=rules.open_paths | ui_paths(ui),
         keyring=state.keyring if settings.auth == "on" else None,
         limiter=state.limiter,
         on_refusal=count_refusal,

@@ -9,7 +9,7 @@ calls) are its children.
 
 from __future__ import annotations
 
-from hrt.api.guard import ASGIApp, Message, Receive, Scope, Send
+from hrt.api.guard import ASGIApp, Receive, Scope, Send, StatusNote
 from hrt.tracing import Tracing
 
 
@@ -23,18 +23,12 @@ class TraceRequests:
             await self.app(scope, receive, send)
             return
         method = str(scope["method"])
-        status = 500
-
-        async def send_and_note(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
+        noted = StatusNote(send)
         with self.tracing.request_span(scope.get("headers", []), method) as span:
             try:
-                await self.app(scope, receive, send_and_note)
+                await self.app(scope, receive, noted)
             finally:
+                status = noted.status
                 route = getattr(scope.get("route"), "path", None)
                 if route is not None:
                     span.update_name(f"{method} {route}")
