@@ -22,17 +22,20 @@ CHROMIUM_NAMES = ("chromium", "chromium-browser")
 XSS_CONTENT = '<img src=x onerror="window.__xss = 1"><script>window.__xss = 2</script>'
 XSS_TITLE = "<img src=x onerror=window.__xss=3>"
 XSS_CONCEPT = "<svg onload=window.__xss=4>"
-SESSION = "2025-12-02-standup"
+SESSION = "lisbon-trip"
 CONVERSATION = [
-    {"role": "user", "name": "Maya", "content": "Ben says the Phoenix beta slips to October 6.", "index": 0},
-    {"role": "assistant", "content": "Noted: Phoenix beta on October 6.", "index": 1},
-    {"role": "user", "name": "Maya", "content": "Correction: the Phoenix beta is on October 13 now.", "index": 2},
+    {"role": "user", "name": "Maya", "content": "We're flying to Lisbon on May 12 for the conference."},
+    {"role": "assistant", "name": "Bot", "content": "Lisbon in May sounds great."},
+    {"role": "user", "name": "Maya", "content": "We moved the Lisbon flight to June 2, the venue changed."},
+    {"role": "assistant", "name": "Bot", "content": "Noted, June 2."},
 ]
+CONVERSATION = [{**m, "index": i, "timestamp": f"2026-01-{i + 1:02d}T10:00:00Z"} for i, m in enumerate(CONVERSATION)]
 
 
 def chromium_path() -> str:
-    """The system's Chromium; missing, a failure in CI (``CI`` set) and a skip elsewhere."""
-    found = next((p for p in map(shutil.which, CHROMIUM_NAMES) if p), None)
+    """The system's Chromium (or ``$CHROMIUM``); missing, a failure in CI (``CI`` set) and a skip
+    elsewhere."""
+    found = os.environ.get("CHROMIUM") or next((p for p in map(shutil.which, CHROMIUM_NAMES) if p), None)
     if found is None:
         message = "no chromium on PATH: `make install-test` installs Debian's (scripts/install-browser.sh)"
         if os.environ.get("CI"):
@@ -68,14 +71,15 @@ def browser_page(base_url: str, **context: Any) -> Iterator[Any]:
             browser.close()
 
 
-def load_inspector_data(client: httpx.Client) -> dict[str, str]:
-    """The sample graph, one conversation of u-maya, the hostile records; returns the keys' tokens
-    by name: maya (retrieve and read, u-maya), maya-retrieve (retrieve only), tom (retrieve, u-tom)."""
+def load_inspector_data(client: httpx.Client, *, hostile: bool = True) -> dict[str, str]:
+    """The sample graph, one conversation of u-maya, the hostile records (unless ``hostile`` is
+    false); returns the keys' tokens by name: maya (retrieve, read and export, u-maya),
+    maya-retrieve (retrieve only), tom (retrieve, u-tom)."""
     r = client.post(
         "/v1/ingest", content=sample_data_path().read_bytes(), headers={"content-type": "application/x-ndjson"}
     )
     assert r.status_code == 200, r.text
-    hostile = [
+    attacks = [
         {
             "kind": "memory_unit",
             "user_id": "u-maya",
@@ -89,8 +93,9 @@ def load_inspector_data(client: httpx.Client) -> dict[str, str]:
         {"kind": "relation", "user_id": "u-maya", "type": "MENTIONS", "source": "maya-xss", "target": "maya-c-xss"},
         {"kind": "relation", "user_id": "u-maya", "type": "MENTIONS", "source": "maya-xss", "target": "maya-c-phoenix"},
     ]
-    r = client.post("/v1/ingest", json={"records": hostile})
-    assert r.status_code == 200, r.text
+    if hostile:
+        r = client.post("/v1/ingest", json={"records": attacks})
+        assert r.status_code == 200, r.text
     conversation = {"user_id": "u-maya", "session_id": SESSION, "agent_id": "standup-bot", "messages": CONVERSATION}
     r = client.post("/v1/conversations", json=conversation)
     assert r.status_code == 200, r.text

@@ -221,9 +221,12 @@ def test_a_conversation_in_order_with_its_concepts_and_changes(inspected):
         assert len(messages) == len(CONVERSATION)
         for shown, sent in zip(messages, CONVERSATION, strict=True):
             assert sent["content"] in shown
-        first = page.locator("[data-testid=message]").first
-        assert first.locator(".links a").count() >= 1  # the concepts the message linked
-        assert "Phoenix" in first.locator(".links").inner_text()
+        shown = page.locator("[data-testid=message]")
+        assert "Lisbon" in shown.nth(0).locator(".links").first.inner_text()  # the concepts it linked
+        assert shown.nth(0).locator("[data-testid=changed]").count() == 0
+        changed = shown.nth(2).locator("[data-testid=changed] a")  # the move replaces the first plan
+        ids = shown.evaluate_all("ms => ms.map(m => m.dataset.id)")
+        assert changed.evaluate_all("links => links.map(a => decodeURIComponent(a.hash.split('/').pop()))") == ids[:2]
 
 
 def test_export_from_the_page_is_the_routes_export(inspected, tmp_path: Path):
