@@ -67,35 +67,30 @@ class Tracing:
     exporter decide where they go: OTLP, the console, or a test's in-memory exporter)."""
 
     def __init__(self, provider: TracerProvider) -> None:
+        from opentelemetry.trace import SpanKind
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         self.provider = provider
         self.tracer: Tracer = provider.get_tracer(INSTRUMENTATION)
         self._propagator = TraceContextTextMapPropagator()
+        self._server, self._internal = SpanKind.SERVER, SpanKind.INTERNAL
 
     @contextmanager
-    def span(self, name: str, attributes: Attributes | None = None, *, kind: str = "internal") -> Iterator[Span]:
+    def span(self, name: str, attributes: Attributes | None = None) -> Iterator[Span]:
         """A span, current while the block runs; an exception escaping it marks it as an error."""
-        from opentelemetry.trace import SpanKind
-
-        span_kind = SpanKind.SERVER if kind == "server" else SpanKind.INTERNAL
-        with self.tracer.start_as_current_span(name, kind=span_kind, attributes=attributes) as span:
+        with self.tracer.start_as_current_span(name, kind=self._internal, attributes=attributes) as span:
             yield span
 
     @contextmanager
     def request_span(self, headers: Sequence[tuple[bytes, bytes]], method: str) -> Iterator[Span]:
         """The span of one HTTP request, child of the caller's ``traceparent`` when it sent one."""
-        from opentelemetry.trace import SpanKind
-
         carrier: MutableMapping[str, str] = {}
         for name, value in headers:
             if name in (b"traceparent", b"tracestate"):
                 carrier[name.decode("latin-1")] = value.decode("latin-1")
         parent = self._propagator.extract(carrier)
-        attributes = {"http.request.method": method}
-        with self.tracer.start_as_current_span(
-            method, context=parent, kind=SpanKind.SERVER, attributes=attributes
-        ) as span:
+        attrs = {"http.request.method": method}
+        with self.tracer.start_as_current_span(method, context=parent, kind=self._server, attributes=attrs) as span:
             yield span
 
     def traced(self, port: T, name: str) -> T:

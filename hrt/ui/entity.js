@@ -19,20 +19,27 @@ function entityLink(user, other) {
   return link(route("u", user, "e", other.kind, other.id), other.title || other.id);
 }
 
-function timeline(user, view) {
-  const { valid_from: from, valid_to: to } = view.validity || {};
-  const steps = [];
-  for (const older of view.supersedes) {
-    steps.push(h("li", { class: "step older" }, h("span", { class: "when" }, "replaced"), entityLink(user, older)));
-  }
-  steps.push(h("li", { class: "step this" },
-    h("span", { class: "when" }, `${fmt(from)} → ${to ? to : "now"}`),
-    h("strong", null, view.title || view.id),
-    to ? h("span", { class: "ended" }, " (no longer true)") : h("span", { class: "current" }, " (true now)")));
-  for (const newer of view.superseded_by) {
-    steps.push(h("li", { class: "step newer" }, h("span", { class: "when" }, "replaced by"), entityLink(user, newer)));
-  }
-  return h("ol", { class: "timeline", "data-testid": "timeline" }, steps);
+// the entity between what it replaced and what replaced it, each with its own interval
+function timeline(user, view, around) {
+  const when = (v) => (v && v.validity ? `${fmt(v.validity.valid_from)} → ${v.validity.valid_to || "now"}` : "");
+  const step = (cls, label, other) => h("li", { class: `step ${cls}` },
+    h("span", { class: "when" }, `${label} · ${when(around.get(other.id))}`), entityLink(user, other));
+  const to = view.validity && view.validity.valid_to;
+  return h("ol", { class: "timeline", "data-testid": "timeline" },
+    view.supersedes.map((older) => step("older", "replaced", older)),
+    h("li", { class: "step this" },
+      h("span", { class: "when" }, when(view)),
+      h("strong", null, view.title || view.id),
+      to ? h("span", { class: "ended" }, " (no longer true)") : h("span", { class: "current" }, " (true now)")),
+    view.superseded_by.map((newer) => step("newer", "replaced by", newer)));
+}
+
+// the entities of the timeline, read for their intervals (at most 20; one that fails is left blank)
+async function neighbours(user, view) {
+  const others = [...view.supersedes, ...view.superseded_by].slice(0, 20);
+  const read = await Promise.all(others.map((o) => call("GET", paths.entity(user, o.kind, o.id), { query: { relation_limit: 1 } })
+    .catch(() => null)));
+  return new Map(read.filter((v) => v).map((v) => [v.id, v]));
 }
 
 function value(v) {
@@ -70,13 +77,14 @@ function mentions(user, view) {
 export async function entityView(target, user, kind, id) {
   const view = await call("GET", paths.entity(user, kind, id), { query: { relation_limit: 1000 } });
   const session = view.record && view.record.metadata && view.record.metadata.session_id;
+  const around = await neighbours(user, view);
   show(target,
     h("p", { class: "crumbs" }, link(route("u", user), `memory of ${user}`), " / ", kind),
     h("h1", { "data-testid": "entity-title" }, h("span", { class: `kind ${kind}` }, kind), " ", view.title || view.id),
     session ? h("p", null, link(route("u", user, "c", session), `open its conversation (${session})`)) : "",
     h("div", { class: "columns" },
       h("section", null, h("h2", null, "Who wrote it, when"), facts(view)),
-      h("section", null, h("h2", null, "Validity"), timeline(user, view))),
+      h("section", null, h("h2", null, "Validity"), timeline(user, view, around))),
     view.kind === "concept" ? mentions(user, view) : "",
     h("h2", null, `Relations (${view.relation_count})`),
     relations(user, view),

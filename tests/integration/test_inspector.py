@@ -112,6 +112,8 @@ def test_a_superseded_fact_shows_what_replaced_it(inspected):
         ended = c.get("/v1/users/u-maya/entities", params={"include_invalidated": True, "limit": 500}).json()
         views = [c.get(f"/v1/users/u-maya/entities/{e['kind']}/{e['id']}").json() for e in ended["entities"][:200]]
     old = next(v for v in views if v["superseded_by"])
+    with api(server, keys["maya"]) as c:
+        newer = [c.get(f"/v1/users/u-maya/entities/{n['kind']}/{n['id']}").json() for n in old["superseded_by"]]
     with browser_page(server.base_url) as page:
         log_in(page, keys["maya"], "u-maya")
         page.wait_for_selector("#entities tr")
@@ -120,7 +122,8 @@ def test_a_superseded_fact_shows_what_replaced_it(inspected):
         timeline.wait_for()
         text = timeline.inner_text()
         assert "no longer true" in text and old["validity"]["valid_to"] in text
-        assert all(newer["title"] in text for newer in old["superseded_by"])
+        for successor in newer:  # each successor with its own interval
+            assert successor["title"] in text and successor["validity"]["valid_from"] in text
 
 
 def test_a_retrieval_shows_its_items_scores_provenance_and_rendered_text(inspected):
@@ -179,6 +182,21 @@ def test_a_key_for_another_user_sees_a_403(inspected):
         )
         assert page.locator("[data-testid=error]").inner_text().startswith("403 forbidden")
         assert "Phoenix" not in page.locator("main").inner_text()
+
+
+def test_a_retrieve_key_browses_ids_and_titles_and_still_opens_an_entity(inspected):
+    server, keys = inspected
+    with browser_page(server.base_url) as page:
+        log_in(page, keys["maya-retrieve"], "u-maya")
+        page.wait_for_selector("#entities tr")
+        assert page.locator("[data-testid=browse-note]").inner_text().startswith("Ids and titles only")
+        page.click("#entities tr[data-id=maya-c-phoenix] a")
+        page.wait_for_selector("[data-testid=record]")
+        assert "Project Phoenix" in page.locator("[data-testid=record] [data-field=name]").inner_text()
+        page.click("[data-testid=export]")
+        error = page.locator("#status [data-testid=error]")
+        error.wait_for()
+        assert error.inner_text().startswith("403 forbidden")  # no export scope: the route says so
 
 
 def test_hostile_content_is_shown_as_text_and_runs_nothing(inspected):
