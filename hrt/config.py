@@ -497,6 +497,9 @@ class Settings(
     # the conversation statistics rows one user may hold (POST /v1/conversations keeps them per
     # user); a call that would pass the bound is refused with 413. 0: no bound
     max_conversation_state_rows: int = Field(1_000_000, ge=0, le=1_000_000_000)
+    # each message of POST /v1/conversations gets its rule note (hrt/extraction/notes.py): an
+    # artifact DERIVED_FROM it, attributed, dated, a short reply behind what it answers
+    conversation_notes: bool = True
     # an export whose client takes no chunk for this long is cut, releasing its export slot and
     # its read snapshot (a client that stops reading would hold both for ever)
     export_idle_s: float = Field(30.0, gt=0.0, le=3600.0)

@@ -386,6 +386,15 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
         ),
     ),
     (
+        ("conversation_notes",),
+        (
+            "each message `POST /v1/conversations` (and `hrt ingest --conversation`) writes gets its rule note: "
+            "an artifact of type `note` `DERIVED_FROM` it, its statements attributed to the speaker and the "
+            "listener by name, relative times dated, a short reply written behind the message it answers "
+            "([api.md](api.md#notes-from-the-rules)); `false`: none"
+        ),
+    ),
+    (
         ("max_conversation_state_rows",),
         (
             "the conversation statistics rows one user may hold (`POST /v1/conversations`; one message adds "

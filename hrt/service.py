@@ -550,7 +550,9 @@ class HRTService:
             if isinstance(r, Deletion) and r.kind == "memory_unit" and (ident := r.entity_id()):
                 deleted.setdefault(r.user_id, []).append(ident)
         out = Plan([], {}, {}, [])
-        options = ExtractionOptions(max_state_rows=self.settings.max_conversation_state_rows)
+        options = ExtractionOptions(
+            max_state_rows=self.settings.max_conversation_state_rows, notes=self.settings.conversation_notes
+        )
         for user_id, muids in sorted(deleted.items()):
             plan = await forget_messages(self.records, user_id, muids, self.clock(), options)
             out.records.extend(plan.records)
@@ -630,7 +632,9 @@ class HRTService:
         extractor, whose calls are sent back to this loop (its HTTP client and semaphore are
         bound to it); PostgreSQL's pool belongs to this loop."""
         remote = on_loop(llm, asyncio.get_running_loop()) if llm is not None else None
-        options = ExtractionOptions(max_state_rows=self.settings.max_conversation_state_rows)
+        options = ExtractionOptions(
+            max_state_rows=self.settings.max_conversation_state_rows, notes=self.settings.conversation_notes
+        )
         if self.stores.reads_from_any_thread:
             return await self.off_loop(lambda: plan_messages(self.records, request, utc_now(), options, remote))
         return await plan_messages(self.records, request, utc_now(), options, llm)

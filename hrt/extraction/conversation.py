@@ -44,6 +44,7 @@ from typing import Any, Protocol
 from hrt.errors import PayloadTooLarge
 from hrt.extraction.ids import entity_id, message_id, slug
 from hrt.extraction.messages import ConversationRequest, Message, MessageResult
+from hrt.extraction.notes import MAX_PARTICIPANTS, is_short_reply, note_id, rule_note
 from hrt.extraction.rules import ProperNouns, allowance, extract, name_counts, too_common, topic_key
 from hrt.extraction.superseding import ChangeFinder, restatement_id
 from hrt.ingest import Record
@@ -66,6 +67,8 @@ class ExtractionOptions:
     max_pair_keys: int = 24  # co-occurrences counted among a message's first keys only
     salience_step: float = 0.05  # a linked concept is rewritten when its salience moved this much
     fact_weight: float = 1.0  # an LLM fact DERIVED_FROM its message
+    notes: bool = True  # each message's rule note (hrt.extraction.notes), HRT_CONVERSATION_NOTES
+    note_weight: float = 1.0  # a note DERIVED_FROM its message
     # what one message may add to the statistics: capitalisation counts of its first distinct
     # words, and its first keys (a 100 KB message of distinct words wrote ~70,000 rows, #45)
     max_message_words: int = 2000
@@ -240,6 +243,12 @@ def unit_content(speaker: str, content: str) -> str:
     return f'{speaker} said, "{content}"'
 
 
+def said_text(speaker: str, content: str) -> str:
+    """A message's own text, out of its memory unit's :func:`unit_content`."""
+    said = f'{speaker} said, "'
+    return content[len(said) : -1] if content.startswith(said) and content.endswith('"') else content
+
+
 class Planner:
     """One call's plan, from the statistics as committed (:func:`plan_messages`)."""
 
@@ -273,6 +282,9 @@ class Planner:
         self.llm_relations: list[tuple[str, str, str]] = []  # (key, key, type)
         self.llm_keys: set[str] = set()  # keys the LLM found (their concepts' source says so)
         self.rule_keys: set[str] = set()
+        self.said: dict[int, tuple[str, str]] = {}  # position -> (speaker, text), this call's
+        self.participants: list[str] = []
+        self.stale_notes: set[str] = set()
 
     # --- messages -----------------------------------------------------------------------------
 
@@ -283,6 +295,11 @@ class Planner:
         session = await st.get("session", self.req.session_id) or {"next": 0, "last_ts": None}
         hashes = [message_hash(m, self.req.speaker(m)) for m in self.req.messages]
         positions = await self._positions(session, hashes)
+        named = [n for n in (self.req.user_name, self.req.agent_name) if n]
+        called = [self.req.speaker(m) for m in self.req.messages]
+        self.participants = list(dict.fromkeys([*session.get("spk", []), *named, *called]))
+        if self.opts.notes and self.participants[:MAX_PARTICIPANTS] != session.get("spk", []):
+            session["spk"] = self.participants[:MAX_PARTICIPANTS]
         turns = turns_before
         history: list[str] = []
         for message, h, position in zip(self.req.messages, hashes, positions, strict=True):
@@ -318,6 +335,8 @@ class Planner:
                     op="delete", kind="relation", user_id=self.user, type=EdgeType(kind), source=source, target=target
                 )
             )
+        for nid in sorted(self.stale_notes):
+            self.records.append(Deletion(op="delete", kind="artifact", user_id=self.user, id=nid))
         for cid in sorted(self.deleted_concepts):
             self.records.append(Deletion(op="delete", kind="concept", user_id=self.user, id=cid))
         records = [*self.records, *(self.concepts[c] for c in sorted(self.concepts))]
@@ -403,6 +422,7 @@ class Planner:
         existing = await st.get("msg", muid)
         if existing is not None and existing["h"] == h:
             self.results.append(MessageResult(index=position, muid=muid, status="unchanged"))
+            self.said[position] = (self.req.speaker(message), message.content)
             history.append(f"{self.req.speaker(message)}: {message.content}")
             return 0
         if existing is not None:
@@ -438,6 +458,7 @@ class Planner:
             self.records.append(change.restatement)
             for source in (muid, *change.restated):
                 self._relate(EdgeType.DERIVED_FROM, change.restatement.id, source, self.opts.fact_weight)
+        noted = await self._note(muid, speaker, message.content, ts, position)
         self.changes.remember(muid, speaker, message.content)
         await self.changes.note_tail(muid)
         for other, src, dst in ((position - 1, muid, None), (position + 1, None, muid)):
@@ -455,6 +476,7 @@ class Planner:
             ("sup", change.supersedes),
             ("rs", change.restatement is not None),
             ("cue", change.cued),
+            ("nt", noted),
         ):
             if value:
                 row[name] = value
@@ -517,11 +539,33 @@ class Planner:
         await self._count(muid, keys, surfaces, +1)
         return keys
 
+    async def _note(self, muid: str, speaker: str, text: str, ts: datetime, position: int) -> bool:
+        """Write the message's rule note (:mod:`hrt.extraction.notes`), ``DERIVED_FROM`` it:
+        attributed to the session's participants, dated from ``ts``, a short reply written behind
+        the message before it (this call's, else the stored one, read only then). Whether it has one."""
+        if not self.opts.notes:
+            return False
+        previous = self.said.get(position - 1)
+        if previous is None and position > 0 and is_short_reply(text):
+            before = message_id(self.req.session_id, position - 1)
+            row = await self.st.get("msg", before)
+            unit = (await self.st.store.get_many(self.user, Kind.MEMORY_UNIT, [before])).get(before)
+            if row is not None and isinstance(unit, MemoryUnit):
+                who = str(row.get("speaker", ""))
+                previous = (who, said_text(who, unit.content))
+        self.said[position] = (speaker, text)
+        note = rule_note(self.user, muid, speaker, text, ts, self.participants, previous)
+        if note is None:
+            return False
+        self.stale_notes.discard(note.id)
+        self.records.append(note)
+        self._relate(EdgeType.DERIVED_FROM, note.id, muid, self.opts.note_weight)
+        return True
+
     async def _uncount_names(self, content: str, speaker: str) -> None:
         """Take a deleted message's capitalisation counts back out (its text is the unit's, inside
         :func:`unit_content`); a word counted nowhere any more loses its row."""
-        said = f'{speaker} said, "'
-        text = content[len(said) : -1] if content.startswith(said) and content.endswith('"') else content
+        text = said_text(speaker, content)
         counts = dict(list(name_counts(text).items())[: self.opts.max_message_words])
         rows = await self.st.get_many("name", sorted(counts))
         for word, (cap, lower) in counts.items():
@@ -544,6 +588,8 @@ class Planner:
             self.st.put("fam", fam + SEP + muid, None)
         if existing.get("rs"):
             self.records.append(Deletion(op="delete", kind="artifact", user_id=self.user, id=restatement_id(muid)))
+        if existing.get("nt"):
+            self.stale_notes.add(note_id(muid))  # deleted unless the message's new text has one
         terms = await self.st.get_many("term", keys)
         for key in keys:
             cid = terms.get(key, {}).get("cid")

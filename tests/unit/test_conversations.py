@@ -68,6 +68,27 @@ def request(session: int, messages: Sequence[tuple[str, str]], first: int, user:
     )
 
 
+def locomo_sample(dated: bool = False) -> dict[str, Any]:
+    """:data:`SESSIONS` in LoCoMo's shape (for the batch import); ``dated``: each session on the
+    day :func:`request` gives its messages."""
+    months = ("January", "February", "March")
+    dates = {f"session_{n + 1}_date_time": f"10:00 am on 1 {months[n]}, 2026" for n in range(len(SESSIONS))}
+    return {
+        "sample_id": "t",
+        "conversation": {
+            "speaker_a": "Maya",
+            "speaker_b": "Tom",
+            **(dates if dated else {}),
+            **{
+                f"session_{n + 1}": [
+                    {"speaker": s, "text": t, "dia_id": f"D{n + 1}:{i + 1}"} for i, (s, t) in enumerate(session)
+                ]
+                for n, session in enumerate(SESSIONS)
+            },
+        },
+    }
+
+
 def calls(per_call: int = 2, user: str = "u1") -> list[ConversationRequest]:
     out = []
     for n, session in enumerate(SESSIONS):
@@ -317,20 +338,7 @@ async def test_turn_by_turn_links_what_the_batch_import_links(tmp_path: Path) ->
             await svc.add_messages(c)
     finally:
         await svc.close()
-    sample = {
-        "sample_id": "t",
-        "conversation": {
-            "speaker_a": "Maya",
-            "speaker_b": "Tom",
-            **{
-                f"session_{n + 1}": [
-                    {"speaker": s, "text": t, "dia_id": f"D{n + 1}:{i + 1}"} for i, (s, t) in enumerate(session)
-                ]
-                for n, session in enumerate(SESSIONS)
-            },
-        },
-    }
-    batch = import_conversation(sample)
+    batch = import_conversation(locomo_sample())
     batch_concepts = {r.id for r in batch.records if isinstance(r, Concept)}
     turn_concepts = set(entities(dump(tmp_path / "c.db"), "concept"))
     assert len(batch_concepts & turn_concepts) >= 0.9 * len(batch_concepts | turn_concepts)

@@ -147,9 +147,13 @@ def test_import_artifacts_are_derived_from_the_turns_they_cite() -> None:
     assert len(observations) == 4  # the one citing an unknown dialog id is left out
     assert conv.derived_from["summary:session-1"] == {"turn:D1:1", "turn:D1:2", "turn:D1:3", "turn:D1:4"}
     assert conv.derived_from["obs:s2:ava:1"] == {"turn:D2:2"}  # evidence given as a list
-    derived = {(r.source, r.target) for r in edges(conv.records, EdgeType.DERIVED_FROM) if r.target.startswith("turn:")}
+    from_turns = [r for r in edges(conv.records, EdgeType.DERIVED_FROM) if r.target.startswith("turn:")]
+    derived = {(r.source, r.target) for r in from_turns if not r.source.startswith("note:")}
     assert ("obs:s1:ben:1", "turn:D1:4") in derived
     assert len(derived) == 4 + 3 + 4  # summaries cover their sessions, observations their citations
+    notes = {(r.source, r.target) for r in from_turns if r.source.startswith("note:")}  # the rules' own
+    assert notes and all(source == "note:" + target.partition(":")[2] for source, target in notes)
+    assert {a.id for a in artifacts.values() if a.artifact_type == "note"} == {source for source, _ in notes}
     # an artifact is created after the turns it is derived from
     mus = {m.muid: m for m in by_type(conv.records, MemoryUnit)}
     for aid, turns in conv.derived_from.items():
@@ -604,7 +608,9 @@ def test_notes_none_imports_the_rules_alone_and_dataset_the_datasets_notes(tmp_p
                 await svc.close()
 
         counts[notes] = asyncio.run(stored())
-    assert counts["none"]["artifact"] == 0 and counts["dataset"]["artifact"] == 6  # 2 summaries, 4 observations
+    notes = L.import_conversation(fixture_sample()).counts["notes"]  # the rules' own, the same turn by turn
+    assert notes > 0 and counts["none"]["artifact"] == notes
+    assert counts["dataset"]["artifact"] == notes + 6  # and 2 summaries, 4 observations
     assert counts["none"]["memory_unit"] == counts["dataset"]["memory_unit"] == 7
 
 

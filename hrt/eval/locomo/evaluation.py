@@ -29,6 +29,7 @@ from hrt.eval.locomo.systems import (
     hrt_system,
 )
 from hrt.extraction.messages import ConversationRequest, Message
+from hrt.extraction.notes import NOTE_ARTIFACT_TYPE
 from hrt.ingest import Record
 from hrt.pipeline.intake import applied_config, configure
 from hrt.records import Artifact, EdgeType, MemoryUnit, Relation
@@ -207,10 +208,14 @@ async def ingest_turns(
                 new_id[unit.muid] = done.muid
     conv.turn_ids = {d: new_id[m] for d, m in conv.turn_ids.items() if m in new_id}
     conv.derived_from = {a: frozenset(new_id.get(m, m) for m in ms) for a, ms in conv.derived_from.items()}
-    artifacts: list[Record] = [r for r in conv.records if isinstance(r, Artifact)]
+    # the route writes each message's rule note itself (hrt.extraction.notes): the import's are left out
+    artifacts: list[Record] = [
+        r for r in conv.records if isinstance(r, Artifact) and r.artifact_type != NOTE_ARTIFACT_TYPE
+    ]
+    notes = {r.id for r in conv.records if isinstance(r, Artifact) and r.artifact_type == NOTE_ARTIFACT_TYPE}
     known = await service.graph.ids(conv.user_id)  # the route's memory units and concepts
     for r in conv.records:
-        if isinstance(r, Relation) and r.type is EdgeType.DERIVED_FROM:
+        if isinstance(r, Relation) and r.type is EdgeType.DERIVED_FROM and r.source not in notes:
             target = new_id.get(r.target, r.target)
             if target in known:
                 artifacts.append(r.model_copy(update={"target": target}))

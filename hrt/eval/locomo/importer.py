@@ -15,6 +15,7 @@ from typing import Any
 
 from hrt.extraction.ids import entity_id, slug
 from hrt.extraction.locomo import FALLBACK_START, Turn, evidence_ids, parse_sessions, user_id_for
+from hrt.extraction.notes import rule_note
 from hrt.extraction.rules import ProperNouns, allowance, extract, too_common, topic_key
 from hrt.ingest import Record
 from hrt.records import (
@@ -52,6 +53,10 @@ class ImportOptions:
     with_concepts: bool = True  # False: no concepts, MENTIONS or RELATED_TO (an ablation)
     with_summaries: bool = True
     with_observations: bool = True
+    # the rules' own note of each turn (hrt.extraction.notes), DERIVED_FROM it, as the
+    # conversation route writes it: part of "rules only"
+    with_rule_notes: bool = True
+    note_weight: float = 1.0  # a note DERIVED_FROM its turn
     turn_format: str = "said"  # said: `Speaker said, "text"` (LoCoMo's RAG format); title; colon; bare
     # a concept's other surface forms in the conversation (a topic's plural or other inflection: topics
     # are keyed by stems) become its aliases. Off: LoCoMo dev recall@10 -0.47 [-1.03, +0.00] with it, no phrase
@@ -116,8 +121,10 @@ def import_conversation(sample: Mapping[str, Any], options: ImportOptions | None
     session_end: dict[int, datetime] = {}
     last_ts: datetime | None = None
     turn_texts: list[tuple[str, str]] = []  # (muid, text) for extraction
+    notes: list[Artifact] = []
     for session in sessions:
         previous_muid: str | None = None
+        previous: tuple[str, str] | None = None
         for turn in session.turns:
             muid = f"turn:{turn.dia_id}" if valid_id(f"turn:{turn.dia_id}") else f"turn:s{turn.session}-{turn.index}"
             if muid in turn_ts:  # a repeated dialog id: keep both turns apart
@@ -150,6 +157,21 @@ def import_conversation(sample: Mapping[str, Any], options: ImportOptions | None
                 )
             )
             turn_texts.append((muid, turn_content(turn, "bare")))
+            if opts.with_rule_notes:
+                bare = turn_content(turn, "bare")
+                note = rule_note(user, muid, turn.speaker, bare, ts, speakers, previous)
+                if note is not None:
+                    notes.append(note)
+                    relations.append(
+                        Relation(
+                            user_id=user,
+                            type=EdgeType.DERIVED_FROM,
+                            source=note.id,
+                            target=muid,
+                            weight=opts.note_weight,
+                        )
+                    )
+                previous = (turn.speaker, bare)
             if previous_muid is not None and opts.follows_weight > 0:
                 relations.append(
                     Relation(
@@ -249,11 +271,13 @@ def import_conversation(sample: Mapping[str, Any], options: ImportOptions | None
     relations.extend(related_edges)
 
     records.extend(artifacts)
+    records.extend(notes)
     records.extend(concepts)
     records.extend(relations)
     counts = {
         "memory_units": len(turn_ts),
         "artifacts": len(artifacts),
+        "notes": len(notes),
         "concepts": len(concepts),
         "mentions": len(mention_edges),
         "related_to": len(related_edges),

@@ -33,7 +33,7 @@ def _cell(summary: Mapping[str, float] | None, metric: str) -> str:
 
 
 NOTES_TEXT = {
-    "none": "none: the rules alone (turns, and the concepts and relations HRT's rules extract)",
+    "none": "none: the rules alone (turns, their rule notes, and the concepts and relations HRT's rules extract)",
     "dataset": "dataset: LoCoMo's session summaries and observations too, as artifacts",
 }
 RENDERED_LABELS = {"rendered": "compact", "rendered-markdown": "markdown"}
