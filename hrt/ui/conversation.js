@@ -34,7 +34,19 @@ async function readMessages(user, session) {
   return found;
 }
 
-function message(user, view) {
+// the notes and facts derived from the messages (an artifact DERIVED_FROM each), read for their text
+async function readDerived(user, messages) {
+  const wanted = messages.flatMap((m) => m.relations.filter((r) => r.type === "DERIVED_FROM" && r.direction === "in"));
+  const found = new Map();
+  for (let start = 0; start < wanted.length; start += BATCH) {
+    const views = await Promise.all(wanted.slice(start, start + BATCH).map((r) =>
+      call("GET", paths.entity(user, r.kind, r.id), { query: { relation_limit: 1 } }).catch(() => null)));
+    for (const view of views) if (view) found.set(view.id, view);
+  }
+  return found;
+}
+
+function message(user, view, derivedViews) {
   const meta = (view.record && view.record.metadata) || {};
   const concepts = view.relations.filter((r) => r.type === "MENTIONS" && r.direction === "out");
   const replaced = view.supersedes;
@@ -51,8 +63,11 @@ function message(user, view) {
       concepts.map((c) => [link(route("u", user, "e", c.kind, c.id), c.title || c.id), " "])) : "",
     replaced.length ? h("p", { class: "changed", "data-testid": "changed" }, "changed: replaces ",
       replaced.map((r) => [link(route("u", user, "e", r.kind, r.id), r.title || r.id), " "])) : "",
-    derived.length ? h("p", { class: "links" }, "facts from it: ",
-      derived.map((d) => [link(route("u", user, "e", d.kind, d.id), d.title || d.id), " "])) : "",
+    derived.length ? h("ul", { class: "derived", "data-testid": "derived" }, derived.map((d) => {
+      const full = derivedViews.get(d.id);
+      const text = full && full.record && full.record.content;
+      return h("li", null, link(route("u", user, "e", d.kind, d.id), d.title || d.id), text ? `: ${text}` : "");
+    })) : "",
     meta.changes ? h("pre", { class: "json" }, JSON.stringify(meta.changes, null, 2)) : "");
 }
 
@@ -87,9 +102,10 @@ export async function conversationView(target, user, session) {
     return;
   }
   const messages = await readMessages(user, session);
+  const derived = await readDerived(user, messages);
   show(target,
     h("h1", null, "Conversation ", h("span", { class: "mono", "data-testid": "session" }, session)),
     picker,
     h("p", { class: "note" }, `${messages.length} messages`),
-    h("ol", { class: "conversation", "data-testid": "conversation" }, messages.map((m) => message(user, m))));
+    h("ol", { class: "conversation", "data-testid": "conversation" }, messages.map((m) => message(user, m, derived))));
 }

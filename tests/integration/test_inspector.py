@@ -245,6 +245,11 @@ def test_a_conversation_in_order_with_its_concepts_and_changes(inspected):
         changed = shown.nth(2).locator("[data-testid=changed] a")  # the move replaces the first plan
         ids = shown.evaluate_all("ms => ms.map(m => m.dataset.id)")
         assert changed.evaluate_all("links => links.map(a => decodeURIComponent(a.hash.split('/').pop()))") == ids[:2]
+        with api(server, keys["maya"]) as c:  # the note written from the first message, with its text
+            first = c.get(f"/v1/users/u-maya/entities/memory_unit/{ids[0]}").json()
+            (note,) = [r for r in first["relations"] if r["type"] == "DERIVED_FROM" and r["direction"] == "in"]
+            text = c.get(f"/v1/users/u-maya/entities/{note['kind']}/{note['id']}").json()["record"]["content"]
+        assert text in shown.nth(0).locator("[data-testid=derived]").inner_text()
 
 
 def test_export_from_the_page_is_the_routes_export(inspected, tmp_path: Path):
