@@ -33,10 +33,10 @@ VIEWS: list[tuple[str, str, str]] = [
     (
         "memory",
         "A user's memory",
-        "Counts per kind (`GET /v1/users/{u}/stats`), then the entities a page at a time with every filter "
-        "of `GET /v1/users/{u}/entities`: kind, tags, agents, creation time, `valid_at`, ended and superseded "
-        "included or not; *search titles* is the title prefix. A key without the `read` scope sees ids and "
-        "titles only, and the page says so.",
+        "Counts per kind (`GET /v1/users/{u}/stats`); *search by meaning* runs the question in the playground "
+        "(below); then the entities a page at a time with every filter of `GET /v1/users/{u}/entities`: kind, "
+        "tags, agents, creation time, `valid_at`, ended and superseded included or not; *search titles* is the "
+        "title prefix. A key without the `read` scope sees ids and titles only, and the page says so.",
     ),
     (
         "entity",

@@ -101,7 +101,7 @@ async function render() {
   show(target, h("p", { class: "loading" }, "loading…"));
   try {
     if (parts[2] === "e") await entityView(target, user, parts[3], parts.slice(4).join("/"));
-    else if (parts[2] === "retrieve") await retrieveView(target, user);
+    else if (parts[2] === "retrieve") await retrieveView(target, user, parts.slice(3).join("/"));
     else if (parts[2] === "c") await conversationView(target, user, parts.slice(3).join("/"));
     else await memoryView(target, user);
   } catch (exc) {

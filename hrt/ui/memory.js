@@ -89,10 +89,20 @@ export async function memoryView(target, user) {
     }
   }
   const form = filtersForm((chosen) => { filters = chosen; page(null); });
+  const question = h("input", { type: "search", name: "meaning", placeholder: "what does it remember about…" });
+  const ask = (event) => {
+    event.preventDefault();
+    if (question.value.trim()) window.location.hash = route("u", user, "retrieve", question.value.trim());
+  };
+  const meaning = h("form", { class: "inline", id: "meaning", "on:submit": ask }, question,
+    h("button", { type: "submit" }, "Search by meaning"));
   show(target,
     h("h1", null, "Memory of ", h("span", { class: "mono", "data-testid": "user" }, user)),
     counts(stats),
-    h("h2", null, "Browse and search"),
+    h("h2", null, "Search by meaning"),
+    h("p", { class: "hint" }, "A retrieval with the question (the playground, filled in)."),
+    meaning,
+    h("h2", null, "Browse and search titles"),
     form,
     note,
     h("table", { class: "entities" },

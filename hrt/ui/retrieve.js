@@ -78,14 +78,14 @@ function breakdown(item, weights) {
 }
 
 // phrase(s) -> seed -> hop -> ... -> item, drawn left to right
-function provenanceGraph(user, itemId, title, prov) {
+function provenanceGraph(user, itemId, title, prov, titles) {
   if (!prov) return "";
   const nodes = [];
   const phrases = prov.seed_phrases.length ? prov.seed_phrases : prov.phrases;
   nodes.push({ label: phrases.length ? phrases.map((p) => `“${p}”`).join(", ") : "named seed", cls: "phrase" });
   const chain = [prov.seed_id, ...prov.hops.map((hop) => hop.node_id)];
   chain.forEach((id, i) => nodes.push({
-    label: id === itemId ? title : id, cls: i === 0 ? "seed" : id === itemId ? "item" : "hop",
+    label: id === itemId ? title : titles.get(id) || id, cls: i === 0 ? "seed" : id === itemId ? "item" : "hop",
     edge: i === 0 ? "search" : `${prov.hops[i - 1].direction === "out" ? "" : "← "}${prov.hops[i - 1].edge}${prov.hops[i - 1].direction === "out" ? " →" : ""}`,
   }));
   const width = 170; const gap = 60; const height = 64;
@@ -106,7 +106,22 @@ function provenanceGraph(user, itemId, title, prov) {
   return h("div", { class: "found", "data-testid": "provenance" }, graph, h("p", { class: "hint" }, evidence));
 }
 
-function itemCard(user, kind, item, rank, doc) {
+// every id the response names with a title: its items, their concepts and related memories
+function titlesOf(doc) {
+  const titles = new Map();
+  for (const m of doc.retrieved_memory_units) {
+    titles.set(m.muid, m.title);
+    for (const c of m.connected_concept_ids_and_names) titles.set(c.id, c.name);
+  }
+  for (const c of doc.retrieved_concepts) {
+    titles.set(c.id, c.name);
+    for (const m of c.related_top_memory_unit_ids_and_titles) titles.set(m.id, m.title);
+  }
+  for (const a of doc.retrieved_artifacts) titles.set(a.id, a.title);
+  return titles;
+}
+
+function itemCard(user, kind, item, rank, doc, titles) {
   const id = item.muid || item.id;
   const title = item.title || item.name || id;
   const meta = doc.retrieval_metadata;
@@ -122,7 +137,7 @@ function itemCard(user, kind, item, rank, doc) {
     interval ? h("p", { class: "hint" }, `valid ${fmt(interval.valid_from)} → ${fmt(interval.valid_to)}`,
       interval.superseded_by.length ? ` · superseded by ${interval.superseded_by.join(", ")}` : "") : "",
     breakdown(item, doc.scoring_details.weights_used),
-    provenanceGraph(user, id, title, meta.provenance[id]));
+    provenanceGraph(user, id, title, meta.provenance[id], titles));
 }
 
 function setAside(doc) {
@@ -168,19 +183,20 @@ function answer(user, doc) {
     ["memory_unit", doc.retrieved_memory_units], ["concept", doc.retrieved_concepts], ["artifact", doc.retrieved_artifacts],
   ];
   const meta = doc.retrieval_metadata;
+  const titles = titlesOf(doc);
   return [
     h("p", { class: "summary", "data-testid": "summary" }, doc.retrieval_summary),
     h("p", { class: "hint" }, `as of ${meta.as_of} · valid at ${meta.validity.valid_at} · config ${meta.config_hash} · `,
       `stages ${Object.entries(meta.stages).map(([k, v]) => `${k} ${v}`).join(", ")}`),
     grounding(doc),
     sections.map(([kind, items]) => items.length ? [h("h2", null, `${kind.replace("_", " ")}s (${items.length})`),
-      items.map((item, i) => itemCard(user, kind, item, i + 1, doc))] : ""),
+      items.map((item, i) => itemCard(user, kind, item, i + 1, doc, titles))] : ""),
     h("h2", null, "Set aside, and why"), setAside(doc),
     renderedText(meta.rendered),
   ];
 }
 
-export async function retrieveView(target, user) {
+export async function retrieveView(target, user, question) {
   const out = h("div", { id: "answer" });
   async function run(inputs) {
     show(out, h("p", { class: "loading" }, "retrieving…"));
@@ -191,5 +207,10 @@ export async function retrieveView(target, user) {
       show(out, failure(exc));
     }
   }
-  show(target, h("h1", null, "Retrieve for ", h("span", { class: "mono" }, user)), form(run), out);
+  const built = form(run);
+  show(target, h("h1", null, "Retrieve for ", h("span", { class: "mono" }, user)), built, out);
+  if (question) {
+    built.elements.namedItem("query").value = question;
+    built.requestSubmit();
+  }
 }

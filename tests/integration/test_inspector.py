@@ -51,6 +51,10 @@ def api(server: ServerProcess, key: str) -> httpx.Client:
     return httpx.Client(base_url=server.base_url, headers={"authorization": f"Bearer {key}"}, timeout=120)
 
 
+def items_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return doc["retrieved_memory_units"] + doc["retrieved_concepts"] + doc["retrieved_artifacts"]
+
+
 def no_script_ran(page: Any) -> None:
     assert page.evaluate("window.__xss") is None
     assert page.locator("main img, main script, main svg[onload]").count() == 0
@@ -164,6 +168,29 @@ def test_a_retrieval_shows_its_items_scores_provenance_and_rendered_text(inspect
         )
         assert page.locator("[data-testid=set-aside] li").count() >= 1
         no_script_ran(page)
+
+
+def test_search_by_meaning_runs_the_question_in_the_playground(inspected):
+    server, keys = inspected
+    question = "when does the Phoenix beta start?"
+    with api(server, keys["maya"]) as c:
+        body = {"user_id": "u-maya", "query": question, "render": {"format": "markdown", "max_tokens": 1500}}
+        doc = c.post("/v1/retrieve", json=body).json()
+    expected = [i.get("muid") or i["id"] for i in items_of(doc)]
+    # a seed the answer names is drawn by its title, as the page shortens it
+    titles = {i.get("muid") or i["id"]: i.get("title") or i["name"] for i in items_of(doc)}
+    provenance = doc["retrieval_metadata"]["provenance"]
+    item, seed = next((i, p["seed_id"]) for i, p in provenance.items() if p["seed_id"] != i and p["seed_id"] in titles)
+    label = titles[seed] if len(titles[seed]) <= 26 else titles[seed][:25] + "…"
+    with browser_page(server.base_url) as page:
+        log_in(page, keys["maya"], "u-maya")
+        page.fill("input[name=meaning]", question)
+        page.click("#meaning button[type=submit]")
+        page.wait_for_selector("[data-testid=rendered]")
+        assert page.input_value("input[name=query]") == question
+        assert page.locator("[data-testid=item]").evaluate_all("cs => cs.map(c => c.dataset.id)") == expected
+        card = page.locator(f"[data-testid=item][data-id='{item}']")
+        assert card.locator("svg.provenance .node.seed + text").text_content() == label
 
 
 def test_a_key_for_another_user_sees_a_403(inspected):
