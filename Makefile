@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: install install-test install-llama demo test test-unit lint typecheck schema docs serve
+.PHONY: install install-test install-browser install-llama demo test test-unit lint typecheck schema docs serve inspector-screenshots
 
 # the configured embedding model's files come from Maven Central once (hash-checked, cached in
 # $HRT_CACHE_DIR/models); the tests load every prebuilt model
@@ -10,9 +10,13 @@ install:
 	$(PIP) install -q -e .
 	hrt models fetch
 
-install-test:
+install-test: install-browser
 	$(PIP) install -q -e '.[test]'
 	hrt models fetch --all
+
+# Debian's chromium for the inspector's browser tests (Playwright drives it; no `playwright install`)
+install-browser:
+	bash scripts/install-browser.sh
 
 demo: install
 	hrt demo
@@ -36,6 +40,10 @@ schema:
 
 docs:
 	$(PYTHON) -m hrt.config_docs docs/configuration.md
+
+# docs/inspector.md and its screenshots (docs/img/inspector-*.png), from a real hrt serve in Chromium
+inspector-screenshots: install-browser
+	$(PYTHON) scripts/inspector_screenshots.py
 
 serve: install
 	hrt serve

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hrt.embedding_models import BUNDLED, canonical
@@ -529,6 +529,29 @@ class Settings(
     # while Neo4j or Weaviate is down, retrieval answers from the record store (marked degraded:
     # seeds from PostgreSQL's text search, no graph walk); off: such retrievals are 503
     degrade_on_outage: bool = True
+
+    # --- OpenTelemetry traces (hrt/tracing.py): the standard variables, under their own names ----
+    # on with OTEL_TRACES_EXPORTER=otlp|console, or, that unset, when an OTLP endpoint is set;
+    # OTEL_SDK_DISABLED=true turns it off. The SDK reads the other OTEL_* variables itself.
+    otel_traces_exporter: str = Field("", validation_alias=AliasChoices("OTEL_TRACES_EXPORTER", "otel_traces_exporter"))
+    otel_exporter_otlp_endpoint: str = Field(
+        "", validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT", "otel_exporter_otlp_endpoint")
+    )
+    otel_exporter_otlp_traces_endpoint: str = Field(
+        "", validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "otel_exporter_otlp_traces_endpoint")
+    )
+    otel_sdk_disabled: bool = Field(False, validation_alias=AliasChoices("OTEL_SDK_DISABLED", "otel_sdk_disabled"))
+
+    def tracing_exporter(self) -> str | None:
+        """The span exporter the OTEL_* variables ask for (``otlp``, ``console``), or None: no traces."""
+        from hrt.tracing import tracing_wanted
+
+        return tracing_wanted(
+            self.otel_traces_exporter,
+            self.otel_exporter_otlp_endpoint,
+            self.otel_exporter_otlp_traces_endpoint,
+            self.otel_sdk_disabled,
+        )
 
     @model_validator(mode="after")
     def _budgets(self) -> Settings:

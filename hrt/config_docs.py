@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, SecretStr
+from pydantic import AliasChoices, BaseModel, SecretStr
 
 from hrt.config import PRESETS, STAGES, Settings
 from hrt.contract import ConfigOverrides
@@ -451,6 +451,24 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
         ),
     ),
     (
+        ("otel_traces_exporter",),
+        (
+            "OpenTelemetry traces ([deployment.md](deployment.md#traces-opentelemetry)), off by default: "
+            "`otlp` (OTLP/HTTP protobuf, `pip install 'hrt[otel]'`) or `console` turns them on, `none` off; "
+            "unset, they are on when an "
+            "OTLP endpoint is set. A span per request, pipeline stage and store call of a retrieval; the SDK "
+            "reads the other `OTEL_*` variables (`OTEL_SERVICE_NAME`, `OTEL_EXPORTER_OTLP_HEADERS`, the sampler)"
+        ),
+    ),
+    (
+        ("otel_exporter_otlp_endpoint", "otel_exporter_otlp_traces_endpoint"),
+        (
+            "the OTLP/HTTP receiver (`http://collector:4318`; spans go to `/v1/traces` under it), or the "
+            "traces URL itself; either turns traces on when `OTEL_TRACES_EXPORTER` is unset"
+        ),
+    ),
+    (("otel_sdk_disabled",), "`true`: no traces, whatever the other variables say"),
+    (
         ("degrade_on_outage",),
         (
             "services: while Neo4j or Weaviate is down, retrieval answers from PostgreSQL, marked `degraded` "
@@ -517,6 +535,14 @@ def undescribed() -> list[str]:
     return [name for name in Settings.model_fields if name not in described]
 
 
+def variable(name: str) -> str:
+    """A setting's environment variable: ``HRT_<NAME>``, or the standard name it reads (``OTEL_*``)."""
+    alias = Settings.model_fields[name].validation_alias
+    if isinstance(alias, AliasChoices) and isinstance(alias.choices[0], str):
+        return alias.choices[0]
+    return f"HRT_{name.upper()}"
+
+
 def render_configuration() -> str:
     fields = Settings.model_fields
     unknown = [name for names, _ in DESCRIPTIONS for name in names if name not in fields]
@@ -524,7 +550,7 @@ def render_configuration() -> str:
         raise ValueError(f"described but not settings: {unknown}")
     rows = []
     for names, what in DESCRIPTIONS:
-        variables = " / ".join(f"`HRT_{name.upper()}`" for name in names)
+        variables = " / ".join(f"`{variable(name)}`" for name in names)
         defaults = " / ".join(default_text(fields[name].default) for name in names)
         marked = f"{what} *(request)*" if all(n in ConfigOverrides.model_fields for n in names) else what
         rows.append(f"| {variables} | {defaults} | {marked.replace('|', chr(92) + '|')} |")

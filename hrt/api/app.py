@@ -20,15 +20,17 @@ from hrt import __version__
 from hrt.api.access import route_rules
 from hrt.api.bodies import BodyLimit
 from hrt.api.errors import install_error_handlers
-from hrt.api.guard import ASGIApp, Guard, Message, Receive, Scope, Send
+from hrt.api.guard import ASGIApp, Guard, Receive, Scope, Send, StatusNote
 from hrt.api.openapi import openapi_document
 from hrt.api.routes import ROUTERS
 from hrt.api.state import AUTH_OFF_WARNING, ServerState
+from hrt.api.ui import ui_files, ui_paths, ui_routes
 from hrt.auth import KeyRing, Principal, auth_off_refused, is_loopback
 from hrt.config import Settings
 from hrt.errors import HRTError, StoreUnavailable
 from hrt.front import count_refusal as refused
 from hrt.service import HRTService
+from hrt.tracing import Tracing, tracing_from
 
 log = logging.getLogger(__name__)
 
@@ -54,18 +56,11 @@ class RequestCounter:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        status = 500
-
-        async def send_and_note(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
+        noted = StatusNote(send)
         try:
-            await self.app(scope, receive, send_and_note)
+            await self.app(scope, receive, noted)
         finally:
-            self.count(scope, status)
+            self.count(scope, noted.status)
 
 
 async def _open_keyring(state: ServerState) -> KeyRing:
@@ -84,7 +79,7 @@ async def _open_keyring(state: ServerState) -> KeyRing:
     return ring
 
 
-def _lifespan(state: ServerState, mcp_endpoint: Any) -> Callable[[FastAPI], Any]:
+def _lifespan(state: ServerState, mcp_endpoint: Any, tracing: Tracing | None) -> Callable[[FastAPI], Any]:
     """Starts the service unless one was given, opens the key ring (HRT_AUTH=on) or refuses to
     serve without keys off loopback, and runs the MCP session manager."""
     settings = state.settings
@@ -94,6 +89,8 @@ def _lifespan(state: ServerState, mcp_endpoint: Any) -> Callable[[FastAPI], Any]
         owned = not state.has_service
         if owned:
             state.set_service(await HRTService(settings).start(background_projector=True))
+        if tracing is not None and state.service.tool.tracing is None:
+            state.service.tool.trace_stores(tracing)
         try:
             if settings.auth == "on":
                 state.set_keyring(await _open_keyring(state))
@@ -112,6 +109,8 @@ def _lifespan(state: ServerState, mcp_endpoint: Any) -> Callable[[FastAPI], Any]
                     log.warning("recording the keys' last use at shutdown failed: %s", exc)
             if owned:
                 await state.service.close()
+            if tracing is not None:
+                tracing.shutdown()  # the spans still buffered go to the exporter
 
     return lifespan
 
@@ -135,9 +134,15 @@ def _counters(state: ServerState) -> tuple[Callable[[Scope, int], None], Callabl
     return count_request, count_refusal
 
 
-def create_app(settings: Settings | None = None, service: HRTService | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None, service: HRTService | None = None, tracing: Tracing | None = None
+) -> FastAPI:
+    """The app. ``tracing``: OpenTelemetry's (a test's exporter); None: as the OTEL_* variables say."""
     settings = settings or Settings()
+    tracing = tracing or tracing_from(settings.tracing_exporter())
     state = ServerState(settings, service)
+    if tracing is not None and service is not None and service.tool.tracing is None:
+        service.tool.trace_stores(tracing)
     # MCP over streamable HTTP at /mcp: behind the Guard like every route (any valid key; each tool
     # checks its own scope and users against the key, hrt/mcp_server.py)
     from hrt.mcp_server import MCPEndpoint, build_server, request_principal
@@ -150,7 +155,7 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
             "Deterministic knowledge-graph retrieval returning AugmentedMemoryContext V9.4. Every route but "
             "/healthz needs `Authorization: Bearer <API key>` (`hrt keys create`)."
         ),
-        lifespan=_lifespan(state, mcp_endpoint),
+        lifespan=_lifespan(state, mcp_endpoint, tracing),
         docs_url=None,  # a browser page cannot send the key; `hrt export-schema` writes the documents
         redoc_url=None,
     )
@@ -169,6 +174,8 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
 
     app.openapi = openapi  # type: ignore[method-assign]
     app.router.routes.append(mcp_endpoint.route("/mcp"))
+    ui = ui_files()  # the inspector (/ui): static files, no data, no key
+    app.router.routes.extend(ui_routes(ui))
 
     rules = route_rules(app.router.routes)
     app.add_middleware(
@@ -182,10 +189,14 @@ def create_app(settings: Settings | None = None, service: HRTService | None = No
         routes=lambda: list(app.router.routes),
         scopes=rules.scopes,
         audited=rules.audited,
-        open_paths=rules.open_paths,
+        open_paths=rules.open_paths | ui_paths(ui),
         keyring=state.keyring if settings.auth == "on" else None,
         limiter=state.limiter,
         on_refusal=count_refusal,
     )
     app.add_middleware(RequestCounter, count=count_request)
+    if tracing is not None:
+        from hrt.api.traces import TraceRequests
+
+        app.add_middleware(TraceRequests, tracing=tracing)
     return app

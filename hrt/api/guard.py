@@ -37,6 +37,20 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 
+class StatusNote:
+    """A ``send`` that notes the status of the response sent through it (500 until one starts: an
+    exception escaping the app is answered 500 by the server)."""
+
+    def __init__(self, send: Send) -> None:
+        self.status = 500
+        self._send = send
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = int(message["status"])
+        await self._send(message)
+
+
 async def send_error(send: Send, status: int, exc: HRTError, extra: Mapping[str, str] | None = None) -> None:
     body = json.dumps({"error": error_dict(exc)}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from hrt.config import RetrievalConfig, Settings
 from hrt.contract import AppliedConfig, AugmentedMemoryContext, RetrieveRequest
@@ -36,6 +37,9 @@ from hrt.pipeline.selection import selection_stage
 from hrt.reranker import NoopReranker, Reranker
 from hrt.stores.base import GraphStore, RecordStore, VectorIndex
 from hrt.stores.fallback import STAGE, collecting
+
+if TYPE_CHECKING:
+    from hrt.tracing import Tracing
 
 # The stages in order. Their names are the keys of retrieval_metadata.stages and of the timings
 # run() returns (the Server-Timing header, which benchmarks parse), then "total".
@@ -86,6 +90,16 @@ class HybridRetrievalTool:
         # a hook that sees every request's scored candidates (the LoCoMo eval's candidate recall);
         # never part of the response
         self.trace: Callable[[Intake, list[Scored]], None] | None = None
+        # OpenTelemetry (hrt/tracing.py), None unless the OTEL_* variables turn it on: then
+        # trace_stores() has wrapped the ports, and each request and stage is a span
+        self.tracing: Tracing | None = None
+
+    def trace_stores(self, tracing: Tracing) -> None:
+        """Trace every request from now on: a span per request, per stage and per store call."""
+        self.tracing = tracing
+        self.vectors = tracing.traced(self.vectors, "vectors")
+        self.graph = tracing.traced(self.graph, "graph")
+        self.records = tracing.traced(self.records, "records")
 
     def reconfigure(self, settings: Settings) -> None:
         """Run every later request with ``settings`` (the server's configuration)."""
@@ -104,6 +118,16 @@ class HybridRetrievalTool:
             elapsed = time.perf_counter() - start
             timings[name] = elapsed
             self.metrics.stage_seconds.labels(stage=name).observe(elapsed)
+
+    async def _run_stage(self, stage: Stage, ctx: RequestContext) -> str:
+        if not (ctx.user_known or stage.name in UNKNOWN_USER_STAGES):
+            return "skipped"  # nothing stored for the user: nothing to search, walk, score or read
+        if self.tracing is None:
+            return await stage.run(ctx, self)
+        with self.tracing.span(f"hrt.stage {stage.name}", {"hrt.stage": stage.name}) as span:
+            status = await stage.run(ctx, self)
+            span.set_attributes({"hrt.stage.status": status, **stage_counts(ctx, stage.name)})
+            return status
 
     def config_for(self, request: RetrieveRequest) -> tuple[RetrievalConfig, str, AppliedConfig | None]:
         """The configuration one request runs with (hrt.pipeline.intake.configure: the server's,
@@ -143,6 +167,26 @@ class HybridRetrievalTool:
             raise StoreUnavailable(msg, public=msg) from exc
 
     async def _run(self, request: RetrieveRequest) -> tuple[AugmentedMemoryContext, dict[str, float]]:
+        if self.tracing is None:
+            return await self._stages(request)
+        from hrt.tracing import user_hash
+
+        attributes = {"hrt.user.hash": user_hash(request.user_id), "hrt.deployment": self.deployment}
+        with self.tracing.span("hrt.retrieve", attributes) as span:
+            response, timings = await self._stages(request)
+            meta = response.retrieval_metadata
+            span.set_attributes(
+                {
+                    "hrt.degraded": bool(meta.degraded),
+                    "hrt.key_phrases": len(meta.key_phrases_processed),
+                    "hrt.items": len(response.retrieved_memory_units)
+                    + len(response.retrieved_concepts)
+                    + len(response.retrieved_artifacts),
+                }
+            )
+            return response, timings
+
+    async def _stages(self, request: RetrieveRequest) -> tuple[AugmentedMemoryContext, dict[str, float]]:
         cfg, config_hash, applied = self.config_for(request)
         ctx = RequestContext(request, cfg, config_hash, applied, self.clock())
         timings: dict[str, float] = {}
@@ -153,10 +197,7 @@ class HybridRetrievalTool:
                 token = STAGE.set(stage.name)
                 try:
                     with self._stage(stage.name, timings):
-                        if ctx.user_known or stage.name in UNKNOWN_USER_STAGES:
-                            ctx.stages[stage.name] = await stage.run(ctx, self)
-                        else:  # nothing stored for the user: nothing to search, walk, score or read
-                            ctx.stages[stage.name] = "skipped"
+                        ctx.stages[stage.name] = await self._run_stage(stage, ctx)
                 finally:
                     STAGE.reset(token)
         total = time.perf_counter() - started
@@ -174,3 +215,20 @@ class HybridRetrievalTool:
         m.unmatched_phrases.inc(len(grounding.unmatched))
         for p in grounding.phrases:
             m.threshold.observe(p.threshold)
+
+
+def stage_counts(ctx: RequestContext, stage: str) -> dict[str, Any]:
+    """What a stage's span counts once it ran (counts only: no phrase, id or text)."""
+    if stage == "intake":
+        return {"hrt.key_phrases": len(ctx.intake.phrases)}
+    if stage == "grounding":
+        return {"hrt.seeds": len(ctx.grounding.seeds), "hrt.unmatched": len(ctx.grounding.unmatched)}
+    if stage == "expansion":
+        return {"hrt.candidates": len(ctx.candidates)}
+    if stage == "scoring":
+        return {"hrt.scored": len(ctx.scored)}
+    if stage == "hydration":
+        return {"hrt.hydrated": len(ctx.entities), "hrt.missing": sum(len(v) for v in ctx.missing.values())}
+    if stage == "selection":
+        return {"hrt.selected": sum(len(v) for v in ctx.selected.values())}
+    return {}

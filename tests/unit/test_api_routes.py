@@ -17,6 +17,7 @@ from hrt.api import create_app
 from hrt.api.access import Access, route_rules
 from hrt.api.bodies import BodyLimit
 from hrt.api.guard import Guard
+from hrt.api.ui import ui_files, ui_paths
 from hrt.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +59,7 @@ def test_the_guard_uses_what_the_routes_declare(app):
     expected = {(m, r.path): declared(r)[0].scope for r in api_routes(app) for m in r.methods if r.path != "/healthz"}
     assert guard["scopes"] == expected
     assert guard["audited"] == {(m, r.path) for r in api_routes(app) for m in r.methods if declared(r)[0].audited}
-    assert guard["open_paths"] == {"/healthz"}
+    assert guard["open_paths"] == {"/healthz"} | ui_paths(ui_files())  # and the inspector's files, no data
     assert route_rules(app.routes).scopes == expected
 
 

@@ -26,7 +26,7 @@ PACKAGES = ("hrt.bench", "hrt.eval.locomo")
 # Lowest first: a module imports only from its own layer or lower ones. A name is a module or a
 # package (all of its modules); a module takes the layer of the longest name that covers it.
 LAYERS: list[tuple[str, ...]] = [
-    ("hrt", "hrt.errors", "hrt.text", "hrt.cache_files", "hrt.breaker", "hrt.metrics", "hrt.templates"),
+    ("hrt", "hrt.errors", "hrt.text", "hrt.cache_files", "hrt.breaker", "hrt.metrics", "hrt.templates", "hrt.tracing"),
     ("hrt.records", "hrt.config", "hrt.embedding_models", "hrt.contract", "hrt.auth", "hrt.jsonbounds"),  # the domain
     # the ports and what adapters share: values, projection of records, walks, indexes, caches
     ("hrt.stores", "hrt.stores.base", "hrt.stores.projection", "hrt.stores.ann", "hrt.stores.bm25"),
