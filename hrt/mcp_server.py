@@ -119,7 +119,7 @@ OWN_SCHEMAS: dict[str, dict[str, Any]] = {
     "entity_id": ID_SCHEMA,
     "kind": {"type": "string", "enum": KINDS},
     "what": {"type": "string", "enum": ["entity", "user"]},
-    "text": _fields(conversation.Message.model_json_schema())["content"],
+    "text": {"type": "string", "minLength": 1, "maxLength": conversation.MAX_CONTENT_CHARS},
     "records": _records_schema(),
     "relation_limit": {"type": "integer", "minimum": 1, "maximum": MAX_RELATION_LIMIT},
     "include_json": {"type": "boolean"},
@@ -415,6 +415,8 @@ class _Tools:
     async def _conversation(self, caller: Principal, args: dict[str, Any], written: dict[str, Any]) -> CallToolResult:
         """``remember``'s ``text`` or ``messages``, as ``POST /v1/conversations`` takes them."""
         text = args["text"]
+        if text is not None and not isinstance(text, str):  # one thing said; content parts go in messages
+            raise InvalidInput("field 'text': must be a string", field="text")
         said = [{"role": "user", "content": text}] if text is not None else args["messages"]
         body = {"user_id": _user(caller, args["user_id"]), "session_id": args["session_id"] or "mcp", "messages": said}
         written.update(users=[body["user_id"]])  # named by the audit line of a refusal too
