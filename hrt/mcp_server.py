@@ -139,7 +139,10 @@ RETRIEVE_ARGS = {
     "valid_at": "ISO-8601 event time: return what was true then, as known at as_of (default: as_of). Facts that a "
     "later one superseded, or whose validity ended, are left out and counted.",
     "include_invalidated": "Also return facts that are no longer true at valid_at, marked so (default false).",
-    "filters": "Restrict what is returned: tags, source_agent_ids, kinds, time_range.",
+    "filters": "Restrict what is returned: tags, source_agent_ids, kinds, time_range, and metadata: memory units "
+    'whose metadata matches, e.g. {"metadata": {"and": [{"project": "apollo"}, {"priority": '
+    '{"gte": 2}}]}}; {field: value} is equality, {field: {op: value}} with op one of eq, ne, gt, gte, lt, lte, '
+    "in, nin, contains, exists; and/or take lists, not one filter; a field may be a dotted path (owner.team).",
     "min_score": "Leave out items scoring below this (0 to 1).",
     "weights": "Custom scoring weights (alpha..delta); or use weights_preset.",
     "weights_preset": "Scoring preset: balanced, semantic (meaning only), recent, salient, personal (the user's "
