@@ -26,6 +26,7 @@ from hrt.errors import HRTError, InvalidInput, StoreUnavailable
 from hrt.ingest import parse_jsonl
 
 if TYPE_CHECKING:
+    from hrt.extraction.transcripts import Transcript
     from hrt.service import HRTService
 
 log = logging.getLogger("hrt")
@@ -305,25 +306,22 @@ async def ingest_conversation(
             bar.update(len(request.messages))
     lines = list(summaries.values())
     if transcript.source in ("chatgpt", "claude"):
-        lines.append(_export_summary(transcript.source, transcript.conversations, transcript.empty, lines))
+        lines.append(_export_summary(transcript, lines))
     return lines
 
 
-def _export_summary(source: str, conversations: int, empty: int, lines: list[dict[str, Any]]) -> dict[str, Any]:
-    """An export's last summary line: what was read, sent and left out (and why)."""
-    why: dict[str, int] = {}
-    for line in lines:
-        for reason, n in line.get("skipped_why", {}).items():
-            why[reason] = why.get(reason, 0) + n
+def _export_summary(transcript: Transcript, lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """An export's last summary line: what was read, sent and left out (and why, over every
+    conversation, the empty ones too)."""
     sums = {k: sum(line[k] for line in lines) for k in ("messages", "added", "unchanged", "replaced")}
     return {
-        "export": source,
-        "conversations": conversations,
+        "export": transcript.source,
+        "conversations": transcript.conversations,
         "sessions": len(lines),
-        "empty_conversations": empty,
+        "empty_conversations": transcript.empty,
         **sums,
-        "skipped": sum(why.values()),
-        "skipped_why": dict(sorted(why.items())),
+        "skipped": sum(transcript.skipped.values()),
+        "skipped_why": dict(transcript.skipped),
     }
 
 

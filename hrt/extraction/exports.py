@@ -19,8 +19,8 @@ same export (or of a later one) sends the same messages at the same positions (`
 position on the branch) and changes nothing. What is not sent is counted by reason:
 ``system`` and ``tool`` messages, ``hidden`` ones (ChatGPT's context messages the user never saw),
 ``tool_call`` (an assistant's message to a tool), ``empty`` (no text), ``non_text_content`` (code
-runs, browsing results). Conversations without a message with text are counted (``empty``), not
-sessions.
+runs, browsing results), ``attachment`` (a file attached to a Claude message). Conversations
+without a message with text are counted (``empty``), not sessions.
 
 Errors are :class:`~hrt.errors.InvalidInput` naming the file, the conversation (its position and id)
 and the field: ``conversations.json: conversation [3] (id 'c-1'): mapping['n2'].message.create_time:
@@ -250,6 +250,9 @@ def _claude(conversation: Mapping[str, Any], where: _Where) -> ExportSession:
         if sender not in CLAUDE_SENDERS:
             raise where.error(f"{at}.sender", "must be human or assistant")
         text = _claude_text(message, where, at, skipped)
+        for name in ("attachments", "files"):  # files the user attached: not messages, not sent
+            attached = message.get(name)
+            skipped["attachment"] += len(attached) if isinstance(attached, list) else 0
         when = _iso(message.get("created_at"), where, f"{at}.created_at")
         if not text.strip():
             skipped["empty"] += 1

@@ -67,6 +67,7 @@ class Transcript:
     sessions: list[TranscriptSession]
     conversations: int
     empty: int = 0
+    skipped: Mapping[str, int] = field(default_factory=dict)  # an export's, by reason, empty conversations too
 
 
 def read_transcript(path: Path, session_id: str | None = None) -> list[TranscriptSession]:
@@ -148,7 +149,7 @@ def _export(read: ExportRead, name: str) -> Transcript:
     ]
     if not sessions:
         raise InvalidInput(f"{name}: no conversation of the {read.source} export has a message with text", field="file")
-    return Transcript(read.source, sessions, read.conversations, read.empty)
+    return Transcript(read.source, sessions, read.conversations, read.empty, dict(sorted(read.skipped.items())))
 
 
 def _decodes(line: str) -> bool:

@@ -44,18 +44,19 @@ def test_exports_go_in_once_and_their_questions_find_their_turns(tmp_path: Path)
         "added": 4,
         "unchanged": 0,
         "replaced": 0,
-        "skipped": 7,
-        "skipped_why": {
+        "skipped": 8,
+        "skipped_why": {  # the empty conversation's system message counted too
             "non_text_content": 1,
             "non_text_part": 1,
             "other_branch": 2,
-            "system": 1,
+            "system": 2,
             "tool": 1,
             "tool_call": 1,
         },
     }
     *_, claude = ingest(DATA / "claude_conversations.json", db)
-    assert (claude["export"], claude["added"], claude["skipped_why"]) == ("claude", 3, {"empty": 1, "non_text_part": 2})
+    why = {"attachment": 1, "empty": 1, "non_text_part": 2}
+    assert (claude["export"], claude["added"], claude["skipped_why"]) == ("claude", 3, why)
     # a second import of the same export changes nothing
     *_, again = ingest(DATA / "chatgpt_conversations.json", db)
     assert (again["added"], again["unchanged"], again["replaced"]) == (0, 4, 0)

@@ -56,7 +56,7 @@ def test_a_claude_export_is_one_session_per_conversation_with_its_text_parts():
     assert session.messages[1].content.startswith("Split the forty minutes")
     assert session.messages[2].content == "My teacher Benedikt wants the Sarabande memorised by August."
     assert session.messages[1].timestamp == datetime(2024, 6, 2, 18, 0, 9, tzinfo=UTC)
-    assert dict(session.reasons) == {"empty": 1, "non_text_part": 2}
+    assert dict(session.reasons) == {"attachment": 1, "empty": 1, "non_text_part": 2}
 
 
 def test_an_export_is_told_apart_from_a_chat_and_names_its_own_sessions():
