@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: install install-test install-browser install-llama demo test test-unit lint typecheck schema docs serve inspector-screenshots
+.PHONY: install install-test install-browser install-llama install-node demo test test-unit lint typecheck schema docs serve inspector-screenshots
 
 # the configured embedding model's files come from Maven Central once (hash-checked, cached in
 # $HRT_CACHE_DIR/models); the tests load every prebuilt model
@@ -25,7 +25,13 @@ demo: install
 install-llama:
 	PYTHON=$(PYTHON) bash scripts/install-llama.sh
 
-test: install-test install-llama
+# the TypeScript client's tests (tests/integration/test_typescript_client.py) run `node --test`:
+# Node 18+ from the system's packages when the machine lacks it
+install-node:
+	@node -e 'process.exit(+process.versions.node.split(".")[0] < 18)' 2>/dev/null || \
+		(sudo -n true 2>/dev/null && SUDO=sudo; $$SUDO apt-get install -y -q nodejs npm)
+
+test: install-test install-llama install-node
 	$(PYTHON) -m pytest -q
 
 test-unit: install-test
@@ -37,6 +43,9 @@ lint:
 
 schema:
 	hrt export-schema --out hrt/schema
+	$(PYTHON) clients/typescript/scripts/openapi.py > clients/typescript/openapi.json
+	node clients/typescript/scripts/generate-types.mjs
+	cd clients/typescript && npm ci --no-audit --no-fund --prefer-offline && npm run build
 
 docs:
 	$(PYTHON) -m hrt.config_docs docs/configuration.md

@@ -28,6 +28,10 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from hrt.auth import Principal
 from hrt.errors import InvalidInput, NotFound
+from hrt.jsonbounds import DECODER
+from hrt.metadata_filter import MAX_CHARS as MAX_FILTER_CHARS
+from hrt.metadata_filter import FilterError, parse_filter
+from hrt.metadata_filter import Tree as MetadataTree
 from hrt.records import Concept, IsoDateTime, Kind, check_id, entity_label, iso, utc, valid_id
 from hrt.stores.base import BrowseFilter, EntityDetail, EntityLink, RecordStore, StoredEntity
 from hrt.stores.projection import instant, interval
@@ -212,6 +216,25 @@ async def read_entity(
     return entity_view(user_id, detail)
 
 
+def metadata_tree(text: str | None) -> MetadataTree | None:
+    """The ``metadata`` query parameter (a filter as JSON) as a tree, or InvalidInput naming the
+    position in it (never its values)."""
+    if text is None:
+        return None
+    if len(text) > MAX_FILTER_CHARS:
+        raise InvalidInput(f"metadata: longer than {MAX_FILTER_CHARS} characters", field="metadata")
+    try:
+        value = DECODER.decode(text)
+    except (json.JSONDecodeError, ValueError, RecursionError):
+        raise InvalidInput(
+            "metadata: not a JSON object (a filter: docs/api.md, 'Metadata filters')", field="metadata"
+        ) from None
+    try:
+        return parse_filter(value)
+    except FilterError as exc:
+        raise InvalidInput(f"metadata: {exc}", field="metadata") from None
+
+
 @dataclass(frozen=True, slots=True)
 class BrowseRequest:
     """A browse as asked (query parameters; times as ISO 8601 text), validated by :meth:`filter`."""
@@ -226,6 +249,7 @@ class BrowseRequest:
     include_invalidated: bool = False
     limit: int = DEFAULT_LIMIT
     cursor: str | None = None
+    metadata: str | None = None  # a metadata filter as JSON text (hrt.metadata_filter)
 
     def fingerprint(self) -> str:
         """What a cursor is bound to: every filter (not the limit, which may change page to page)."""
@@ -239,6 +263,8 @@ class BrowseRequest:
             self.prefix,
             self.include_invalidated,
         ]
+        if self.metadata is not None:  # without one, the cursors of before metadata filters
+            filters.append(self.metadata)
         return hashlib.sha256(json.dumps(filters).encode()).hexdigest()[:16]
 
     def filter(self, now: datetime) -> BrowseFilter:
@@ -264,6 +290,7 @@ class BrowseRequest:
                 field="include_invalidated",
             )
         return BrowseFilter(
+            metadata=metadata_tree(self.metadata),
             kind=self.kind,
             tags=tuple(sorted(set(self.tags))),
             agents=tuple(sorted(set(self.agents))),

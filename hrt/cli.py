@@ -26,6 +26,7 @@ from hrt.errors import HRTError, InvalidInput, StoreUnavailable
 from hrt.ingest import parse_jsonl
 
 if TYPE_CHECKING:
+    from hrt.extraction.transcripts import Transcript
     from hrt.service import HRTService
 
 log = logging.getLogger("hrt")
@@ -253,13 +254,16 @@ async def ingest_conversation(
     names: tuple[str | None, str | None] = (None, None),
 ) -> list[dict[str, Any]]:
     """A transcript file (:mod:`hrt.extraction.transcripts`) through ``add_messages``, ``batch``
-    messages per call (each one transaction); read whole first, so a bad file sends nothing."""
+    messages per call (each one transaction); read whole first, so a bad file sends nothing. One
+    summary per session; an export's last line sums the export up (conversations read, sessions
+    sent, messages left out by reason)."""
     from tqdm import tqdm
 
     from hrt.extraction.messages import ConversationRequest
-    from hrt.extraction.transcripts import read_transcript
+    from hrt.extraction.transcripts import read_transcript_file
 
-    sessions = read_transcript(path, session)
+    transcript = read_transcript_file(path, session)
+    sessions = transcript.sessions
     users = {s.user_id for s in sessions}
     if user is not None and len(users - {None}) > 1:
         raise HRTError(f"{path.name} holds {len(users)} users' conversations: leave out --user to keep them apart")
@@ -291,6 +295,7 @@ async def ingest_conversation(
             line = summaries.setdefault(
                 (request.user_id, s.session_id),
                 {"user_id": request.user_id, "session_id": s.session_id, "messages": 0, "skipped": s.skipped}
+                | ({"skipped_why": dict(s.reasons)} if s.reasons else {})
                 | dict.fromkeys(("added", "unchanged", "replaced", "concepts_linked", "relations"), 0),
             )
             line["messages"] += len(result.messages)
@@ -299,7 +304,25 @@ async def ingest_conversation(
             line["concepts_linked"] += result.concepts_linked
             line["relations"] += result.relations
             bar.update(len(request.messages))
-    return list(summaries.values())
+    lines = list(summaries.values())
+    if transcript.source in ("chatgpt", "claude"):
+        lines.append(_export_summary(transcript, lines))
+    return lines
+
+
+def _export_summary(transcript: Transcript, lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """An export's last summary line: what was read, sent and left out (and why, over every
+    conversation, the empty ones too)."""
+    sums = {k: sum(line[k] for line in lines) for k in ("messages", "added", "unchanged", "replaced")}
+    return {
+        "export": transcript.source,
+        "conversations": transcript.conversations,
+        "sessions": len(lines),
+        "empty_conversations": transcript.empty,
+        **sums,
+        "skipped": sum(transcript.skipped.values()),
+        "skipped_why": dict(transcript.skipped),
+    }
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -758,8 +781,9 @@ def _add_ingest_export_parsers(sub: argparse._SubParsersAction[argparse.Argument
     i.add_argument(
         "--conversation",
         metavar="FILE",
-        help="a transcript (OpenAI-style messages as JSON or JSON Lines, or LoCoMo) sent as messages, "
-        "as POST /v1/conversations does; one JSON summary line per session",
+        help="a transcript (OpenAI-style messages as JSON or JSON Lines, LoCoMo, or the conversations.json "
+        "of a ChatGPT or Claude data export) sent as messages, as POST /v1/conversations does; one JSON "
+        "summary line per session (and one for an export)",
     )
     i.add_argument("--user", help="with --conversation: whose conversation (a LoCoMo sample has its own)")
     i.add_argument("--session", help="with --conversation: the session of a chat transcript (default: its stem)")

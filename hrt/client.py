@@ -34,6 +34,20 @@ second attempt could do harm:
   revoking keys are never retried then: a second creation would fail on the name (and the first
   secret would be lost), a second revocation answers 404.
 
+Metadata filters (``filters={"metadata": ...}`` of ``retrieve``, ``metadata=`` of
+``list_entities``) keep the memory units whose metadata matches, with operators, as in
+docs/api.md ("Metadata filters")::
+
+    hrt.retrieve(user_id="u-maya", query="launch risks",
+                 filters={"metadata": {"and": [{"project": "apollo"}, {"priority": {"gte": 2}}]}})
+    for unit in hrt.list_entities("u-maya", metadata={"labels": {"contains": "q3"}}): ...
+
+``{field: value}`` is equality; ``{field: {op: value}}`` with op one of ``eq``, ``ne``, ``gt``,
+``gte``, ``lt``, ``lte``, ``in``, ``nin``, ``contains``, ``exists``; ``and``/``or`` take lists,
+``not`` one filter; a field is a key or a dotted path (``owner.team``). Types never mix (2 is not
+"2"); an absent field satisfies nothing but ``{"exists": false}``. A bad filter is
+:class:`InvalidInput` naming its position (field ``filters.metadata`` or ``metadata``).
+
 The client never reads the environment: give ``base_url`` and ``api_key``, or call
 ``HRTClient.from_env(os.environ)`` (``HRT_URL``, default ``http://127.0.0.1:8080``, and
 ``HRT_API_KEY``).
@@ -349,6 +363,9 @@ def _list_entities_call(user_id: str, filters: Mapping[str, Any], cursor: str | 
     sequence repeats one: ``tags=a&tags=b``; datetimes as ISO 8601)."""
     query: list[tuple[str, str]] = []
     for name, value in sorted({**filters, "cursor": cursor}.items()):
+        if isinstance(value, Mapping):  # a metadata filter: one parameter holding its JSON
+            query.append((name, json.dumps(value, separators=(",", ":"))))
+            continue
         values = list(value) if isinstance(value, list | tuple) else [value]
         for v in values:
             if v is None:
@@ -360,7 +377,18 @@ def _list_entities_call(user_id: str, filters: Mapping[str, Any], cursor: str | 
 
 
 LIST_FILTERS = frozenset(
-    {"kind", "tags", "agent", "created_after", "created_before", "valid_at", "prefix", "include_invalidated", "limit"}
+    {
+        "kind",
+        "tags",
+        "agent",
+        "created_after",
+        "created_before",
+        "valid_at",
+        "prefix",
+        "include_invalidated",
+        "limit",
+        "metadata",
+    }
 )
 
 
@@ -595,8 +623,9 @@ class HRTClient(_Base):
         """Every entity of the user that the filters let through, in id order, fetched a page at a
         time (``GET /v1/users/{user_id}/entities``): ``tags``, ``agent`` (lists), ``created_after``,
         ``created_before``, ``valid_at`` (ISO 8601 or datetimes), ``prefix``, ``include_invalidated``,
-        ``limit`` (the page size, 1 to 500; a page may end sooner at the server's byte bound). Each
-        entity's ``record`` is None unless the key has the ``read`` (or ``export``) scope."""
+        ``limit`` (the page size, 1 to 500; a page may end sooner at the server's byte bound),
+        ``metadata`` (a metadata filter, a mapping: memory units alone, see the module's docstring).
+        Each entity's ``record`` is None unless the key has the ``read`` (or ``export``) scope."""
         sent = _list_filters(kind, filters)
         cursor: str | None = None
         while True:

@@ -12,12 +12,14 @@ import unicodedata
 from datetime import datetime
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from hrt.auth import KEY_NAME, SCOPES
 from hrt.auth import Scope as KeyScope
 from hrt.config import PRESETS, WEIGHT_PRESET_NAMES, Weights, preset_weights
+from hrt.metadata_filter import JSON_SCHEMA as METADATA_FILTER_SCHEMA
+from hrt.metadata_filter import FilterError, parse_filter
 from hrt.records import EntityId, IsoDateTime, UserId, utc
 
 CONTRACT_VERSION = "9.4"
@@ -65,15 +67,31 @@ class TimeRange(_Strict):
         return self
 
 
+# a metadata filter (hrt.metadata_filter's grammar), kept as the JSON the caller sent
+MetadataFilter = Annotated[dict[str, Any], WithJsonSchema(METADATA_FILTER_SCHEMA)]
+
+
 class Filters(_Strict):
     """Restrict what is returned. Tags and agents apply to memory units; the time range applies to
-    memory units' ``creation_ts`` and artifacts' ``created_at``. Traversal may pass through
-    entities that are filtered out; they are never returned."""
+    memory units' ``creation_ts`` and artifacts' ``created_at``; ``metadata`` (operators over the
+    memory units' metadata, :mod:`hrt.metadata_filter`) keeps only the memory units it matches.
+    Traversal may pass through entities that are filtered out; they are never returned."""
 
     tags: list[str] = Field(default_factory=list, max_length=50)
     source_agent_ids: list[str] = Field(default_factory=list, max_length=50)
     kinds: list[Literal["memory_unit", "concept", "artifact"]] = Field(default_factory=list, max_length=3)
     time_range: TimeRange | None = None
+    metadata: MetadataFilter | SkipJsonSchema[None] = None
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _metadata(cls, value: Any) -> Any:
+        if value is not None:
+            try:
+                parse_filter(value)
+            except FilterError as exc:  # the position in the filter, never the caller's values
+                raise ValueError(str(exc)) from None
+        return value
 
 
 TokenizerName = Literal["cl100k_base", "minilm-wordpiece"]

@@ -119,7 +119,7 @@ OWN_SCHEMAS: dict[str, dict[str, Any]] = {
     "entity_id": ID_SCHEMA,
     "kind": {"type": "string", "enum": KINDS},
     "what": {"type": "string", "enum": ["entity", "user"]},
-    "text": _fields(conversation.Message.model_json_schema())["content"],
+    "text": {"type": "string", "minLength": 1, "maxLength": conversation.MAX_CONTENT_CHARS},
     "records": _records_schema(),
     "relation_limit": {"type": "integer", "minimum": 1, "maximum": MAX_RELATION_LIMIT},
     "include_json": {"type": "boolean"},
@@ -139,7 +139,10 @@ RETRIEVE_ARGS = {
     "valid_at": "ISO-8601 event time: return what was true then, as known at as_of (default: as_of). Facts that a "
     "later one superseded, or whose validity ended, are left out and counted.",
     "include_invalidated": "Also return facts that are no longer true at valid_at, marked so (default false).",
-    "filters": "Restrict what is returned: tags, source_agent_ids, kinds, time_range.",
+    "filters": "Restrict what is returned: tags, source_agent_ids, kinds, time_range, and metadata: memory units "
+    'whose metadata matches, e.g. {"metadata": {"and": [{"project": "apollo"}, {"priority": '
+    '{"gte": 2}}]}}; {field: value} is equality, {field: {op: value}} with op one of eq, ne, gt, gte, lt, lte, '
+    "in, nin, contains, exists; and/or take lists, not one filter; a field may be a dotted path (owner.team).",
     "min_score": "Leave out items scoring below this (0 to 1).",
     "weights": "Custom scoring weights (alpha..delta); or use weights_preset.",
     "weights_preset": "Scoring preset: balanced, semantic (meaning only), recent, salient, personal (the user's "
@@ -415,6 +418,8 @@ class _Tools:
     async def _conversation(self, caller: Principal, args: dict[str, Any], written: dict[str, Any]) -> CallToolResult:
         """``remember``'s ``text`` or ``messages``, as ``POST /v1/conversations`` takes them."""
         text = args["text"]
+        if text is not None and not isinstance(text, str):  # one thing said; content parts go in messages
+            raise InvalidInput("field 'text': must be a string", field="text")
         said = [{"role": "user", "content": text}] if text is not None else args["messages"]
         body = {"user_id": _user(caller, args["user_id"]), "session_id": args["session_id"] or "mcp", "messages": said}
         written.update(users=[body["user_id"]])  # named by the audit line of a refusal too

@@ -17,6 +17,9 @@ Two formats, told apart by their shape:
   an image's caption appended as `` [image: caption]``. Each sample suggests its own user
   (``locomo-<sample_id>``).
 
+- **ChatGPT and Claude data exports** (their ``conversations.json``): one session per conversation
+  (:mod:`hrt.extraction.exports`).
+
 Errors are :class:`~hrt.errors.InvalidInput` naming the file and the position (``line 3``,
 ``messages[2].content``, ``conversation.session_4[7]``).
 """
@@ -24,7 +27,7 @@ Errors are :class:`~hrt.errors.InvalidInput` naming the file and the position (`
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -32,16 +35,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from hrt.errors import InvalidInput, MalformedBody
+from hrt.extraction.exports import ExportRead, export_kind, read_export
 from hrt.extraction.locomo import parse_sessions, user_id_for
-from hrt.extraction.messages import Message
+from hrt.extraction.messages import ROLES, ContentError, Message, content_text
 from hrt.extraction.wire import field_path
 from hrt.ingest import decode_json
 
-# OpenAI's roles as a message's: its newer "developer" is a system message, its older "function" a tool's
-ROLES = {"user": "user", "assistant": "assistant", "system": "system", "tool": "tool", "developer": "system"} | {
-    "function": "tool"
-}
-TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
 # the members of an OpenAI-style message kept; others (tool_calls, refusal, audio, ...) are not
 KEPT = ("name", "timestamp", "metadata")
 MAX_SESSION_CHARS = 128
@@ -56,23 +55,56 @@ class TranscriptSession:
     messages: list[Message]
     user_id: str | None = None
     skipped: int = 0  # messages without text, not sent
+    reasons: Mapping[str, int] = field(default_factory=dict)  # an export's skipped messages, by reason
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    """A file's sessions; ``source``: its format (chat, locomo, chatgpt, claude); ``conversations``:
+    the conversations it holds, ``empty`` of which had no message to send (an export's)."""
+
+    source: str
+    sessions: list[TranscriptSession]
+    conversations: int
+    empty: int = 0
+    skipped: Mapping[str, int] = field(default_factory=dict)  # an export's, by reason, empty conversations too
 
 
 def read_transcript(path: Path, session_id: str | None = None) -> list[TranscriptSession]:
     """The sessions of a transcript file; ``session_id`` names an OpenAI-style file's one session
     (default: the file's stem)."""
+    return read_transcript_file(path, session_id).sessions
+
+
+def read_transcript_file(path: Path, session_id: str | None = None) -> Transcript:
+    """A transcript file's sessions and what it held (:class:`Transcript`)."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise InvalidInput(f"{path}: cannot be read ({exc.strerror})", field="file") from exc
-    return parse_transcript(raw, path.name, session_id, default_session=path.stem[:MAX_SESSION_CHARS])
+    return parse_transcript_file(raw, path.name, session_id, default_session=path.stem[:MAX_SESSION_CHARS])
 
 
 def parse_transcript(
     raw: bytes, name: str, session_id: str | None = None, *, default_session: str = "transcript"
 ) -> list[TranscriptSession]:
     """``raw`` (a file's bytes; ``name`` names it in errors) as sessions: an OpenAI-style file's one
-    session is ``session_id``, else ``default_session``; a LoCoMo file names its own."""
+    session is ``session_id``, else ``default_session``; a LoCoMo file or an export names its own."""
+    return parse_transcript_file(raw, name, session_id, default_session=default_session).sessions
+
+
+def parse_transcript_file(
+    raw: bytes, name: str, session_id: str | None = None, *, default_session: str = "transcript"
+) -> Transcript:
+    """As :func:`parse_transcript`, with what the file held."""
+    sessions = _parse(raw, name, session_id, default_session)
+    if isinstance(sessions, Transcript):
+        return sessions
+    source = "locomo" if sessions and sessions[0].user_id is not None else "chat"
+    return Transcript(source, sessions, len(sessions))
+
+
+def _parse(raw: bytes, name: str, session_id: str | None, default_session: str) -> list[TranscriptSession] | Transcript:
     chat_session = session_id or default_session or "transcript"
     try:
         text = raw.decode("utf-8-sig")
@@ -88,6 +120,11 @@ def parse_transcript(
             raise MalformedBody(exc.message, field="file") from exc
         # not one JSON value, but its first line is: JSON Lines of messages, each line on its own
         return [_chat_session(chat_session, list(_json_lines(text, name)), name)]
+    kind = export_kind(data)
+    if kind is not None:
+        if session_id is not None:
+            raise InvalidInput(f"{name}: a {kind} export names its own sessions ({kind}-<id>)", field="session_id")
+        return _export(read_export(data, kind, name), name)
     if _is_locomo(data):
         if session_id is not None:
             raise InvalidInput(f"{name}: a LoCoMo file names its own sessions (session-N)", field="session_id")
@@ -103,6 +140,16 @@ def parse_transcript(
         f"{name}: neither a chat transcript (a list of messages, {{'messages': [...]}}, JSON Lines) nor LoCoMo",
         field="file",
     )
+
+
+def _export(read: ExportRead, name: str) -> Transcript:
+    sessions = [
+        TranscriptSession(s.session_id, s.messages, None, sum(s.skipped.values()), dict(sorted(s.skipped.items())))
+        for s in read.sessions
+    ]
+    if not sessions:
+        raise InvalidInput(f"{name}: no conversation of the {read.source} export has a message with text", field="file")
+    return Transcript(read.source, sessions, read.conversations, read.empty, dict(sorted(read.skipped.items())))
 
 
 def _decodes(line: str) -> bool:
@@ -165,22 +212,15 @@ def _chat_session(session_id: str, items: list[tuple[str, Any]], name: str) -> T
 
 
 def _text(content: Any, where: str, name: str) -> str:
-    """A message's text: the string, or its text parts joined by a line break."""
-    if content is None or isinstance(content, str):
-        return content or ""
-    if isinstance(content, list):
-        texts = []
-        for i, part in enumerate(content):
-            if isinstance(part, str):
-                texts.append(part)
-            elif isinstance(part, Mapping) and part.get("type") in TEXT_PARTS:
-                text = part.get("text")
-                if not isinstance(text, str):
-                    raise InvalidInput(
-                        f"{name}: {where}.content[{i}].text: must be a string", field=f"{where}.content[{i}].text"
-                    )
-                texts.append(text)
-        return "\n".join(t for t in texts if t)
+    """A message's text, read as every entry point reads it (:func:`content_text`)."""
+    try:
+        text = content_text(content)
+    except ContentError as exc:
+        raise InvalidInput(
+            f"{name}: {where}.content{exc.where}: {exc.message}", field=f"{where}.content{exc.where}"
+        ) from None
+    if text is None or isinstance(text, str):
+        return text or ""
     raise InvalidInput(
         f"{name}: {where}.content: must be a string or a list of content parts", field=f"{where}.content"
     )
@@ -223,4 +263,11 @@ def _locomo_sessions(sample: Mapping[str, Any], i: int, several: bool, name: str
     return out
 
 
-__all__ = ["TranscriptSession", "parse_transcript", "read_transcript"]
+__all__ = [
+    "Transcript",
+    "TranscriptSession",
+    "parse_transcript",
+    "parse_transcript_file",
+    "read_transcript",
+    "read_transcript_file",
+]

@@ -31,7 +31,7 @@ from hrt.pipeline.grounding import Grounding
 from hrt.pipeline.intake import Intake
 from hrt.pipeline.scoring import candidate_semantic
 from hrt.pipeline.seeds import settle_named_seeds
-from hrt.pipeline.selection import filter_candidates
+from hrt.pipeline.selection import filter_candidates, filter_metadata
 from hrt.pipeline.validity import run_validity
 from hrt.records import Kind
 from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphStore, Vector, VectorIndex
@@ -185,6 +185,8 @@ async def expansion_stage(ctx: RequestContext, services: Services) -> str:
     candidates = await run_expansion(intake, grounding, services.graph, ctx.cfg.expansion)
     ctx.named = settle_named_seeds(grounding, intake.seed_ids, candidates)
     candidates = filter_candidates(candidates, intake.filters)
+    if intake.filters.metadata is not None:
+        candidates = await filter_metadata(intake.user_id, candidates, intake.filters.metadata, services.records)
     validity, (ctx.own, ctx.passages) = await asyncio.gather(
         run_validity(intake, candidates, services.graph),
         scoring_reads(intake, candidates, grounding.similarity, ctx.embedding.result(), services.vectors, ctx.cfg),

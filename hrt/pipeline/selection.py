@@ -19,9 +19,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from hrt.contract import Filters, Limits
+from hrt.metadata_filter import parse_filter
 from hrt.pipeline.scoring import Scored, after_successors
 from hrt.records import Kind, entity_body
-from hrt.stores.base import GraphCandidate, GraphNode
+from hrt.stores.base import GraphCandidate, GraphNode, RecordStore
 from hrt.text import words as tokenize
 
 if TYPE_CHECKING:
@@ -51,6 +52,18 @@ def node_passes(node: GraphNode, filters: Filters) -> bool:
         if end is not None and node.ts > end.timestamp():
             return False
     return True
+
+
+async def filter_metadata(
+    user_id: str, candidates: list[GraphCandidate], where: Mapping[str, object], records: RecordStore
+) -> list[GraphCandidate]:
+    """The memory units among ``candidates`` whose metadata the request's filter ``where`` matches
+    (:mod:`hrt.metadata_filter`), in their order: the record store decides, in one read (SQLite's
+    JSON functions, PostgreSQL's jsonb), so every deployment keeps the same ones. Concepts and
+    artifacts carry no metadata: left out."""
+    ids = [c.node.id for c in candidates if c.node.kind is Kind.MEMORY_UNIT]
+    keep = await records.metadata_matches(user_id, ids, parse_filter(where)) if ids else set()
+    return [c for c in candidates if c.node.kind is Kind.MEMORY_UNIT and c.node.id in keep]
 
 
 def filter_candidates(candidates: list[GraphCandidate], filters: Filters) -> list[GraphCandidate]:

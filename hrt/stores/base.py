@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hrt.auth import KeyStore
+from hrt.metadata_filter import Tree as MetadataTree
 from hrt.records import Deletion, EdgeType, Entity, Kind, Preference, Relation
 
 Vector = npt.NDArray[np.float32]
@@ -291,6 +292,7 @@ class BrowseFilter:
     ended_by: float | None = None
     after: str | None = None
     limit: int = 50
+    metadata: MetadataTree | None = None  # memory units whose metadata matches (hrt.metadata_filter)
 
 
 @runtime_checkable
@@ -613,6 +615,11 @@ class RecordStore(StoreLifecycle, KeyStore, Protocol):
     async def browse(self, user_id: str, where: BrowseFilter) -> list[StoredEntity]:
         """The user's entities that ``where`` lets through, in id order, at most ``where.limit``,
         in one read."""
+        ...
+
+    async def metadata_matches(self, user_id: str, ids: Sequence[str], where: MetadataTree) -> set[str]:
+        """Those of ``ids`` that are the user's memory units whose metadata ``where`` matches
+        (:mod:`hrt.metadata_filter`), decided inside the store's query, in one read."""
         ...
 
     # --- maintenance (``hrt doctor``) ---------------------------------------------------------

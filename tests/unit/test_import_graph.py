@@ -27,7 +27,16 @@ PACKAGES = ("hrt.bench", "hrt.eval.locomo")
 # package (all of its modules); a module takes the layer of the longest name that covers it.
 LAYERS: list[tuple[str, ...]] = [
     ("hrt", "hrt.errors", "hrt.text", "hrt.cache_files", "hrt.breaker", "hrt.metrics", "hrt.templates", "hrt.tracing"),
-    ("hrt.records", "hrt.config", "hrt.embedding_models", "hrt.contract", "hrt.auth", "hrt.jsonbounds"),  # the domain
+    # the domain (hrt.metadata_filter: the grammar the contract validates and the stores compile)
+    (
+        "hrt.records",
+        "hrt.config",
+        "hrt.embedding_models",
+        "hrt.contract",
+        "hrt.auth",
+        "hrt.jsonbounds",
+        "hrt.metadata_filter",
+    ),
     # the ports and what adapters share: values, projection of records, walks, indexes, caches
     ("hrt.stores", "hrt.stores.base", "hrt.stores.projection", "hrt.stores.ann", "hrt.stores.bm25"),
     ("hrt.stores.graph_walk", "hrt.stores.user_cache", "hrt.stores.vector_meta"),

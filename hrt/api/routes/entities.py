@@ -26,6 +26,7 @@ from hrt.browse import (
     read_entity,
 )
 from hrt.contract import UserStats
+from hrt.metadata_filter import MAX_CHARS as MAX_FILTER_CHARS
 from hrt.records import Kind, check_id
 
 router = APIRouter()
@@ -90,6 +91,13 @@ async def list_entities(
     valid_at: Annotated[str | None, Query(max_length=64)] = None,
     prefix: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
     include_invalidated: bool = False,
+    metadata: Annotated[
+        str | None,
+        Query(
+            max_length=MAX_FILTER_CHARS,
+            description="memory units whose metadata matches this filter, as JSON (docs/api.md, 'Metadata filters')",
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
     cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
 ) -> Response:
@@ -106,6 +114,7 @@ async def list_entities(
         include_invalidated=include_invalidated,
         limit=limit,
         cursor=cursor,
+        metadata=metadata,
     )
     # whole records in bulk are a copy of the user: the read (or export) scope, not retrieve's
     full = caller.can("read") or caller.can("export")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from hrt.metadata_filter import sqlite_where
 from hrt.records import ENTITY_MODELS, KIND_OF, Kind
 from hrt.stores.base import BrowseFilter, EntityDetail, StoredEntity
 from hrt.stores.projection import link
@@ -83,9 +84,10 @@ def browse(db: sqlite3.Connection, user_id: str, where: BrowseFilter) -> list[St
     clauses = ["e.user_id = ?"]
     params: list[Any] = [user_id]
     kind = where.kind
-    if (where.tags or where.agents) and kind in (None, Kind.MEMORY_UNIT):
-        kind = Kind.MEMORY_UNIT  # only memory units carry tags and an agent: walk their ids alone
-    elif (where.tags or where.agents) and kind is not None:
+    units_only = bool(where.tags or where.agents or where.metadata is not None)
+    if units_only and kind in (None, Kind.MEMORY_UNIT):
+        kind = Kind.MEMORY_UNIT  # only memory units carry tags, an agent and metadata: walk their ids alone
+    elif units_only and kind is not None:
         return []
     # SQLite has no statistics to choose an index by: it is told (both are usable by construction)
     index = "INDEXED BY entities_kind" if kind is not None else ""
@@ -121,6 +123,10 @@ def browse(db: sqlite3.Connection, user_id: str, where: BrowseFilter) -> list[St
     elif where.ended_by is not None:
         clauses.append(NOT_ENDED)
         params += [where.ended_by] * 2
+    if where.metadata is not None:
+        cond, args = sqlite_where(where.metadata, "e.data")
+        clauses.append(cond)
+        params += args
     rows = db.execute(
         f"SELECT e.kind, e.data, e.version, e.written_at, e.written_by FROM entities e {index} "
         "JOIN nodes n ON n.user_id = e.user_id AND n.id = e.id "

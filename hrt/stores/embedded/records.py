@@ -13,6 +13,8 @@ import numpy as np
 
 from hrt.auth import KeyRecord
 from hrt.errors import Conflict
+from hrt.metadata_filter import Tree as MetadataTree
+from hrt.metadata_filter import sqlite_where
 from hrt.records import ENTITY_MODELS, Entity, Kind, Preference, Relation
 from hrt.stores.base import WARM_UP_USER, BrowseFilter, EntityDetail, EntityRow, StoredEntity
 from hrt.stores.embedded import browse as embedded_browse
@@ -115,6 +117,20 @@ class EmbeddedRecordStore(EmbeddedPart):
     async def browse(self, user_id: str, where: BrowseFilter) -> list[StoredEntity]:
         with self._store.reading() as db:
             return embedded_browse.browse(db, user_id, where)
+
+    async def metadata_matches(self, user_id: str, ids: Sequence[str], where: MetadataTree) -> set[str]:
+        cond, args = sqlite_where(where, "data")
+        out: set[str] = set()
+        with self._store.snapshot() as db:
+            for chunk in chunks(sorted(set(ids)), 500):
+                marks = ",".join("?" * len(chunk))
+                rows = db.execute(
+                    "SELECT id FROM entities WHERE user_id = ? AND kind = 'memory_unit' "
+                    f"AND id IN ({marks}) AND {cond}",
+                    (user_id, *chunk, *args),
+                ).fetchall()
+                out.update(r[0] for r in rows)
+        return out
 
     async def ids(self, user_id: str) -> dict[str, str]:
         with self._store.reading() as db:

@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 
+from hrt.metadata_filter import postgres_where_named
 from hrt.records import ENTITY_MODELS, Kind
 from hrt.stores.base import BrowseFilter, EntityDetail, StoredEntity
 from hrt.stores.projection import link
@@ -86,9 +87,10 @@ async def browse(conn: psycopg.AsyncConnection[Any], user_id: str, where: Browse
     clauses = ["e.user_id = %(u)s"]
     params: dict[str, Any] = {"u": user_id, "n": where.limit}
     kind = where.kind
-    if (where.tags or where.agents) and kind in (None, Kind.MEMORY_UNIT):
-        kind = Kind.MEMORY_UNIT  # only memory units carry tags and an agent: walk their ids alone
-    elif (where.tags or where.agents) and kind is not None:
+    units_only = bool(where.tags or where.agents or where.metadata is not None)
+    if units_only and kind in (None, Kind.MEMORY_UNIT):
+        kind = Kind.MEMORY_UNIT  # only memory units carry tags, an agent and metadata: walk their ids alone
+    elif units_only and kind is not None:
         return []
     if kind is not None:
         clauses.append("e.kind = %(k)s")
@@ -118,6 +120,10 @@ async def browse(conn: psycopg.AsyncConnection[Any], user_id: str, where: Browse
     elif where.ended_by is not None:
         clauses.append(_NOT_ENDED)
         params["t"] = where.ended_by
+    if where.metadata is not None:
+        cond, named = postgres_where_named(where.metadata, "e.data")
+        clauses.append(cond)
+        params.update(named)
     cur = await conn.execute(
         "SELECT e.kind, e.data, e.version, e.written_at, e.written_by FROM hrt_entities e "
         f'WHERE {" AND ".join(clauses)} ORDER BY e.id COLLATE "C" LIMIT %(n)s',

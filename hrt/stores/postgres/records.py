@@ -23,6 +23,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from hrt.auth import KeyRecord
 from hrt.errors import Conflict, InvalidInput, StateChanged, StoreError, StoreUnavailable
+from hrt.metadata_filter import Tree as MetadataTree
+from hrt.metadata_filter import postgres_where
 from hrt.records import (
     EDGE_ENDPOINTS,
     ENTITY_MODELS,
@@ -362,6 +364,17 @@ class PostgresRecordStore:
     async def browse(self, user_id: str, where: BrowseFilter) -> list[StoredEntity]:
         async with self.reading("browse") as conn:
             return await postgres_browse.browse(conn, user_id, where)
+
+    async def metadata_matches(self, user_id: str, ids: Sequence[str], where: MetadataTree) -> set[str]:
+        if not ids:
+            return set()
+        cond, args = postgres_where(where, "data")
+        async with self.reading("metadata_matches") as conn:
+            cur = await conn.execute(
+                f"SELECT id FROM hrt_entities WHERE user_id = %s AND kind = 'memory_unit' AND id = ANY(%s) AND {cond}",
+                (user_id, sorted(set(ids)), *args),
+            )
+            return {r[0] for r in await cur.fetchall()}
 
     async def ids(self, user_id: str) -> dict[str, str]:
         """id -> kind of every entity of a user (for drift checks)."""
