@@ -323,6 +323,14 @@ MAX_PASSAGES = 8
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\s*\n+\s*")
 
 
+NOTE_ARTIFACT_TYPE = "note"  # a message's note from the rules (hrt/extraction/notes.py)
+
+
+def note_id(muid: str) -> str:
+    """The id of a message's note: ``note:`` and the message's id after its kind."""
+    return f"note:{muid.partition(':')[2] or muid}"[:128]
+
+
 def passage_texts(entity: Entity) -> list[str]:
     """The passages a memory unit is also embedded by, one per sentence of its content (at most
     :data:`MAX_PASSAGES`: a longer text's sentences are grouped into that many consecutive runs),

@@ -28,7 +28,9 @@ import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from hrt.records import Artifact
+from hrt.records import NOTE_ARTIFACT_TYPE, Artifact, note_id
+
+__all__ = ["NOTE_ARTIFACT_TYPE", "note_id", "note_text", "rule_note"]
 from hrt.text import content_words
 
 MIN_CONTENT_WORDS = 2  # a clause with fewer states nothing a question can find ("Wow, thanks!")
@@ -36,7 +38,6 @@ SHORT_REPLY_WORDS = 3  # a message with fewer content words is written behind th
 MAX_NOTE_CHARS = 2_000
 MAX_QUOTED_CHARS = 240  # of the message a short reply answers
 
-NOTE_ARTIFACT_TYPE = "note"
 MAX_PARTICIPANTS = 16  # the speakers a session remembers (who "you" is)
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -290,11 +291,6 @@ def listener_of(speaker: str, participants: Sequence[str]) -> str | None:
     """The one other participant, when there is exactly one."""
     others = [p for p in dict.fromkeys(participants) if p.lower() != speaker.lower()]
     return others[0] if len(others) == 1 else None
-
-
-def note_id(muid: str) -> str:
-    """The id of a message's note: ``note:`` and the message's id after its kind."""
-    return f"note:{muid.partition(':')[2] or muid}"[:128]
 
 
 def rule_note(

@@ -11,7 +11,9 @@ artifacts, then id):
 - a concept: ``- Name (type): description Properties: key: value; ...`` (its status when not
   ``active``). A concept with no description and no properties whose name an included memory
   unit's text already holds adds nothing: it is left out and counted (``redundant``);
-- an artifact: ``- [2025-12-04, retrospective] title: text``;
+- an artifact: ``- [2025-12-04, retrospective] title: text``. A message's note (``note``, the
+  rules' restatement of it: hrt/extraction/notes.py) whose message is shown adds nothing either:
+  left out and counted the same way;
 - an item not true at ``valid_at`` (returned with ``include_invalidated``): ``(no longer true
   since DATE)`` (or ``(not true until DATE)``) before its text; one whose end is known,
   ``(true until DATE)``.
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from hrt.contract import AugmentedMemoryContext, RetrievedMemoryUnit
-from hrt.records import Artifact, Concept, Entity, MemoryUnit
+from hrt.records import NOTE_ARTIFACT_TYPE, Artifact, Concept, Entity, MemoryUnit, note_id
 
 ELLIPSIS = " …"
 KIND_ORDER = {"memory_unit": 0, "concept": 1, "artifact": 2}
@@ -50,6 +52,14 @@ class Line:
     text: str  # the item's text, already within the item cap
     shortened: bool  # the item cap cut it
     name: str | None = None  # a concept with nothing but its name (and type): its name
+    source: str | None = None  # a message's note (artifact_type note): the message's id
+
+    def covered(self, texts: Sequence[str], ids: set[str]) -> bool:
+        """Whether what is shown says this item already: a bare concept whose name ``texts``
+        hold, or a note whose message is among ``ids``."""
+        if self.name is not None:
+            return names_in(self.name, texts)
+        return self.source is not None and self.source in ids
 
     def render(self) -> str:
         return f"{self.prefix}{self.text}\n"
@@ -129,13 +139,15 @@ def lines_of(doc: AugmentedMemoryContext, entities: Mapping[str, Entity], cap: i
         prefix = f"- {mark}{one_line(c.name)} ({what})" + (": " if text else "")
         bare = not text and not mark
         out.append(Line(c.id, "concept", c.final_retrieval_score, prefix, text, cut, c.name if bare else None))
+    noted = {note_id(mu.muid): mu.muid for mu in doc.retrieved_memory_units}
     for a in doc.retrieved_artifacts:
         e = entities.get(a.id)
         kind = a.artifact_type.replace("_", " ")
         title = a.title if a.title != a.artifact_type else ""
         text, cut = cap_text(_titled(title, e.content if isinstance(e, Artifact) else a.content_snippet), cap)
         prefix = f"- [{a.created_at[:10]}, {kind}] {validity_mark(doc, a.id)}"
-        out.append(Line(a.id, "artifact", a.final_retrieval_score, prefix, text, cut))
+        source = noted.get(a.id) if a.artifact_type == NOTE_ARTIFACT_TYPE else None
+        out.append(Line(a.id, "artifact", a.final_retrieval_score, prefix, text, cut, None, source))
     out.sort(key=lambda x: (-x.score, KIND_ORDER[x.kind], x.item_id))
     return out
 
@@ -153,7 +165,7 @@ def header(doc: AugmentedMemoryContext) -> str:
     return "\n".join(lines) + "\n"
 
 
-def footer(left: int, shortened: int, redundant: int) -> str:
+def footer(left: int, shortened: int, redundant: int, notes: int = 0) -> str:
     """The last line: what is not shown, when anything is not."""
     parts = []
     if left:
@@ -162,6 +174,8 @@ def footer(left: int, shortened: int, redundant: int) -> str:
         parts.append(f"the rest of {shortened} long item{'s' if shortened != 1 else ''}")
     if redundant:
         parts.append(f"{redundant} concept{'s' if redundant != 1 else ''} named in the memories above")
+    if notes:
+        parts.append(f"{notes} note{'s' if notes != 1 else ''} of the messages above")
     return f"(Not shown: {'; '.join(parts)}.)\n" if parts else ""
 
 
@@ -210,6 +224,16 @@ class _Pass:
         """The included memory units' texts as shown (the one cut to fit the budget aside)."""
         return [x.text for x in self.included if x.kind == "memory_unit" and x.item_id != self.truncated]
 
+    def shown_ids(self) -> set[str]:
+        """The included memory units' ids (the one cut to fit the budget aside)."""
+        return {x.item_id for x in self.included if x.kind == "memory_unit" and x.item_id != self.truncated}
+
+
+def _set_aside(skip: Sequence[Line]) -> tuple[int, int]:
+    """The concepts and the notes among ``skip``."""
+    notes = sum(1 for x in skip if x.source is not None)
+    return len(skip) - notes, notes
+
 
 def _fits_between(fits: Callable[[str], bool], base: str, tail: str, text: str) -> bool:
     return fits(base + text + tail)
@@ -217,19 +241,20 @@ def _fits_between(fits: Callable[[str], bool], base: str, tail: str, text: str) 
 
 def _greedy(head: str, lines: Sequence[Line], fits: Callable[[str], bool], skip: frozenset[str]) -> _Pass:
     """Whole lines in order while they fit (the footer counted); the first that does not is cut to
-    the room left, and the rest are left out. ``skip``: the concepts set aside as redundant."""
+    the room left, and the rest are left out. ``skip``: the concepts and notes set aside as redundant."""
     todo = [x for x in lines if x.item_id not in skip]
+    concepts, notes = _set_aside([x for x in lines if x.item_id in skip])
     done = _Pass([head], [], None)
     shortened = 0
     for i, line in enumerate(todo):
         rest, base = len(todo) - i - 1, "".join(done.parts)
         piece = line.render()
-        if fits(base + piece + footer(rest, shortened + line.shortened, len(skip))):
+        if fits(base + piece + footer(rest, shortened + line.shortened, concepts, notes)):
             done.parts.append(piece)
             done.included.append(line)
             shortened += line.shortened
             continue
-        tail = footer(rest, shortened + 1, len(skip))
+        tail = footer(rest, shortened + 1, concepts, notes)
         cut = cut_line(line, functools.partial(_fits_between, fits, base, tail))
         if cut is not None:
             done.parts.append(cut)
@@ -243,17 +268,18 @@ def pack_compact(
     doc: AugmentedMemoryContext, entities: Mapping[str, Entity], item_chars: int, fits: Callable[[str], bool]
 ) -> Packed:
     """The compact text within the budget ``fits`` checks. The concepts with nothing but a name
-    that a returned memory unit names are set aside; packed again without those whose memory
-    units did not make it in (at most three passes: the set only shrinks); any still not named by
-    what is shown are counted as left out."""
+    that a returned memory unit names, and the notes of returned messages, are set aside; packed
+    again without those whose memory units did not make it in (at most three passes: the set
+    only shrinks); any still not covered by what is shown are counted as left out."""
     lines = lines_of(doc, entities, item_chars)
     head = header(doc)
     texts = [x.text for x in lines if x.kind == "memory_unit"]
-    skip = frozenset(x.item_id for x in lines if x.name is not None and names_in(x.name, texts))
+    ids = {x.item_id for x in lines if x.kind == "memory_unit"}
+    skip = frozenset(x.item_id for x in lines if x.covered(texts, ids))
     done = _greedy(head, lines, fits, skip)
     for _ in range(3):
-        shown = done.shown_texts()
-        kept = frozenset(x.item_id for x in lines if x.item_id in skip and names_in(x.name or "", shown))
+        shown, shown_ids = done.shown_texts(), done.shown_ids()
+        kept = frozenset(x.item_id for x in lines if x.item_id in skip and x.covered(shown, shown_ids))
         if kept == skip:
             break
         skip = kept
@@ -266,13 +292,14 @@ def _finish(done: _Pass, lines: Sequence[Line], set_aside: Sequence[Line], fits:
     names (the others as left out); while the text is over the budget (the header alone nearly
     fills it), the last included lines go."""
     while True:
-        shown = done.shown_texts()
-        redundant = [x.item_id for x in set_aside if names_in(x.name or "", shown)]
+        shown, shown_ids = done.shown_texts(), done.shown_ids()
+        covered = [x for x in set_aside if x.covered(shown, shown_ids)]
+        redundant = [x.item_id for x in covered]
         ids = {x.item_id for x in done.included} | set(redundant)
         left_out = [x.item_id for x in lines if x.item_id not in ids]
         shortened = [x.item_id for x in done.included if x.shortened]
         n_short = len(set(shortened) | ({done.truncated} if done.truncated else set()))
-        text = "".join(done.parts) + footer(len(left_out), n_short, len(redundant))
+        text = "".join(done.parts) + footer(len(left_out), n_short, *_set_aside(covered))
         if fits(text) or not done.included:
             break
         dropped = done.included.pop()

@@ -10,10 +10,13 @@ import pytest
 from pydantic import ValidationError
 
 from hrt.contract import DEFAULT_ITEM_CHARS, RenderOptions, RetrieveRequest
+from hrt.extraction.ids import message_id
+from hrt.extraction.messages import ConversationRequest
 from hrt.ingest import parse_jsonl
 from hrt.pipeline.compact import cap_text, names_in
 from hrt.pipeline.render import render_context, token_counter
 from hrt.prompts import render_second_pass
+from hrt.records import note_id
 from tests.helpers import concept, jsonl, mu, rel
 
 AS_OF = "2025-08-01T00:00:00Z"
@@ -129,6 +132,38 @@ async def test_a_concept_named_in_a_shown_memory_unit_with_nothing_else_to_say_i
         else:
             assert "c-kyoto" in tiny.included + tiny.left_out
         assert sorted(tiny.included + tiny.left_out + tiny.redundant) == sorted(r.included + r.redundant)
+
+
+async def test_a_note_whose_message_is_shown_is_left_out(hashing_service):
+    """A message's rule note restates it: shown with its message it only takes the budget."""
+    await hashing_service.add_messages(
+        ConversationRequest.model_validate(
+            {
+                "user_id": "u9",
+                "session_id": "trip",
+                "messages": [
+                    {
+                        "name": "Ana",
+                        "content": "Which ryokan did you book in Kyoto?",
+                        "timestamp": "2025-06-02T09:00:00Z",
+                    },
+                    {"name": "Ben", "content": "I booked Hoshinoya in Kyoto.", "timestamp": "2025-06-02T09:01:00Z"},
+                ],
+            }
+        )
+    )
+    ask = {"user_id": "u9", "key_phrases": ["Hoshinoya ryokan Kyoto"], "as_of": AS_OF, "limits": ALL}
+    doc = await hashing_service.retrieve(RetrieveRequest.model_validate(ask | {"render": {"format": "compact"}}))
+    reply, note = message_id("trip", 1), note_id(message_id("trip", 1))
+    assert note in {a.id for a in doc.retrieved_artifacts} and reply in {m.muid for m in doc.retrieved_memory_units}
+    r = doc.retrieval_metadata.rendered
+    assert note in r.redundant and reply in r.included and "Ben booked Hoshinoya" not in r.text
+    assert "of the messages above" in r.text.splitlines()[-1]
+    # the message over the budget: its note is shown (or left out), never counted as said
+    assert len(r.text) > 260  # room for budgets under it
+    for limit in range(200, len(r.text), 15):
+        tiny = render_context(doc, {}, RenderOptions(format="compact", max_chars=limit))
+        assert (note in tiny.redundant) == (reply in tiny.included and tiny.truncated != reply)
 
 
 async def test_the_time_is_shown_when_the_day_holds_several(hashing_service):
