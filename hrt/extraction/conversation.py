@@ -284,7 +284,7 @@ class Planner:
         self.rule_keys: set[str] = set()
         self.said: dict[int, tuple[str, str]] = {}  # position -> (speaker, text), this call's
         self.participants: list[str] = []
-        self.stale_notes: set[str] = set()
+        self.stale_artifacts: set[str] = set()  # a retracted message's restatement and note
         self.message_ts: dict[str, datetime] = {}  # muid -> its time (the LLM's facts are dated by it)
         self.facts_of: dict[str, int] = {}  # muid -> facts the LLM extractor gave for it
 
@@ -337,7 +337,7 @@ class Planner:
                     op="delete", kind="relation", user_id=self.user, type=EdgeType(kind), source=source, target=target
                 )
             )
-        for nid in sorted(self.stale_notes):
+        for nid in sorted(self.stale_artifacts):
             self.records.append(Deletion(op="delete", kind="artifact", user_id=self.user, id=nid))
         for cid in sorted(self.deleted_concepts):
             self.records.append(Deletion(op="delete", kind="concept", user_id=self.user, id=cid))
@@ -457,6 +457,7 @@ class Planner:
             )
         )
         if change.restatement is not None:
+            self.stale_artifacts.discard(change.restatement.id)
             self.records.append(change.restatement)
             for source in (muid, *change.restated):
                 self._relate(EdgeType.DERIVED_FROM, change.restatement.id, source, self.opts.fact_weight)
@@ -560,7 +561,7 @@ class Planner:
         note = rule_note(self.user, muid, speaker, text, ts, self.participants, previous)
         if note is None:
             return False
-        self.stale_notes.discard(note.id)
+        self.stale_artifacts.discard(note.id)
         self.records.append(note)
         self._relate(EdgeType.DERIVED_FROM, note.id, muid, self.opts.note_weight)
         return True
@@ -589,10 +590,12 @@ class Planner:
         keys = list(existing["keys"])
         for fam in existing.get("fam", []):
             self.st.put("fam", fam + SEP + muid, None)
+        # deleted at the end of the plan unless the message's new text makes them again (a store
+        # applies a batch's deletions after its writes)
         if existing.get("rs"):
-            self.records.append(Deletion(op="delete", kind="artifact", user_id=self.user, id=restatement_id(muid)))
+            self.stale_artifacts.add(restatement_id(muid))
         if existing.get("nt"):
-            self.stale_notes.add(note_id(muid))  # deleted unless the message's new text has one
+            self.stale_artifacts.add(note_id(muid))
         terms = await self.st.get_many("term", keys)
         for key in keys:
             cid = terms.get(key, {}).get("cid")

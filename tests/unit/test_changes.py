@@ -138,6 +138,12 @@ async def test_the_planner_writes_supersession_with_its_rule_and_a_revert_restat
         ctx = await svc.retrieve(RetrieveRequest(user_id="u", key_phrases=["Lisbon flight"]))
         returned = {u.muid for u in ctx.retrieved_memory_units}
         assert returned.isdisjoint(muids[:4]) and ctx.retrieval_metadata.validity.suppressed["memory_unit"] == 4
+        # the revert edited, still a revert: its restatement is written again, not lost
+        again = {"name": "Maya", "content": "Back to the original plan: May 12 after all, the venue is great."}
+        again |= {"timestamp": "2026-01-05T10:00:00Z", "index": 4}
+        await svc.add_messages(ConversationRequest(user_id="u", session_id="s", messages=[again]))  # type: ignore[list-item]
+        kept = await svc.records.get_many("u", Kind.ARTIFACT, [restatement_id(muids[4])])
+        assert "May 12" in kept[restatement_id(muids[4])].content  # type: ignore[union-attr]
         # the revert edited into a plain message: its supersession and its restatement go
         edit = {"name": "Maya", "content": "The venue is fine.", "timestamp": "2026-01-05T10:00:00Z", "index": 4}
         await svc.add_messages(ConversationRequest(user_id="u", session_id="s", messages=[edit]))  # type: ignore[list-item]
