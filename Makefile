@@ -28,7 +28,7 @@ install-llama:
 # the TypeScript client's tests (tests/integration/test_typescript_client.py) run `node --test`:
 # Node 18+ from the system's packages when the machine lacks it
 install-node:
-	@node -e 'process.exit(+process.versions.node.split(".")[0] < 18)' 2>/dev/null || \
+	@node -e 'process.exit(Number(Number(process.versions.node.split(".")[0]) < 18))' 2>/dev/null || \
 		(sudo -n true 2>/dev/null && SUDO=sudo; $$SUDO apt-get install -y -q nodejs npm)
 
 test: install-test install-llama install-node
