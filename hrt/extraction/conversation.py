@@ -463,13 +463,7 @@ class Planner:
                 self._relate(EdgeType.DERIVED_FROM, change.restatement.id, source, self.opts.fact_weight)
         self.changes.remember(muid, speaker, message.content)
         await self.changes.note_tail(muid)
-        for other, src, dst in ((position - 1, muid, None), (position + 1, None, muid)):
-            if other < 0:
-                continue
-            neighbour = message_id(self.req.session_id, other)
-            if await st.get("msg", neighbour) is not None:
-                source, target = (src or neighbour), (dst or neighbour)
-                self._relate(EdgeType.FOLLOWS, source, target, self.opts.follows_weight)
+        await self._follows(muid, position)
         self.message_ts[muid] = ts
         keys = await self._extract(muid, speaker, message.content, h, history)
         noted = await self._note(muid, speaker, message.content, ts, position)
@@ -542,6 +536,16 @@ class Planner:
         keys = list(dict.fromkeys(keys))[: self.opts.max_message_keys]
         await self._count(muid, keys, surfaces, +1)
         return keys
+
+    async def _follows(self, muid: str, position: int) -> None:
+        """FOLLOWS to the session's message before this one and from the one after, when stored."""
+        for other, src, dst in ((position - 1, muid, None), (position + 1, None, muid)):
+            if other < 0:
+                continue
+            neighbour = message_id(self.req.session_id, other)
+            if await self.st.get("msg", neighbour) is not None:
+                source, target = (src or neighbour), (dst or neighbour)
+                self._relate(EdgeType.FOLLOWS, source, target, self.opts.follows_weight)
 
     async def _note(self, muid: str, speaker: str, text: str, ts: datetime, position: int) -> bool:
         """Write the message's rule note (:mod:`hrt.extraction.notes`), ``DERIVED_FROM`` it:

@@ -379,3 +379,23 @@ async def test_input_that_once_gave_500_gets_a_4xx_naming_the_field(client, name
     err = r.json()["error"]
     assert set(err) >= {"code", "message", "field"} and err["field"] == field and err["message"], err
     assert await snapshot(client) == before
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/v1/users/u1/entities?limt=5", None),  # a misspelt limit
+        ("GET", "/v1/users/u1/entities?limit=5&%C3%94=false", None),
+        ("GET", "/v1/users/u1/stats?verbose=1", None),
+        ("POST", "/v1/retrieve?as_of=2025-01-01", {"user_id": "u1", "key_phrases": ["Project Phoenix"]}),
+    ],
+)
+async def test_an_unknown_query_parameter_is_refused_without_echo(client, method, path, body):
+    """A parameter the route does not declare is an error naming the query (not ignored: the caller
+    would think it applied), and its name, the caller's input, is not echoed."""
+    r = await client.request(method, path, json=body)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["field"] == "query"
+    assert "limt" not in r.text and "verbose" not in r.text and "as_of" not in r.text and "\\u00d4" not in r.text
+    declared = await client.get("/v1/users/u1/entities?limit=5&kind=concept")  # declared names pass
+    assert declared.status_code == 200 and len(declared.json()["entities"]) <= 5

@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Depends, Query, Response
 
 from hrt.api.access import Caller, needs
 from hrt.api.errors import ERROR_RESPONSES
 from hrt.api.routes.common import EntityKindPath, UserIdPath
 from hrt.api.state import Server, Service
+from hrt.api.strict import known_query
 from hrt.browse import (
     DEFAULT_LIMIT,
     DEFAULT_RELATION_LIMIT,
@@ -29,7 +30,7 @@ from hrt.contract import UserStats
 from hrt.metadata_filter import MAX_CHARS as MAX_FILTER_CHARS
 from hrt.records import Kind, check_id
 
-router = APIRouter()
+router = APIRouter(dependencies=[Depends(known_query)])
 
 
 @router.get(

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 
 from hrt.api.access import Caller, needs
 from hrt.api.errors import ERROR_RESPONSES
 from hrt.api.export import export_response
 from hrt.api.routes.common import UserIdPath
 from hrt.api.state import Server
+from hrt.api.strict import known_query
 from hrt.records import check_id
 
-router = APIRouter()
+router = APIRouter(dependencies=[Depends(known_query)])
 
 
 @router.get(

@@ -6,18 +6,19 @@ import asyncio
 import logging
 from typing import Literal
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Depends, Response
 
 from hrt.api.access import Caller, needs, no_key
 from hrt.api.errors import ERROR_RESPONSES
 from hrt.api.state import AUTH_OFF_WARNING, Server, Service
+from hrt.api.strict import known_query
 from hrt.contract import Health, Readiness
 from hrt.metrics import own_series
 from hrt.service import HRTService
 
 log = logging.getLogger(__name__)
 
-router = APIRouter()
+router = APIRouter(dependencies=[Depends(known_query)])
 
 
 @router.get("/healthz", dependencies=[no_key()], response_model=Health, summary="Liveness")

@@ -6,12 +6,13 @@ import logging
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from pydantic import Field
 
 from hrt.api.access import Caller, needs
 from hrt.api.errors import ERROR_RESPONSES
 from hrt.api.state import Server, Service
+from hrt.api.strict import known_query
 from hrt.auth import (
     UNAUTHENTICATED_DEV,
     KeyRecord,
@@ -27,7 +28,7 @@ from hrt.errors import Conflict, Forbidden, NotFound
 
 log = logging.getLogger(__name__)
 
-router = APIRouter()
+router = APIRouter(dependencies=[Depends(known_query)])
 
 
 def manageable(caller: Principal, users: tuple[str, ...] | None) -> bool:

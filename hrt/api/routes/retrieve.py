@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Depends, Response
 
 from hrt.api.access import Caller, needs
 from hrt.api.errors import ERROR_RESPONSES
 from hrt.api.state import Service
+from hrt.api.strict import known_query
 from hrt.contract import RetrieveRequest
 
-router = APIRouter()
+router = APIRouter(dependencies=[Depends(known_query)])
 
 
 @router.post(

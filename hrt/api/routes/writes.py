@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 
 from hrt.api.access import Caller, needs
 from hrt.api.errors import ERROR_RESPONSES
 from hrt.api.openapi import CONVERSATION_BODY, ingest_request_body
 from hrt.api.routes.common import EntityKindPath, UserIdPath
 from hrt.api.state import Server, Service
+from hrt.api.strict import known_query
 from hrt.browse import written_by
 from hrt.contract import MergeRequest, MergeResult, WriteSummary
 from hrt.extraction.messages import ConversationResult
@@ -19,7 +20,7 @@ from hrt.extraction.wire import parse_conversation_body
 from hrt.ingest import parse_ingest_body
 from hrt.records import Kind, check_id
 
-router = APIRouter()
+router = APIRouter(dependencies=[Depends(known_query)])
 
 
 @router.post(
