@@ -14,15 +14,11 @@ from fastapi.routing import APIRoute
 
 from hrt.errors import InvalidInput
 
-_KNOWN: dict[int, frozenset[str]] = {}  # id(route) -> its declared query parameters' names
-
 
 def declared(route: APIRoute) -> frozenset[str]:
-    """The names (aliases) of the query parameters ``route`` declares, its dependencies' included."""
-    known = _KNOWN.get(id(route))
-    if known is None:
-        known = _KNOWN[id(route)] = frozenset(_query_names(route.dependant))
-    return known
+    """The names (aliases) of the query parameters ``route`` declares, its dependencies' included
+    (a walk of a few nodes, made only for a request that has a query string)."""
+    return frozenset(_query_names(route.dependant))
 
 
 def _query_names(dependant: Dependant) -> set[str]:

@@ -207,18 +207,23 @@ def with_dates(text: str, when: datetime) -> str:
     return _AGO.sub(ago, _RELATIVE.sub(relative, text))
 
 
-def _persons(pairs: Sequence[tuple[str, str]], name: str, key: str) -> list[tuple[re.Pattern[str], str]]:
-    return [(re.compile(rf"\b(?:{p})\b", re.IGNORECASE), r.replace("{" + key + "}", name)) for p, r in pairs]
+def _compiled(pairs: Sequence[tuple[str, str]]) -> list[tuple[re.Pattern[str], str]]:
+    return [(re.compile(rf"\b(?:{p})\b", re.IGNORECASE), r) for p, r in pairs]
+
+
+_FIRST_RE, _SECOND_RE = _compiled(_FIRST), _compiled(_SECOND)
 
 
 def attributed(text: str, speaker: str, listener: str | None) -> str:
-    """First person as ``speaker``, second person as ``listener`` (when there is one)."""
+    """First person as ``speaker``, second person as ``listener`` (when there is one). The names
+    are put in as they are (a function replacement: a backslash in a name is no group reference)."""
     out = text.translate(_APOSTROPHES)
-    for pattern, name in _persons(_FIRST, speaker, "s"):
-        out = pattern.sub(name, out)
-    if listener:
-        for pattern, name in _persons(_SECOND, listener, "l"):
-            out = pattern.sub(name, out)
+    for patterns, name in ((_FIRST_RE, speaker), (_SECOND_RE, listener)):
+        if not name:
+            continue
+        for pattern, template in patterns:
+            said = template.format(s=name, l=name)
+            out = pattern.sub(lambda _m, said=said: said, out)
     return out
 
 

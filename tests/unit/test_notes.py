@@ -35,6 +35,8 @@ def test_first_and_second_person_become_the_speaker_and_the_listener() -> None:
     assert said == "Ana is moving to Porto and Ana's sister asked if Ben has been there"
     assert attributed("You helped me a lot", "Ana", None) == "You helped Ana a lot"  # no one listener
     assert attributed("Imagine my idea", "Ana", "Ben") == "Imagine Ana's idea"  # whole words only
+    # a name is put in as it is: a backslash or braces in it are no group reference or template
+    assert attributed("I told you", r"A\1{l}", r"B\g<0>") == r"A\1{l} told B\g<0>"
 
 
 @pytest.mark.parametrize(
