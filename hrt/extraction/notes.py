@@ -25,7 +25,7 @@ the same message. The message's own text is never changed. Pure functions, no I/
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from hrt.records import NOTE_ARTIFACT_TYPE, Artifact, note_id
@@ -222,9 +222,13 @@ def attributed(text: str, speaker: str, listener: str | None) -> str:
         if not name:
             continue
         for pattern, template in patterns:
-            said = template.format(s=name, l=name)
-            out = pattern.sub(lambda _m, said=said: said, out)
+            out = pattern.sub(_literal(template.format(s=name, l=name)), out)
     return out
+
+
+def _literal(text: str) -> Callable[[re.Match[str]], str]:
+    """A replacement that puts ``text`` in as it is."""
+    return lambda _match: text
 
 
 def _said(text: str) -> list[str]:
