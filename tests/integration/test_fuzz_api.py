@@ -44,10 +44,18 @@ def rejects_invalid_input(ctx: Any, response: Any, case: schemathesis.Case) -> b
     return negative_data_rejection(ctx, response, case)
 
 
+def content_type_of_the_app(ctx: Any, response: Any, case: schemathesis.Case) -> bool | None:
+    """schemathesis' content_type_conformance for what HRT answers: a request line longer than the
+    HTTP server takes (an 80 KB query string) is refused by uvicorn itself, in text, before HRT."""
+    if response.status_code == 400 and response.content == b"Invalid HTTP request received.":
+        return None
+    return content_type_conformance(ctx, response, case)
+
+
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
-    content_type_conformance,
+    content_type_of_the_app,
     response_headers_conformance,
     response_schema_conformance,
     rejects_invalid_input,
