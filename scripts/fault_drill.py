@@ -265,6 +265,7 @@ def summarise(
         "whole_answers_differing": sum(1 for body in whole if body != before),
         "whole_answers": len(whole),
         "readyz_ms_max": round(max(((e - s) * 1000 for s, e, _ in watch), default=0.0), 1),
+        "readyz_slowest": _slowest(watch, stopped_at, up_started, up_done),
         "writes": {
             "during_outage": len(outage_writes),
             "accepted": sum(1 for w in outage_writes if w[2] == 200),
@@ -280,6 +281,18 @@ def summarise(
         "same_answer_after": after == before,
         "server_restarted": server.proc.poll() is not None,
     }
+
+
+def _slowest(
+    watch: list[tuple[float, float, str]], stopped_at: float, up_started: float, up_done: float
+) -> dict[str, Any] | None:
+    """When the slowest ``/readyz`` was sent (seconds after the stop), in which phase (``outage``,
+    ``starting``: while ``hrt dev up`` ran, ``back``), and what it said of the store."""
+    if not watch:
+        return None
+    start, end, state = max(watch, key=lambda w: w[1] - w[0])
+    phase = "outage" if start < up_started else "starting" if start < up_done else "back"
+    return {"ms": round((end - start) * 1000, 1), "at_s": round(start - stopped_at, 2), "phase": phase, "said": state}
 
 
 def _p50(values: list[float]) -> float | None:

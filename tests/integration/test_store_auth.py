@@ -109,6 +109,7 @@ async def test_weaviate_refuses_a_request_without_the_api_key(stack_manager: Sta
         await keyed.open()
         await keyed.apply_schema()  # creates the collection, then reads it back: both need the key
         assert await keyed._client.collections.exists(keyed.collection_name)
+        await keyed.ping()  # the node's own schema read (consistency: false) takes the key too
     finally:
         await keyed._client.collections.delete(keyed.collection_name)
         await keyed.close()

@@ -37,3 +37,8 @@ def test_a_refused_search_is_not_an_unavailable_store() -> None:
 def test_a_refusal_of_the_connection_is_unavailable() -> None:
     assert _unavailable(raised_by_the_client(StatusCode.UNAVAILABLE, "connection refused"))
     assert _unavailable(raised_by_the_client(StatusCode.DEADLINE_EXCEEDED, "deadline"))
+
+
+def test_a_node_that_has_not_loaded_its_schema_yet_is_unavailable() -> None:
+    # a single node just started answers before its schema is loaded (the fault drill's restart)
+    assert _unavailable(raised_by_the_client(StatusCode.UNKNOWN, "could not find class HRTDrill in schema"))

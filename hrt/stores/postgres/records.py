@@ -110,6 +110,7 @@ class PostgresRecordStore:
         # so a slow target never holds the connections that requests read with; none until used
         self.lease_pool = self._lease_pool()
         self._renewing: set[asyncio.Future[None]] = set()
+        self._swap: asyncio.Future[None] | None = None  # the pools being renewed (_renew_pools)
         self._stale_pools: list[AsyncConnectionPool] = []  # replaced by _renew_pools, closed after
 
     def attach(self, circuit: StoreCircuit) -> None:
@@ -118,15 +119,17 @@ class PostgresRecordStore:
         circuit.on_close.append(self._renew_soon)
 
     def _renew_soon(self) -> None:
-        task = asyncio.ensure_future(self._renew_pools())
-        self._renewing.add(task)
-        task.add_done_callback(self._renewing.discard)
+        self._swap = asyncio.ensure_future(self._renew_pools())
+        self._renewing.add(self._swap)
+        self._swap.add_done_callback(self._renewing.discard)
 
     async def _renew_pools(self) -> None:
         """PostgreSQL answers again: fresh pools, connecting now. The old ones retry with a growing
         backoff (up to seconds after an outage of ten) during which a request would wait for
-        them; a request that took one of them in the moment before the swap keeps it (its pool's
-        timeout still bounds it), and they are closed after that timeout."""
+        them: a request that comes once the circuit has closed waits for this swap (it only starts
+        the new pools' connections, :meth:`_current_pools`); one that took an old pool before
+        the circuit closed keeps it (its pool's timeout still bounds it), and the old pools are
+        closed after that timeout."""
         if self.pool.closed:  # not opened yet, or closing: nothing to renew
             return
         pool, lease_pool = self._request_pool(), self._lease_pool()
@@ -134,8 +137,21 @@ class PostgresRecordStore:
         await lease_pool.open(wait=False)
         self._stale_pools += [self.pool, self.lease_pool]
         self.pool, self.lease_pool = pool, lease_pool
+        closing = asyncio.ensure_future(self._close_stale_later())
+        self._renewing.add(closing)
+        closing.add_done_callback(self._renewing.discard)
+
+    async def _close_stale_later(self) -> None:
         await asyncio.sleep(self._timeout)
         await self._close_stale_pools()
+
+    async def _current_pools(self) -> None:
+        """Wait for a pool swap in progress (the circuit has just closed): never take a pool
+        that is being replaced."""
+        swap = self._swap
+        if swap is not None and not swap.done():
+            with suppress(Exception):
+                await asyncio.shield(swap)
 
     async def _close_stale_pools(self) -> None:
         stale, self._stale_pools = self._stale_pools, []
@@ -260,6 +276,7 @@ class PostgresRecordStore:
     @asynccontextmanager
     async def connection(self, action: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         async with self._guarded():
+            await self._current_pools()
             with translate_errors(action):
                 async with self.pool.connection() as conn:
                     yield conn
@@ -267,6 +284,7 @@ class PostgresRecordStore:
     @asynccontextmanager
     async def _leased_connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         async with self._guarded():
+            await self._current_pools()
             with translate_errors("outbox lease"):
                 async with self.lease_pool.connection() as conn:
                     yield conn

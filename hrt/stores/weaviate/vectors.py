@@ -262,10 +262,11 @@ def _later_properties() -> list[Property]:
     ]
 
 
-# A node that has just started knows the collection (its schema comes from Raft) before its
-# database has loaded the collection's index: a search meanwhile fails with this gRPC UNKNOWN
-# (Weaviate's adapters/repos/db/search.go). Not a wrong request: the store is still starting.
-_LOADING = re.compile(r"\bnon-existing index for\b")
+# A node that has just started answers before it has loaded its schema ("could not find class")
+# or, knowing the collection (its schema comes from Raft), before its database has loaded the
+# collection's index ("non-existing index", Weaviate's adapters/repos/db/search.go): a search
+# meanwhile fails with a gRPC UNKNOWN. Not a wrong request: the store is still starting.
+_LOADING = re.compile(r"\bnon-existing index for\b|\bcould not find class \w+ in schema\b")
 
 
 def _unavailable(exc: BaseException) -> bool:
@@ -363,6 +364,7 @@ class WeaviateVectorIndex:
             )
         self._client = client
         self._collection: CollectionAsync[Any, Any] = client.collections.use(collection)
+        self._schema_applied = False  # apply_schema has seen the collection (ping: a 404 is a node loading)
 
     # ------------------------------------------------------------------------------------------
     # lifecycle
@@ -398,7 +400,32 @@ class WeaviateVectorIndex:
         and meanwhile serves the searches and writes of existing tenants, all HRT's reads need
         (a replicated Weaviate losing its leader is not a store down: docs/reliability.md)."""
         async with self._guard("ping", self._connect_timeout):
+            await self._read_local_schema()
+
+    async def _read_local_schema(self) -> None:
+        """``GET /v1/schema/<collection>`` answered by the node itself (``consistency: false``):
+        by default Weaviate proxies a schema read to the Raft leader, so while a stopped leader
+        hands its role over the read failed at once and a healthy cluster was judged down
+        (the circuit opened, answers were degraded). Through the client's own HTTP connection
+        and credentials; any HTTP answer but 200 or 404 is an error (401/403: the credentials).
+        A 404 once this adapter has applied the schema is a node that has not loaded it yet (just
+        started): unavailable, or the circuit would close before the node can search."""
+        conn = self._client._connection
+        http = getattr(conn, "_client", None)
+        if http is None:  # not connected yet: the client's own read says why
             await self._client.collections.exists(self.collection_name)
+            return
+        headers = {"consistency": "false"}
+        if token := conn.get_current_bearer_token():
+            headers["authorization"] = token
+        name = self.collection_name[:1].upper() + self.collection_name[1:]
+        reply = await http.get(f"{conn.url}/v1/schema/{name}", headers=headers, timeout=self._connect_timeout)
+        if reply.status_code in (502, 503, 504):
+            raise StoreUnavailable(f"Weaviate unavailable during ping: HTTP {reply.status_code}", store="Weaviate")
+        if reply.status_code == 404 and self._schema_applied:  # ours, not loaded (yet) on this node
+            raise StoreUnavailable("Weaviate unavailable during ping: the collection is not loaded", store="Weaviate")
+        if reply.status_code not in (200, 404):
+            raise StoreError(f"Weaviate error during ping: HTTP {reply.status_code}", store="Weaviate")
 
     async def warm(self) -> None:
         """Nothing to prepare: Weaviate has no query plans to warm."""
@@ -471,6 +498,7 @@ class WeaviateVectorIndex:
                 "drop it or set another HRT_WEAVIATE_COLLECTION, then run `hrt migrate` and `hrt doctor --repair`",
                 store="Weaviate",
             )
+        self._schema_applied = True
 
     async def _create_collection(self) -> None:
         await self._client.collections.create(
