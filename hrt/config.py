@@ -494,6 +494,11 @@ class Settings(
     # browse pages being read and built at once in this process, one tenant at most half (at least
     # one); beyond, 429. 0: no bound
     max_concurrent_browse_pages: int = Field(4, ge=0, le=1024)
+    # the bytes of browse pages one tenant may have built per second, on average (a burst of twice
+    # HRT_BROWSE_MAX_PAGE_BYTES, or a second's worth if more); a tenant past it gets 429 with
+    # Retry-After until the rate allows its next page: bulk reads never take a core from the others.
+    # 0: no bound
+    browse_tenant_bytes_per_s: int = Field(4 * 1_048_576, ge=0, le=1_073_741_824)
     # the conversation statistics rows one user may hold (POST /v1/conversations keeps them per
     # user); a call that would pass the bound is refused with 413. 0: no bound
     max_conversation_state_rows: int = Field(1_000_000, ge=0, le=1_000_000_000)

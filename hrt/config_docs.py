@@ -386,6 +386,15 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
         ),
     ),
     (
+        ("browse_tenant_bytes_per_s",),
+        (
+            "the bytes of browse pages one tenant may have built per second on average, with a burst of twice "
+            "`HRT_BROWSE_MAX_PAGE_BYTES` (or a second's worth if more); a page is charged once built, and while "
+            "the tenant owes bytes its next page is 429 `browse_rate` with `Retry-After`: one tenant's bulk reads "
+            "never take a core from the others; 0: no bound"
+        ),
+    ),
+    (
         ("conversation_notes",),
         (
             "each message `POST /v1/conversations` (and `hrt ingest --conversation`) writes gets its rule note: "

@@ -84,3 +84,43 @@ class Place:
         shares, self._shares = self._shares, None
         if shares is not None:
             shares.give_back(self._tenant)
+
+
+class ByteRates:
+    """What one tenant may build per second (browse pages' bytes): a bucket per tenant that fills
+    at ``per_s`` bytes a second up to ``burst``. A page is charged after it is built, so a tenant
+    may go into debt by one page; while in debt its next page is refused (``refuse`` given the
+    seconds until the debt is paid) before anything is read. Other tenants are not slowed: this
+    bounds the CPU one tenant's bulk reads take, where :class:`Shares` bounds how many run at
+    once. ``per_s`` 0: no bound. Thread-safe; ``clock`` is monotonic seconds."""
+
+    def __init__(self, per_s: int, burst: int, clock: Callable[[], float]) -> None:
+        self.per_s, self.burst, self._clock = per_s, max(burst, per_s), clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # tenant -> (tokens, at)
+        self._lock = threading.Lock()
+
+    def _tokens(self, tenant: str, now: float) -> float:
+        tokens, at = self._buckets.get(tenant, (float(self.burst), now))
+        return min(float(self.burst), tokens + (now - at) * self.per_s)
+
+    def check(self, tenant: str | None, refuse: Callable[[float], RateLimited]) -> None:
+        """Raise ``refuse(seconds)`` while ``tenant`` owes bytes."""
+        if not self.per_s or tenant is None:
+            return
+        with self._lock:
+            now = self._clock()
+            tokens = self._tokens(tenant, now)
+            if tokens < 0:
+                raise refuse(-tokens / self.per_s)
+
+    def charge(self, tenant: str | None, size: int) -> None:
+        """``size`` bytes built for ``tenant``. Full buckets are forgotten (no state per idle tenant)."""
+        if not self.per_s or tenant is None:
+            return
+        with self._lock:
+            now = self._clock()
+            tokens = self._tokens(tenant, now) - size
+            self._buckets[tenant] = (tokens, now)
+            for other, (t, at) in list(self._buckets.items())[:8]:  # a few at a time: bounded work
+                if other != tenant and t + (now - at) * self.per_s >= self.burst:
+                    del self._buckets[other]

@@ -4,6 +4,8 @@ and the bounds held across requests; and the dependencies by which a route reach
 from __future__ import annotations
 
 import contextlib
+import math
+import time
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -14,7 +16,7 @@ from hrt.config import Settings
 from hrt.errors import RateLimited
 from hrt.export import ExportSlots
 from hrt.service import HRTService
-from hrt.shares import Place, Shares
+from hrt.shares import ByteRates, Place, Shares
 
 AUTH_OFF_WARNING = "HRT_AUTH=off: every route answers without an API key (development on loopback only)"
 
@@ -30,10 +32,14 @@ class ServerState:
         self.ingest_bodies = IngestBodies(settings.max_ingest_bodies, settings.ingest_retry_after_s)
         self.export_slots = ExportSlots()
         self.browse_pages = Shares(settings.max_concurrent_browse_pages)
+        self.browse_bytes = ByteRates(
+            settings.browse_tenant_bytes_per_s, 2 * settings.browse_max_page_bytes, time.monotonic
+        )
 
     def browse_page(self, tenant: str) -> contextlib.AbstractContextManager[Place]:
         """A place for one browse page of ``tenant`` (its read and build hold CPU and a page of
-        memory: one tenant's pages never take them all), or 429."""
+        memory: one tenant's pages never take them all), or 429; 429 too while the tenant is past
+        its bytes per second (the page's size is charged by the route, :attr:`browse_bytes`)."""
 
         def refuse(held: int, mine: bool) -> RateLimited:
             where = "for this tenant, its share" if mine else "as many as this server builds at once"
@@ -43,6 +49,14 @@ class ServerState:
                 reason="browse_concurrency",
             )
 
+        def owes(seconds: float) -> RateLimited:
+            return RateLimited(
+                "this tenant's browse pages are past HRT_BROWSE_TENANT_BYTES_PER_S; retry later",
+                retry_after_s=math.ceil(seconds),
+                reason="browse_rate",
+            )
+
+        self.browse_bytes.check(tenant, owes)
         return self.browse_pages.place(tenant, refuse)
 
     @property

@@ -105,3 +105,64 @@ async def test_one_tenant_builds_at_most_its_share_of_browse_pages_at_once(loade
     assert "retry-after" in busy.headers
     assert free.status_code == 200, free.text
     assert app.state.hrt.browse_pages.total == 0
+
+
+async def test_one_tenant_past_its_bytes_a_second_waits_and_the_others_do_not(loaded_service, settings, keys):
+    """HRT_BROWSE_TENANT_BYTES_PER_S: a tenant's pages are charged by their size once built; past
+    its burst (two pages) it is refused with 429 browse_rate and a Retry-After that covers its
+    debt, before anything is read; another tenant browses meanwhile; 0 turns the bound off."""
+    await loaded_service.ingest(
+        parse_jsonl(jsonl([mu("u1", f"big-{i:02d}", "word " * (BIG // 5), title=f"Big {i}") for i in range(12)]))
+    )
+    other, other_rec = new_key("other", ["retrieve", "read"], ["u2"])
+    await loaded_service.records.create_key(other_rec)
+    page_bytes, per_s = 65_536, 70_000  # a burst of 131,072 bytes: about two full pages
+    update = {"browse_max_page_bytes": page_bytes, "browse_tenant_bytes_per_s": per_s}
+    app = create_app(settings.model_copy(update=update), service=loaded_service)
+    params = {"limit": 500, "include_invalidated": "true"}
+    statuses, sizes = [], []
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://hrt") as c:
+        for _ in range(4):
+            r = await c.get("/v1/users/u1/entities", params=params, headers=bearer(keys["reader"]))
+            statuses.append(r.status_code)
+            sizes.append(len(r.content))
+            if r.status_code == 429:
+                refused = r
+                break
+        free = await c.get("/v1/users/u2/entities", params=params, headers=bearer(other))
+    assert statuses[-1] == 429 and statuses[:-1] == [200] * (len(statuses) - 1), statuses
+    assert sum(sizes[:-1]) > 2 * page_bytes  # refused only once past the burst
+    assert refused.json()["error"]["code"] == "rate_limited" and "BYTES_PER_S" in refused.json()["error"]["message"]
+    owed = sum(sizes[:-1]) - 2 * page_bytes
+    assert int(refused.headers["retry-after"]) >= owed / per_s
+    assert free.status_code == 200, free.text
+    unbounded = create_app(
+        settings.model_copy(update={**update, "browse_tenant_bytes_per_s": 0}), service=loaded_service
+    )
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=unbounded), base_url="http://hrt") as c:
+        for _ in range(4):
+            r = await c.get("/v1/users/u1/entities", params=params, headers=bearer(keys["reader"]))
+            assert r.status_code == 200, r.text
+
+
+def test_a_tenants_bytes_refill_at_the_rate_and_idle_tenants_are_forgotten() -> None:
+    from hrt.errors import RateLimited
+    from hrt.shares import ByteRates
+
+    now = [0.0]
+    rates = ByteRates(100, 200, lambda: now[0])
+
+    def refuse(seconds: float) -> RateLimited:
+        return RateLimited(f"{seconds:.1f}", retry_after_s=int(seconds) + 1, reason="browse_rate")
+
+    rates.check("a", refuse)
+    rates.charge("a", 350)  # 200 - 350: owes 150 bytes, 1.5 s at 100 a second
+    with pytest.raises(RateLimited, match=r"1\.5"):
+        rates.check("a", refuse)
+    rates.check("b", refuse)  # another tenant is not slowed
+    now[0] = 1.6
+    rates.check("a", refuse)  # paid
+    rates.charge("b", 10)
+    now[0] = 100.0
+    rates.charge("b", 10)  # "a" is full again: its bucket is forgotten
+    assert set(rates._buckets) == {"b"}

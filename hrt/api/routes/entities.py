@@ -127,5 +127,6 @@ async def list_entities(
 
     with server.browse_page(caller.tenant):
         body = await svc.off_loop(page)
+    server.browse_bytes.charge(caller.tenant, len(body))
     headers = {} if full else {"warning": RECORDS_OMITTED}
     return Response(body, media_type="application/json", headers=headers)
