@@ -24,6 +24,7 @@ from hrt.config import Settings, load_settings
 from hrt.contract import AugmentedMemoryContext, RetrieveRequest, canonical_dumps
 from hrt.errors import HRTError, InvalidInput, StoreUnavailable
 from hrt.ingest import parse_jsonl
+from hrt.settings_check import settings_error, unknown_variables
 
 if TYPE_CHECKING:
     from hrt.extraction.transcripts import Transcript
@@ -50,6 +51,8 @@ def _settings(args: argparse.Namespace) -> Settings:
     overrides: dict[str, Any] = {}
     if getattr(args, "db", None):
         overrides["db_path"] = Path(args.db)
+    for line in unknown_variables(os.environ):  # a misspelt setting would be ignored in silence
+        print(f"hrt: warning: {line}", file=sys.stderr)
     return load_settings(**overrides)
 
 
@@ -704,6 +707,7 @@ def cmd_export_schema(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hrt", description="HRT, the Hybrid Retrieval Tool")
+    p.add_argument("--debug", action="store_true", help="an unexpected error prints its traceback, not one line")
     sub = p.add_subparsers(dest="command", required=True)
     _add_serving_parsers(sub)
     _add_keys_parser(sub)
@@ -926,14 +930,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hrt: error: {exc.message}{where}", file=sys.stderr)
         return 2
     except Exception as exc:
-        from pydantic import ValidationError
+        if args.debug:
+            raise
+        print(f"hrt: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
 
-        if isinstance(exc, ValidationError):
-            err = exc.errors()[0]
-            field = ".".join(str(x) for x in err["loc"])
-            print(f"hrt: error: field '{field}': {err['msg']}", file=sys.stderr)
-            return 2
-        raise
+
+def _one_line(exc: Exception) -> str:
+    """What an error that is not HRT's own says in one line: a setting's names its variable, a
+    request model's the field, a file's the path; anything else its type (``--debug``: the traceback)."""
+    from pydantic import ValidationError
+
+    setting = settings_error(exc)
+    if setting is not None:
+        return setting
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        field = ".".join(str(x) for x in err["loc"])
+        return f"field '{field}': {err['msg']}"
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    text = " ".join(str(exc).split())[:300]
+    return f"{type(exc).__name__}: {text} (hrt --debug ... prints the traceback)"
 
 
 if __name__ == "__main__":

@@ -492,6 +492,13 @@ One settings object, read from `HRT_*` environment variables once at start (`hrt
 library code never reads the environment. This file is generated from the settings model
 (`make docs`; a test fails when it is out of date): defaults are the code's own.
 
+Every `hrt` command (`hrt serve` included) warns at start of an `HRT_*` variable that nothing in
+HRT reads, with the nearest known name (`hrt: warning: HRT_SEACH_K is not a variable HRT reads
+(did you mean HRT_SEARCH_K?); it is ignored`). A bad value stops it with one line naming the
+variable, never the value (`hrt: error: HRT_MAX_CONCURRENT_INGESTS: Input should be a valid
+integer`); any other failure is one `hrt: error:` line as well, and `hrt --debug <command>`
+prints the traceback instead.
+
 Settings marked *(request)* may also be changed by one request (`"config": {...}`, see
 [below](#retrieval-configuration-presets-and-per-request-overrides)).
 

@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "hrt.records",
         "hrt.config",
+        "hrt.settings_check",
         "hrt.embedding_models",
         "hrt.contract",
         "hrt.auth",
