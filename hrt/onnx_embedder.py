@@ -307,6 +307,12 @@ def _replacing(dest: Path) -> Iterator[Path]:
 
 def _export_in_child(transformer_dir: Path, dest: Path) -> float:
     """Run :func:`export_onnx` in a fresh interpreter; returns the seconds it took."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
+        from hrt.embedder import needs_the_extra
+
+        raise needs_the_extra(f"exporting the model folder {transformer_dir} to ONNX (once per model)")
     log.info("exporting %s to ONNX at %s (once per model)", transformer_dir, dest)
     seconds = _run_child([str(transformer_dir), str(dest)], f"the ONNX export of {transformer_dir}")
     log.info("ONNX export done in %.1f s", seconds)
