@@ -674,3 +674,29 @@ async def test_the_rendered_share_is_the_requests_own_render(tmp_path: Path) -> 
     budget = count("one two three\nfour five six\n")
     assert texts_rendered(texts, [budget])[f"rendered@{budget}"] == frozenset({"a", "b"})
     assert texts_rendered(texts, [budget - 1])[f"rendered@{budget - 1}"] == frozenset({"a"})
+
+
+def test_side_by_side_runs_the_rules_alone_and_with_the_datasets_notes_batch_and_turns(tmp_path: Path) -> None:
+    """``--side-by-side``: four runs on fresh stores, each in its own folder with what it imported,
+    and one table whose rows are those runs' own figures, the headline (rules only, turn by turn)
+    first."""
+    data = tmp_path / "tiny-locomo.json"
+    data.write_text(json.dumps([fixture_sample()]))
+    out = tmp_path / "out"
+    argv = ["--data", str(data), "--out", str(out), "--db", str(tmp_path / "e.db"), "--systems", "hybrid-rrf", "hrt"]
+    assert L.run(L.build_parser().parse_args([*argv, "--side-by-side"]), embedder=HashingEmbedder()) == 0
+    table = (out / "locomo-side-by-side.md").read_text().splitlines()
+    rows = [line for line in table if line.startswith("| rules")]
+    assert len(rows) == 8  # four runs, HRT and hybrid each
+    assert rows[0].startswith("| rules only | turn by turn | HRT")
+    assert rows[-1].startswith("| rules + the dataset's notes | batch | hybrid RRF")
+    for notes, ingest in (("none", "turns"), ("none", "batch"), ("dataset", "turns"), ("dataset", "batch")):
+        body = json.loads((out / f"{notes}-{ingest}" / "locomo-results.json").read_text())
+        assert body["meta"]["notes"] == notes and body["meta"]["ingest"] == ingest
+        hrt, hybrid = (body["systems"][s][L.OVERALL]["recall@10"] for s in ("hrt", "hybrid-rrf"))
+        label = "rules only" if notes == "none" else "rules + the dataset's notes"
+        row = next(
+            r for r in rows if r.startswith(f"| {label} | {'turn by turn' if ingest == 'turns' else 'batch'} | HRT")
+        )
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[3] == f"{hrt:.1f}" and cells[-1] == f"{hrt - hybrid:+.1f}"

@@ -22,6 +22,8 @@ from hrt.eval.locomo.misses import MissReport, analyse, write_misses
 from hrt.eval.locomo.misses import markdown as misses_markdown
 from hrt.eval.locomo.questions import PHRASE_MODES
 from hrt.eval.locomo.report import markdown_report, write_outputs
+from hrt.eval.locomo.sidebyside import FILE as SIDE_BY_SIDE_FILE
+from hrt.eval.locomo.sidebyside import RUNS, read_run, run_folder, side_by_side_markdown
 from hrt.eval.locomo.systems import DEFAULT_SYSTEMS, EVAL_SETTINGS, SYSTEMS, EvalConfig
 from hrt.extraction.locomo import load_samples
 
@@ -85,6 +87,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: %(default)s)",
     )
     parser.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="run the questions four times, the rules alone and with the dataset's notes, each batch and turn by "
+        "turn (--notes and --ingest are then ignored), each into OUT/<notes>-<ingest>, and write the table "
+        "OUT/locomo-side-by-side.md",
+    )
+    parser.add_argument(
         "--compare",
         nargs=2,
         metavar=("BEFORE", "AFTER"),
@@ -136,13 +145,38 @@ def run(args: argparse.Namespace, embedder: Embedder | None = None) -> int:
         settings={**EVAL_SETTINGS, **dict(args.setting)},
         experimental_path_sum=args.experimental_path_sum,
     )
-    options = notes_options(args.notes)
     if args.misses:
+        options = notes_options(args.notes)
         report = asyncio.run(run_misses(samples, embedder, args.db, config, args.depth, options))
         paths = write_misses(report, args.out)
         sys.stdout.write(misses_markdown(report))
         log.info("wrote %s", ", ".join(str(p) for p in paths.values()))
         return 0
+    if not args.side_by_side:
+        _run_once(args, samples, embedder, config, args.notes, args.ingest, args.out)
+        return 0
+    runs = []
+    for notes, ingest in RUNS:
+        folder = run_folder(args.out, notes, ingest)
+        log.info("side by side: notes %s, ingest %s -> %s", notes, ingest, folder)
+        _run_once(args, samples, embedder, config, notes, ingest, folder)
+        runs.append((notes, ingest, read_run(folder)))
+    table = side_by_side_markdown(runs)
+    (args.out / SIDE_BY_SIDE_FILE).write_text(table, encoding="utf-8")
+    sys.stdout.write(table)
+    return 0
+
+
+def _run_once(
+    args: argparse.Namespace,
+    samples: Sequence[Mapping[str, Any]],
+    embedder: Embedder,
+    config: EvalConfig,
+    notes: str,
+    ingest: str,
+    out: Path,
+) -> None:
+    """One evaluation on a fresh store (``--db``, or a temporary file), its outputs in ``out``."""
     with tempfile.TemporaryDirectory(prefix="hrt-locomo-") as tmp:
         db = args.db or Path(tmp) / "locomo.db"
         for suffix in ("", "-wal", "-shm"):
@@ -156,16 +190,15 @@ def run(args: argparse.Namespace, embedder: Embedder | None = None) -> int:
                 systems=args.systems,
                 limit_questions=args.limit_questions,
                 progress=log.info,
-                import_options=options,
-                ingest=args.ingest,
+                import_options=notes_options(notes),
+                ingest=ingest,
                 turns_per_call=args.turns_per_call,
             )
         )
     result.meta["data"] = {"file": args.data.name, "sha256": hashlib.sha256(args.data.read_bytes()).hexdigest()}
-    paths = write_outputs(result, args.out)
+    paths = write_outputs(result, out)
     sys.stdout.write(markdown_report(result))
     log.info("wrote %s", ", ".join(str(p) for p in paths.values()))
-    return 0
 
 
 async def run_misses(
