@@ -49,6 +49,7 @@ from hrt.extraction.rules import ProperNouns, allowance, extract, name_counts, t
 from hrt.extraction.superseding import ChangeFinder, restatement_id
 from hrt.ingest import Record
 from hrt.records import Artifact, Concept, Deletion, EdgeType, Entity, Kind, MemoryUnit, Relation, iso, utc
+from hrt.text import content_words
 
 SEP = "\x1f"
 
@@ -67,6 +68,9 @@ class ExtractionOptions:
     max_pair_keys: int = 24  # co-occurrences counted among a message's first keys only
     salience_step: float = 0.05  # a linked concept is rewritten when its salience moved this much
     fact_weight: float = 1.0  # an LLM fact DERIVED_FROM its message
+    # an LLM fact DERIVED_FROM its speaker's concept and each concept of its message it names (as
+    # the batch import's observations: the walk reaches a fact from what it is about)
+    fact_concept_weight: float = 0.3
     notes: bool = True  # each message's rule note (hrt.extraction.notes), HRT_CONVERSATION_NOTES
     note_weight: float = 1.0  # a note DERIVED_FROM its message
     # what one message may add to the statistics: capitalisation counts of its first distinct
@@ -287,6 +291,9 @@ class Planner:
         self.stale_artifacts: set[str] = set()  # a retracted message's restatement and note
         self.message_ts: dict[str, datetime] = {}  # muid -> its time (the LLM's facts are dated by it)
         self.facts_of: dict[str, int] = {}  # muid -> facts the LLM extractor gave for it
+        # muid -> (fact artifact id, the message's keys the fact names): linked as the message is
+        self.fact_keys: dict[str, list[tuple[str, set[str]]]] = {}
+        self.fact_texts: dict[str, list[tuple[str, str]]] = {}  # muid -> (fact id, text), this call's
 
     # --- messages -----------------------------------------------------------------------------
 
@@ -535,7 +542,25 @@ class Planner:
             self.llm_relations.extend((entity_key(a), entity_key(b), t) for a, b, t in outcome.relations)
         keys = list(dict.fromkeys(keys))[: self.opts.max_message_keys]
         await self._count(muid, keys, surfaces, +1)
+        self._name_fact_keys(muid, keys, surfaces)
         return keys
+
+    def _name_fact_keys(self, muid: str, keys: Sequence[str], surfaces: Mapping[str, str]) -> None:
+        """Which of the message's keys each of its LLM facts names (every content word of the
+        key's surface form in the fact): the fact is DERIVED_FROM their concepts once linked."""
+        facts = self.fact_texts.pop(muid, [])
+        if not facts:
+            return
+        named = []
+        for aid, text in facts:
+            words = set(content_words(text))
+            found = set()
+            for key in keys:
+                wanted = content_words(surfaces.get(key, key.partition(":")[2]))
+                if wanted and all(w in words for w in wanted):
+                    found.add(key)
+            named.append((aid, found))
+        self.fact_keys[muid] = named
 
     async def _follows(self, muid: str, position: int) -> None:
         """FOLLOWS to the session's message before this one and from the one after, when stored."""
@@ -767,6 +792,9 @@ class Planner:
             weight = 1.0
         for muid in muids:
             self._relate(EdgeType.MENTIONS, muid, cid, weight)
+            for aid, named in self.fact_keys.get(muid, ()):
+                if key in named:
+                    self._relate(EdgeType.DERIVED_FROM, aid, cid, self.opts.fact_concept_weight)
 
     async def _link_speakers(self) -> None:
         """Each message MENTIONS its speaker's concept, made for the speaker when missing."""
@@ -794,6 +822,8 @@ class Planner:
             edge = (muid, term["cid"], EdgeType.MENTIONS.value)
             if edge not in self.relations:
                 self._relate(EdgeType.MENTIONS, muid, term["cid"], self.opts.speaker_mentions_weight)
+            for aid, _ in self.fact_keys.get(muid, ()):  # a fact is its speaker's statement
+                self._relate(EdgeType.DERIVED_FROM, aid, term["cid"], self.opts.fact_concept_weight)
 
     async def _related(self) -> None:
         """RELATED_TO from co-occurrence: each touched linked concept keeps its
@@ -856,10 +886,12 @@ class Planner:
 
     def _llm_facts(self, muid: str, speaker: str, outcome: LLMOutcome) -> None:
         """The LLM's facts, artifacts DERIVED_FROM the message and dated by it, as its rule note
-        is (which they replace)."""
+        is (which they replace); each is DERIVED_FROM the message's speaker and the concepts it
+        names too (:meth:`_name_fact_keys`)."""
         self.facts_of[muid] = len(outcome.facts)
         for j, fact in enumerate(outcome.facts, start=1):
             aid = f"fact:{muid.partition(':')[2]}:{j}"[:128]
+            self.fact_texts.setdefault(muid, []).append((aid, fact))
             self.records.append(
                 Artifact(
                     user_id=self.user,

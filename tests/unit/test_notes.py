@@ -185,3 +185,13 @@ async def test_the_llm_extractors_facts_replace_the_note_and_are_dated_by_their_
     assert note_id(first) not in artifacts and artifacts[note_id(third)]["content"].startswith("Tom taught")
     derived = {(s, t) for s, t, ty, _, _ in rows["edges"] if ty == "DERIVED_FROM"}
     assert (facts[0]["id"], first) in derived and (note_id(third), third) in derived
+    # the fact is linked as its message is: its speaker, and the message's concepts it names
+    concepts = entities(rows, "concept")
+    mentions: dict[str, set[str]] = {}
+    for s, t, ty, _, _ in rows["edges"]:
+        if ty in ("MENTIONS", "DERIVED_FROM") and t in concepts:
+            mentions.setdefault(s, set()).add(concepts[t]["name"])
+    of_fact, of_message = mentions.get(facts[0]["id"], set()), mentions[first]
+    assert "Maya" in of_fact and of_fact <= of_message, (of_fact, of_message)
+    named = {n for n in of_message if all(w in facts[0]["content"].lower() for w in n.lower().split())}
+    assert len(named) > 1 and of_fact == named | {"Maya"}, (named, of_fact)
