@@ -133,7 +133,7 @@ class EntityPage(BaseModel):
     records_omitted: bool = Field(
         False,
         description="true when the key lacks the read (or export) scope: each entity's record is null, "
-        "ids and titles only (since #45; before, a retrieve key got whole records)",
+        "ids and titles only (whole records in bulk need one of those scopes)",
     )
 
 

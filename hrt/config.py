@@ -356,7 +356,7 @@ WEIGHT_PRESET_NAMES = ("balanced", "semantic", "recent", "salient", "personal")
 
 def preset_weights(name: str) -> Weights:
     """The weights ``weights_preset`` = ``name`` sets: the preset's, or (a preset that leaves the
-    weights alone, "balanced") the default weights, 0.4/0.25/0.25/0.1 (seed 001's example)."""
+    weights alone, "balanced") the default weights, 0.4/0.25/0.25/0.1 (the V9.4 contract's example)."""
     weights = PRESETS[name].get("weights", Weights())
     assert isinstance(weights, Weights)
     return weights

@@ -1,7 +1,7 @@
-"""The wire contract: the retrieval request and the AugmentedMemoryContext V9.4 (seed 001).
+"""The wire contract: the retrieval request and the AugmentedMemoryContext V9.4.
 
-Field names and nesting are exactly those of seed 001, in snake_case. HRT's additions live in
-``retrieval_metadata`` (which seed 001's prompt already refers to). Field order here is the order
+Field names and nesting are exactly those of the V9.4 contract, in snake_case. HRT's additions live in
+``retrieval_metadata`` (which the V9.4 prompt already refers to). Field order here is the order
 in the canonical JSON, so changing it changes the bytes of every response.
 """
 
@@ -229,7 +229,7 @@ class RetrieveRequest(_Strict):
     include_invalidated: bool = False
     filters: Filters = Field(default_factory=Filters)
     rerank: bool = False
-    # seed 003: items scoring below it are not returned (after rerank when reranking)
+    # items scoring below it are not returned (after rerank when reranking)
     min_score: float | None = Field(None, ge=0.0, le=1.0)
     render: RenderOptions | None = None
     # a named retrieval configuration (hrt/config.py PRESETS), then per-setting overrides; both
@@ -442,7 +442,7 @@ class ItemProvenance(_Out):
 
 
 class MemoryUnitAttributes(_Out):
-    """A returned memory unit's shared-memory attributes (seed 004), beside its V9.4 fields."""
+    """A returned memory unit's shared-memory attributes, beside its V9.4 fields."""
 
     source_agent_id: str | None
     tags: list[str]

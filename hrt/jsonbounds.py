@@ -3,7 +3,7 @@
 is measured first, its characters, nesting, number of values and longest string, then decoded
 alone. A body of nested junk, one huge record or an unknown member costs its text and a bounded
 tree, never a tree of the whole body: Python's ``json`` builds every value before anything can
-look at it (#45: 16 MiB of ``[[],[],...]`` peaked at over 1 GB).
+look at it (16 MiB of ``[[],[],...]`` decoded whole peaked at over 1 GB).
 
 What a value may hold is a :class:`Bounds`; what a whole body may hold, a :class:`Budget` of JSON
 values. Over either is :class:`PayloadTooLarge` (413) naming where (``records[3]``,

@@ -74,7 +74,7 @@ class ExtractionOptions:
     notes: bool = True  # each message's rule note (hrt.extraction.notes), HRT_CONVERSATION_NOTES
     note_weight: float = 1.0  # a note DERIVED_FROM its message
     # what one message may add to the statistics: capitalisation counts of its first distinct
-    # words, and its first keys (a 100 KB message of distinct words wrote ~70,000 rows, #45)
+    # words, and its first keys (unbounded, a 100 KB message of distinct words would write ~70,000 rows)
     max_message_words: int = 2000
     max_message_keys: int = 256
     # the statistics rows one user may hold (0: no bound); a call that would pass it is refused
@@ -949,7 +949,7 @@ async def adopted_terms(
 async def forget_messages(
     store: StateStore, user_id: str, muids: Sequence[str], now: datetime, options: ExtractionOptions | None = None
 ) -> Plan:
-    """What deleting memory units takes out of the user's statistics (L3 of #45: they shrank
+    """What deleting memory units takes out of the user's statistics (they shrank
     never, so a user's rows only grew): each of them that was a conversation's message is
     retracted as an edit retracts it (its keys' counts, postings, co-occurrences, families),
     its own rows go, and the keys it touched are linked again (a concept no message mentions any

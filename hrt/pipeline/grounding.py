@@ -1,9 +1,9 @@
-"""The grounding stage: hybrid vector + lexical search per phrase, fused by RRF, with seed 002's
+"""The grounding stage: hybrid vector + lexical search per phrase, fused by RRF, with an
 adaptive threshold decided in one pass over the scores the search already returned.
 
 Adaptive threshold (per phrase). Thresholds run from ``threshold_max`` down to ``threshold_min``
 in ``threshold_step`` steps; the first one that admits at least ``target = ceil(ratio x
-seeds_per_phrase)`` hits is kept, else the floor. Seed 002 re-queries at each step; counting the
+seeds_per_phrase)`` hits is kept, else the floor. Rather than a query per step, counting the
 already returned similarities gives the same answer without another round trip.
 
 Admission: a hit is admitted when its cosine similarity reaches the phrase's threshold, or when it
@@ -67,7 +67,7 @@ def threshold_ladder(high: float, low: float, step: float) -> list[float]:
 
 def adaptive_threshold(similarities: Sequence[float], target: int, high: float, low: float, step: float) -> float:
     """The highest threshold on the ladder that admits at least ``target`` similarities, else
-    ``low``: what seed 002's lowering loop converges to, computed in one pass."""
+    ``low``: what a lowering loop of queries converges to, computed in one pass."""
     ordered = sorted(similarities, reverse=True)
     for threshold in threshold_ladder(high, low, step):
         count = sum(1 for s in ordered if s >= threshold - EPS)

@@ -6,7 +6,7 @@ then ``weights`` / ``weights_preset`` and ``max_depth``, older names of ``config
 ``config.default_depth``). The pipeline and ``hrt eval locomo`` build it with these functions alone.
 
 Key phrases come from the request; else the ``query`` is the one phrase; else the contents of the
-last three ``messages`` (seed 003's simple build, 200 characters each). Phrases are normalised
+last three ``messages`` (the simple build, 200 characters each). Phrases are normalised
 (NFKC, whitespace), de-duplicated case-insensitively keeping the first spelling, and capped.
 """
 

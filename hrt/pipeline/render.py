@@ -15,7 +15,7 @@ Packing is greedy in score order: items go in whole while they fit the budget; t
 not fit is cut to the room left, ending with ``CUT_MARKER``, and every later item is left out
 (listed in ``left_out``). The header and the footer count towards the budget.
 
-Budgets are characters (``max_chars``, 8,000 by default, as seed 000's context cap) or tokens
+Budgets are characters (``max_chars``, 8,000 by default, the agent prompt's context cap) or tokens
 (``max_tokens``) counted with a real tokenizer that loads offline:
 
 - ``cl100k_base``: OpenAI's BPE of GPT-4 and GPT-3.5-turbo (tiktoken, with the ranks file of the

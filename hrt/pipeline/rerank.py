@@ -75,7 +75,7 @@ async def run_rerank(
     flat = rerank_candidates(shortlisted, entities, intake.limits, cfg.reranker_oversample, cfg.reranker_max_candidates)
     if not flat:
         return RerankOutcome(unchanged, "skipped", None, False)
-    # the caller's own question when it gave one (seed 003), else what its key phrases say
+    # the caller's own question when it gave one, else what its key phrases say
     query = intake.query or "; ".join(intake.phrases)
     try:
         scores = await asyncio.wait_for(

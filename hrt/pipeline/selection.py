@@ -5,10 +5,10 @@
   for near-duplicate removal and rerank to choose from, few enough to hydrate in one read.
 - Near-duplicate removal: two items of one kind are duplicates when the Jaccard similarity of
   their word sets reaches ``dedup_jaccard`` and that of their word-bigram sets reaches
-  ``dedup_jaccard - 0.1`` (same words, mostly in the same order). Seed 000 compared 200-character
-  prefix hashes, which misses a changed first word and flags texts that merely open alike. The
+  ``dedup_jaccard - 0.1`` (same words, mostly in the same order). Comparing 200-character
+  prefix hashes would miss a changed first word and flag texts that merely open alike. The
   better scored item stays.
-- The score floor (``min_score``, seed 003): items whose final score, rounded as the response
+- The score floor (``min_score``): items whose final score, rounded as the response
   shows it, is below it are left out (after rerank when reranking).
 - Top-N per kind, ties broken by id.
 """

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the remote reranker (seed 002 "Metrics and Observability", ``hrt_`` names).
+"""Prometheus metrics of the remote reranker (``hrt_`` names).
 
 Registered on the service's own :class:`prometheus_client.CollectorRegistry` (``hrt.metrics.Metrics.registry``),
 so tests can build many. Exposed names:

@@ -159,7 +159,7 @@ export type EdgeType = "MENTIONS" | "RELATED_TO" | "DERIVED_FROM" | "FOLLOWS" | 
 export type EntityPage = {
   entities: EntitySummary[];
   next_cursor: string | null;
-  /** true when the key lacks the read (or export) scope: each entity's record is null, ids and titles only (since #45; before, a retrieve key got whole records) */
+  /** true when the key lacks the read (or export) scope: each entity's record is null, ids and titles only (whole records in bulk need one of those scopes) */
   records_omitted?: boolean;
   user_id: string;
 };
@@ -347,7 +347,7 @@ export type MemoryUnit = {
   valid_to?: string | null;
 };
 
-/** A returned memory unit's shared-memory attributes (seed 004), beside its V9.4 fields. */
+/** A returned memory unit's shared-memory attributes, beside its V9.4 fields. */
 export type MemoryUnitAttributes = {
   metadata: {
     [key: string]: unknown;

@@ -68,7 +68,7 @@ async def get_entity(
 
 # what a page says when its records are left out (a key without the read or export scope)
 RECORDS_OMITTED = (
-    '299 hrt "records are left out: reading them in bulk needs the read or export scope (#45); ids and titles only"'
+    '299 hrt "records are left out: reading them in bulk needs the read or export scope; ids and titles only"'
 )
 
 

@@ -1,4 +1,4 @@
-"""``--misses``: why evidence turns are not candidates (issue #35).
+"""``--misses``: why evidence turns are not candidates.
 
 For every question, on a store a run kept (``--db``), the headline request is grounded and walked
 with the product's own code (:func:`run_grounding`, :func:`run_expansion`: the same seeds and
