@@ -9,6 +9,7 @@ resource (at least one place), so whatever one tenant does, the others find the 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 from collections.abc import Callable, Iterator
 
@@ -121,6 +122,10 @@ class ByteRates:
             now = self._clock()
             tokens = self._tokens(tenant, now) - size
             self._buckets[tenant] = (tokens, now)
-            for other, (t, at) in list(self._buckets.items())[:8]:  # a few at a time: bounded work
-                if other != tenant and t + (now - at) * self.per_s >= self.burst:
-                    del self._buckets[other]
+            full = [
+                other
+                for other, (t, at) in itertools.islice(self._buckets.items(), 8)  # a few at a time: bounded work
+                if other != tenant and t + (now - at) * self.per_s >= self.burst
+            ]
+            for other in full:
+                del self._buckets[other]

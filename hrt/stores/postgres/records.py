@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext, suppress
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -119,9 +119,14 @@ class PostgresRecordStore:
         circuit.on_close.append(self._renew_soon)
 
     def _renew_soon(self) -> None:
-        self._swap = asyncio.ensure_future(self._renew_pools())
-        self._renewing.add(self._swap)
-        self._swap.add_done_callback(self._renewing.discard)
+        self._swap = self._in_background(self._renew_pools())
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
+        """A task held until it ends (and cancelled by :meth:`close`)."""
+        task = asyncio.ensure_future(work)
+        self._renewing.add(task)
+        task.add_done_callback(self._renewing.discard)
+        return task
 
     async def _renew_pools(self) -> None:
         """PostgreSQL answers again: fresh pools, connecting now. The old ones retry with a growing
@@ -137,9 +142,7 @@ class PostgresRecordStore:
         await lease_pool.open(wait=False)
         self._stale_pools += [self.pool, self.lease_pool]
         self.pool, self.lease_pool = pool, lease_pool
-        closing = asyncio.ensure_future(self._close_stale_later())
-        self._renewing.add(closing)
-        closing.add_done_callback(self._renewing.discard)
+        self._in_background(self._close_stale_later())
 
     async def _close_stale_later(self) -> None:
         await asyncio.sleep(self._timeout)
