@@ -499,6 +499,11 @@ class Settings(
     # Retry-After until the rate allows its next page: bulk reads never take a core from the others.
     # 0: no bound
     browse_tenant_bytes_per_s: int = Field(4 * 1_048_576, ge=0, le=1_073_741_824)
+    # the request-body bytes one tenant may send per second, on average, every route together (a
+    # burst of twice HRT_MAX_INGEST_BODY_BYTES, or a second's worth if more); a tenant past it gets
+    # 429 with Retry-After before its next body is read, and the connection closes: reading and
+    # refusing junk never takes a core from the others. 0: no bound
+    tenant_body_bytes_per_s: int = Field(4 * 1_048_576, ge=0, le=1_073_741_824)
     # the conversation statistics rows one user may hold (POST /v1/conversations keeps them per
     # user); a call that would pass the bound is refused with 413. 0: no bound
     max_conversation_state_rows: int = Field(1_000_000, ge=0, le=1_000_000_000)

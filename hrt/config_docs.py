@@ -397,6 +397,16 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
         ),
     ),
     (
+        ("tenant_body_bytes_per_s",),
+        (
+            "the request-body bytes one tenant (the users its keys act for, child keys included) may send per "
+            "second on average, every route together, with a burst of twice `HRT_MAX_INGEST_BODY_BYTES` (or a "
+            "second's worth if more); every chunk received is charged, and while the tenant owes bytes its next "
+            "request is 429 `body_rate` with `Retry-After` and the connection closed, before its body is read: "
+            "junk bodies never take a core from the others; 0: no bound"
+        ),
+    ),
+    (
         ("conversation_notes",),
         (
             "each message `POST /v1/conversations` (and `hrt ingest --conversation`) writes gets its rule note: "

@@ -31,8 +31,11 @@ server; honest traffic in that wait is reported as the phase's ``settle``. Write
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import json
+import multiprocessing
+import os
 import random
 import shutil
 import socket
@@ -52,7 +55,7 @@ from typing import Any
 
 import httpx
 
-from hrt.bench.host import proc_status_kb, tree_rss_mb
+from hrt.bench.host import proc_status_kb, tree_cpu_s, tree_rss_mb
 from hrt.bench.server import Server
 from hrt.bench.stats import pct
 from hrt.bench.targets import embedded_target, services_target
@@ -84,9 +87,22 @@ class Recorder:
     wal: dict[str, float] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def honest_done(self, label: str | None, op: str, ms: float, status: int) -> None:
+    windows: list[tuple[float, str | None]] = field(default_factory=list)  # (monotonic start, label)
+
+    def relabel(self, label: str | None) -> None:
+        """Start ``label``'s window: honest requests scheduled from now on count under it."""
         with self.lock:
-            self.honest.append((label, op, ms, status))
+            self.label = label
+            self.windows.append((time.monotonic(), label))
+
+    def honest_rows(self, rows: list[tuple[float, str, float, int]]) -> None:
+        """The honest process's requests (scheduled time, op, ms, status), each labelled with the
+        window current at its scheduled time."""
+        starts = [t for t, _ in self.windows]
+        with self.lock:
+            for due, op, ms, status in rows:
+                at = bisect.bisect_right(starts, due) - 1
+                self.honest.append((self.windows[at][1] if at >= 0 else None, op, ms, status))
 
     def hostile_saw(self, what: str) -> None:
         with self.lock:
@@ -103,10 +119,14 @@ class Recorder:
 
 
 class Honest:
-    """Three schedulers (retrievals, writes, exports) submitting to a pool at fixed times."""
+    """Three schedulers (retrievals, writes, exports) submitting to a pool at fixed times. It runs
+    in a process of its own (``honest_process``), so the attacker's client threads never hold the
+    honest client's interpreter lock: its latencies are the server's, not the script's."""
 
-    def __init__(self, base: str, token: str, cfg: argparse.Namespace, rec: Recorder) -> None:
-        self.base, self.cfg, self.rec = base, cfg, rec
+    def __init__(self, base: str, token: str, cfg: argparse.Namespace) -> None:
+        self.base, self.cfg = base, cfg
+        self.lock = threading.Lock()
+        self.rows: list[tuple[float, str, float, int]] = []  # scheduled (monotonic), op, ms, status
         self.headers = {"authorization": f"Bearer {token}"}
         self.stop = threading.Event()
         self.pool = ThreadPoolExecutor(max_workers=24, thread_name_prefix="honest")
@@ -138,39 +158,53 @@ class Honest:
 
     def schedule(self, op: str, every: float) -> None:
         rng = random.Random(f"{self.cfg.seed}-{op}")
-        due = time.perf_counter() + rng.random() * every  # the three schedules out of phase
+        due = time.monotonic() + rng.random() * every  # the three schedules out of phase
         while not self.stop.is_set():
-            self.stop.wait(max(0.0, due - time.perf_counter()))
+            self.stop.wait(max(0.0, due - time.monotonic()))
             if self.stop.is_set():
                 return
-            self.pool.submit(self.run, op, due, self.rec.label, rng.random())
+            self.pool.submit(self.run, op, due, rng.random())
             due += every
 
-    def run(self, op: str, due: float, label: str | None, draw: float) -> None:
+    def run(self, op: str, due: float, draw: float) -> None:
         try:
             status = self.request(op, draw)
         except httpx.HTTPError:
             status = 0  # a timeout or a broken connection: an error for the honest key
-        self.rec.honest_done(label, op, (time.perf_counter() - due) * 1000, status)
+        with self.lock:
+            self.rows.append((due, op, (time.monotonic() - due) * 1000, status))
 
     def request(self, op: str, draw: float) -> int:
         c = self.client()
         if op == "retrieve":
             rng = random.Random(draw)
-            body = {"user_id": HONEST_READ, "key_phrases": rng.sample(PHRASES, k=rng.randint(1, 3)), "as_of": AS_OF}
-            return c.post("/v1/retrieve", json=body).status_code
+            ask = {"user_id": HONEST_READ, "key_phrases": rng.sample(PHRASES, k=rng.randint(1, 3)), "as_of": AS_OF}
+            return c.post("/v1/retrieve", json=ask).status_code
         if op == "export":
             with c.stream("GET", f"/v1/users/{HONEST_WRITE}/export") as r:
                 for _ in r.iter_bytes():
                     pass
                 return r.status_code
-        with self.rec.lock:
+        with self.lock:
             n = self.writes = self.writes + 1
         if n % 2:
             return c.post("/v1/ingest", json={"records": honest_units(n)}).status_code
         said = {"role": "user", "content": f"Note {n}: the weekly sync moved to Thursday at {9 + n % 8}:00."}
-        body = {"user_id": HONEST_WRITE, "session_id": f"s-honest-{n % 5}", "messages": [said]}
+        body: dict[str, Any] = {"user_id": HONEST_WRITE, "session_id": f"s-honest-{n % 5}", "messages": [said]}
         return c.post("/v1/conversations", json=body).status_code
+
+
+def honest_process(base: str, token: str, cfg: argparse.Namespace, stop: Any, out: Any) -> None:
+    """The honest key's whole run in a child process: from start until ``stop`` is set, then its
+    requests through the pipe ``out``. CLOCK_MONOTONIC is shared by the processes on one host, so
+    the parent labels each request by its scheduled time."""
+    honest = Honest(base, token, cfg)
+    honest.start()
+    stop.wait()
+    honest.close()
+    with honest.lock:
+        out.send(honest.rows)
+    out.close()
 
 
 def honest_units(n: int) -> list[dict[str, Any]]:
@@ -208,10 +242,21 @@ class Attack:
     def headers(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self.token}"}
 
+    local: threading.local = field(default_factory=threading.local)
+
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
-    def workers(self, n: int, body: Callable[[int], None]) -> None:
+    @property
+    def http(self) -> httpx.Client:
+        """This thread's client: an attacker keeps its connections (a new client a request would
+        spend the shared cores on the script's TLS setup, not on the server)."""
+        c: httpx.Client | None = getattr(self.local, "client", None)
+        if c is None:
+            c = self.local.client = httpx.Client(timeout=None)
+        return c
+
+    def workers(self, n: int, body: Callable[[int], object]) -> None:
         """``body(i)`` over and over in ``n`` threads until the deadline; returns when all end."""
 
         def loop(i: int) -> None:
@@ -233,7 +278,7 @@ class Attack:
         the client; the server may go on with it, which the settle wait after the phase sees)."""
         headers = {"authorization": f"Bearer {token or self.token}", **kw.pop("headers", {})}
         try:
-            r = httpx.request(method, self.base + path, headers=headers, timeout=max(1.0, self.left() + 1), **kw)
+            r = self.http.request(method, self.base + path, headers=headers, timeout=max(1.0, self.left() + 1), **kw)
         except httpx.HTTPError as exc:
             self.rec.hostile_saw(f"{op} {type(exc).__name__}")
             return None
@@ -329,7 +374,7 @@ def export_unread(a: Attack) -> None:
 
     def hold(i: int) -> None:
         try:
-            with httpx.stream(
+            with a.http.stream(
                 "GET", f"{a.base}/v1/users/{HOSTILE}/export", headers=a.headers, timeout=max(1.0, a.left() + 5)
             ) as r:
                 a.rec.hostile_saw(f"export {r.status_code}")
@@ -350,7 +395,7 @@ def browse_large(a: Attack) -> None:
     def page(i: int) -> None:
         path = f"{a.base}/v1/users/{HOSTILE}/entities?kind=memory_unit&limit=500"
         try:
-            with httpx.stream("GET", path, headers=a.headers, timeout=max(1.0, a.left() + 5)) as r:
+            with a.http.stream("GET", path, headers=a.headers, timeout=max(1.0, a.left() + 5)) as r:
                 a.rec.hostile_saw(f"browse {r.status_code}")
                 if i % 2:
                     time.sleep(min(2.0, max(0.0, a.left())))
@@ -424,7 +469,7 @@ def mcp_call(a: Attack, op: str, body: dict[str, Any] | bytes, token: str | None
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     headers = {"authorization": f"Bearer {token or a.token}", **MCP_HEADERS}
     try:
-        r = httpx.post(a.base + "/mcp", content=content, headers=headers, timeout=max(1.0, a.left() + 1))
+        r = a.http.post(a.base + "/mcp", content=content, headers=headers, timeout=max(1.0, a.left() + 1))
     except httpx.HTTPError as exc:
         a.rec.hostile_saw(f"{op} {type(exc).__name__}")
         return None
@@ -452,7 +497,8 @@ def mcp_remember(a: Attack) -> None:
 def echo_probes(a: Attack) -> None:
     """M5 and M4: inputs the server may echo (a 200 KB unknown key, a long id, a tool name, a
     JSON-RPC method), each sent over and over, and a retrieve-only child key browsing full content.
-    The first answer of each is reported: status, bytes in and out, whether the marker came back."""
+    The first answer of each that is not a 429 (a refusal by a rate says nothing of echoes) is
+    reported: status, bytes in and out, whether the marker came back."""
     big = a.marker + "x" * 200_000
     probes: list[tuple[str, str, Callable[[], tuple[httpx.Response | None, int]]]] = [
         ("rest unknown key (retrieve)", "M5", lambda: rest_probe(a, "/v1/retrieve", {big: 1, "user_id": HOSTILE})),
@@ -471,7 +517,7 @@ def echo_probes(a: Attack) -> None:
     def run(i: int) -> None:
         name, finding, probe = probes[i % len(probes)]
         r, sent = probe()
-        if r is None or name in seen:
+        if r is None or r.status_code == 429 or name in seen:
             return
         seen.add(name)
         text = r.text
@@ -610,34 +656,44 @@ def run_phases(server: Server, cfg: argparse.Namespace, wal: Path | None, rec: R
     stop = threading.Event()
     sampler = threading.Thread(target=sample_memory, args=(server.proc.pid, wal, rec, stop), daemon=True)
     sampler.start()
-    honest = Honest(server.base_url, honest_token, cfg, rec)
+    spawn = multiprocessing.get_context("spawn")
+    honest_stop = spawn.Event()
+    rows_in, rows_out = spawn.Pipe(duplex=False)
+    honest = spawn.Process(
+        target=honest_process, args=(server.base_url, honest_token, cfg, honest_stop, rows_out), daemon=True
+    )
+    rec.relabel(None)
     honest.start()
-    timings = []
+    if cfg.attacker_nice:
+        os.nice(cfg.attacker_nice)  # after the honest process started: it keeps the default priority
+    timings: list[tuple[Phase, float, float, tuple[float, float]]] = []
     try:
         for phase in selected(cfg.phases):
             print(f"phase {phase.name} ({cfg.seconds:.0f} s)", file=sys.stderr, flush=True)
-            with rec.lock:
-                rec.label = phase.name
+            rec.relabel(phase.name)
             started = time.monotonic()
+            cpu = (tree_cpu_s(server.proc.pid), time.process_time())
             if phase.attack is None:
                 time.sleep(cfg.seconds)
             else:
                 phase.attack(Attack(server.base_url, hostile_token, cfg, rec, started + cfg.seconds))
             ran = time.monotonic() - started
-            with rec.lock:
-                rec.label = f"{phase.name}/settle"
+            cpu = (tree_cpu_s(server.proc.pid) - cpu[0], time.process_time() - cpu[1])
+            rec.relabel(f"{phase.name}/settle")
             waited = settle(server.base_url, server.headers, cfg.settle_max)
-            timings.append({"phase": phase, "seconds": round(ran, 1), "settle_s": waited})
-            with rec.lock:
-                rec.label = None
+            timings.append((phase, round(ran, 1), waited, cpu))
+            rec.relabel(None)
             if server.proc.poll() is not None:
                 break  # the server died: what ran is the report
             time.sleep(1.0)
     finally:
-        honest.close()
+        honest_stop.set()
+        if rows_in.poll(cfg.honest_timeout + 30):
+            rec.honest_rows(rows_in.recv())
+        honest.join(timeout=10)
         stop.set()
         sampler.join(timeout=5)
-    return [phase_report(t["phase"], t["seconds"], t["settle_s"], rec) for t in timings]
+    return [phase_report(*t, rec) for t in timings]
 
 
 def selected(names: str | None) -> list[Phase]:
@@ -664,7 +720,11 @@ def honest_stats(rows: list[tuple[str, float, int]]) -> dict[str, Any]:
     }
 
 
-def phase_report(phase: Phase, seconds: float, settle_s: float, rec: Recorder) -> dict[str, Any]:
+def phase_report(
+    phase: Phase, seconds: float, settle_s: float, cpu: tuple[float, float], rec: Recorder
+) -> dict[str, Any]:
+    """One phase's figures; ``cpu`` is the CPU seconds the server and the attacker's process (this
+    one, the honest key running in its own) used during the attack."""
     with rec.lock:
         mine = [(op, ms, st) for label, op, ms, st in rec.honest if label == phase.name]
         after = [(op, ms, st) for label, op, ms, st in rec.honest if label == f"{phase.name}/settle"]
@@ -679,6 +739,7 @@ def phase_report(phase: Phase, seconds: float, settle_s: float, rec: Recorder) -
         "attack": phase.what,
         "seconds": seconds,
         "settle_s": settle_s,
+        "cpu_s": {"server": round(cpu[0], 2), "attacker": round(cpu[1], 2)},
         "honest": {
             "all": honest_stats(mine),
             **{op: honest_stats([r for r in mine if r[0] == op]) for op in ops},
@@ -697,7 +758,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"Hostile tenant, {result['deployment']}, {result['date']}, commit {result['commit'][:10]}, "
         f"{result['config']['seconds']:.0f} s per phase\n\n"
         "| phase | findings | honest requests | p50 ms | p95 ms | errors | 5xx | writes refused | "
-        "hostile statuses | RSS start MB | RSS peak MB | settle s |\n" + "|---" * 12 + "|\n"
+        "hostile statuses | RSS start MB | RSS peak MB | settle s | CPU s server / attacker |\n" + "|---" * 13 + "|\n"
     )
     rows = []
     for p in result["phases"]:
@@ -709,7 +770,8 @@ def markdown(result: dict[str, Any]) -> str:
         rows.append(
             f"| {p['phase']} | {' '.join(p['findings']) or '-'} | {h['requests']} | {h['p50_ms']} | {h['p95_ms']} | "
             f"{rate} | {h['server_errors']} | {refused}/{write.get('requests', 0)} | {hostile} | "
-            f"{p['rss_start_mb']} | {p['rss_peak_mb']} | {p['settle_s']} |"
+            f"{p['rss_start_mb']} | {p['rss_peak_mb']} | {p['settle_s']} | "
+            f"{p['cpu_s']['server']} / {p['cpu_s']['attacker']} |"
         )
     probes = [pr for p in result["phases"] for pr in p["probes"]]
     tail = ""
@@ -763,6 +825,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--writes", type=float, default=1.0, help="honest small writes a second")
     ap.add_argument("--export-every", type=float, default=5.0, help="seconds between honest exports (0: none)")
     ap.add_argument("--honest-timeout", type=float, default=30.0)
+    ap.add_argument(
+        "--attacker-nice",
+        type=int,
+        default=19,
+        help="the attacking process's niceness (0: none); on one host it keeps the attacker's own "
+        "client from taking the CPU the server and the honest key would have on separate hosts",
+    )
     ap.add_argument("--seed", type=int, default=45)
     ap.add_argument("--body-mib", type=float, default=15.0, help="junk bodies' size (the server's bound is 16)")
     ap.add_argument("--heavy-kb", type=int, default=100, help="each heavy conversation message's size")

@@ -192,6 +192,7 @@ def create_app(
         open_paths=rules.open_paths | ui_paths(ui),
         keyring=state.keyring if settings.auth == "on" else None,
         limiter=state.limiter,
+        body_bytes=state.body_bytes,
         on_refusal=count_refusal,
     )
     app.add_middleware(RequestCounter, count=count_request)

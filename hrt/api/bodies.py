@@ -12,12 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from hrt.api.guard import ASGIApp, Message, Receive, Scope, Send, send_error
+from hrt.api.guard import CLOSE, ASGIApp, Message, Receive, Scope, Send, send_error
 from hrt.errors import HRTError, PayloadTooLarge, RateLimited, RequestTimeout
 from hrt.shares import Place, Shares
-
-# after a refusal the rest of the body is never read: the connection closes with the answer
-_CLOSE = {"connection": "close"}
 
 
 class BodyLimit:
@@ -38,7 +35,7 @@ class BodyLimit:
         too_large = PayloadTooLarge(f"the body is over {limit} bytes", field="body")
         for name, value in scope.get("headers", []):
             if name == b"content-length" and value.isdigit() and int(value) > limit:
-                await send_error(send, 413, too_large, _CLOSE)
+                await send_error(send, 413, too_large, CLOSE)
                 return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s
@@ -49,7 +46,7 @@ class BodyLimit:
         async def refuse(status: int, exc: HRTError) -> Message:
             nonlocal rejected
             rejected = True
-            await send_error(send, status, exc, _CLOSE)
+            await send_error(send, status, exc, CLOSE)
             return {"type": "http.disconnect"}
 
         async def limited() -> Message:

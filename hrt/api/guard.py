@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import time
 import uuid
@@ -22,8 +23,9 @@ from starlette.routing import Match, Route
 
 from hrt.api.errors import error_headers
 from hrt.auth import UNAUTHENTICATED_DEV, KeyLimiter, KeyRing, Principal, is_loopback
-from hrt.errors import HRTError, StoreDown, StoreUnavailable, Unauthenticated
+from hrt.errors import HRTError, RateLimited, StoreDown, StoreUnavailable, Unauthenticated
 from hrt.front import audit, error_dict, status_for
+from hrt.shares import ByteRates
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,9 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+# after a refusal of a request with a body, the body is never read: the connection closes
+CLOSE = {"connection": "close"}
 
 # a caller's X-Request-ID is kept when it looks like one; otherwise the server makes one
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
@@ -66,8 +71,11 @@ class Guard:
     paths that need no key. All three come from the routes' declarations
     (:func:`hrt.api.access.route_rules`). ``keyring`` None: HRT_AUTH=off,
     every request acts with every scope for every user (``hrt serve`` allows it on loopback only).
-    ``on_refusal`` sees every refusal (the metric). With auth off, a request that reached the server
-    on an address other than loopback is refused, whatever host the settings name."""
+    ``on_refusal`` sees every refusal (the metric). ``body_bytes``: each tenant's request-body
+    bytes a second (every chunk received is charged; a tenant in debt is refused before its body is
+    read, and its connection closed, so the unread body is never parsed). With auth off, a request
+    that reached the server on an address other than loopback is refused, whatever host the
+    settings name."""
 
     def __init__(
         self,
@@ -79,6 +87,7 @@ class Guard:
         open_paths: frozenset[str],
         keyring: Callable[[], KeyRing] | None,
         limiter: KeyLimiter,
+        body_bytes: ByteRates | None = None,
         on_refusal: Callable[[HRTError], None],
     ) -> None:
         self.app = app
@@ -88,6 +97,7 @@ class Guard:
         self.open_paths = open_paths
         self.keyring = keyring
         self.limiter = limiter
+        self.body_bytes = body_bytes
         self.on_refusal = on_refusal
 
     def _route(self, scope: Scope) -> tuple[str, str] | None:
@@ -123,6 +133,8 @@ class Guard:
                 needed = self.scopes.get(target) if target is not None else None
                 if needed is not None:
                     principal.require_scope(needed)
+                if self.body_bytes is not None:
+                    self.body_bytes.check(principal.tenant, _owes_body_bytes)
                 self.limiter.acquire(principal)
             except HRTError as exc:
                 status = status_for(exc)
@@ -131,11 +143,12 @@ class Guard:
                     self.on_refusal(exc)
                 else:
                     log_key_store_failure(exc)
-                await send_error(send, status, exc)
+                # a body left unread is never parsed: the connection closes with the refusal
+                await send_error(send, status, exc, CLOSE if has_body(scope) else None)
                 return
             state["principal"] = principal
             try:
-                await self.app(scope, receive, noting_send)
+                await self.app(scope, self._charged(receive, principal.tenant), noting_send)
             finally:
                 self.limiter.release(principal)
         finally:
@@ -144,6 +157,20 @@ class Guard:
                 seconds = time.perf_counter() - started
                 write, reason = state.get("audit", {}), state.get("refusal")
                 audit(scope, principal, scope["method"], route, status, write, reason=reason, seconds=seconds)
+
+    def _charged(self, receive: Receive, tenant: str) -> Receive:
+        """``receive``, each body chunk charged to ``tenant``'s bytes a second."""
+        rates = self.body_bytes
+        if rates is None or not rates.per_s:
+            return receive
+
+        async def charged() -> Message:
+            message = await receive()
+            if message["type"] == "http.request" and message.get("body"):
+                rates.charge(tenant, len(message["body"]))
+            return message
+
+        return charged
 
     async def _authenticate(self, scope: Scope) -> Principal:
         if self.keyring is None:
@@ -163,6 +190,24 @@ class Guard:
                 header = value.decode("latin-1")
                 break
         return await ring.authenticate(header)
+
+
+def _owes_body_bytes(seconds: float) -> RateLimited:
+    return RateLimited(
+        "this tenant's request bodies are past HRT_TENANT_BODY_BYTES_PER_S; retry later",
+        retry_after_s=math.ceil(seconds),
+        reason="body_rate",
+    )
+
+
+def has_body(scope: Scope) -> bool:
+    """Whether the request announces a body (a Content-Length above 0, or a chunked one)."""
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            return bytes(value).strip() not in (b"", b"0")
+        if name == b"transfer-encoding":
+            return True
+    return False
 
 
 def log_key_store_failure(exc: HRTError) -> None:

@@ -35,6 +35,9 @@ class ServerState:
         self.browse_bytes = ByteRates(
             settings.browse_tenant_bytes_per_s, 2 * settings.browse_max_page_bytes, time.monotonic
         )
+        self.body_bytes = ByteRates(
+            settings.tenant_body_bytes_per_s, 2 * settings.max_ingest_body_bytes, time.monotonic
+        )
 
     def browse_page(self, tenant: str) -> contextlib.AbstractContextManager[Place]:
         """A place for one browse page of ``tenant`` (its read and build hold CPU and a page of

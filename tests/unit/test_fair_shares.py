@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
@@ -125,6 +126,51 @@ async def test_keys_an_every_user_key_makes_for_different_users_are_different_te
     with bodies.place(one.tenant), bodies.place(one_child.tenant), bodies.place(two.tenant), bodies.place(two.tenant):
         pass
     assert bodies.shares.total == 0
+
+
+async def test_a_tenant_past_its_body_bytes_a_second_is_refused_unread_and_the_others_are_not(loaded_service, settings):
+    """HRT_TENANT_BODY_BYTES_PER_S: every body chunk a tenant sends is charged (any route, any
+    answer, junk refused by validation included); past its burst (twice the ingest body bound) its
+    next request is 429 body_rate, with a Retry-After covering the debt and the connection closed,
+    before its body is read; a child key shares its maker's bytes; another tenant is not slowed;
+    0 turns the bound off."""
+    now = time.time()
+    admin, admin_rec = new_key("u1-admin", ["admin", "retrieve"], ["u1"], now=now)
+    other, other_rec = new_key("u2-reader", ["retrieve"], ["u2"], now=now)
+    for record in (admin_rec, other_rec):
+        await loaded_service.records.create_key(record)
+    per_s, body_max = 1_000, 4_096  # a burst of 8,192 bytes, refilled at 1,000 a second
+    update = {"tenant_body_bytes_per_s": per_s, "max_ingest_body_bytes": body_max}
+    junk = {"user_id": "u1", "key_phrases": ["phoenix " * 375]}  # ~3 KB, refused by validation (422)
+
+    async def flood(app_settings: Settings) -> tuple[list[int], list[object], str, int]:
+        app = create_app(app_settings, service=loaded_service)
+        statuses: list[int] = []
+        refusals: list[object] = []
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://hrt") as c:
+            made = await c.post(
+                "/v1/keys",
+                json={"name": f"child-{app_settings.tenant_body_bytes_per_s}", "scopes": ["retrieve"], "users": ["u1"]},
+                headers=bearer(admin),
+            )
+            assert made.status_code == 201, made.text
+            for token in (admin, made.json()["key"], admin, made.json()["key"]):
+                r = await c.post("/v1/retrieve", json=junk, headers=bearer(token))
+                statuses.append(r.status_code)
+                if r.status_code == 429:
+                    refusals.append((r.json()["error"], r.headers["retry-after"], r.headers.get("connection")))
+            free = await c.post("/v1/retrieve", json={**junk, "user_id": "u2"}, headers=bearer(other))
+        return statuses, refusals, free.text, free.status_code
+
+    statuses, refusals, free_text, free_status = await flood(settings.model_copy(update=update))
+    assert statuses[:3] == [422, 422, 422] and statuses[3] == 429, statuses  # ~9 KB sent: past 8,192
+    error, retry_after, connection = refusals[0]  # type: ignore[misc]
+    assert error["code"] == "rate_limited" and "HRT_TENANT_BODY_BYTES_PER_S" in error["message"], error
+    assert "phoenix" not in str(error)
+    assert int(retry_after) >= 1 and connection == "close"
+    assert free_status == 422, free_text  # the other tenant's body is read and answered
+    unbounded, _, _, _ = await flood(settings.model_copy(update={**update, "tenant_body_bytes_per_s": 0}))
+    assert unbounded == [422] * 4, unbounded
 
 
 # --- H1: write slots per tenant; the user's lock before a slot ------------------------------------
