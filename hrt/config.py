@@ -138,7 +138,7 @@ class ExpansionConfig(_Stage):
     reached_evidence: Literal["path", "path_x_cosine", "scoped"] = "scoped"
     default_depth: int = Field(2, ge=0, le=3)
     # the path score's factor per hop, and the scoped rule's per hop past the first
-    # (docs/eval-locomo.md, "Second round")
+    # (docs/eval-locomo.md, "Scoring defaults")
     hop_decay: float = Field(0.5, gt=0.0, le=1.0)
     fanout_per_node: int = Field(25, ge=1, le=10_000)
     max_candidates_per_kind: int = Field(400, ge=1, le=100_000)
@@ -162,14 +162,14 @@ class ScoringConfig(_Stage):
     temporal_match: Literal["off", "tier"] = "tier"
     # a memory unit's semantic term becomes (semantic + w x best passage cosine) / (1 + w): a turn
     # that says several things is found by the sentence that matches (hrt.records.passage_texts;
-    # docs/eval-locomo.md, "Passage vectors"); 0 reads no passages
+    # docs/eval-locomo.md, "Scoring defaults"); 0 reads no passages
     passage_weight: float = Field(1.5, ge=0.0, le=10.0)
     # how many memory units (the best by their semantic term so far) read their passages; the
     # others use their own cosine. LoCoMo dev: 50 loses nothing against all (docs/eval-locomo.md)
     passage_pool: int = Field(50, ge=1, le=1000)
     # source: an artifact reached from a memory unit over DERIVED_FROM scores at least that memory
     # unit's semantic term (a summary of a relevant turn is found with it); own: its own evidence
-    # only (docs/eval-locomo.md, "Artifacts and their sources")
+    # only (docs/eval-locomo.md, "Scoring defaults")
     artifact_evidence: Literal["own", "source"] = "source"
     recency_half_life_days: float = Field(30.0, gt=0.0)
     # the clock recency runs on: latest, the newest time among the request's candidates (a

@@ -41,7 +41,7 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
         ("neo4j_expansion",),
         (
             "where expansion runs: inside Neo4j, in one call of HRT's procedure `hrt.expand` "
-            "([`neo4j-plugin/`](neo4j-plugin/)), when Neo4j has it in the version HRT expects (`auto`; else "
+            "([`neo4j-plugin/`](../neo4j-plugin/)), when Neo4j has it in the version HRT expects (`auto`; else "
             "in HRT over Cypher reads, one per hop, with a warning), always (`procedure`: fail without it) or "
             "never (`cypher`); identical answers"
         ),

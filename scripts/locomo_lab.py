@@ -1,5 +1,5 @@
 """The LoCoMo lab: import once, then ask every question under several configurations and compare
-them pairwise (the harness behind docs/eval-locomo.md's "what changed" tables).
+them pairwise (the harness behind docs/eval-locomo.md's "Scoring defaults" table).
 
 ``hrt eval locomo`` imports the data into a fresh store on every run (~50 s); this keeps the
 import in ``--db`` and asks the headline request (the eval's own ``request_for``) under each

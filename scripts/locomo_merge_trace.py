@@ -2,7 +2,8 @@
 "R@10 +artifacts"), per kind of item, for the headline request under each ``--variant``: places
 taken and their precision (the item is an evidence turn, or an artifact derived from one), over the
 582 questions of categories 1-4; then the artifact list alone, ranked by its own scores, credited
-like the metric (recall@5 and @10). docs/eval-locomo.md, section 8.
+like the metric (recall@5 and @10). It measured what became
+``artifact_evidence`` ``source`` (docs/eval-locomo.md, "Scoring defaults").
 
 Item kinds are read from the LoCoMo import's ids (``turn:``, ``obs:``, ``summary:``), so this is a
 LoCoMo tool. It reuses the lab's kept store (``scripts/locomo_lab.py --db``; imported if absent).

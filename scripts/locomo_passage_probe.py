@@ -8,8 +8,8 @@ best sentence cosine to the key phrases. The candidates are then re-ranked by ``
 lambda x passage`` and recall@10 (categories 1-4 and multi-hop) compared with the pipeline's own
 order, with the paired bootstrap. The candidates stay those the pipeline scored (ranking only),
 unless ``--search K`` also adds each question's K best turns by their best sentence (a passage
-search leg). It measured what became HRT's passage vectors (docs/eval-locomo.md, sections 6
-and 7); the pipeline runs here with ``passage_weight`` 0, as before they existed.
+search leg). It measured what became HRT's passage vectors (docs/eval-locomo.md, "Scoring
+defaults"); the pipeline runs here with ``passage_weight`` 0, as before they existed.
 
     python scripts/locomo_passage_probe.py --db /tmp/lab/locomo.db
 """

@@ -28,3 +28,74 @@ def test_the_readme_stays_a_users_entry_point():
     assert len(README.splitlines()) <= 260
     for link in re.findall(r"\]\(((?:docs|examples|prompts)/[^)#]*)", README):
         assert (root / link).exists(), link
+
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _unfenced(text: str) -> str:
+    """``text`` without its fenced code blocks."""
+    import re
+
+    return re.sub(r"^(```|~~~).*?^\1", "", text, flags=re.M | re.S)
+
+
+def _prose(text: str) -> str:
+    """``text`` without code, fenced or inline, where a bracket is not a link."""
+    import re
+
+    return re.sub(r"`[^`\n]*`", "", _unfenced(text))
+
+
+def _links(page: Path) -> list[str]:
+    import re
+
+    return re.findall(r"\]\(([^)\s]+)\)", _prose(page.read_text()))
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors GitHub makes of ``page``'s headings: lower case, punctuation dropped, spaces as
+    hyphens, ``-1``, ``-2`` after a repeated one."""
+    import re
+
+    seen: dict[str, int] = {}
+    for line in _unfenced(page.read_text()).splitlines():
+        heading = re.match(r"#{1,6}\s+(.*?)\s*$", line)
+        if heading:
+            text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading.group(1)).strip().lower()
+            slug = re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+            seen[slug] = seen.get(slug, 0) + 1
+            if seen[slug] > 1:
+                seen[f"{slug}-{seen[slug] - 1}"] = 1
+    return set(seen)
+
+
+def test_every_relative_link_of_the_readme_and_docs_resolves():
+    """A link to a file names one that exists, and an anchor one of that page's headings."""
+    import re
+
+    broken = []
+    for page in PAGES:
+        for target in _links(page):
+            if re.match(r"[a-z][a-z0-9+.-]*:", target):
+                continue  # http:, https:, mailto:
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            if not linked.exists() or (anchor and linked.suffix == ".md" and anchor not in _anchors(linked)):
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert not broken, broken
+
+
+def test_no_page_links_into_generated_outputs():
+    """bench-results/ is what `hrt bench` and the scripts write, ignored by git: a page that needs
+    a figure from it states the figure and the command that makes it."""
+    linking = [f"{page.relative_to(ROOT)}: {t}" for page in PAGES for t in _links(page) if "bench-results" in t]
+    assert not linking, linking
+    assert "/bench-results/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+def test_the_measurement_docs_are_references_not_lab_logs():
+    """Method, commands, current figures and goals; the history is in CHANGELOG.md."""
+    for name in ("bench.md", "eval-locomo.md"):
+        assert len((ROOT / "docs" / name).read_text().splitlines()) < 300, name

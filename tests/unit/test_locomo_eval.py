@@ -538,7 +538,7 @@ def test_the_command_runs_with_path_sum_as_a_request_override(tmp_path: Path) ->
 def test_the_lab_harness_compares_configurations_on_one_import(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """scripts/locomo_lab.py (docs/eval-locomo.md, section 6): one import, every variant asked the
+    """scripts/locomo_lab.py (docs/eval-locomo.md, "Scoring defaults"): one import, every variant asked the
     eval's headline request; a variant equal to the first gives the same rows, and depth 0 never
     considers more evidence than the default depth."""
     import asyncio

@@ -60,7 +60,7 @@ class ImportOptions:
     turn_format: str = "said"  # said: `Speaker said, "text"` (LoCoMo's RAG format); title; colon; bare
     # a concept's other surface forms in the conversation (a topic's plural or other inflection: topics
     # are keyed by stems) become its aliases. Off: LoCoMo dev recall@10 -0.47 [-1.03, +0.00] with it, no phrase
-    # unmatched either way (docs/eval-locomo.md, "Aliases")
+    # unmatched either way (docs/eval-locomo.md, "Tried and not kept")
     surface_aliases: bool = False
 
 

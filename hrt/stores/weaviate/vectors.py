@@ -709,7 +709,7 @@ class WeaviateVectorIndex:
         are awaited before any request (starting the BM25 requests during the embedding gained
         nothing measurable here). Identical answers need an unchanged tenant: Weaviate rewrites an
         object upserted again unchanged, which shifts BM25 statistics, hence :meth:`upsert` writes
-        only what differs (docs/bench.md, "An identical request answered differently")."""
+        only what differs (CHANGELOG.md, 2026-11-23)."""
         vectors = await resolve_vectors(vectors)
         if not phrases:
             return []
