@@ -413,6 +413,9 @@ class Settings(
     # threads leave the cores to the rest of the request); the vectors are the same for any number
     # (measured in docs/bench.md). 0: one per core.
     embedding_threads: int = Field(2, ge=0, le=256)
+    # the niceness added to the thread that embeds writes' passages and to ONNX Runtime's pool
+    # threads (the ONNX backend, on Linux): where cores are short, requests run first. 0: none
+    embedding_write_nice: int = Field(10, ge=0, le=19)
     # Where built artefacts are kept: the ONNX export in <cache_dir>/onnx (the dev stack keeps its
     # PostgreSQL, Neo4j and Weaviate binaries beside it). Unset: ~/.cache/hrt (cache_root()).
     cache_dir: Path | None = None

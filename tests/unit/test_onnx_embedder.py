@@ -317,6 +317,33 @@ def test_thread_count_leaves_vectors_bit_identical(onnx_embedder, cache_dir):
     assert Settings(embedding_threads=1).fingerprint() == Settings().fingerprint()
 
 
+def niceness_of_threads() -> list[int]:
+    """The niceness of each thread of this process (Linux's /proc, field 19 of a task's stat)."""
+    tasks = Path("/proc/self/task").iterdir()
+    return [int((t / "stat").read_text().rsplit(")", 1)[1].split()[16]) for t in tasks]
+
+
+@slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="niceness is per thread on Linux only")
+def test_writes_embed_at_a_lower_priority_with_the_same_vectors(onnx_embedder, cache_dir):
+    """HRT_EMBEDDING_WRITE_NICE: passages are embedded in a thread of their own and ONNX Runtime's
+    pool threads run at the added niceness (a request's work comes first where cores are short);
+    the vectors are the same, and the setting is not in config_hash."""
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    want = min(19, base + 5)
+    before = niceness_of_threads().count(want)
+    niced = OnnxEmbedder(cache_dir=cache_dir, threads=2, write_nice=5)
+    np.testing.assert_array_equal(niced.embed(TEXTS), onnx_embedder.embed(TEXTS))
+    np.testing.assert_array_equal(niced.embed_queries(TEXTS), onnx_embedder.embed_queries(TEXTS))
+    # the writes' thread and the session's one pool thread (two threads a call: the caller and one)
+    assert niceness_of_threads().count(want) - before >= 2
+    assert os.getpriority(os.PRIO_PROCESS, 0) == base  # the caller's own thread is left as it was
+    assert Settings(embedding_write_nice=0).fingerprint() == Settings().fingerprint()
+    after = niceness_of_threads().count(want)
+    OnnxEmbedder(cache_dir=cache_dir, threads=2, write_nice=0).embed(TEXTS[:1])  # 0: no thread lowered
+    assert niceness_of_threads().count(want) == after
+
+
 @slow
 def test_concurrent_calls_agree(onnx_embedder):
     expected = onnx_embedder.embed(TEXTS)
