@@ -3,7 +3,7 @@ while a large NDJSON ingest is in flight, ``/healthz`` and small retrievals keep
 write beyond ``HRT_MAX_CONCURRENT_INGESTS`` is refused with 429 and Retry-After.
 
 A liveness assertion with a generous bound (2 s, where these requests take milliseconds), not a
-benchmark: ``scripts/stall_probe.py`` measures the latencies (docs/reliability.md).
+benchmark: ``scripts/stall_probe.py`` (since removed; see git history) measured the latencies (docs/reliability.md).
 """
 
 from __future__ import annotations
