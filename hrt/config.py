@@ -851,6 +851,31 @@ class Settings(
             "body is read: junk bodies never take a core from the others; 0: no bound"
         ),
     )
+    tenant_write_ms_per_s: int = Field(
+        500,
+        ge=0,
+        le=1_000_000,
+        description=(
+            "the milliseconds of writes (a write slot held: ingests, conversation calls, merges, deletes) "
+            "one tenant may use per second on average while another tenant is active (made a request in "
+            "the last 10 s), with a burst of 4 seconds' worth; a write is charged once done, and while the "
+            "tenant owes time its next write is 429 `write_time` with `Retry-After`: one tenant's writes, "
+            "which embed on every core, never take most of the CPU from the others. A tenant alone on the "
+            "server is not held; 0: no bound"
+        ),
+    )
+    refusal_hold_max_s: float = Field(
+        1.0,
+        ge=0,
+        le=60,
+        description=(
+            "a 429 to a tenant that comes back before the `Retry-After` of its previous 429 is held until "
+            "then, at most this long (at most 64 of a tenant's held at once; past that the answer comes at "
+            "once and closes its connection): a client that waits as told never waits longer, one that "
+            "retries at once costs the server a refusal per `Retry-After` and connection, not thousands a "
+            "second; 0: answered at once"
+        ),
+    )
     max_conversation_state_rows: int = Field(
         1_000_000,
         ge=0,

@@ -119,6 +119,8 @@ ROWS: list[tuple[str, ...]] = [
     ("max_concurrent_browse_pages",),
     ("browse_tenant_bytes_per_s",),
     ("tenant_body_bytes_per_s",),
+    ("tenant_write_ms_per_s",),
+    ("refusal_hold_max_s",),
     ("conversation_notes",),
     ("max_conversation_state_rows",),
     ("export_idle_s",),

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import math
 import threading
 import time
 import weakref
@@ -41,7 +42,7 @@ from hrt.metrics import Metrics
 from hrt.pipeline import HybridRetrievalTool, utc_now
 from hrt.records import Deletion, Kind, check_id
 from hrt.reranker import NoopReranker, Reranker
-from hrt.shares import Shares
+from hrt.shares import Activity, Shares, WriteTime
 from hrt.stores.base import (
     GraphStore,
     RecordStore,
@@ -154,6 +155,11 @@ def load_embedder(settings: Settings) -> Embedder:
 # a conversation write planned again at most this often when other writers of its user commit first
 CONVERSATION_RETRIES = 5
 
+# a tenant's write time: the burst, in seconds of its HRT_TENANT_WRITE_MS_PER_S; and how recent
+# another tenant's request must be for the share to apply (alone on the server, a tenant is free)
+WRITE_TIME_BURST_S = 4
+ACTIVE_WINDOW_S = 10.0
+
 
 # set while a task holds an ingest slot, so a write made of writes (delete_entity) takes one
 _INGEST_SLOT_HELD: contextvars.ContextVar[bool] = contextvars.ContextVar("hrt_ingest_slot_held", default=False)
@@ -191,6 +197,13 @@ class HRTService:
         self._projector_stop = asyncio.Event()
         # writes in progress (ingest_slot), per tenant
         self.write_slots = Shares(settings.max_concurrent_ingests)
+        # and their time, per tenant while others are active (the server notes who is)
+        self.write_time = WriteTime(
+            settings.tenant_write_ms_per_s,
+            WRITE_TIME_BURST_S * settings.tenant_write_ms_per_s,
+            Activity(ACTIVE_WINDOW_S, time.monotonic),
+            time.monotonic,
+        )
         # one conversation write per user at a time in this process (others wait; replicas are
         # kept apart by the statistics' version row, WriteBatch.state_expect)
         self._conversation_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -470,16 +483,23 @@ class HRTService:
         every slot is taken: a write embeds and commits in worker threads, and more of them at
         once would only queue for the CPU and the write lock while holding their records in
         memory. Never waited for: a write that finds none is refused at once. Held already by
-        this task: taken once."""
+        this task: taken once. While other tenants are active, the time the slot is held is
+        charged to ``tenant``'s ``HRT_TENANT_WRITE_MS_PER_S`` (:class:`hrt.shares.WriteTime`),
+        and a tenant that owes time is refused before it takes a slot."""
         if _INGEST_SLOT_HELD.get():
             yield
             return
-        with self.write_slots.place(tenant, self._slots_refusal):
-            token = _INGEST_SLOT_HELD.set(True)
-            try:
-                yield
-            finally:
-                _INGEST_SLOT_HELD.reset(token)
+        self.write_time.check(tenant, self._write_time_refusal)
+        started = self.write_time.clock()
+        try:
+            with self.write_slots.place(tenant, self._slots_refusal):
+                token = _INGEST_SLOT_HELD.set(True)
+                try:
+                    yield
+                finally:
+                    _INGEST_SLOT_HELD.reset(token)
+        finally:
+            self.write_time.charge(tenant, started)
 
     def _slots_refusal(self, held: int, mine: bool) -> RateLimited:
         where = "for this tenant, its share" if mine else "as many as this server runs at once"
@@ -487,6 +507,14 @@ class HRTService:
             f"{held} writes are in progress, {where} (HRT_MAX_CONCURRENT_INGESTS); retry later",
             retry_after_s=self.settings.ingest_retry_after_s,
             reason="ingest_concurrency",
+        )
+
+    @staticmethod
+    def _write_time_refusal(seconds: float) -> RateLimited:
+        return RateLimited(
+            "this tenant's writes are past their share of time (HRT_TENANT_WRITE_MS_PER_S); retry later",
+            retry_after_s=math.ceil(seconds),
+            reason="write_time",
         )
 
     @contextlib.asynccontextmanager

@@ -129,3 +129,100 @@ class ByteRates:
             ]
             for other in full:
                 del self._buckets[other]
+
+
+class Activity:
+    """Whether a tenant other than a given one made a request in the last ``window_s`` seconds.
+    Keeps two entries whatever the number of tenants: the newest tenant seen, and the newest one
+    seen that is not it (so the newest tenant other than any given one is one of the two).
+    Thread-safe; ``clock`` is monotonic seconds."""
+
+    def __init__(self, window_s: float, clock: Callable[[], float]) -> None:
+        self.window_s, self._clock = window_s, clock
+        self._last: tuple[str, float] | None = None
+        self._other: tuple[str, float] | None = None  # the newest of a tenant other than _last's
+        self._lock = threading.Lock()
+
+    def note(self, tenant: str) -> None:
+        with self._lock:
+            now = self._clock()
+            if self._last is not None and self._last[0] != tenant:
+                self._other = self._last
+            self._last = (tenant, now)
+
+    def others(self, tenant: str) -> bool:
+        with self._lock:
+            newest = self._last if self._last is not None and self._last[0] != tenant else self._other
+            return newest is not None and self._clock() - newest[1] < self.window_s
+
+
+class WriteTime:
+    """The milliseconds of writes (a write slot held) one tenant may use per second while another
+    tenant is active: a bucket of ``per_s`` milliseconds a second up to ``burst``, checked before a
+    write takes its slot and charged with the slot's time once it is given back, so a tenant may
+    go into debt by one write. Work-conserving: a tenant alone on the server (no other tenant's
+    request within :attr:`Activity.window_s`) is neither charged nor refused. Write slots bound
+    how many writes run at once; this bounds the cores one tenant's writes take from the others
+    (a write embeds in parallel threads: one slot can take every core). ``per_s`` 0: no bound."""
+
+    def __init__(self, per_s: int, burst: int, activity: Activity, clock: Callable[[], float]) -> None:
+        self.activity, self.clock = activity, clock
+        self._rates = ByteRates(per_s, burst, clock)
+
+    def check(self, tenant: str | None, refuse: Callable[[float], RateLimited]) -> None:
+        if tenant is not None and self._rates.per_s and self.activity.others(tenant):
+            self._rates.check(tenant, refuse)
+
+    def charge(self, tenant: str | None, since: float) -> None:
+        """A write of ``tenant`` that took its slot at ``since`` (:attr:`clock`) is done."""
+        if tenant is not None and self._rates.per_s and self.activity.others(tenant):
+            self._rates.charge(tenant, round((self.clock() - since) * 1000))
+
+
+class Tarpit:
+    """How long to hold a refusal (429) to a tenant that came back before the ``Retry-After`` of
+    its previous one: until that time, at most ``max_delay_s``. A client that waits as told never
+    waits here; one that retries at once gets its refusals about once per ``Retry-After`` on each
+    of its connections instead of thousands a second, each of which costs the server its key
+    check and answer. At most ``max_held`` refusals of one tenant (and ``max_total`` of all) are
+    held at once; past that one is answered at once, its connection closed. ``max_delay_s`` 0:
+    never held. Thread-safe; ``clock`` is monotonic seconds."""
+
+    def __init__(
+        self, max_delay_s: float, clock: Callable[[], float], max_held: int = 64, max_total: int = 1024
+    ) -> None:
+        self.max_delay_s, self.max_held, self.max_total, self._clock = max_delay_s, max_held, max_total, clock
+        self._until: dict[str, float] = {}  # tenant -> when it may retry (its last Retry-After)
+        self._held: dict[str, int] = {}
+        self._total = 0
+        self._lock = threading.Lock()
+
+    def hold(self, tenant: str, retry_after_s: float) -> float | None:
+        """The seconds to hold this refusal (0: answer now), taking a held place when above 0, or
+        None: answer now and close the connection (too many held). Give the place back with
+        :meth:`release` after the answer."""
+        if not self.max_delay_s:
+            return 0.0
+        with self._lock:
+            now = self._clock()
+            until = self._until.get(tenant, 0.0)
+            delay = min(until - now, self.max_delay_s) if until > now else 0.0
+            if delay > 0 and (self._held.get(tenant, 0) >= self.max_held or self._total >= self.max_total):
+                return None
+            self._until[tenant] = max(until, now + delay + retry_after_s)
+            if delay > 0:
+                self._held[tenant] = self._held.get(tenant, 0) + 1
+                self._total += 1
+            stale = [t for t, u in itertools.islice(self._until.items(), 8) if u <= now and t not in self._held]
+            for t in stale:  # a few at a time: bounded work, no state per tenant long gone
+                del self._until[t]
+            return delay
+
+    def release(self, tenant: str) -> None:
+        with self._lock:
+            self._total -= 1
+            left = self._held[tenant] - 1
+            if left:
+                self._held[tenant] = left
+            else:
+                del self._held[tenant]

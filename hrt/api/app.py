@@ -193,6 +193,8 @@ def create_app(
         keyring=state.keyring if settings.auth == "on" else None,
         limiter=state.limiter,
         body_bytes=state.body_bytes,
+        tarpit=state.tarpit,
+        on_tenant=state.note_tenant,
         on_refusal=count_refusal,
     )
     app.add_middleware(RequestCounter, count=count_request)

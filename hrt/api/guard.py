@@ -10,6 +10,7 @@ audited here, one ``hrt.audit`` line each (:func:`hrt.front.audit`), whatever th
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -25,7 +26,7 @@ from hrt.api.errors import error_headers
 from hrt.auth import UNAUTHENTICATED_DEV, KeyLimiter, KeyRing, Principal, is_loopback
 from hrt.errors import HRTError, RateLimited, StoreDown, StoreUnavailable, Unauthenticated
 from hrt.front import audit, error_dict, status_for
-from hrt.shares import ByteRates
+from hrt.shares import ByteRates, Tarpit
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class StatusNote:
 async def send_error(send: Send, status: int, exc: HRTError, extra: Mapping[str, str] | None = None) -> None:
     body = json.dumps({"error": error_dict(exc)}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    headers += [(k.lower().encode(), v.encode()) for k, v in {**error_headers(exc), **(extra or {})}.items()]
+    headers += _encoded({**error_headers(exc), **(extra or {})})
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -73,9 +74,11 @@ class Guard:
     every request acts with every scope for every user (``hrt serve`` allows it on loopback only).
     ``on_refusal`` sees every refusal (the metric). ``body_bytes``: each tenant's request-body
     bytes a second (every chunk received is charged; a tenant in debt is refused before its body is
-    read, and its connection closed, so the unread body is never parsed). With auth off, a request
-    that reached the server on an address other than loopback is refused, whatever host the
-    settings name."""
+    read, and its connection closed, so the unread body is never parsed). ``tarpit``: how long a
+    429 to a tenant that came back before its last ``Retry-After`` is held (the Guard's refusals
+    and the routes' alike). ``on_tenant`` sees the tenant of every authenticated request (who is
+    active, :class:`hrt.shares.WriteTime`). With auth off, a request that reached the server on an
+    address other than loopback is refused, whatever host the settings name."""
 
     def __init__(
         self,
@@ -88,6 +91,8 @@ class Guard:
         keyring: Callable[[], KeyRing] | None,
         limiter: KeyLimiter,
         body_bytes: ByteRates | None = None,
+        tarpit: Tarpit | None = None,
+        on_tenant: Callable[[str], None] | None = None,
         on_refusal: Callable[[HRTError], None],
     ) -> None:
         self.app = app
@@ -98,6 +103,8 @@ class Guard:
         self.keyring = keyring
         self.limiter = limiter
         self.body_bytes = body_bytes
+        self.tarpit = tarpit
+        self.on_tenant = on_tenant
         self.on_refusal = on_refusal
 
     def _route(self, scope: Scope) -> tuple[str, str] | None:
@@ -125,11 +132,17 @@ class Guard:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = int(message["status"])
+                if status == 429 and principal is not None:
+                    extra = await self._held(principal.tenant, _retry_after(message))
+                    if extra:
+                        message = {**message, "headers": [*message["headers"], *_encoded(extra)]}
             await send(message)
 
         try:
             try:
                 principal = await self._authenticate(scope)
+                if self.on_tenant is not None:
+                    self.on_tenant(principal.tenant)
                 needed = self.scopes.get(target) if target is not None else None
                 if needed is not None:
                     principal.require_scope(needed)
@@ -144,7 +157,10 @@ class Guard:
                 else:
                     log_key_store_failure(exc)
                 # a body left unread is never parsed: the connection closes with the refusal
-                await send_error(send, status, exc, CLOSE if has_body(scope) else None)
+                extra: Mapping[str, str] | None = CLOSE if has_body(scope) else None
+                if status == 429 and principal is not None:
+                    extra = await self._held(principal.tenant, float(getattr(exc, "retry_after_s", 1))) or extra
+                await send_error(send, status, exc, extra)
                 return
             state["principal"] = principal
             try:
@@ -157,6 +173,21 @@ class Guard:
                 seconds = time.perf_counter() - started
                 write, reason = state.get("audit", {}), state.get("refusal")
                 audit(scope, principal, scope["method"], route, status, write, reason=reason, seconds=seconds)
+
+    async def _held(self, tenant: str, retry_after_s: float) -> Mapping[str, str] | None:
+        """Hold a 429 to ``tenant`` as :attr:`tarpit` says; the headers to add (the connection
+        closed when too many of the tenant's refusals are held already), or None."""
+        if self.tarpit is None:
+            return None
+        delay = self.tarpit.hold(tenant, retry_after_s)
+        if delay is None:
+            return CLOSE
+        if delay > 0:
+            try:
+                await asyncio.sleep(delay)
+            finally:
+                self.tarpit.release(tenant)
+        return None
 
     def _charged(self, receive: Receive, tenant: str) -> Receive:
         """``receive``, each body chunk charged to ``tenant``'s bytes a second."""
@@ -198,6 +229,21 @@ def _owes_body_bytes(seconds: float) -> RateLimited:
         retry_after_s=math.ceil(seconds),
         reason="body_rate",
     )
+
+
+def _retry_after(start: Message) -> float:
+    """The ``Retry-After`` seconds of a response's start message (1 when absent or not a number)."""
+    for name, value in start.get("headers", []):
+        if bytes(name).lower() == b"retry-after":
+            try:
+                return max(0.0, float(bytes(value)))
+            except ValueError:
+                break
+    return 1.0
+
+
+def _encoded(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(k.lower().encode(), v.encode()) for k, v in headers.items()]
 
 
 def has_body(scope: Scope) -> bool:

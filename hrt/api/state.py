@@ -16,7 +16,7 @@ from hrt.config import Settings
 from hrt.errors import RateLimited
 from hrt.export import ExportSlots
 from hrt.service import HRTService
-from hrt.shares import ByteRates, Place, Shares
+from hrt.shares import ByteRates, Place, Shares, Tarpit
 
 AUTH_OFF_WARNING = "HRT_AUTH=off: every route answers without an API key (development on loopback only)"
 
@@ -38,6 +38,13 @@ class ServerState:
         self.body_bytes = ByteRates(
             settings.tenant_body_bytes_per_s, 2 * settings.max_ingest_body_bytes, time.monotonic
         )
+        self.tarpit = Tarpit(settings.refusal_hold_max_s, time.monotonic)
+
+    def note_tenant(self, tenant: str) -> None:
+        """A request of ``tenant`` came in (whether other tenants are active decides whether a
+        tenant's writes are held to their share of time, :class:`hrt.shares.WriteTime`)."""
+        if self._service is not None:
+            self._service.write_time.activity.note(tenant)
 
     def browse_page(self, tenant: str) -> contextlib.AbstractContextManager[Place]:
         """A place for one browse page of ``tenant`` (its read and build hold CPU and a page of
