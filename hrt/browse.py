@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, Field, PrivateAttr, TypeAdapter, ValidationError
 
 from hrt.auth import Principal
 from hrt.errors import InvalidInput, NotFound
@@ -135,6 +135,13 @@ class EntityPage(BaseModel):
         description="true when the key lacks the read (or export) scope: each entity's record is null, "
         "ids and titles only (whole records in bulk need one of those scopes)",
     )
+    # the bytes of the records read to make the page (with or without them in it): what the page
+    # is charged against its tenant's browse bytes a second, beside its own size
+    _read_bytes: int = PrivateAttr(0)
+
+    @property
+    def read_bytes(self) -> int:
+        return self._read_bytes
 
 
 def _when(epoch: float | None) -> str | None:
@@ -366,27 +373,32 @@ async def browse_entities(
     the event loop. ``full`` False: ids and titles, no records (a key without the read scope)."""
     where = request.filter(now)
     entities: list[EntitySummary] = []
-    size, more, after = 0, False, where.after
+    size, read, more, after = 0, 0, False, where.after
     while len(entities) < request.limit:
         want = min(READ_CHUNK, request.limit - len(entities))
         found = await records.browse(user_id, replace(where, after=after, limit=want + 1))
+        read += sum(stored.size for stored in found)
         batch = found[:want]
         for item, n in await asyncio.to_thread(_summaries, batch, full):
             if entities and size + n > max_bytes:  # the page is full: the next one starts here
-                return _page(user_id, request, entities, more=True, full=full)
+                return _page(user_id, request, entities, more=True, full=full, read=read)
             entities.append(item)
             size += n
         more = len(found) > want
         if not more or not batch:
             break
         after = batch[-1].entity.id
-    return _page(user_id, request, entities, more=more, full=full)
+    return _page(user_id, request, entities, more=more, full=full, read=read)
 
 
-def _page(user_id: str, request: BrowseRequest, entities: list[EntitySummary], *, more: bool, full: bool) -> EntityPage:
-    return EntityPage(
+def _page(
+    user_id: str, request: BrowseRequest, entities: list[EntitySummary], *, more: bool, full: bool, read: int
+) -> EntityPage:
+    page = EntityPage(
         user_id=user_id,
         entities=entities,
         next_cursor=request.cursor_after(entities[-1].id) if more and entities else None,
         records_omitted=not full,
     )
+    page._read_bytes = read
+    return page

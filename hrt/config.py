@@ -835,7 +835,7 @@ class Settings(
         description=(
             "the bytes of browse pages one tenant may have built per second on average, with a burst of "
             "twice `HRT_BROWSE_MAX_PAGE_BYTES` (or a second's worth if more); a page is charged once built, "
-            "and while the tenant owes bytes its next page is 429 `browse_rate` with `Retry-After`: one "
+            "by its size or the bytes of the records read to make it, whichever is more, and while the tenant owes bytes its next page is 429 `browse_rate` with `Retry-After`: one "
             "tenant's bulk reads never take a core from the others; 0: no bound"
         ),
     )

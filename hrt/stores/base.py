@@ -239,6 +239,8 @@ class StoredEntity:
     version: int
     written_at: float | None = None
     written_by: str | None = None
+    # the record's bytes as the store read them (what a bulk read is charged; 0: not counted)
+    size: int = 0
 
 
 @dataclass(frozen=True, slots=True)

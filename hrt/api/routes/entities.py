@@ -121,12 +121,14 @@ async def list_entities(
     full = caller.can("read") or caller.can("export")
     svc, now, max_bytes = server.service, server.service.clock(), server.settings.browse_max_page_bytes
 
-    async def page() -> bytes:  # read, built and serialised off the event loop (embedded: in a thread)
+    async def page() -> tuple[bytes, int]:  # read, built and serialised off the event loop (embedded: in a thread)
         found = await browse_entities(svc.records, user_id, request, now, full=full, max_bytes=max_bytes)
-        return (await asyncio.to_thread(found.model_dump_json)).encode()
+        return (await asyncio.to_thread(found.model_dump_json)).encode(), found.read_bytes
 
     with server.browse_page(caller.tenant):
-        body = await svc.off_loop(page)
-    server.browse_bytes.charge(caller.tenant, len(body))
+        body, read = await svc.off_loop(page)
+    # charged what it cost: the records read (a page of ids and titles reads them whole) or the
+    # page built, whichever is more
+    server.browse_bytes.charge(caller.tenant, max(len(body), read))
     headers = {} if full else {"warning": RECORDS_OMITTED}
     return Response(body, media_type="application/json", headers=headers)

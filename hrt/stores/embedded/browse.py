@@ -134,7 +134,7 @@ def browse(db: sqlite3.Connection, user_id: str, where: BrowseFilter) -> list[St
         (*params, where.limit),
     ).fetchall()
     return [
-        StoredEntity(ENTITY_MODELS[KIND_OF[kind]].model_validate_json(data), int(version), at, by)
+        StoredEntity(ENTITY_MODELS[KIND_OF[kind]].model_validate_json(data), int(version), at, by, len(data))
         for kind, data, version, at, by in rows
     ]
 

@@ -125,12 +125,14 @@ async def browse(conn: psycopg.AsyncConnection[Any], user_id: str, where: Browse
         clauses.append(cond)
         params.update(named)
     cur = await conn.execute(
-        "SELECT e.kind, e.data, e.version, e.written_at, e.written_by FROM hrt_entities e "
+        # pg_column_size: the record's bytes as stored (compressed when large), read without
+        # turning it into text a second time
+        "SELECT e.kind, e.data, e.version, e.written_at, e.written_by, pg_column_size(e.data) FROM hrt_entities e "
         f'WHERE {" AND ".join(clauses)} ORDER BY e.id COLLATE "C" LIMIT %(n)s',
         params,
     )
     rows = await cur.fetchall()
     return [
-        StoredEntity(ENTITY_MODELS[Kind(kind)].model_validate(data), int(version), at, by)
-        for kind, data, version, at, by in rows
+        StoredEntity(ENTITY_MODELS[Kind(kind)].model_validate(data), int(version), at, by, int(size))
+        for kind, data, version, at, by, size in rows
     ]
