@@ -692,7 +692,9 @@ def run_phases(server: Server, cfg: argparse.Namespace, wal: Path | None, rec: R
         honest.join(timeout=10)
         stop.set()
         sampler.join(timeout=5)
-    return [phase_report(*t, rec) for t in timings]
+    reports = [phase_report(*t, rec) for t in timings]
+    against_baseline(reports, rec, cfg.seed)
+    return reports
 
 
 def selected(names: str | None) -> list[Phase]:
@@ -717,6 +719,39 @@ def honest_stats(rows: list[tuple[str, float, int]]) -> dict[str, Any]:
         "server_errors": sum(s >= 500 for _, _, s in rows),
         "statuses": dict(sorted(statuses.items())),
     }
+
+
+def versus(base: list[float], ms: list[float], seed: int, rounds: int = 2000) -> dict[str, Any] | None:
+    """The phase's p95 against the baseline's: their ratio and a 95% bootstrap interval of the
+    difference (ms; both samples resampled, seeded); ``within_noise`` when the interval reaches 0
+    or below (no evidence the phase is slower)."""
+    if len(base) < 5 or len(ms) < 5:
+        return None
+    rng = random.Random(seed)
+    diffs = sorted(
+        pct(rng.choices(ms, k=len(ms)), 0.95) - pct(rng.choices(base, k=len(base)), 0.95) for _ in range(rounds)
+    )
+    low, high = diffs[int(0.025 * rounds)], diffs[int(0.975 * rounds) - 1]
+    return {
+        "ratio": round(pct(ms, 0.95) / pct(base, 0.95), 2),
+        "diff_ci_ms": [round(low, 1), round(high, 1)],
+        "within_noise": low <= 0,
+    }
+
+
+def against_baseline(reports: list[dict[str, Any]], rec: Recorder, seed: int) -> None:
+    """Each attack phase's honest p95, all requests and retrievals alone, against the baseline's."""
+    with rec.lock:
+        rows = list(rec.honest)
+    for op in ("all", "retrieve"):
+
+        def sample(phase: str, op: str = op) -> list[float]:
+            return [ms for label, o, ms, _ in rows if label == phase and op in ("all", o)]
+
+        base = sample("baseline")
+        for report in reports:
+            if report["phase"] != "baseline" and op in report["honest"]:
+                report["honest"][op]["p95_vs_baseline"] = versus(base, sample(report["phase"]), seed)
 
 
 def phase_report(
@@ -756,8 +791,10 @@ def markdown(result: dict[str, Any]) -> str:
     head = (
         f"Hostile tenant, {result['deployment']}, {result['date']}, commit {result['commit'][:10]}, "
         f"{result['config']['seconds']:.0f} s per phase\n\n"
-        "| phase | findings | honest requests | p50 ms | p95 ms | errors | 5xx | writes refused | "
-        "hostile statuses | RSS start MB | RSS peak MB | settle s | CPU s server / attacker |\n" + "|---" * 13 + "|\n"
+        "| phase | findings | honest requests | p50 ms | p95 ms | p95 vs baseline: all, retrievals | errors | 5xx | "
+        "writes refused | hostile statuses | RSS start MB | RSS peak MB | settle s | CPU s server / attacker |\n"
+        + "|---" * 14
+        + "|\n"
     )
     rows = []
     for p in result["phases"]:
@@ -768,7 +805,8 @@ def markdown(result: dict[str, Any]) -> str:
         rate = f"{100 * h['error_rate']:.1f}%" if h["error_rate"] is not None else "-"
         rows.append(
             f"| {p['phase']} | {' '.join(p['findings']) or '-'} | {h['requests']} | {h['p50_ms']} | {h['p95_ms']} | "
-            f"{rate} | {h['server_errors']} | {refused}/{write.get('requests', 0)} | {hostile} | "
+            f"{noise(h)}, {noise(p['honest'].get('retrieve', {}))} | {rate} | {h['server_errors']} | "
+            f"{refused}/{write.get('requests', 0)} | {hostile} | "
             f"{p['rss_start_mb']} | {p['rss_peak_mb']} | {p['settle_s']} | "
             f"{p['cpu_s']['server']} / {p['cpu_s']['attacker']} |"
         )
@@ -783,6 +821,16 @@ def markdown(result: dict[str, Any]) -> str:
             for pr in probes
         )
     return head + "\n".join(rows) + tail + "\n"
+
+
+def noise(stats: dict[str, Any]) -> str:
+    """``1.12x [-4.1, 9.0]``: the p95's ratio to the baseline's and the interval of the difference
+    (ms), marked ``*`` when the phase is slower beyond noise."""
+    v = stats.get("p95_vs_baseline")
+    if not v:
+        return "-"
+    low, high = v["diff_ci_ms"]
+    return f"{v['ratio']}x [{low}, {high}]{'' if v['within_noise'] else ' *'}"
 
 
 @contextlib.contextmanager

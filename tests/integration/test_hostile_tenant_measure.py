@@ -60,6 +60,9 @@ def test_the_hostile_tenant_measurement_runs_and_reports_every_phase(tmp_path: P
         assert {"retrieve", "write"} <= set(honest), p
         if p["phase"] != "baseline":
             assert p["hostile"], p  # the attack ran and its answers were counted
+            against = honest["all"]["p95_vs_baseline"]
+            low, high = against["diff_ci_ms"]
+            assert low <= high and against["ratio"] > 0 and isinstance(against["within_noise"], bool), against
         hostile = [what.split()[1] for what in p["hostile"] if len(what.split()) > 1]
         assert not any(status.startswith("5") for status in hostile), p  # nor for the hostile key
     echo = next(p for p in phases if p["phase"] == "echo_probes")
@@ -68,3 +71,22 @@ def test_the_hostile_tenant_measurement_runs_and_reports_every_phase(tmp_path: P
         assert {"probe", "status", "request_bytes", "response_bytes"} <= set(probe), probe
     table = (tmp_path / "hostile-tenant-embedded.md").read_text()
     assert all(f"| {p['phase']} |" in table for p in phases)
+
+
+def test_the_p95_against_the_baseline_is_within_noise_only_when_the_interval_reaches_zero() -> None:
+    import importlib.util
+    import random
+
+    spec = importlib.util.spec_from_file_location("hostile_tenant", ROOT / "scripts" / "hostile_tenant.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    sys.modules["hostile_tenant"] = script
+    spec.loader.exec_module(script)
+    rng = random.Random(7)
+    base = [rng.lognormvariate(3.0, 0.4) for _ in range(80)]
+    same = [rng.lognormvariate(3.0, 0.4) for _ in range(80)]
+    slower = [2.5 * x for x in same]
+    assert script.versus(base, same, seed=1)["within_noise"] is True
+    worse = script.versus(base, slower, seed=1)
+    assert worse["within_noise"] is False and worse["diff_ci_ms"][0] > 0 and worse["ratio"] > 2
+    assert script.versus(base, same[:3], seed=1) is None  # too few to say
