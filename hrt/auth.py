@@ -471,7 +471,7 @@ class KeyRing:
     async def refresh(self) -> None:
         """Read every key again, and write the last-use times gathered since the last refresh
         beside it: the request that finds the ring stale waits for the read only, not for a
-        write transaction (a commit of the embedded store took ~30 ms, once a second)."""
+        write transaction (a commit of the embedded store, once a second)."""
         used, self._used = self._used, {}
         if used and (self._touching is None or self._touching.done()):
             self._touching = asyncio.ensure_future(self._touch(used))

@@ -105,7 +105,6 @@ class IndexConfig(_Stage):
         description="threads per math library (torch, BLAS); 0 keeps their defaults (see docs/bench.md)",
     )
     # hnswlib, the graph persisted next to the SQLite file; exact search reads every vector per request
-    # (17 ms at 100k, 169 ms at 1M)
     ann_min_vectors: int = Field(
         20_000,
         ge=0,
@@ -138,9 +137,7 @@ class GroundingConfig(_Stage):
     """The grounding stage: key phrases to seed entities (hrt/pipeline/grounding.py)."""
 
     rrf_k: int = Field(60, ge=1, description="RRF constant")
-    search_k: int = Field(
-        25, ge=1, le=1000, description="hits per phrase per leg (50 before 2026-11-25; LoCoMo dev, docs/eval-locomo.md)"
-    )
+    search_k: int = Field(25, ge=1, le=1000, description="hits per phrase per leg (LoCoMo dev, docs/eval-locomo.md)")
     seeds_per_phrase: int = Field(
         10, ge=1, le=200, description="seeds kept per phrase (the adaptive target is 80% of it)"
     )
@@ -446,8 +443,8 @@ class RetrievalConfig(BaseModel):
 # is. "semantic", "recent", "salient" and "personal" change the weights alone (what the request
 # field "weights_preset" names, WEIGHT_PRESET_NAMES). "relevance" is what `hrt eval locomo` reports
 # as HRT's headline row: relevance alone orders the candidates (recency, salience and preference at
-# 0), for questions about what was said rather than what matters now. "tuned-2026-11" is the
-# evaluation's earlier tuned configuration, kept as its baseline (docs/eval-locomo.md).
+# 0), for questions about what was said rather than what matters now. "tuned-depth1" is the
+# evaluation's earlier tuned configuration at depth 1, kept as its baseline (docs/eval-locomo.md).
 RELEVANCE_WEIGHTS = Weights(
     alpha_semantic_similarity=1.0, beta_recency=0.0, gamma_salience=0.0, delta_user_preference=0.0
 )
@@ -474,7 +471,7 @@ PRESETS: dict[str, Mapping[str, object]] = {
         )
     },
     "relevance": {"weights": RELEVANCE_WEIGHTS},
-    "tuned-2026-11": {
+    "tuned-depth1": {
         "search_k": 25,
         "semantic_evidence": "fused",
         "phrase_evidence": "max",
@@ -487,6 +484,8 @@ PRESETS: dict[str, Mapping[str, object]] = {
         "artifact_evidence": "own",
     },
 }
+# preset names still accepted, and the name each now has (the request's echo gives the new one)
+DEPRECATED_PRESETS = {"tuned-2026-11": "tuned-depth1"}
 # the presets the request field "weights_preset" may name (checked against hrt.contract.PresetName)
 WEIGHT_PRESET_NAMES = ("balanced", "semantic", "recent", "salient", "personal")
 
@@ -835,7 +834,8 @@ class Settings(
         description=(
             "the bytes of browse pages one tenant may have built per second on average, with a burst of "
             "twice `HRT_BROWSE_MAX_PAGE_BYTES` (or a second's worth if more); a page is charged once built, "
-            "by its size or the bytes of the records read to make it, whichever is more, and while the tenant owes bytes its next page is 429 `browse_rate` with `Retry-After`: one "
+            "by its size or the bytes of the records read to make it, whichever is more, and while the "
+            "tenant owes bytes its next page is 429 `browse_rate` with `Retry-After`: one "
             "tenant's bulk reads never take a core from the others; 0: no bound"
         ),
     )

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel, SecretStr
 
-from hrt.config import PRESETS, STAGES, Settings
+from hrt.config import DEPRECATED_PRESETS, PRESETS, STAGES, Settings
 from hrt.contract import ConfigOverrides
 
 # The reference's rows, in order: the settings shown in one row, described by the first one's
@@ -179,6 +179,8 @@ carries no `config` key.
 | preset | changes |
 |---|---|
 {presets}
+
+{deprecated}
 """
 
 
@@ -243,7 +245,11 @@ def render_configuration() -> str:
         + " |"
         for name, changes in PRESETS.items()
     )
-    return HEADER + "\n".join(rows) + "\n" + RETRIEVAL.format(stages=stages, presets=presets)
+    deprecated = " ".join(
+        f"`{old}`, the former name of `{new}`, is still accepted (echoed as `{new}`)."
+        for old, new in DEPRECATED_PRESETS.items()
+    )
+    return HEADER + "\n".join(rows) + "\n" + RETRIEVAL.format(stages=stages, presets=presets, deprecated=deprecated)
 
 
 if __name__ == "__main__":

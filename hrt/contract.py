@@ -10,14 +10,14 @@ from __future__ import annotations
 import json
 import unicodedata
 from datetime import datetime
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from hrt.auth import KEY_NAME, SCOPES
 from hrt.auth import Scope as KeyScope
-from hrt.config import PRESETS, WEIGHT_PRESET_NAMES, Weights, preset_weights
+from hrt.config import DEPRECATED_PRESETS, PRESETS, WEIGHT_PRESET_NAMES, Weights, preset_weights
 from hrt.metadata_filter import JSON_SCHEMA as METADATA_FILTER_SCHEMA
 from hrt.metadata_filter import FilterError, parse_filter
 from hrt.records import EntityId, IsoDateTime, UserId, utc
@@ -135,9 +135,11 @@ class RenderOptions(_Strict):
         return DEFAULT_ITEM_CHARS if self.max_item_chars is None else self.max_item_chars
 
 
-# the names of hrt.config.PRESETS (checked below: the table is the one source, the Literal gives the
-# JSON Schema its enum and mypy its type)
-RetrievalPresetName = Literal["balanced", "semantic", "recent", "salient", "personal", "relevance", "tuned-2026-11"]
+# the names of hrt.config.PRESETS and DEPRECATED_PRESETS (checked below: the table is the one
+# source, the Literal gives the JSON Schema its enum and mypy its type)
+RetrievalPresetName = Literal[
+    "balanced", "semantic", "recent", "salient", "personal", "relevance", "tuned-depth1", "tuned-2026-11"
+]
 
 
 class ConfigOverrides(_Strict):
@@ -185,7 +187,7 @@ def normalise_phrase(text: str) -> str:
 KeyPhrase = Annotated[str, Field(min_length=1, max_length=MAX_PHRASE_CHARS, pattern=r"\S")]
 # the presets that change the weights alone (hrt.config.WEIGHT_PRESET_NAMES, checked below)
 PresetName = Literal["balanced", "semantic", "recent", "salient", "personal"]
-if set(get_args(RetrievalPresetName)) != set(PRESETS) or get_args(PresetName) != WEIGHT_PRESET_NAMES:
+if set(get_args(RetrievalPresetName)) != {*PRESETS, *DEPRECATED_PRESETS} or get_args(PresetName) != WEIGHT_PRESET_NAMES:
     raise ImportError("hrt.contract's preset names differ from hrt.config.PRESETS / WEIGHT_PRESET_NAMES")
 
 
@@ -235,8 +237,16 @@ class RetrieveRequest(_Strict):
     # a named retrieval configuration (hrt/config.py PRESETS), then per-setting overrides; both
     # echoed in retrieval_metadata.config and part of config_hash. weights, weights_preset and
     # max_depth above are overrides too, applied on top
-    preset: RetrievalPresetName | None = None
+    preset: RetrievalPresetName | None = Field(
+        None, description="a named retrieval configuration; tuned-2026-11 is tuned-depth1's deprecated name"
+    )
     config: ConfigOverrides | None = None
+
+    @field_validator("preset")
+    @classmethod
+    def _preset(cls, value: RetrievalPresetName | None) -> RetrievalPresetName | None:
+        # a deprecated name means its preset, echoed (and hashed) under the new name
+        return cast(RetrievalPresetName, DEPRECATED_PRESETS[value]) if value in DEPRECATED_PRESETS else value
 
     @field_validator("key_phrases")
     @classmethod

@@ -149,7 +149,7 @@ RETRIEVE_ARGS = {
     "preferences).",
     "preset": "Retrieval preset: balanced (the server's configuration), semantic, recent, salient or personal (the "
     "weights_preset of that name), relevance (what was said, regardless of how recent or important), "
-    "tuned-2026-11.",
+    "tuned-depth1 (the evaluation's earlier tuned configuration, depth 1).",
     "rerank": "Rerank the shortlist with the configured reranker (slower; default false).",
     "render": "The context text's format and budget: format markdown (default), text, or compact (what an LLM "
     "needs: one line per item with its date, no ids, scores or provenance; each item at most max_item_chars "

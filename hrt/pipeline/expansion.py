@@ -133,7 +133,7 @@ async def passage_evidence(
     by their semantic term so far (ties by id), their best passage cosine, read in one call
     (``VectorIndex.passage_similarities``); for the rest, their own cosine (``unit_own``), what a
     memory unit without passages has. LoCoMo dev: passages beyond the first 50 change no answer
-    that matters (docs/eval-locomo.md, "Scoring defaults"), and reading them all cost ~6 ms at 100k."""
+    that matters (docs/eval-locomo.md, "Scoring defaults"), and reading them all costs time at 100k."""
     ranked = sorted(
         (
             -candidate_semantic(c, hits.get(c.node.id), own.get(c.node.id), cfg.reached_evidence, cfg.hop_decay),

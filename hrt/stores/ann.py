@@ -1,7 +1,7 @@
 """Approximate nearest neighbours for the embedded store's vector leg (HNSW, ``hnswlib``).
 
-Exact search reads every vector of the user per request: 17 ms at 100k vectors and 169 ms at 1M on
-the bench machine (memory-bound; CHANGELOG.md, 2026-11-22). Above ``AnnConfig.min_vectors`` vectors per user
+Exact search reads every vector of the user per request, which grows with the user (memory-bound;
+CHANGELOG.md). Above ``AnnConfig.min_vectors`` vectors per user
 the embedded vector leg asks an HNSW graph for ``max(k, ef)`` candidates instead and rescores them
 exactly, so every similarity it reports is the exact cosine, and only the candidate set is
 approximate.

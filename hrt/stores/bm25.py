@@ -1,10 +1,10 @@
 """In-memory BM25 over one user's documents: the embedded store's lexical leg.
 
-SQLite FTS5 stays the durable copy of the texts, but querying it cost 27 to 70 ms per phrase at
-100k documents (it scores every document matching any word, then joins and sorts; CHANGELOG.md, 2026-11-22).
+SQLite FTS5 stays the durable copy of the texts, but querying it was slow at 100k documents (it
+scores every document matching any word, then joins and sorts; CHANGELOG.md).
 This index is built from those texts when a user's vectors load: postings as numpy arrays, each
 with its whole score precomputed, summed per phrase with one ``bincount`` into a dense array (no
-sort): well under a millisecond per phrase at 100k documents, 2.6 ms at 1M (~50k postings a term).
+sort): its cost grows with the postings of the phrase's terms, not with the documents.
 
 Tokens follow FTS5's ``porter unicode61`` tokenizer, the one the table was created with: runs of
 letters and digits (underscore separates), lower-cased, diacritics removed, then the Porter stemmer

@@ -35,8 +35,8 @@ _unfreeze_at_exit = False
 
 def keep_out_of_gc() -> None:
     """Move everything alive now, a freshly loaded user cache included, out of the cyclic garbage
-    collector's reach: with a million cached objects a full collection took 100-150 ms and landed
-    on a random request (measured at 100k entities). Refcounting still frees them when a write
+    collector's reach: with a million cached objects a full collection is slow and lands on a
+    random request. Refcounting still frees them when a write
     drops the cache; they hold no reference cycles. At exit they are handed back, so libraries
     that check for leaks at shutdown do not report them."""
     global _unfreeze_at_exit

@@ -6,7 +6,7 @@ import { call, paths } from "./api.js";
 import { bar, fmt, h, link, show, svg } from "./dom.js";
 import { failure, route } from "./view.js";
 
-const PRESETS = ["", "balanced", "semantic", "recent", "salient", "personal", "relevance", "tuned-2026-11"];
+const PRESETS = ["", "balanced", "semantic", "recent", "salient", "personal", "relevance", "tuned-depth1"];
 const TERMS = [
   ["semantic", "alpha_semantic_similarity"], ["recency", "beta_recency"],
   ["salience", "gamma_salience"], ["preference", "delta_user_preference"],

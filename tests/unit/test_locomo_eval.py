@@ -379,9 +379,9 @@ def test_the_command_runs_end_to_end_on_the_fixture(tmp_path: Path) -> None:
     # one configuration, one hash: the default depth asked for by name is the default; another
     # depth, other weights or a preset is another configuration
     assert meta["hrt"]["config_hash"] == meta["hrt-depth2"]["config_hash"]
-    hashes = [meta[n]["config_hash"] for n in ("hrt", "hrt-unweighted", "hrt-depth3", "hrt-before")]
+    hashes = [meta[n]["config_hash"] for n in ("hrt", "hrt-unweighted", "hrt-depth3", "hrt-tuned-depth1")]
     assert len(set(hashes)) == len(hashes)
-    assert meta["hrt-before"]["preset"] == "tuned-2026-11" and meta["hrt"]["preset"] is None
+    assert meta["hrt-tuned-depth1"]["preset"] == "tuned-depth1" and meta["hrt"]["preset"] is None
     table = (out / "locomo-results.md").read_text()
     assert "HRT, product defaults" in table and "nothing overridden" in table and "BM25 only" in table
     assert "66.2" in table and "Candidate recall per category" in table
@@ -700,3 +700,11 @@ def test_side_by_side_runs_the_rules_alone_and_with_the_datasets_notes_batch_and
         )
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[3] == f"{hrt:.1f}" and cells[-1] == f"{hrt - hybrid:+.1f}"
+
+
+def test_a_deprecated_system_name_is_taken_under_its_new_name_with_a_warning(capsys) -> None:
+    args = L.build_parser().parse_args(["--systems", "hybrid-rrf", "hrt-before"])
+    assert args.systems == ["hybrid-rrf", "hrt-tuned-depth1"]
+    assert "hrt-before is now called hrt-tuned-depth1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        L.build_parser().parse_args(["--systems", "no-such-system"])

@@ -10,6 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from hrt.config import (
+    DEPRECATED_PRESETS,
     PRESETS,
     STAGES,
     WEIGHT_PRESET_NAMES,
@@ -87,7 +88,8 @@ def test_overrides_are_validated_by_their_stage() -> None:
 
 
 def test_the_request_surface_matches_the_config() -> None:
-    assert set(typing.get_args(RetrievalPresetName)) == set(PRESETS)
+    assert set(typing.get_args(RetrievalPresetName)) == {*PRESETS, *DEPRECATED_PRESETS}
+    assert set(DEPRECATED_PRESETS.values()) <= set(PRESETS)
     assert typing.get_args(PresetName) == WEIGHT_PRESET_NAMES
     assert set(WEIGHT_PRESET_NAMES) <= set(PRESETS)
     owner = {f for stage in STAGES.values() for f in stage.model_fields}
@@ -144,11 +146,11 @@ async def test_overrides_change_the_answer_the_echo_and_the_hash_deterministical
 
 async def test_a_preset_then_overrides_on_top(loaded_service) -> None:
     doc = await loaded_service.retrieve(
-        req(key_phrases=["Project Phoenix timeline"], preset="tuned-2026-11", config={"relevance_gate": 0.3})
+        req(key_phrases=["Project Phoenix timeline"], preset="tuned-depth1", config={"relevance_gate": 0.3})
     )
     tool = loaded_service.tool
     cfg, config_hash, applied = tool.config_for(
-        req(key_phrases=["x"], preset="tuned-2026-11", config={"relevance_gate": 0.3})
+        req(key_phrases=["x"], preset="tuned-depth1", config={"relevance_gate": 0.3})
     )
     assert (cfg.expansion.default_depth, cfg.grounding.phrase_evidence, cfg.scoring.relevance_gate) == (1, "max", 0.3)
     assert doc.retrieval_metadata.config_hash == config_hash == cfg.fingerprint()
@@ -269,3 +271,12 @@ async def test_the_stage_names_are_the_timing_and_status_keys(loaded_service) ->
     doc, timings = await loaded_service.tool.run(req(key_phrases=["Project Phoenix timeline"], rerank=True))
     assert list(timings) == [*names, "total"]
     assert list(doc.retrieval_metadata.stages) == names
+
+
+async def test_a_preset_under_its_deprecated_name_is_the_same_request(loaded_service) -> None:
+    """tuned-2026-11 is tuned-depth1's former name: the same configuration, echoed and hashed under
+    the new name, so both answers are byte-identical."""
+    old = await loaded_service.retrieve(req(key_phrases=["Project Phoenix timeline"], preset="tuned-2026-11"))
+    new = await loaded_service.retrieve(req(key_phrases=["Project Phoenix timeline"], preset="tuned-depth1"))
+    assert old.retrieval_metadata.config is not None and old.retrieval_metadata.config.preset == "tuned-depth1"
+    assert old.model_dump_json() == new.model_dump_json()

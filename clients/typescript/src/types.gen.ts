@@ -568,7 +568,8 @@ export type RetrieveRequest = {
   max_depth?: number | null;
   messages?: Message[];
   min_score?: number | null;
-  preset?: ("balanced" | "semantic" | "recent" | "salient" | "personal" | "relevance" | "tuned-2026-11") | null;
+  /** a named retrieval configuration; tuned-2026-11 is tuned-depth1's deprecated name */
+  preset?: ("balanced" | "semantic" | "recent" | "salient" | "personal" | "relevance" | "tuned-depth1" | "tuned-2026-11") | null;
   query?: string;
   render?: RenderOptions | null;
   rerank?: boolean;

@@ -28,7 +28,7 @@ The data is read at run time only; nothing of it is stored in this repository.
    the store's search, fused, no graph), and HRT (:data:`HRT_SYSTEMS`): the headline row with the
    product's defaults and the semantic weight alone (``hrt``), the same with nothing overridden,
    the default weights too (``hrt-unweighted``), the defaults at depth 0, 1, 2 and 3, and the
-   eval's tuned configuration from before issue #23 (``hrt-before``). ``--setting`` overrides
+   eval's earlier tuned configuration at depth 1 (``hrt-tuned-depth1``). ``--setting`` overrides
    apply to every HRT system; ``--experimental-path-sum`` makes every HRT request override
    ``path_evidence`` to ``noisy_or`` (every seed's path summed instead of the best one kept). Each
    HRT system is a request (depth, weights, retrieval ``preset``, ``config``), never a patch.

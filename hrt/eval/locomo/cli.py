@@ -24,12 +24,23 @@ from hrt.eval.locomo.questions import PHRASE_MODES
 from hrt.eval.locomo.report import markdown_report, write_outputs
 from hrt.eval.locomo.sidebyside import FILE as SIDE_BY_SIDE_FILE
 from hrt.eval.locomo.sidebyside import RUNS, read_run, run_folder, side_by_side_markdown
-from hrt.eval.locomo.systems import DEFAULT_SYSTEMS, EVAL_SETTINGS, SYSTEMS, EvalConfig
+from hrt.eval.locomo.systems import DEFAULT_SYSTEMS, DEPRECATED_SYSTEMS, EVAL_SETTINGS, SYSTEMS, EvalConfig
 from hrt.extraction.locomo import load_samples
 
 log = logging.getLogger("hrt.eval.locomo")
 
 DEFAULT_DATA = Path("../shared/data/locomo-dev.json")
+
+
+def _system(name: str) -> str:
+    """A ``--systems`` name; a deprecated one is taken under its new name, with a warning."""
+    if name in DEPRECATED_SYSTEMS:
+        new = DEPRECATED_SYSTEMS[name]
+        print(f"hrt: warning: the system {name} is now called {new}; the old name will go", file=sys.stderr)
+        return new
+    if name not in SYSTEMS:
+        raise argparse.ArgumentTypeError(f"unknown system; one of {', '.join(SYSTEMS)}")
+    return name
 
 
 def _setting(text: str) -> tuple[str, Any]:
@@ -49,7 +60,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", type=Path, default=None, help="the embedded store to build (default: a temp file)")
     parser.add_argument("--limit-questions", type=int, default=None, help="only the first N questions (quick runs)")
     parser.add_argument("--conversations", nargs="*", default=None, help="only these sample_ids")
-    parser.add_argument("--systems", nargs="*", default=list(DEFAULT_SYSTEMS), choices=SYSTEMS, help="systems to run")
+    parser.add_argument(
+        "--systems",
+        nargs="*",
+        type=_system,
+        default=list(DEFAULT_SYSTEMS),
+        metavar="SYSTEM",
+        help=f"systems to run, of: {' '.join(SYSTEMS)} (default: all)",
+    )
     parser.add_argument(
         "--depth",
         type=int,

@@ -34,8 +34,10 @@ SYSTEMS = (
     "hrt-depth1",
     "hrt-depth2",
     "hrt-depth3",
-    "hrt-before",
+    "hrt-tuned-depth1",
 )
+# system names still accepted by --systems, and the name each now has
+DEPRECATED_SYSTEMS = {"hrt-before": "hrt-tuned-depth1"}
 # run unless --systems names others: the headline rows, the baselines and the depth sweep
 DEFAULT_SYSTEMS = SYSTEMS
 SYSTEM_LABELS: dict[str, str] = {
@@ -48,7 +50,7 @@ SYSTEM_LABELS: dict[str, str] = {
     "hrt-depth1": "HRT defaults at depth 1",
     "hrt-depth2": "HRT defaults at depth 2",
     "hrt-depth3": "HRT defaults at depth 3",
-    "hrt-before": "HRT before issue #23 (tuned, depth 1)",
+    "hrt-tuned-depth1": "HRT's earlier tuned configuration (depth 1)",
 }
 # HRT systems: (max_depth, None = the request leaves it to HRT_DEFAULT_DEPTH; semantic weights or
 # the defaults; the retrieval preset the request names, None = the server's configuration)
@@ -59,10 +61,10 @@ HRT_SYSTEMS: dict[str, tuple[int | None, bool, RetrievalPresetName | None]] = {
     "hrt-depth1": (1, True, None),
     "hrt-depth2": (2, True, None),
     "hrt-depth3": (3, True, None),
-    # the eval's tuned configuration before the defaults became the best measured one (issue #23):
-    # search_k 25, fused evidence over the best phrase, reached candidates path x cosine, no date
-    # match, no relevance gate, depth 1 (hrt/config.py PRESETS)
-    "hrt-before": (1, True, "tuned-2026-11"),
+    # the eval's tuned configuration before the defaults became the best measured one: search_k
+    # 25, fused evidence over the best phrase, reached candidates path x cosine, no date match, no
+    # relevance gate, depth 1 (hrt/config.py PRESETS)
+    "hrt-tuned-depth1": (1, True, "tuned-depth1"),
 }
 # The one thing the headline row overrides: the weights. "Which turn holds the evidence" is a question
 # of relevance alone here: every question is asked a day after the last session (recency would rank

@@ -37,7 +37,7 @@ EXACT_BELOW = 2_000
 
 
 # A user's snapshot is built afresh in the background once this many rows were written since its
-# base (each search reads the rows written since exactly: ~1 ms a phrase for 2,000 of them), or,
+# base (each search reads the rows written since exactly, at a cost that grows with them), or,
 # for a small user, once as many as the base holds (at least COMPACT_SMALL): its build is cheap.
 COMPACT_ROWS = 2_000
 COMPACT_SMALL = 64

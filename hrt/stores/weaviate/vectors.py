@@ -373,7 +373,7 @@ class WeaviateVectorIndex:
     async def open(self, *, keep_trying: bool = False) -> None:
         """Connect the client (once), then move everything alive out of the cyclic garbage
         collector's reach: the client's generated protobuf modules alone are ~80k objects whose
-        traversal made every full collection cost 50-90 ms, which landed on random requests
+        traversal made every full collection slow, which landed on random requests
         (docs/bench.md). Nothing connects in the background: with ``keep_trying`` the caller opens
         it again."""
         if self._client.is_connected():
@@ -709,7 +709,7 @@ class WeaviateVectorIndex:
         are awaited before any request (starting the BM25 requests during the embedding gained
         nothing measurable here). Identical answers need an unchanged tenant: Weaviate rewrites an
         object upserted again unchanged, which shifts BM25 statistics, hence :meth:`upsert` writes
-        only what differs (CHANGELOG.md, 2026-11-23)."""
+        only what differs (CHANGELOG.md)."""
         vectors = await resolve_vectors(vectors)
         if not phrases:
             return []
