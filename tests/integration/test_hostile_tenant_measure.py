@@ -35,7 +35,7 @@ def test_the_hostile_tenant_measurement_runs_and_reports_every_phase(tmp_path: P
         [
             sys.executable,
             str(ROOT / "scripts" / "hostile_tenant.py"),
-            *("--seconds", "3", "--rate", "3", "--writes", "1", "--export-every", "1.5"),
+            *("--seconds", "3", "--quiet-seconds", "3", "--rate", "3", "--writes", "1", "--export-every", "1.5"),
             *("--large-entities", "30", "--entity-kb", "10", "--body-mib", "1", "--heavy-kb", "5"),
             *("--heavy-messages", "1", "--mcp-records", "200", "--settle-max", "60", "--out", str(tmp_path)),
         ],
@@ -60,7 +60,8 @@ def test_the_hostile_tenant_measurement_runs_and_reports_every_phase(tmp_path: P
         assert {"retrieve", "write"} <= set(honest), p
         if p["phase"] != "baseline":
             assert p["hostile"], p  # the attack ran and its answers were counted
-            against = honest["all"]["p95_vs_baseline"]
+            against = honest["all"]["p95_vs_quiet"]
+            assert against["against"] == "quiet" and honest["quiet"]["requests"] > 0, against
             low, high = against["diff_ci_ms"]
             assert low <= high and against["ratio"] > 0 and isinstance(against["within_noise"], bool), against
         hostile = [what.split()[1] for what in p["hostile"] if len(what.split()) > 1]
