@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -63,7 +64,10 @@ def main() -> int:
     ap.add_argument("--a-env", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--b-env", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--differ", type=Path, help="write each pair of differing answers here (NNNN-A.json, NNNN-B.json)")
+    ap.add_argument("--logs", type=Path, help="the servers' logs go here (default: a new temporary directory)")
     args = ap.parse_args()
+    logs = args.logs.resolve() if args.logs else Path(tempfile.mkdtemp(prefix="hrt-serve-ab-"))
+    logs.mkdir(parents=True, exist_ok=True)
 
     n = parse_size(args.size)
     label = size_label(n)
@@ -73,7 +77,7 @@ def main() -> int:
     try:
         for side, (tree, extra) in sides.items():
             env = {"PYTHONPATH": str(tree), "HRT_DB_PATH": str(args.db.resolve()), **extra}
-            servers[side] = Server(env, Path(f"serve-ab-{side}.log").resolve(), None, timeout=900, cwd=Path("/"))
+            servers[side] = Server(env, logs / f"serve-ab-{side}.log", None, timeout=900, cwd=Path("/"))
         urls = {side: server.base_url for side, server in servers.items()}
         as_of = cfg.as_of().strftime("%Y-%m-%dT%H:%M:%SZ")
         phrases = key_phrases(cfg, args.requests + args.warmup, salt="serve-ab")
