@@ -12,7 +12,8 @@ servers, in alternating order, and the answers are compared byte for byte.
 ``--a-env`` / ``--b-env NAME=VALUE`` give one side extra settings (then the same tree twice compares
 two settings). One process serves an embedded store at a time, so side B needs a copy of it (the
 file and its ``.ann`` folder): ``--b-env HRT_DB_PATH=COPY``. Both servers hold the store's caches
-at once: about twice a server's RSS.
+at once: about twice a server's RSS. The servers' logs go under ``--logs`` (default: a new
+temporary directory, named on stdout).
 
     cp /tmp/b100/work/embedded-100k.db /tmp/b100/work/copy.db
     cp -r /tmp/b100/work/embedded-100k.db.ann /tmp/b100/work/copy.db.ann
@@ -103,6 +104,7 @@ def main() -> int:
                     args.differ.mkdir(parents=True, exist_ok=True)
                     for side, answer in answers.items():
                         (args.differ / f"{i:04d}-{side}.json").write_bytes(answer)
+        print(f"server logs: {logs}")
         print(f"byte-identical responses: {identical} of {len(phrases)}")
         for side, (tree, extra) in sides.items():
             v = latency[side]

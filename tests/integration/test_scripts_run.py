@@ -86,6 +86,7 @@ def test_serve_ab_and_ab_main_on_a_tiny_store(tmp_path: Path) -> None:
         "--logs", str(logs), cwd=cwd,
     ).stdout  # fmt: skip
     assert store.exists() and "byte-identical responses: 3 of 3" in out, out
+    assert f"server logs: {logs}" in out
     assert sorted(p.name for p in logs.iterdir()) == ["serve-ab-A.log", "serve-ab-B.log"]
     assert not list(cwd.iterdir())
 
