@@ -78,6 +78,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", required=True, help="the main to compare against (a commit, tag or branch)")
     ap.add_argument("--size", default="100k", help="bench size of the store (default 100k)")
+    ap.add_argument("--tree", type=Path, help="the base already checked out here (no worktree is made)")
     ap.add_argument("--store", type=Path, help="a store kept by hrt bench --keep (default: made by the base)")
     ap.add_argument("--requests", type=int, default=300, help="measured requests per side (default 300)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/hrt-ab"), help="worktree and store copies")
@@ -94,7 +95,7 @@ def main() -> int:
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     try:
-        tree = worktree(args.base, work)
+        tree = args.tree.resolve() if args.tree else worktree(args.base, work)
         store = args.store.resolve() if args.store else make_store(tree, args.size, work)
         a = copy_store(store, work / "a.db")
         b = copy_store(store, work / "b.db")

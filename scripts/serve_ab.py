@@ -12,7 +12,8 @@ servers, in alternating order, and the answers are compared byte for byte.
 ``--a-env`` / ``--b-env NAME=VALUE`` give one side extra settings (then the same tree twice compares
 two settings). One process serves an embedded store at a time, so side B needs a copy of it (the
 file and its ``.ann`` folder): ``--b-env HRT_DB_PATH=COPY``. Both servers hold the store's caches
-at once: about twice a server's RSS.
+at once: about twice a server's RSS. The servers' logs go under ``--logs`` (default: a new
+temporary directory, named on stdout).
 
     cp /tmp/b100/work/embedded-100k.db /tmp/b100/work/copy.db
     cp -r /tmp/b100/work/embedded-100k.db.ann /tmp/b100/work/copy.db.ann
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -63,7 +65,10 @@ def main() -> int:
     ap.add_argument("--a-env", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--b-env", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--differ", type=Path, help="write each pair of differing answers here (NNNN-A.json, NNNN-B.json)")
+    ap.add_argument("--logs", type=Path, help="the servers' logs go here (default: a new temporary directory)")
     args = ap.parse_args()
+    logs = args.logs.resolve() if args.logs else Path(tempfile.mkdtemp(prefix="hrt-serve-ab-"))
+    logs.mkdir(parents=True, exist_ok=True)
 
     n = parse_size(args.size)
     label = size_label(n)
@@ -73,7 +78,7 @@ def main() -> int:
     try:
         for side, (tree, extra) in sides.items():
             env = {"PYTHONPATH": str(tree), "HRT_DB_PATH": str(args.db.resolve()), **extra}
-            servers[side] = Server(env, Path(f"serve-ab-{side}.log").resolve(), None, timeout=900, cwd=Path("/"))
+            servers[side] = Server(env, logs / f"serve-ab-{side}.log", None, timeout=900, cwd=Path("/"))
         urls = {side: server.base_url for side, server in servers.items()}
         as_of = cfg.as_of().strftime("%Y-%m-%dT%H:%M:%SZ")
         phrases = key_phrases(cfg, args.requests + args.warmup, salt="serve-ab")
@@ -99,6 +104,7 @@ def main() -> int:
                     args.differ.mkdir(parents=True, exist_ok=True)
                     for side, answer in answers.items():
                         (args.differ / f"{i:04d}-{side}.json").write_bytes(answer)
+        print(f"server logs: {logs}")
         print(f"byte-identical responses: {identical} of {len(phrases)}")
         for side, (tree, extra) in sides.items():
             v = latency[side]
