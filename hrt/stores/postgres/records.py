@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext, suppress
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext, suppress
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from hrt.auth import KeyRecord
-from hrt.errors import Conflict, InvalidInput, StateChanged, StoreError, StoreUnavailable
+from hrt.errors import Conflict, InvalidInput, StoreError, StoreUnavailable
 from hrt.metadata_filter import Tree as MetadataTree
 from hrt.metadata_filter import postgres_where
 from hrt.records import (
@@ -41,10 +40,13 @@ from hrt.stores.base import WARM_UP_USER, BrowseFilter, EntityDetail, EntityRow,
 from hrt.stores.postgres import browse as postgres_browse
 from hrt.stores.postgres import reembed as postgres_reembed
 from hrt.stores.postgres.errors import translate_errors
+from hrt.stores.postgres.keys import _KEY_COLUMNS, _key, _keys_table
+from hrt.stores.postgres.outbox import LEASE_CLASS, LEASE_KEYS, PostgresOutboxLease
+from hrt.stores.postgres.rows import _columns, _entity_rows, _last_per_key, _relation_rows
+from hrt.stores.postgres.state import _check_state, _write_state
 from hrt.stores.projection import (
     RELATION_COLUMNS,
     passage_bytes,
-    passage_rows,
     relation_from_row,
     seconds,
     vector_bytes,
@@ -57,10 +59,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RETRIES = 5
-T = TypeVar("T")
-
-# the advisory lock class of one user's conversation writes (the second key: hashtext of the user id)
-STATE_LOCK = 0x4852_5431  # "HRT1"
 
 
 class _PoolReconnects(logging.Filter):
@@ -862,217 +860,3 @@ async def _stored_kinds(conn: psycopg.AsyncConnection[Any], user_id: str, ids: S
     """id -> kind of those of ``ids`` that ``user_id`` has, as this transaction sees them."""
     cur = await conn.execute("SELECT id, kind FROM hrt_entities WHERE user_id = %s AND id = ANY(%s)", (user_id, ids))
     return {ident: kind for ident, kind in await cur.fetchall()}
-
-
-def _last_per_key(items: Sequence[T], key: Callable[[T], tuple[str, ...]]) -> list[T]:
-    """The last of ``items`` for each key, in key order (the order rows are locked in)."""
-    last = {key(item): item for item in items}
-    return [last[k] for k in sorted(last)]
-
-
-def _columns(items: Sequence[T], row: Callable[[T], Sequence[Any]], width: int) -> list[list[Any]]:
-    """``items`` as ``width`` parallel lists, one per column: the arrays an ``unnest`` reads."""
-    columns: list[list[Any]] = [[] for _ in range(width)]
-    for item in items:
-        for column, value in zip(columns, row(item), strict=True):
-            column.append(value)
-    return columns
-
-
-def _done_column(target: str) -> str:
-    if target == "graph":
-        return "graph_done"
-    if target == "vector":
-        return "vector_done"
-    raise ValueError(f"unknown projection target {target!r}")
-
-
-def _attempts_column(target: str) -> str:
-    return {"graph_done": "graph_attempts", "vector_done": "vector_attempts"}[_done_column(target)]
-
-
-async def _entity_rows(conn: psycopg.AsyncConnection[Any], user_id: str, ids: Sequence[str]) -> dict[str, EntityRow]:
-    cur = await conn.execute(
-        "SELECT id, kind, data, vector, version, passages FROM hrt_entities WHERE user_id = %s AND id = ANY(%s)",
-        (user_id, list(ids)),
-    )
-    rows = await cur.fetchall()
-    out: dict[str, EntityRow] = {}
-    for ident, kind, data, vec, version, passages in rows:
-        own = np.frombuffer(vec, dtype=np.float32)
-        out[ident] = (ENTITY_MODELS[Kind(kind)].model_validate(data), own, version, passage_rows(passages, len(own)))
-    return out
-
-
-async def _relation_rows(
-    conn: psycopg.AsyncConnection[Any], user_id: str, keys: Sequence[tuple[str, str, str]]
-) -> dict[tuple[str, str, str], Relation]:
-    if not keys:
-        return {}
-    columns = ", ".join(f"r.{c}" for c in RELATION_COLUMNS.split(", "))
-    cur = await conn.execute(
-        f"SELECT {columns} FROM hrt_relations r "
-        "JOIN unnest(%s::text[], %s::text[], %s::text[]) AS k(source, target, type) "
-        "ON r.source = k.source AND r.target = k.target AND r.type = k.type WHERE r.user_id = %s",
-        ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], user_id),
-    )
-    rows = await cur.fetchall()
-    return {(row[0], row[1], row[2]): relation_from_row(user_id, row) for row in rows}
-
-
-# The outbox lease: one advisory lock per projection target, in a key space of its own (two int4
-# keys; the migration runner's lock is a single bigint key).
-LEASE_CLASS = 0x4852_5431  # "HRT1"
-LEASE_KEYS = {"graph": 1, "vector": 2}
-
-
-class PostgresOutboxLease:
-    """One target's outbox, read and marked inside the transaction that holds the target's lease
-    (:meth:`PostgresRecordStore.outbox_lease`). The projector reads the records it delivers through
-    it too: the read, the write to the target and the mark that says so belong to one holder."""
-
-    def __init__(self, conn: psycopg.AsyncConnection[Any], target: str) -> None:
-        self.conn = conn
-        self.target = target
-        self._done = _done_column(target)
-        self._attempts = _attempts_column(target)
-
-    async def pending(self, limit: int, upto: int | None = None) -> list[dict[str, Any]]:
-        """The target's next events in outbox order (none after ``upto`` when given)."""
-        with translate_errors("outbox read"):
-            cur = await self.conn.execute(
-                f"SELECT seq, user_id, op, key, version, {self._attempts} FROM hrt_outbox "
-                f"WHERE NOT {self._done} AND seq <= %s ORDER BY seq LIMIT %s",
-                (upto if upto is not None else 2**62, limit),
-            )
-            rows = await cur.fetchall()
-        return [{"seq": s, "user_id": u, "op": op, "key": k, "version": v, "attempts": a} for s, u, op, k, v, a in rows]
-
-    async def entity_rows(self, user_id: str, ids: Sequence[str]) -> dict[str, EntityRow]:
-        with translate_errors("entity_rows"):
-            return await _entity_rows(self.conn, user_id, ids)
-
-    async def relation_rows(
-        self, user_id: str, keys: Sequence[tuple[str, str, str]]
-    ) -> dict[tuple[str, str, str], Relation]:
-        with translate_errors("relation_rows"):
-            return await _relation_rows(self.conn, user_id, keys)
-
-    async def mark_done(self, seqs: Sequence[int]) -> None:
-        if not seqs:
-            return
-        with translate_errors("outbox mark"):
-            # rows locked in seq order: the other target's lease holder marks the same rows
-            await self.conn.execute(
-                f"UPDATE hrt_outbox SET {self._done} = true WHERE seq IN "
-                "(SELECT seq FROM hrt_outbox WHERE seq = ANY(%s) ORDER BY seq FOR UPDATE)",
-                (list(seqs),),
-            )
-            await self.conn.execute(
-                "DELETE FROM hrt_outbox WHERE graph_done AND vector_done AND seq = ANY(%s)", (list(seqs),)
-            )
-
-    async def failed(self, seq: int, error: str, *, count: bool) -> int:
-        """Note a failed delivery; ``count``: it counts towards the dead letter (a target that is
-        down does not). Returns this target's counted attempts of the event so far."""
-        with translate_errors("outbox fail"):
-            cur = await self.conn.execute(
-                f"UPDATE hrt_outbox SET {self._attempts} = {self._attempts} + %s, attempts = attempts + 1, "
-                f"last_error = %s WHERE seq = %s RETURNING {self._attempts}",
-                (1 if count else 0, error[:500], seq),
-            )
-            row = await cur.fetchone()
-        return int(row[0]) if row else 0
-
-    async def dead_letter(self, seq: int, error: str) -> None:
-        """Set the event aside for this target (a row of ``hrt_outbox_dead``) and mark it done, so
-        the target moves on."""
-        with translate_errors("outbox dead letter"):
-            await self.conn.execute(
-                f"INSERT INTO hrt_outbox_dead (seq, target, user_id, op, key, version, attempts, last_error, "
-                f"created_at) SELECT seq, %s, user_id, op, key, version, {self._attempts}, %s, created_at "
-                "FROM hrt_outbox WHERE seq = %s ON CONFLICT (seq, target) DO NOTHING",
-                (self.target, error[:500], seq),
-            )
-        await self.mark_done([seq])
-
-
-# API keys: hrt_api_keys as a KeyRecord (timestamps as epoch seconds)
-_KEY_COLUMNS = (
-    "key_id, name, scopes, users, secret_hash, salt, extract(epoch FROM created_at), extract(epoch FROM expires_at), "
-    "extract(epoch FROM revoked_at), extract(epoch FROM last_used_at), rate_limit, max_concurrency, parent"
-)
-
-
-def _key(row: Sequence[Any]) -> KeyRecord:
-    def ts(v: Any) -> float | None:
-        return float(v) if v is not None else None
-
-    return KeyRecord(
-        key_id=row[0],
-        name=row[1],
-        scopes=tuple(row[2]),
-        users=tuple(row[3]) if row[3] is not None else None,
-        secret_hash=bytes(row[4]),
-        salt=bytes(row[5]),
-        created_at=float(row[6]),
-        expires_at=ts(row[7]),
-        revoked_at=ts(row[8]),
-        last_used_at=ts(row[9]),
-        rate_limit=row[10],
-        max_concurrency=row[11],
-        parent=row[12],
-    )
-
-
-@contextmanager
-def _keys_table() -> Iterator[None]:
-    try:
-        yield
-    except StoreError as exc:
-        if isinstance(exc.__cause__, pg_errors.UndefinedTable | pg_errors.UndefinedColumn):
-            raise StoreError(
-                "PostgreSQL's API key table is missing or older than this HRT: run `hrt migrate`",
-                store="PostgreSQL",
-                public="PostgreSQL's schema is not up to date (`hrt migrate`)",
-            ) from exc
-        raise
-
-
-async def _check_state(conn: psycopg.AsyncConnection[Any], batch: WriteBatch) -> None:
-    """:attr:`WriteBatch.state_expect` holds, rows locked until the commit, or StateChanged."""
-    if not batch.state_expect:
-        return
-    expect = sorted(batch.state_expect.items())
-    users = sorted({u for (u, _, _), _ in expect})
-    # one user's writers serialise on a lock of their own for the transaction: an absent row can't be locked
-    for user in users:
-        await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (STATE_LOCK, user))
-    cur = await conn.execute(
-        "SELECT s.u, s.n, s.k, e.value FROM unnest(%s::text[], %s::text[], %s::text[]) AS s(u, n, k) "
-        "LEFT JOIN hrt_extraction_state e ON e.user_id = s.u AND e.ns = s.n AND e.key = s.k",
-        _columns([k for k, _ in expect], lambda k: k, 3),
-    )
-    found = {(u, n, k): v for u, n, k, v in await cur.fetchall()}
-    for key, expected in expect:
-        if found.get(key) != expected:
-            raise StateChanged(f"the extraction statistics of user {key[0]!r} changed meanwhile", field="user_id")
-
-
-async def _write_state(conn: psycopg.AsyncConnection[Any], batch: WriteBatch) -> None:
-    rows = sorted(batch.state.items())
-    gone = [k for k, v in rows if v is None]
-    kept = [(*k, v) for k, v in rows if v is not None]
-    if gone:
-        await conn.execute(
-            "DELETE FROM hrt_extraction_state e USING unnest(%s::text[], %s::text[], %s::text[]) AS s(u, n, k) "
-            "WHERE e.user_id = s.u AND e.ns = s.n AND e.key = s.k",
-            _columns(gone, lambda k: k, 3),
-        )
-    if kept:
-        await conn.execute(
-            "INSERT INTO hrt_extraction_state (user_id, ns, key, value) "
-            "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) "
-            "ON CONFLICT (user_id, ns, key) DO UPDATE SET value = excluded.value",
-            _columns(kept, lambda r: r, 4),
-        )
