@@ -176,6 +176,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if active == 0:
             raise HRTError(NO_KEY_MESSAGE)
     configure_server_logging(settings)
+    sys.setswitchinterval(settings.switch_interval_ms / 1000)
     uvicorn.run(create_app(settings), host=host, port=port, log_level=settings.log_level.lower())
     return 0
 

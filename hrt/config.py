@@ -603,6 +603,17 @@ class Settings(
             "work runs before a write's embedding; the vectors are the same; 0: none"
         ),
     )
+    switch_interval_ms: float = Field(
+        1.0,
+        ge=0.1,
+        le=100.0,
+        description=(
+            "how long `hrt serve`'s Python threads may hold the interpreter lock before another that waits "
+            "takes it (`sys.setswitchinterval`): a write's rules and batching run in worker threads beside "
+            "the requests' own, and every request's step after a thread's waits for the lock up to this long "
+            "(Python's default is 5)"
+        ),
+    )
     # unset: cache_root() is default_cache_dir()
     cache_dir: Path | None = Field(
         None,

@@ -43,6 +43,7 @@ ROWS: list[tuple[str, ...]] = [
     ("compute_threads",),
     ("embedding_threads",),
     ("embedding_write_nice",),
+    ("switch_interval_ms",),
     ("cache_dir",),
     ("model_repository",),
     ("preload_users",),

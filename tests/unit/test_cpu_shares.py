@@ -170,3 +170,25 @@ def test_settings_bound_the_new_shares() -> None:
         Settings(tenant_write_ms_per_s=-1)
     with pytest.raises(ValueError):
         Settings(refusal_hold_max_s=61)
+
+
+def test_hrt_serve_sets_the_interpreters_switch_interval(monkeypatch, tmp_path) -> None:
+    """HRT_SWITCH_INTERVAL_MS: what `hrt serve` gives sys.setswitchinterval before it serves."""
+    import sys
+
+    import uvicorn
+
+    from hrt import cli
+
+    seen: list[float] = []
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: seen.append(sys.getswitchinterval()))
+    monkeypatch.setenv("HRT_SWITCH_INTERVAL_MS", "2.5")
+    monkeypatch.setenv("HRT_AUTH", "off")
+    monkeypatch.setenv("HRT_DB_PATH", str(tmp_path / "hrt.db"))
+    before = sys.getswitchinterval()
+    try:
+        assert cli.main(["serve", "--host", "127.0.0.1", "--port", "0"]) == 0
+    finally:
+        sys.setswitchinterval(before)
+    assert seen == [pytest.approx(0.0025)]
+    assert Settings().switch_interval_ms == 2.5 and Settings.model_fields["switch_interval_ms"].default == 1.0
