@@ -182,6 +182,7 @@ def test_hrt_serve_sets_the_interpreters_switch_interval(monkeypatch, tmp_path) 
 
     seen: list[float] = []
     monkeypatch.setattr(uvicorn, "run", lambda *a, **k: seen.append(sys.getswitchinterval()))
+    monkeypatch.setattr(cli, "configure_server_logging", lambda settings: None)  # the process's loggers: not here
     monkeypatch.setenv("HRT_SWITCH_INTERVAL_MS", "2.5")
     monkeypatch.setenv("HRT_AUTH", "off")
     monkeypatch.setenv("HRT_DB_PATH", str(tmp_path / "hrt.db"))
