@@ -699,7 +699,7 @@ def run_phases(server: Server, cfg: argparse.Namespace, wal: Path | None, rec: R
         stop.set()
         sampler.join(timeout=5)
     reports = [phase_report(*t, rec) for t in timings]
-    against_baseline(reports, rec, cfg.seed)
+    against_quiet(reports, rec, cfg.seed)
     return reports
 
 
@@ -745,7 +745,7 @@ def versus(base: list[float], ms: list[float], seed: int, rounds: int = 2000) ->
     }
 
 
-def against_baseline(reports: list[dict[str, Any]], rec: Recorder, seed: int) -> None:
+def against_quiet(reports: list[dict[str, Any]], rec: Recorder, seed: int) -> None:
     """Each attack phase's honest p95, all requests and retrievals alone, against the quiet phase
     just before it (``p95_vs_quiet``; the first baseline's when it had none)."""
     with rec.lock:

@@ -132,9 +132,9 @@ class Guard:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = int(message["status"])
-                if status == 429 and principal is not None:
+                if status == 429 and principal is not None:  # the Guard's refusals and the routes'
                     extra = await self._held(principal.tenant, _retry_after(message))
-                    if extra:
+                    if extra and not any(bytes(n).lower() == b"connection" for n, _ in message["headers"]):
                         message = {**message, "headers": [*message["headers"], *_encoded(extra)]}
             await send(message)
 
@@ -157,10 +157,7 @@ class Guard:
                 else:
                     log_key_store_failure(exc)
                 # a body left unread is never parsed: the connection closes with the refusal
-                extra: Mapping[str, str] | None = CLOSE if has_body(scope) else None
-                if status == 429 and principal is not None:
-                    extra = await self._held(principal.tenant, float(getattr(exc, "retry_after_s", 1))) or extra
-                await send_error(send, status, exc, extra)
+                await send_error(noting_send, status, exc, CLOSE if has_body(scope) else None)
                 return
             state["principal"] = principal
             try:
