@@ -18,9 +18,11 @@ from pydantic import AliasChoices, BaseModel, SecretStr
 
 from hrt.config import DEPRECATED_PRESETS, PRESETS, STAGES, Settings
 from hrt.contract import ConfigOverrides
+from hrt.stores import registry
+from hrt.stores.backend import ROLE_NAMES, ROLES, VARIABLES
 
 # The reference's rows, in order: the settings shown in one row, described by the first one's
-# description (each field's ``description`` in hrt/config.py)
+# description (each field's ``description``: hrt/retrieval_config.py, hrt/settings_groups.py)
 ROWS: list[tuple[str, ...]] = [
     ("record_store",),
     ("graph_store",),
@@ -160,7 +162,7 @@ Settings marked *(request)* may also be changed by one request (`"config": {...}
 RETRIEVAL = """
 ## Retrieval configuration, presets and per-request overrides
 
-The settings that can change a response form one frozen `RetrievalConfig` (`hrt/config.py`), one part
+The settings that can change a response form one frozen `RetrievalConfig` (`hrt/retrieval_config.py`), one part
 per pipeline stage; `config_hash` in every response is its hash, so two servers with the same data and
 the same hash answer alike. The others (where the stores are, ports, pools, caches, budgets) never
 change a response and are not hashed.
@@ -213,7 +215,9 @@ def description(name: str) -> str:
     """What the setting ``name`` does: its field's ``description``."""
     what = Settings.model_fields[name].description
     if not what:
-        raise ValueError(f"{name} has no description: give its field one in hrt/config.py")
+        raise ValueError(
+            f"{name} has no description: give its field one (hrt/retrieval_config.py or hrt/settings_groups.py)"
+        )
     return what
 
 
@@ -223,6 +227,31 @@ def variable(name: str) -> str:
     if isinstance(alias, AliasChoices) and isinstance(alias.choices[0], str):
         return alias.choices[0]
     return f"HRT_{name.upper()}"
+
+
+BACKENDS = """
+## Backends
+
+`HRT_RECORD_STORE`, `HRT_GRAPH_STORE` and `HRT_VECTOR_INDEX` each name a backend that can fill that
+role, from the registry of backends (`hrt/stores/registry.py`; a name no backend of the role has
+stops the start with one line listing the ones that do). The embedded record store projects only
+into the embedded graph and vectors; PostgreSQL's projections go through its outbox to any of them.
+Adding a backend: docs/development.md, "Adding a backend".
+
+| backend | roles | what | settings it reads | `hrt dev up` service |
+|---|---|---|---|---|
+{rows}
+"""
+
+
+def render_backends() -> str:
+    """The registered backends as the reference's table."""
+    rows = []
+    for b in registry.backends():
+        roles = ", ".join(f"{ROLE_NAMES[r]} (`{VARIABLES[r]}`)" for r in ROLES if r in b.roles)
+        variables = ", ".join(f"`{v}`" for v in b.variables) or "none"
+        rows.append(f"| `{b.name}` | {roles} | {b.summary} | {variables} | {b.dev_service or 'none'} |")
+    return BACKENDS.format(rows="\n".join(rows))
 
 
 def render_configuration() -> str:
@@ -250,7 +279,13 @@ def render_configuration() -> str:
         f"`{old}`, the former name of `{new}`, is still accepted (echoed as `{new}`)."
         for old, new in DEPRECATED_PRESETS.items()
     )
-    return HEADER + "\n".join(rows) + "\n" + RETRIEVAL.format(stages=stages, presets=presets, deprecated=deprecated)
+    return (
+        HEADER
+        + "\n".join(rows)
+        + "\n"
+        + render_backends()
+        + RETRIEVAL.format(stages=stages, presets=presets, deprecated=deprecated)
+    )
 
 
 if __name__ == "__main__":

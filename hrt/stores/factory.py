@@ -1,19 +1,20 @@
-"""The composition root of the stores: the one module that knows which backend is which.
+"""The composition root of the stores: the one module that reads which backend each role gets.
 
-``HRT_RECORD_STORE``, ``HRT_GRAPH_STORE`` and ``HRT_VECTOR_INDEX`` choose the backends; everything
-else (the service, the CLI, ``hrt doctor``, the bench, the dev stack's users) asks this module for
-the ports of :mod:`hrt.stores.base` and never imports an adapter. With the embedded record store, a
-write commits records and projections in one SQLite transaction; with PostgreSQL, it commits records
-plus outbox rows that the projector (:mod:`hrt.projector`) delivers to the graph store and the
-vector index.
+``HRT_RECORD_STORE``, ``HRT_GRAPH_STORE`` and ``HRT_VECTOR_INDEX`` choose the backends by name
+(:mod:`hrt.stores.registry`); everything else (the service, the CLI, ``hrt doctor``, the bench, the
+dev stack's users) asks this module for the ports of :mod:`hrt.stores.base` and never imports an
+adapter. The record backend opens its side (the records, the writer, the outbox when a projector
+delivers the projections, the reads that stand in for a projection server that is down); the graph
+and vector backends open their ports, the ones that run as servers behind a circuit. With the
+embedded record store a write commits records and projections in one SQLite transaction; with
+PostgreSQL, records plus outbox rows that the projector (:mod:`hrt.projector`) delivers.
 
-Adding a backend: a package under ``hrt/stores/`` implementing the ports, a value in the settings'
-``Literal``, and one branch here (docs/development.md, "Adding a backend").
+Adding a backend: a package under ``hrt/stores/`` implementing the ports with one
+:class:`~hrt.stores.backend.Backend`, and its registration (docs/development.md, "Adding a backend").
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -21,50 +22,23 @@ from typing import TYPE_CHECKING, Any
 
 from hrt.config import Settings
 from hrt.errors import StoreError
-from hrt.stores.ann import AnnConfig
-from hrt.stores.base import (
-    GraphStore,
-    Outbox,
-    RecordStore,
-    StoreLifecycle,
-    VectorIndex,
-    VectorRewriter,
-    WriteBatch,
-    Writer,
-    WriteResult,
-)
+from hrt.stores import registry
+from hrt.stores.backend import NOT_IN_PROCESS, Backend, InProcess, Opening, Role
+from hrt.stores.base import GraphStore, Outbox, RecordStore, StoreLifecycle, VectorIndex, VectorRewriter, Writer
 from hrt.stores.circuit import StoreCircuit
-from hrt.stores.embedded.store import EmbeddedStore
-from hrt.stores.fallback import RecordGraph, RecordVectors
+from hrt.stores.fallback import FallbackReads, RecordGraph, RecordVectors
 from hrt.stores.guarded import GuardedGraphStore, GuardedVectorIndex
 
 if TYPE_CHECKING:
     from hrt.metrics import Metrics
-    from hrt.stores.postgres.records import PostgresRecordStore
-
-# what a backend is called in a deployment's name and in `hrt migrate`'s report
-EMBEDDED = "embedded"
-
-
-class EmbeddedWriter:
-    """The embedded store writes records and projections in one SQLite transaction, in a worker
-    thread: a large batch's transaction (and its cache updates) can take seconds, and reads (on
-    their own connections) go on meanwhile."""
-
-    def __init__(self, store: EmbeddedStore) -> None:
-        self._store = store
-
-    async def apply(self, batch: WriteBatch) -> WriteResult:
-        return await asyncio.to_thread(self._store.apply, batch)
-
-    async def delete_user(self, user_id: str) -> int:
-        return await asyncio.to_thread(self._store.delete_user, user_id)
 
 
 @dataclass
 class Stores:
-    """The configured stores as ports: records, graph, vectors, the writer of records, and the
-    outbox when projections are delivered by the projector (None: they commit with the records)."""
+    """The configured stores as ports: records, graph, vectors, the writer of records, the outbox
+    when projections are delivered by the projector (None: they commit with the records), what a
+    server does for stores in its own process (:class:`~hrt.stores.backend.InProcess`), and the
+    record backend's rewriter of vectors (``hrt reembed``)."""
 
     records: RecordStore
     graph: GraphStore
@@ -72,7 +46,8 @@ class Stores:
     writer: Writer
     outbox: Outbox | None
     deployment: str  # e.g. "embedded", "postgres+neo4j+weaviate"
-    file: EmbeddedStore | None = None  # the embedded SQLite file, when a store lives in it
+    in_process: InProcess = NOT_IN_PROCESS
+    rewriter: Callable[[Callable[[], Awaitable[None]]], VectorRewriter] | None = None
 
     @property
     def circuits(self) -> dict[str, StoreCircuit]:
@@ -92,93 +67,78 @@ class Stores:
         """The three stores, in the order they are opened and warmed."""
         return (self.records, self.graph, self.vectors)
 
+    def vector_rewriter(self, drain: Callable[[], Awaitable[None]]) -> VectorRewriter:
+        """The record store's vectors for ``hrt reembed``; ``drain`` waits until the projector
+        delivered the new vectors (unused when they commit with the records)."""
+        if self.rewriter is None:
+            raise StoreError("this record store cannot rewrite its vectors")
+        return self.rewriter(drain)
+
+    def close(self) -> None:
+        """Close what lives in this process (the other stores close through their lifecycle)."""
+        self.in_process.close()
+
+    # what a server does for stores in its own process, through :attr:`in_process`
     @property
     def caches_in_process(self) -> bool:
-        """Whether a store keeps per-user caches in this process (the embedded ones), which a
-        server preloads (:meth:`preload`)."""
-        return self.file is not None
+        return self.in_process.caches_in_process
 
     @property
     def reads_from_any_thread(self) -> bool:
-        """Whether the record store may be read from a worker thread's own event loop (SQLite
-        connections per thread); a pool of PostgreSQL connections belongs to one loop."""
-        return self.file is not None and self.records is self.file.records
+        return self.in_process.reads_from_any_thread
 
     def claim(self, purpose: str) -> None:
-        """Hold the embedded file for this process (a second writer is refused, naming it); stores
-        behind servers need no claim."""
-        if self.file is not None:
-            self.file.claim(purpose)
+        self.in_process.claim(purpose)
 
     def largest_users(self, limit: int) -> list[str]:
-        """The users with the most entities, most first: those whose in-process caches a server
-        preloads (none for stores behind servers)."""
-        return self.file.largest_users(limit) if self.file is not None else []
+        return self.in_process.largest_users(limit)
 
     def preload(self, user_ids: Sequence[str]) -> None:
-        """Load the users' in-process caches now (graph, vectors, lexical index, HNSW graph, built
-        or brought up to date and saved) instead of on a first request."""
-        if self.file is None:
-            return
-        for user_id in user_ids:
-            if self.graph is self.file.graph:
-                self.file.graph.preload(user_id)
-            if self.vectors is self.file.vectors:
-                self.file.vectors.preload(user_id)
+        self.in_process.preload(user_ids)
 
-    def vector_rewriter(self, drain: Callable[[], Awaitable[None]]) -> VectorRewriter:
-        """The record store's vectors for ``hrt reembed``; ``drain`` waits until the projector
-        delivered the new vectors (unused when they commit with the records). The embedded file is
-        claimed, so a server cannot hold it meanwhile."""
-        if self.file is not None and self.records is self.file.records:
-            from hrt.stores.embedded.reembed import EmbeddedVectorRewriter
 
-            self.file.claim("hrt reembed")
-            return EmbeddedVectorRewriter(self.file)
-        from hrt.stores.postgres.records import PostgresRecordStore
-        from hrt.stores.postgres.reembed import PostgresVectorRewriter
-
-        assert isinstance(self.records, PostgresRecordStore)
-        return PostgresVectorRewriter(self.records, drain)
-
-    def close(self) -> None:
-        """Close the embedded file (the other stores close through their lifecycle)."""
-        if self.file is not None:
-            self.file.close()
+def chosen(settings: Settings) -> dict[Role, Backend]:
+    """The backend each role gets, as the settings name them (a :class:`StoreError` for a name no
+    backend of that role has)."""
+    names: dict[Role, str] = {
+        "records": settings.record_store,
+        "graph": settings.graph_store,
+        "vectors": settings.vector_index,
+    }
+    return {role: registry.backend(role, name) for role, name in names.items()}
 
 
 def open_stores(settings: Settings, *, dim: int, model_id: str, metrics: Metrics | None = None) -> Stores:
     """The stores the settings configure, made but not connected (``StoreLifecycle.open`` connects).
     ``dim`` and ``model_id`` are the embedder's: a store written by another model is refused
-    (:mod:`hrt.stores.vector_meta`); an empty ``model_id`` checks the dimension alone. Neo4j and
-    Weaviate come behind their circuits (:mod:`hrt.stores.guarded`), with retrieval's reads
-    falling back to PostgreSQL while one is down."""
-    embedded = EMBEDDED in (settings.record_store, settings.graph_store, settings.vector_index)
-    if settings.record_store == EMBEDDED and (settings.graph_store, settings.vector_index) != (EMBEDDED, EMBEDDED):
-        raise StoreError(
-            "the embedded record store projects only into the embedded graph and vector stores; "
-            "use HRT_RECORD_STORE=postgres with Neo4j or Weaviate"
-        )
-    file = _embedded_file(settings, dim, model_id) if embedded else None
+    (:mod:`hrt.stores.vector_meta`); an empty ``model_id`` checks the dimension alone. Graph and
+    vector backends that run as servers come behind their circuits (:mod:`hrt.stores.guarded`),
+    with retrieval's reads falling back to the record store while one is down."""
+    by_role = chosen(settings)
+    record, graph_backend, vector_backend = by_role["records"], by_role["graph"], by_role["vectors"]
+    opening = Opening(settings, dim, model_id, metrics)
     try:
-        deployment = "+".join(dict.fromkeys([settings.record_store, settings.graph_store, settings.vector_index]))
-        if file is not None and settings.record_store == EMBEDDED:
-            return Stores(file.records, file.graph, file.vectors, EmbeddedWriter(file), None, deployment, file)
-        postgres = _postgres(settings, max_size=settings.postgres_pool_size, embedder=(dim, model_id))
-        postgres.attach(_circuit("PostgreSQL", postgres.probe, settings, metrics))
-        quiet_pool_reconnects()
-        graph: GraphStore = file.graph if file is not None and settings.graph_store == EMBEDDED else _neo4j(settings)
-        vectors: VectorIndex = (
-            file.vectors if file is not None and settings.vector_index == EMBEDDED else _weaviate(settings)
+        assert record.open_records is not None and graph_backend.open_graph and vector_backend.open_vectors
+        side = record.open_records(opening)
+        only = side.projects_only_into
+        if only is not None and (graph_backend.name, vector_backend.name) != (only, only):
+            raise StoreError(
+                f"the {record.name} record store projects only into the {only} graph and vector stores; "
+                "use HRT_RECORD_STORE=postgres with Neo4j or Weaviate"
+            )
+        graph = graph_backend.open_graph(opening)
+        vectors = vector_backend.open_vectors(opening)
+        if graph_backend.behind_server:
+            graph = guard_graph(graph, side.fallback, opening, graph_backend.title)
+        if vector_backend.behind_server:
+            vectors = guard_vectors(vectors, side.fallback, opening, vector_backend.title)
+        deployment = "+".join(dict.fromkeys(b.name for b in by_role.values()))
+        return Stores(
+            side.records, graph, vectors, side.writer, side.outbox, deployment, opening.in_process, side.rewriter
         )
-        if settings.graph_store != EMBEDDED:
-            graph = guard_graph(graph, postgres, settings, metrics)
-        if settings.vector_index != EMBEDDED:
-            vectors = guard_vectors(vectors, postgres, settings, metrics)
-        return Stores(postgres, graph, vectors, postgres, postgres, deployment, file)
     except BaseException:
-        if file is not None:
-            file.close()
+        for close in reversed(opening.closers):
+            close()
         raise
 
 
@@ -190,89 +150,49 @@ def _reconnecting(part: StoreLifecycle) -> Callable[[], Awaitable[None]]:
     return probe
 
 
-def _circuit(
-    name: str, probe: Callable[[], Awaitable[None]], settings: Settings, metrics: Metrics | None
-) -> StoreCircuit:
-    """A store's circuit; ``probe`` raises unless the store answers (never waiting on a pool)."""
-    return StoreCircuit(
-        name,
-        probe,
-        probe_every_s=settings.store_probe_interval_s,
-        probe_timeout_s=settings.store_probe_timeout_s,
-        suspect_after_s=settings.store_suspect_after_s,
-        metrics=metrics,
-    )
-
-
-def guard_graph(
-    graph: GraphStore, records: PostgresRecordStore, settings: Settings, metrics: Metrics | None
-) -> GuardedGraphStore:
-    """The graph store behind its circuit, its retrieval reads falling back to ``records``."""
-    fallback = RecordGraph(records) if settings.degrade_on_outage else None
-    return GuardedGraphStore(graph, _circuit("Neo4j", _reconnecting(graph), settings, metrics), fallback, metrics)
+def guard_graph(graph: GraphStore, fallback: FallbackReads | None, opening: Opening, title: str) -> GuardedGraphStore:
+    """The graph store behind its circuit, its retrieval reads falling back to ``fallback``."""
+    reads = RecordGraph(fallback) if fallback is not None and opening.settings.degrade_on_outage else None
+    return GuardedGraphStore(graph, opening.circuit(title, _reconnecting(graph)), reads, opening.metrics)
 
 
 def guard_vectors(
-    vectors: VectorIndex, records: PostgresRecordStore, settings: Settings, metrics: Metrics | None
+    vectors: VectorIndex, fallback: FallbackReads | None, opening: Opening, title: str
 ) -> GuardedVectorIndex:
-    """The vector index behind its circuit, its retrieval reads falling back to ``records``."""
-    fallback = RecordVectors(records) if settings.degrade_on_outage else None
-    return GuardedVectorIndex(
-        vectors, _circuit("Weaviate", _reconnecting(vectors), settings, metrics), fallback, metrics
-    )
+    """The vector index behind its circuit, its retrieval reads falling back to ``fallback``."""
+    reads = RecordVectors(fallback) if fallback is not None and opening.settings.degrade_on_outage else None
+    return GuardedVectorIndex(vectors, opening.circuit(title, _reconnecting(vectors)), reads, opening.metrics)
 
 
 @contextlib.asynccontextmanager
 async def open_record_store(settings: Settings) -> AsyncIterator[RecordStore]:
     """The record store alone, opened (no embedder, graph or vectors): where the API keys live and
     what ``hrt export`` reads."""
-    if settings.record_store == EMBEDDED:
-        store = EmbeddedStore(settings.db_path, dim=None)
-        try:
-            yield store.records
-        finally:
-            store.close()
-        return
-    postgres = _postgres(settings, max_size=1)
-    await postgres.open()
-    try:
-        yield postgres
-    finally:
-        await postgres.close()
+    record = chosen(settings)["records"]
+    assert record.key_store is not None
+    async with record.key_store(settings) as store:
+        yield store
 
 
 def migrate_records(settings: Settings) -> dict[str, Any]:
-    """Apply the record store's pending schema steps (the embedded file's, which holds the embedded
-    graph and vectors too, or PostgreSQL's migrations); what ``hrt migrate`` reports of them."""
-    report: dict[str, Any] = {}
-    if EMBEDDED in (settings.record_store, settings.graph_store, settings.vector_index):
-        store = EmbeddedStore(settings.db_path, dim=None)
-        try:
-            versions = store.schema_versions()
-        finally:
-            store.close()
-        report[EMBEDDED] = {
-            "db_path": str(settings.db_path),
-            "applied_now": store.applied_on_open,
-            "schema_versions": versions,
-        }
-    if settings.record_store == "postgres":
-        from hrt.stores.postgres.migrate import applied_versions, migrate
-
-        dsn = _postgres_dsn(settings)
-        applied = migrate(dsn)
-        report["postgres"] = {"applied_now": applied, "schema_versions": applied_versions(dsn)}
-    return report
+    """Apply the pending schema steps of the chosen backends that keep a schema of their own (the
+    embedded file's, which holds the embedded graph and vectors too, or PostgreSQL's migrations);
+    what ``hrt migrate`` reports of them, by backend."""
+    wanted = {b.name for b in chosen(settings).values()}
+    return {b.name: b.migrate(settings) for b in registry.backends() if b.name in wanted and b.migrate is not None}
 
 
 async def migrate_projections(settings: Settings) -> dict[str, str]:
     """Apply the schemas (constraints, indexes, collections) of the graph store and the vector
     index that run as servers; idempotent. The embedded ones live in the file (:func:`migrate_records`)."""
+    by_role = chosen(settings)
+    opening = Opening(settings, 0, "")
     parts: list[tuple[str, StoreLifecycle]] = []
-    if settings.graph_store != EMBEDDED:
-        parts.append((settings.graph_store, _neo4j(settings)))
-    if settings.vector_index != EMBEDDED:
-        parts.append((settings.vector_index, _weaviate(settings)))
+    graph, vectors = by_role["graph"], by_role["vectors"]
+    if graph.behind_server and graph.open_graph is not None:
+        parts.append((graph.name, graph.open_graph(opening)))
+    if vectors.behind_server and vectors.open_vectors is not None:
+        parts.append((vectors.name, vectors.open_vectors(opening)))
     out: dict[str, str] = {}
     for name, part in parts:
         try:
@@ -282,55 +202,3 @@ async def migrate_projections(settings: Settings) -> dict[str, str]:
             await part.close()
         out[name] = "ok"
     return out
-
-
-def _embedded_file(settings: Settings, dim: int, model_id: str) -> EmbeddedStore:
-    ann = AnnConfig(
-        min_vectors=settings.ann_min_vectors,
-        m=settings.ann_m,
-        ef_construction=settings.ann_ef_construction,
-        ef_search=settings.ann_ef_search,
-    )
-    return EmbeddedStore(settings.db_path, dim, ann=ann, model_id=model_id)
-
-
-def _postgres_dsn(settings: Settings) -> str:
-    if not settings.postgres_dsn:
-        raise StoreError("HRT_RECORD_STORE=postgres needs HRT_POSTGRES_DSN")
-    return settings.postgres_dsn
-
-
-def quiet_pool_reconnects() -> None:
-    from hrt.stores.postgres.records import quiet_pool_reconnects as quiet
-
-    quiet()
-
-
-def _postgres(settings: Settings, *, max_size: int, embedder: tuple[int, str] | None = None) -> PostgresRecordStore:
-    from hrt.stores.postgres.records import PostgresRecordStore
-
-    return PostgresRecordStore(_postgres_dsn(settings), max_size=max_size, embedder=embedder)
-
-
-def _neo4j(settings: Settings) -> GraphStore:
-    from hrt.stores.neo4j.graph import Neo4jGraphStore
-
-    if not settings.neo4j_uri:
-        raise StoreError("HRT_GRAPH_STORE=neo4j needs HRT_NEO4J_URI")
-    s = settings
-    auth = (s.neo4j_user, s.neo4j_password.get_secret_value()) if s.neo4j_password is not None else None
-    return Neo4jGraphStore(s.neo4j_uri, database=s.neo4j_database, auth=auth, expansion=s.neo4j_expansion)
-
-
-def _weaviate(settings: Settings) -> VectorIndex:
-    from hrt.stores.weaviate.vectors import WeaviateVectorIndex
-
-    s = settings
-    return WeaviateVectorIndex(
-        host=s.weaviate_host,
-        http_port=s.weaviate_http_port,
-        grpc_port=s.weaviate_grpc_port,
-        collection=s.weaviate_collection,
-        api_key=s.weaviate_api_key.get_secret_value() if s.weaviate_api_key is not None else None,
-        replication_factor=s.weaviate_replication_factor,
-    )

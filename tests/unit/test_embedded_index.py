@@ -330,20 +330,20 @@ async def test_warm_and_preload_fill_the_largest_users_caches(loaded_service, tm
     svc = loaded_service
     await svc.ingest(parse_jsonl(jsonl(small_graph("u3", prefix="y")[:5])))
     assert svc.stores.largest_users(2) == ["u1", "u2"]  # u1 and u2 hold the same count: by id
-    assert svc.stores.file is not None
+    assert svc.stores.in_process.file is not None
     svc.preload_users(["u1"])
-    assert "u1" in svc.stores.file.graph._cache and "u1" in svc.stores.file.vectors._cache
-    assert "u2" not in svc.stores.file.vectors._cache
+    assert "u1" in svc.stores.in_process.file.graph._cache and "u1" in svc.stores.in_process.file.vectors._cache
+    assert "u2" not in svc.stores.in_process.file.vectors._cache
 
     settings = svc.settings.model_copy(update={"preload_users": 2})
     again = HRTService(settings, embedder=HashingEmbedder())
     await again.start(background_projector=True)
-    assert again.stores.file is not None
+    assert again.stores.in_process.file is not None
     for _ in range(200):
-        if "u1" in again.stores.file.vectors._cache and "u2" in again.stores.file.vectors._cache:
+        if "u1" in again.stores.in_process.file.vectors._cache and "u2" in again.stores.in_process.file.vectors._cache:
             break
         await asyncio.sleep(0.05)
-    file = again.stores.file
+    file = again.stores.in_process.file
     cached = [u for u in ("u1", "u2", "u3") if u in file.vectors._cache and u in file.graph._cache]
     assert cached == ["u1", "u2"]
     await again.close()
@@ -384,9 +384,9 @@ async def test_serve_start_warms_store_queries_before_ready(loaded_service, fail
     graph = svc.stores.graph = _WarmingGraph(svc.graph, fail=fail)  # type: ignore[assignment]
     await svc.start(background_projector=True)
     try:
-        assert svc.stores.file is not None
+        assert svc.stores.in_process.file is not None
         for _ in range(200):  # the embedded caches' preload finishes; the query warm-up still waits
-            if "u1" in svc.stores.file.vectors._cache:
+            if "u1" in svc.stores.in_process.file.vectors._cache:
                 break
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.1)

@@ -1,7 +1,7 @@
 """HRT's import graph: no cycle among all of ``hrt``'s modules, no arrow from a lower layer to a
-higher one (:data:`LAYERS`), only the composition root (``hrt.stores.factory``) imports the store
-adapters, and the server's modules (``hrt serve``: the CLI, the service, the API) never import the
-dev stack or the tooling.
+higher one (:data:`LAYERS`), only the registry of backends (``hrt.stores.registry``) imports the
+store adapters, and the server's modules (``hrt serve``: the CLI, the service, the API) never
+import the dev stack or the tooling.
 
 The graph is read from the sources: every ``import``, at module level or inside a function, since a
 deferred import only hides a cycle; imports under ``if TYPE_CHECKING:`` are annotations, never run,
@@ -30,6 +30,8 @@ LAYERS: list[tuple[str, ...]] = [
     # the domain (hrt.metadata_filter: the grammar the contract validates and the stores compile)
     (
         "hrt.records",
+        "hrt.retrieval_config",
+        "hrt.settings_groups",
         "hrt.config",
         "hrt.settings_check",
         "hrt.embedding_models",
@@ -42,9 +44,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("hrt.stores", "hrt.stores.base", "hrt.stores.projection", "hrt.stores.ann", "hrt.stores.bm25"),
     ("hrt.stores.graph_walk", "hrt.stores.user_cache", "hrt.stores.vector_meta"),
     ("hrt.stores.circuit", "hrt.stores.fallback", "hrt.stores.guarded"),  # stores behind servers: outages
+    ("hrt.stores.backend",),  # what a backend says of itself
     ("hrt.embedder", "hrt.onnx_embedder", "hrt.reranker", "hrt.rerankers", "hrt.openai_compat"),  # models
     ("hrt.stores.embedded", "hrt.stores.postgres", "hrt.stores.neo4j", "hrt.stores.weaviate"),  # adapters
-    ("hrt.stores.factory",),  # the composition root
+    ("hrt.stores.registry", "hrt.stores.factory"),  # the backends known, and the composition root
     ("hrt.ingest",),
     ("hrt.pipeline", "hrt.projector", "hrt.browse", "hrt.export", "hrt.merge", "hrt.doctor"),  # use cases
     ("hrt.prompts", "hrt.extraction"),
@@ -64,7 +67,7 @@ LAYERS: list[tuple[str, ...]] = [
 ADAPTERS = ("hrt.stores.embedded", "hrt.stores.postgres", "hrt.stores.neo4j", "hrt.stores.weaviate")
 # the peer bench runs neo4j-graphrag's retriever over HRT's own Weaviate collection, so it names
 # the collection's tenants as the Weaviate adapter does
-ADAPTER_READERS = {"hrt.stores.factory", "hrt.bench.peer"}
+ADAPTER_READERS = {"hrt.stores.registry", "hrt.bench.peer"}
 
 
 def all_modules() -> dict[str, Path]:
@@ -192,9 +195,10 @@ def test_the_layer_check_sees_an_arrow_up() -> None:
     assert layer_of("hrt.mcp_server") > layer_of("hrt.service")
 
 
-def test_only_the_composition_root_imports_the_store_adapters() -> None:
-    """Which backend is which is known in ``hrt.stores.factory`` alone: no other module imports an
-    adapter, and an adapter imports from no other backend's package."""
+def test_only_the_registry_imports_the_store_adapters() -> None:
+    """Which backends exist is known in ``hrt.stores.registry`` alone: no other module imports an
+    adapter (the composition root asks the registry), and an adapter imports from no other
+    backend's package."""
     graph = hrt_imports()
 
     def backend(module: str) -> str | None:
@@ -207,7 +211,8 @@ def test_only_the_composition_root_imports_the_store_adapters() -> None:
         if backend(d) is not None and backend(m) != backend(d) and m not in ADAPTER_READERS
     ]
     assert crossing == []
-    assert any(backend(d) for d in graph["hrt.stores.factory"])  # the check reads the root's imports
+    assert any(backend(d) for d in graph["hrt.stores.registry"])  # the check reads the registry's imports
+    assert not any(backend(d) for d in graph["hrt.stores.factory"])
 
 
 @pytest.mark.parametrize("package", PACKAGES)

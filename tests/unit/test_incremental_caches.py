@@ -119,7 +119,7 @@ async def answer(svc: HRTService, phrases: list[str], tags: bool) -> str:
 
 async def answer_afresh(svc: HRTService, phrases: list[str], tags: bool) -> str:
     """The same request over caches built from the file now; the updated ones are put back."""
-    store = svc.stores.file
+    store = svc.stores.in_process.file
     assert store is not None
     caches = [store.graph._cache, store.vectors._cache]
     kept = [c._items.get(USER) for c in caches]
@@ -139,7 +139,7 @@ async def run(operations: list[Any], compact_rows: int) -> int:
         try:
             await svc.ingest(parse_jsonl(jsonl(seed_graph())))
             await answer(svc, ["river"], False)  # loads the caches: every write below updates them
-            store = svc.stores.file
+            store = svc.stores.in_process.file
             assert store is not None
             for op in operations:
                 if isinstance(op, tuple):
@@ -172,7 +172,7 @@ def test_a_write_updates_the_loaded_caches_without_rebuilding_them(tmp_path):
         try:
             await svc.ingest(parse_jsonl(jsonl(seed_graph())))
             await answer(svc, ["river"], False)
-            store = svc.stores.file
+            store = svc.stores.in_process.file
             assert store is not None
             loads = {"n": 0}
             for cache in (store.graph._cache, store.vectors._cache):

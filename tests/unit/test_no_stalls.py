@@ -84,7 +84,7 @@ def test_an_update_of_an_unloaded_user_loads_nothing():
 
 
 async def test_reads_do_not_wait_for_the_write_lock(loaded_service: HRTService):
-    store = loaded_service.stores.file
+    store = loaded_service.stores.in_process.file
     assert store is not None
     held = threading.Event()
     release = threading.Event()
@@ -109,7 +109,7 @@ async def test_reads_do_not_wait_for_the_write_lock(loaded_service: HRTService):
 
 
 async def test_a_write_is_read_by_its_writer_and_updates_the_cache(loaded_service: HRTService):
-    store = loaded_service.stores.file
+    store = loaded_service.stores.in_process.file
     assert store is not None
     store.graph.preload("u1")
     store.vectors.preload("u1")

@@ -174,7 +174,7 @@ async def test_connected_concepts_and_related_memory_units(loaded_service):
 
 async def test_missing_records_are_reported_not_dropped(loaded_service):
     svc = loaded_service
-    with svc.stores.file.transaction() as db:  # simulate a projection that outlived its record
+    with svc.stores.in_process.file.transaction() as db:  # simulate a projection that outlived its record
         db.execute("DELETE FROM entities WHERE user_id = 'u1' AND id = 'm1'")
     out = await svc.retrieve(req(key_phrases=["Project Phoenix brainstorm"]))
     md = out.retrieval_metadata

@@ -14,7 +14,9 @@ from typing import Any, Protocol
 
 import pytest
 
+from hrt.stores.backend import InProcess, NotInProcess
 from hrt.stores.base import GraphStore, Outbox, OutboxLease, RecordStore, StoreLifecycle, VectorIndex
+from hrt.stores.embedded.backend import EmbeddedInProcess
 from hrt.stores.embedded.graph import EmbeddedGraphStore
 from hrt.stores.embedded.records import EmbeddedRecordStore
 from hrt.stores.embedded.vectors import EmbeddedVectorIndex
@@ -33,6 +35,8 @@ ADAPTERS: list[tuple[type, type]] = [
     (PostgresOutboxLease, OutboxLease),
     (Neo4jGraphStore, GraphStore),
     (WeaviateVectorIndex, VectorIndex),
+    (EmbeddedInProcess, InProcess),
+    (NotInProcess, InProcess),
 ]
 
 

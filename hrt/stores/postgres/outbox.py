@@ -1,15 +1,18 @@
-"""The PostgreSQL outbox lease: one projection target's outbox, read and marked inside the
-transaction that holds the target's advisory lock."""
+"""The PostgreSQL outbox: the port (:class:`PostgresOutbox`: leases, head, figures, dead letters)
+and a lease (:class:`PostgresOutboxLease`: one projection target's outbox, read and marked inside
+the transaction that holds the target's advisory lock)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
 
 from hrt.records import Relation
 from hrt.stores.base import EntityRow
+from hrt.stores.postgres.db import PostgresDatabase
 from hrt.stores.postgres.errors import translate_errors
 from hrt.stores.postgres.rows import _entity_rows, _relation_rows
 
@@ -101,3 +104,81 @@ class PostgresOutboxLease:
                 (self.target, error[:500], seq),
             )
         await self.mark_done([seq])
+
+
+class PostgresOutbox(PostgresDatabase):
+    """The outbox as a port (:class:`~hrt.stores.base.Outbox`): leases per target, the head, what
+    passed, the figures and the dead letters."""
+
+    # ---------------------------------------------------------------------------------------
+    # outbox access for the projector
+    # ---------------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def outbox_lease(self, target: str, *, wait: bool = False) -> AsyncIterator[PostgresOutboxLease | None]:
+        """A transaction holding ``target``'s delivery lease, or None when another process (or
+        another drain of this one) holds it; ``wait``: wait for it instead (``hrt doctor
+        --repair``). The lease ends with the transaction: at the end of the block (committed; rolled
+        back when the block raises), or when the connection is lost (a crashed holder frees it)."""
+        async with self._leased_connection() as conn, conn.transaction():
+            with translate_errors("outbox lease"):
+                fn = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
+                row = await (await conn.execute(f"SELECT {fn}(%s, %s)", (LEASE_CLASS, LEASE_KEYS[target]))).fetchone()
+            yield PostgresOutboxLease(conn, target) if wait or (row is not None and row[0]) else None
+
+    async def outbox_head(self) -> int | None:
+        """The newest event's seq (None with an empty outbox): a writer's events are at most this
+        once its transaction has committed."""
+        async with self.reading("outbox head") as conn:
+            row = await (await conn.execute("SELECT max(seq) FROM hrt_outbox")).fetchone()
+        return int(row[0]) if row and row[0] is not None else None
+
+    async def outbox_passed(self, upto: int) -> dict[str, bool]:
+        """Per target: does it have every event up to ``upto`` (delivered, or set aside as dead)?"""
+        async with self.reading("outbox passed") as conn:
+            cur = await conn.execute(
+                "SELECT count(*) FILTER (WHERE NOT graph_done), count(*) FILTER (WHERE NOT vector_done) "
+                "FROM hrt_outbox WHERE seq <= %s AND NOT (graph_done AND vector_done)",
+                (upto,),
+            )
+            row = await cur.fetchone()
+        graph, vector = (int(row[0]), int(row[1])) if row else (0, 0)
+        return {"graph": graph == 0, "vector": vector == 0}
+
+    async def outbox_stats(self) -> dict[str, dict[str, float]]:
+        """Per target: events pending (``lag``), age in seconds of the oldest pending one
+        (``oldest_s``, 0 without one) and events set aside as dead (``dead``)."""
+        async with self.reading("outbox stats") as conn:
+            cur = await conn.execute(
+                "SELECT count(*) FILTER (WHERE NOT graph_done), count(*) FILTER (WHERE NOT vector_done), "
+                "coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE NOT graph_done)), 0), "
+                "coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE NOT vector_done)), 0) "
+                "FROM hrt_outbox WHERE NOT (graph_done AND vector_done)"
+            )
+            row = await cur.fetchone()
+            cur = await conn.execute("SELECT target, count(*) FROM hrt_outbox_dead GROUP BY target")
+            dead = {t: int(n) for t, n in await cur.fetchall()}
+        g, v, og, ov = row if row else (0, 0, 0, 0)
+        return {
+            "graph": {"lag": float(g), "oldest_s": float(og), "dead": float(dead.get("graph", 0))},
+            "vector": {"lag": float(v), "oldest_s": float(ov), "dead": float(dead.get("vector", 0))},
+        }
+
+    async def dead_letters(self, users: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Events set aside as dead, oldest first (of ``users`` when given)."""
+        selected = sorted(set(users)) if users else None
+        async with self.reading("dead letters") as conn:
+            cur = await conn.execute(
+                "SELECT seq, target, user_id, op, key, version, attempts, last_error FROM hrt_outbox_dead "
+                "WHERE %s::text[] IS NULL OR user_id = ANY(%s) ORDER BY seq, target",
+                (selected, selected),
+            )
+            rows = await cur.fetchall()
+        names = ("seq", "target", "user_id", "op", "key", "version", "attempts", "last_error")
+        return [dict(zip(names, r, strict=True)) for r in rows]
+
+    async def clear_dead_letters(self, user_id: str, upto: int) -> int:
+        """Forget a user's dead events up to ``upto`` (the user's projections were rebuilt since)."""
+        async with self.connection("clear dead letters") as conn, conn.transaction():
+            cur = await conn.execute("DELETE FROM hrt_outbox_dead WHERE user_id = %s AND seq <= %s", (user_id, upto))
+            return int(cur.rowcount)

@@ -1,14 +1,16 @@
 """Conversation (extraction) statistics in ``hrt_extraction_state``: checked and written in the
-record store's write transaction."""
+record store's write transaction, read by :class:`PostgresState`."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 
 from hrt.errors import StateChanged
 from hrt.stores.base import WriteBatch
+from hrt.stores.postgres.db import PostgresDatabase
 from hrt.stores.postgres.rows import _columns
 
 # the advisory lock class of one user's conversation writes (the second key: hashtext of the user id)
@@ -52,3 +54,31 @@ async def _write_state(conn: psycopg.AsyncConnection[Any], batch: WriteBatch) ->
             "ON CONFLICT (user_id, ns, key) DO UPDATE SET value = excluded.value",
             _columns(kept, lambda r: r, 4),
         )
+
+
+class PostgresState(PostgresDatabase):
+    """The users' conversation state (:class:`~hrt.stores.base.StateStore`)."""
+
+    # ---------------------------------------------------------------------------------------
+    # reads (RecordStore port)
+    # ---------------------------------------------------------------------------------------
+
+    async def state_get(self, user_id: str, ns: str, keys: Sequence[str]) -> dict[str, str]:
+        if not keys:
+            return {}
+        async with self.reading("state_get") as conn:
+            cur = await conn.execute(
+                "SELECT key, value FROM hrt_extraction_state WHERE user_id = %s AND ns = %s AND key = ANY(%s)",
+                (user_id, ns, sorted(set(keys))),
+            )
+            return dict(await cur.fetchall())
+
+    async def state_scan(self, user_id: str, ns: str, prefix: str) -> dict[str, str]:
+        async with self.reading("state_scan") as conn:
+            # key is COLLATE "C": byte order, so a prefix is one index range
+            cur = await conn.execute(
+                "SELECT key, value FROM hrt_extraction_state WHERE user_id = %s AND ns = %s "
+                "AND key >= %s AND key < %s ORDER BY key",
+                (user_id, ns, prefix, prefix + "\U0010ffff"),
+            )
+            return dict(await cur.fetchall())
