@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import sys
 import tempfile
 import threading
@@ -304,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
         if stack_ctx is not None:
             stack_ctx.__exit__(None, None, None)
+        shutil.rmtree(work, ignore_errors=True)
     rows = per_minute(log, int(args.minutes) + 1)
     result = {
         "command": "python scripts/soak.py " + " ".join(sys.argv[1:] if argv is None else argv),

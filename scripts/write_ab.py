@@ -9,6 +9,7 @@ scripts/ab_main.py.
 """
 
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -84,6 +85,7 @@ try:
 finally:
     for s in servers.values():
         s.stop()
+    shutil.rmtree(work, ignore_errors=True)
 for kind in lat:
     print(
         f"{kind}: identical {same[kind]} of {n}; "

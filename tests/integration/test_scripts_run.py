@@ -19,10 +19,13 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_script(name: str, *args: str, cwd: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+def run_script(
+    name: str, *args: str, cwd: Path | None = None, timeout: int = 300, tmp: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``scripts/<name>``; with ``tmp``, its temporary files go there (``TMPDIR``)."""
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / name), *args],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), **({"TMPDIR": str(tmp)} if tmp else {})},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -58,11 +61,14 @@ def test_response_digest_is_stable_and_compares(tmp_path: Path) -> None:
 
 
 def test_write_ab_answers_identical_for_the_same_tree(tmp_path: Path) -> None:
-    out = run_script("write_ab.py", str(ROOT), str(ROOT), "6", cwd=tmp_path).stdout
+    scratch = tmp_path.parent / f"{tmp_path.name}-tmp"
+    scratch.mkdir()
+    out = run_script("write_ab.py", str(ROOT), str(ROOT), "6", cwd=tmp_path, tmp=scratch).stdout
     for kind in ("ingest", "conv"):
         line = next(x for x in out.splitlines() if x.startswith(f"{kind}:"))
         assert "identical 6 of 6" in line and re.search(r"A p50 [\d.]+ ms .*B p50 [\d.]+ ms", line), out
     assert not list(tmp_path.iterdir()), "write_ab wrote into its working directory"
+    assert not list(scratch.glob("hrt-*")), "write_ab left its temporary files"
 
 
 def test_serve_ab_and_ab_main_on_a_tiny_store(tmp_path: Path) -> None:
@@ -93,7 +99,10 @@ def test_serve_ab_and_ab_main_on_a_tiny_store(tmp_path: Path) -> None:
 
 def test_soak_short_run_reports_and_checks_the_store(tmp_path: Path) -> None:
     args = ("--minutes", "0.1", "--clients", "1", "--batch", "2", "--cycle", "3")
-    run_script("soak.py", *args, "--out", str(tmp_path))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    run_script("soak.py", *args, "--out", str(tmp_path), tmp=scratch)
+    assert not list(scratch.glob("hrt-*")), "soak left its temporary files"
     report = json.loads((tmp_path / "soak-embedded.json").read_text())
     assert report["errors"] == 0 and report["retrievals"] > 0 and report["ingests"] > 0, report
     assert report["final_check"]["ok"] is True, report["final_check"]
