@@ -41,195 +41,55 @@ from pathlib import Path
 from typing import Any
 
 from hrt.devstack.common import (
-    _GO_SIZE as _GO_SIZE,
+    _GO_SIZE,
+    _NEO4J_SIZE,
+    HRT_POSTGRES_DB,
+    HRT_POSTGRES_ROLE,
+    JAVA17,
+    NEO4J_BROWSER_VERSION,
+    NEO4J_PAGE_CACHE,
+    NEO4J_USER,
+    NEO4J_VERSION,
+    PG_BIN,
+    POSTGRES_MAJOR,
+    POSTGRES_USER,
+    REDACTED,
+    SERVICES,
+    WEAVIATE_MEMORY,
+    WEAVIATE_USER,
+    WEAVIATE_VERSION,
+    DevStackError,
+    _reusable,
+    cache_dir,
+    free_port,
+    free_port_block,
+    log,
+    port_open,
+    stop_pid,
+    tail,
+    wait_until,
 )
-from hrt.devstack.common import (
-    _LISTEN_PORTS as _LISTEN_PORTS,
-)
-from hrt.devstack.common import (
-    _NEO4J_SIZE as _NEO4J_SIZE,
-)
-from hrt.devstack.common import (
-    HRT_POSTGRES_DB as HRT_POSTGRES_DB,
-)
-from hrt.devstack.common import (
-    HRT_POSTGRES_ROLE as HRT_POSTGRES_ROLE,
-)
-from hrt.devstack.common import (
-    JAVA17 as JAVA17,
-)
-from hrt.devstack.common import (
-    NEO4J_BROWSER_VERSION as NEO4J_BROWSER_VERSION,
-)
-from hrt.devstack.common import (
-    NEO4J_PAGE_CACHE as NEO4J_PAGE_CACHE,
-)
-from hrt.devstack.common import (
-    NEO4J_USER as NEO4J_USER,
-)
-from hrt.devstack.common import (
-    NEO4J_VERSION as NEO4J_VERSION,
-)
-from hrt.devstack.common import (
-    PG_BIN as PG_BIN,
-)
-from hrt.devstack.common import (
-    POSTGRES_MAJOR as POSTGRES_MAJOR,
-)
-from hrt.devstack.common import (
-    POSTGRES_USER as POSTGRES_USER,
-)
-from hrt.devstack.common import (
-    REDACTED as REDACTED,
-)
-from hrt.devstack.common import (
-    SERVICES as SERVICES,
-)
-from hrt.devstack.common import (
-    WEAVIATE_MEMORY as WEAVIATE_MEMORY,
-)
-from hrt.devstack.common import (
-    WEAVIATE_USER as WEAVIATE_USER,
-)
-from hrt.devstack.common import (
-    WEAVIATE_VERSION as WEAVIATE_VERSION,
-)
-from hrt.devstack.common import (
-    DevStackError as DevStackError,
-)
-from hrt.devstack.common import (
-    _alive as _alive,
-)
-from hrt.devstack.common import (
-    _bindable as _bindable,
-)
-from hrt.devstack.common import (
-    _reusable as _reusable,
-)
-from hrt.devstack.common import (
-    _run as _run,
-)
-from hrt.devstack.common import (
-    _spawn as _spawn,
-)
-from hrt.devstack.common import (
-    _write_private as _write_private,
-)
-from hrt.devstack.common import (
-    cache_dir as cache_dir,
-)
-from hrt.devstack.common import (
-    free_port as free_port,
-)
-from hrt.devstack.common import (
-    free_port_block as free_port_block,
-)
-from hrt.devstack.common import log
-from hrt.devstack.common import (
-    port_open as port_open,
-)
-from hrt.devstack.common import (
-    stop_pid as stop_pid,
-)
-from hrt.devstack.common import (
-    tail as tail,
-)
-from hrt.devstack.common import (
-    wait_until as wait_until,
-)
+from hrt.devstack.common import _alive as _alive
+from hrt.devstack.common import _run as _run
+from hrt.devstack.common import _spawn as _spawn
 from hrt.devstack.install import (
-    _apt_install as _apt_install,
+    ensure_java17,
+    ensure_neo4j_jars,
+    ensure_neo4j_plugin,
+    ensure_postgres,
+    ensure_weaviate,
+    plugin_source_dir,
 )
-from hrt.devstack.install import (
-    ensure_java17 as ensure_java17,
-)
-from hrt.devstack.install import (
-    ensure_neo4j_jars as ensure_neo4j_jars,
-)
-from hrt.devstack.install import (
-    ensure_neo4j_plugin as ensure_neo4j_plugin,
-)
-from hrt.devstack.install import (
-    ensure_postgres as ensure_postgres,
-)
-from hrt.devstack.install import (
-    ensure_weaviate as ensure_weaviate,
-)
-from hrt.devstack.install import (
-    plugin_source_dir as plugin_source_dir,
-)
-from hrt.devstack.neo4j import (
-    _neo4j_command as _neo4j_command,
-)
-from hrt.devstack.neo4j import (
-    _neo4j_conf as _neo4j_conf,
-)
-from hrt.devstack.neo4j import (
-    _neo4j_prepare_home as _neo4j_prepare_home,
-)
-from hrt.devstack.neo4j import (
-    _neo4j_ready as _neo4j_ready,
-)
-from hrt.devstack.neo4j import (
-    _neo4j_set_initial_password as _neo4j_set_initial_password,
-)
-from hrt.devstack.neo4j import (
-    start_neo4j as start_neo4j,
-)
-from hrt.devstack.postgres import (
-    _pg_command as _pg_command,
-)
-from hrt.devstack.postgres import (
-    _pg_durability as _pg_durability,
-)
-from hrt.devstack.postgres import (
-    _pg_hba_problems as _pg_hba_problems,
-)
-from hrt.devstack.postgres import (
-    _pg_initdb as _pg_initdb,
-)
-from hrt.devstack.postgres import (
-    _pg_ready as _pg_ready,
-)
-from hrt.devstack.postgres import (
-    _pg_refuse_open_data as _pg_refuse_open_data,
-)
-from hrt.devstack.postgres import (
-    _pg_user as _pg_user,
-)
-from hrt.devstack.postgres import (
-    ensure_hrt_role as ensure_hrt_role,
-)
-from hrt.devstack.postgres import (
-    start_postgres as start_postgres,
-)
-from hrt.devstack.postgres import (
-    stop_postgres as stop_postgres,
-)
-from hrt.devstack.stack import (
-    Credentials as Credentials,
-)
-from hrt.devstack.stack import (
-    ServiceInfo as ServiceInfo,
-)
-from hrt.devstack.stack import (
-    Stack as Stack,
-)
-from hrt.devstack.stack import (
-    _pg_dsn as _pg_dsn,
-)
-from hrt.devstack.stack import (
-    _secret as _secret,
-)
-from hrt.devstack.weaviate import (
-    _weaviate_env as _weaviate_env,
-)
-from hrt.devstack.weaviate import (
-    _weaviate_ready as _weaviate_ready,
-)
-from hrt.devstack.weaviate import (
-    start_weaviate as start_weaviate,
-)
+from hrt.devstack.neo4j import start_neo4j
+from hrt.devstack.postgres import _pg_command as _pg_command
+from hrt.devstack.postgres import _pg_hba_problems as _pg_hba_problems
+from hrt.devstack.postgres import ensure_hrt_role, start_postgres, stop_postgres
+from hrt.devstack.stack import Credentials, ServiceInfo, Stack
+from hrt.devstack.stack import _pg_dsn as _pg_dsn
+from hrt.devstack.stack import _secret as _secret
+from hrt.devstack.weaviate import _weaviate_env as _weaviate_env
+from hrt.devstack.weaviate import _weaviate_ready as _weaviate_ready
+from hrt.devstack.weaviate import start_weaviate
 
 INSTALLERS: dict[str, Callable[[], object]] = {
     "postgres": ensure_postgres,
@@ -414,3 +274,51 @@ def running(directory: Path, services: tuple[str, ...] = SERVICES) -> Iterator[S
                 stop_pid(info.pid)
                 if current is not None and name in current.services and current.services[name].pid != info.pid:
                     stop_pid(current.services[name].pid)
+
+
+__all__ = [
+    "HRT_POSTGRES_DB",
+    "HRT_POSTGRES_ROLE",
+    "INSTALLERS",
+    "JAVA17",
+    "NEO4J_BROWSER_VERSION",
+    "NEO4J_PAGE_CACHE",
+    "NEO4J_USER",
+    "NEO4J_VERSION",
+    "PG_BIN",
+    "POSTGRES_MAJOR",
+    "POSTGRES_USER",
+    "REDACTED",
+    "SERVICES",
+    "STARTERS",
+    "WEAVIATE_MEMORY",
+    "WEAVIATE_USER",
+    "WEAVIATE_VERSION",
+    "Credentials",
+    "DevStackError",
+    "ServiceInfo",
+    "Stack",
+    "cache_dir",
+    "down",
+    "ensure_hrt_role",
+    "ensure_java17",
+    "ensure_neo4j_jars",
+    "ensure_neo4j_plugin",
+    "ensure_postgres",
+    "ensure_weaviate",
+    "free_port",
+    "free_port_block",
+    "plugin_source_dir",
+    "port_open",
+    "restart",
+    "running",
+    "start_neo4j",
+    "start_postgres",
+    "start_weaviate",
+    "status",
+    "stop_pid",
+    "stop_postgres",
+    "tail",
+    "up",
+    "wait_until",
+]
