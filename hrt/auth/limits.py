@@ -12,10 +12,6 @@ from hrt.auth.keys import MAX_RATE_LIMIT, MIN_RATE_LIMIT
 from hrt.auth.ring import Principal
 from hrt.errors import RateLimited
 
-# ------------------------------------------------------------------------------------------
-# per-key limits (per process)
-# ------------------------------------------------------------------------------------------
-
 
 @dataclass
 class _Bucket:

@@ -31,11 +31,6 @@ from hrt.errors import Forbidden, StoreDown, Unauthenticated
 log = logging.getLogger("hrt.auth")
 
 
-# ------------------------------------------------------------------------------------------
-# who is calling
-# ------------------------------------------------------------------------------------------
-
-
 def users_tenant(users: Iterable[str] | None) -> str:
     """The tenant of a set of users: its digest (``*``: every user)."""
     if users is None:

@@ -11,10 +11,6 @@ from hrt.auth import KEY_NAME, SCOPES
 from hrt.auth import Scope as KeyScope
 from hrt.records import EntityId, UserId
 
-# --------------------------------------------------------------------------------------------
-# The other routes' bodies (the server answers them, hrt.client parses them)
-# --------------------------------------------------------------------------------------------
-
 
 class WriteSummary(BaseModel):
     upserted: int

@@ -10,10 +10,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hrt.contract.request import RenderFormat, RetrieveRequest
 
-# --------------------------------------------------------------------------------------------
-# Response: AugmentedMemoryContext V9.4
-# --------------------------------------------------------------------------------------------
-
 
 class _Out(BaseModel):
     model_config = ConfigDict(extra="forbid")
