@@ -48,6 +48,11 @@ class Metrics:
         self.degraded = Counter(
             "hrt_degraded_responses", "Responses marked degraded, by stage", ["stage"], registry=self.registry
         )
+        self._key_and_write_metrics()
+        self._outbox_metrics()
+        self._store_metrics()
+
+    def _key_and_write_metrics(self) -> None:
         # the key's name as a label: bounded by the number of keys (a refused key has no name)
         self.key_requests = Counter(
             "hrt_key_requests", "HTTP requests by API key id and status", ["key", "status"], registry=self.registry
@@ -62,6 +67,7 @@ class Metrics:
             "hrt_ingested_records", "Records written by ingest, by kind", ["kind"], registry=self.registry
         )
 
+    def _outbox_metrics(self) -> None:
         # the outbox (services deployment), per projection target: read from PostgreSQL by each
         # replica's projector loop, so every replica reports the shared outbox
         self.outbox_lag = Gauge(
@@ -85,8 +91,6 @@ class Metrics:
             ["target"],
             registry=self.registry,
         )
-
-        self._store_metrics()
 
     def _store_metrics(self) -> None:
         # per-store circuits (hrt/stores/circuit.py): open while a store is known down

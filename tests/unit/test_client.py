@@ -437,3 +437,33 @@ async def test_the_async_client_adds_messages_and_maps_errors():
         with pytest.raises(InvalidInput) as bad:
             await c.add_messages("u1", "s1", [{"content": "x" * 100_001}])
         assert bad.value.field == "messages[0].content"
+
+
+def test_the_blocking_and_async_clients_expose_the_same_calls():
+    """Every public method of :class:`HRTClient` is in :class:`AsyncHRTClient` (``close`` as
+    ``aclose``) and the other way round, with the same parameters and answer: a coroutine for a
+    blocking call, an async iterator for an iterator. A call added to one client alone fails here."""
+    import inspect
+
+    renamed = {"close": "aclose"}
+
+    def public(cls: type) -> dict[str, object]:
+        return {n: inspect.getattr_static(cls, n) for n in dir(cls) if not n.startswith("_")}
+
+    blocking, asynchronous = public(HRTClient), public(AsyncHRTClient)
+    assert {renamed.get(n, n) for n in blocking} == set(asynchronous)
+    assert len(blocking) > 15  # the calls were found
+    for name, static in blocking.items():
+        other = asynchronous[renamed.get(name, name)]
+        if isinstance(static, classmethod):
+            assert isinstance(other, classmethod), name
+            static, other = static.__func__, other.__func__
+        else:
+            assert inspect.isasyncgenfunction(other) == inspect.isgeneratorfunction(static), name
+            assert inspect.iscoroutinefunction(other) != inspect.isgeneratorfunction(static), name
+        mine, theirs = inspect.signature(static), inspect.signature(other)
+        assert mine.parameters == theirs.parameters, name
+        answer = str(mine.return_annotation).replace("Iterator[", "AsyncIterator[")
+        assert answer == str(theirs.return_annotation), name
+    init = inspect.signature(HRTClient.__init__).parameters, inspect.signature(AsyncHRTClient.__init__).parameters
+    assert list(init[0]) == list(init[1])
