@@ -230,7 +230,7 @@ class ServerSettings(BaseModel):
     """``hrt serve``: where it listens, what a request and a tenant may use, and keys."""
 
     # --- server --------------------------------------------------------------------------------
-    # API keys (hrt/auth.py); off serves every route as one principal with every scope and user, for
+    # API keys (hrt/auth/); off serves every route as one principal with every scope and user, for
     # development
     auth: Literal["on", "off"] = Field(
         "on",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -133,10 +134,7 @@ class Stack:
         ``redacted``: with each secret replaced by a pointer to stack.env, for printing."""
         out: dict[str, str] = {}
         # which backends HRT uses: the stack's servers (hrt serve needs nothing exported by hand)
-        if "postgres" in self.services:
-            out["HRT_RECORD_STORE"] = "postgres"
-            out["HRT_GRAPH_STORE"] = "neo4j" if "neo4j" in self.services else "embedded"
-            out["HRT_VECTOR_INDEX"] = "weaviate" if "weaviate" in self.services else "embedded"
+        out.update(backend_choices(self.services))
         if "postgres" in self.services:
             out["HRT_POSTGRES_DSN"] = self.postgres_dsn
         if "neo4j" in self.services:
@@ -181,3 +179,18 @@ class Stack:
 
 def _pg_dsn(port: int, user: str, password: str, dbname: str) -> str:
     return f"host=127.0.0.1 port={port} user={user} password={password} dbname={dbname}"
+
+
+def backend_choices(services: Mapping[str, object] | Sequence[str]) -> dict[str, str]:
+    """``HRT_RECORD_STORE``, ``HRT_GRAPH_STORE`` and ``HRT_VECTOR_INDEX`` for a stack running
+    ``services``: per role, the registered backend that one of them runs (its ``dev_service``), else
+    the embedded one; nothing when no record backend runs in the stack (the embedded default)."""
+    from hrt.stores import registry
+    from hrt.stores.backend import ROLES, VARIABLES
+
+    running = {b.name: b for b in registry.backends() if b.dev_service is not None and b.dev_service in services}
+    if not any("records" in b.roles for b in running.values()):
+        return {}
+    return {
+        VARIABLES[role]: next((name for name, b in running.items() if role in b.roles), "embedded") for role in ROLES
+    }

@@ -100,3 +100,43 @@ def test_every_backend_reads_settings_that_exist() -> None:
     declared = [v for b in registry.BUILT_IN for v in b.variables]
     assert len(declared) > 10
     assert sorted(set(declared) - variables) == []
+
+
+def test_a_backend_s_driver_is_imported_only_when_it_is_chosen() -> None:
+    """The registry lists every backend, yet an embedded deployment never imports the drivers of
+    PostgreSQL, Neo4j or Weaviate (a second or more at every start)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, hrt.stores.factory as f, hrt.config as c, pathlib, tempfile\n"
+        "with tempfile.TemporaryDirectory() as d:\n"
+        "    f.open_stores(c.Settings(db_path=pathlib.Path(d) / 'h.db'), dim=8, model_id='').close()\n"
+        "print(sorted(m for m in ('neo4j', 'weaviate', 'psycopg', 'psycopg_pool') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_the_dev_stack_points_each_role_at_the_backend_its_services_run() -> None:
+    from hrt.devstack.stack import backend_choices
+
+    assert backend_choices(("postgres", "weaviate")) == {
+        "HRT_RECORD_STORE": "postgres",
+        "HRT_GRAPH_STORE": "embedded",
+        "HRT_VECTOR_INDEX": "weaviate",
+    }
+    assert backend_choices(("neo4j",)) == {}  # no record store in the stack: the embedded default
+    served = Backend(
+        name="other-graph",
+        title="another graph",
+        summary="",
+        roles=frozenset({"graph"}),
+        open_graph=lambda o: None,  # type: ignore[arg-type,return-value]
+        dev_service="other-graph-server",
+    )
+    registry.register(served)
+    try:
+        assert backend_choices(("postgres", "other-graph-server"))["HRT_GRAPH_STORE"] == "other-graph"
+    finally:
+        registry.unregister("other-graph")

@@ -50,7 +50,7 @@ SCHEMA: list[tuple[int, str]] = [
     ),
     (
         2,
-        # API keys (hrt/auth.py): only an scrypt hash of each token; users NULL means every user.
+        # API keys (hrt/auth/): only an scrypt hash of each token; users NULL means every user.
         # A name is unique among unrevoked keys, so a revoked key's name can be given again.
         """
         CREATE TABLE api_keys (

@@ -6,10 +6,11 @@ from __future__ import annotations
 from hrt.errors import StoreError
 from hrt.stores.backend import Backend, Opening
 from hrt.stores.base import GraphStore
-from hrt.stores.neo4j.graph import Neo4jGraphStore
 
 
 def _graph(opening: Opening) -> GraphStore:
+    from hrt.stores.neo4j.graph import Neo4jGraphStore  # the driver is imported when it is chosen
+
     s = opening.settings
     if not s.neo4j_uri:
         raise StoreError("HRT_GRAPH_STORE=neo4j needs HRT_NEO4J_URI")

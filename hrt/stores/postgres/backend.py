@@ -10,15 +10,23 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hrt.config import Settings
 from hrt.errors import StoreError
 from hrt.stores.backend import Backend, Opening, RecordSide
 from hrt.stores.base import RecordStore, VectorRewriter
-from hrt.stores.postgres.records import PostgresRecordStore, quiet_pool_reconnects
+
+if TYPE_CHECKING:
+    from hrt.stores.postgres.records import PostgresRecordStore
 
 NAME = "postgres"
+
+
+def _store(settings: Settings, max_size: int, embedder: tuple[int, str] | None = None) -> PostgresRecordStore:
+    from hrt.stores.postgres.records import PostgresRecordStore  # psycopg is imported when it is chosen
+
+    return PostgresRecordStore(dsn(settings), max_size=max_size, embedder=embedder)
 
 
 def dsn(settings: Settings) -> str:
@@ -29,7 +37,9 @@ def dsn(settings: Settings) -> str:
 
 def _records(opening: Opening) -> RecordSide:
     s = opening.settings
-    store = PostgresRecordStore(dsn(s), max_size=s.postgres_pool_size, embedder=(opening.dim, opening.model_id))
+    from hrt.stores.postgres.records import quiet_pool_reconnects
+
+    store = _store(s, s.postgres_pool_size, (opening.dim, opening.model_id))
     store.attach(opening.circuit("PostgreSQL", store.probe))
     quiet_pool_reconnects()
 
@@ -43,7 +53,7 @@ def _records(opening: Opening) -> RecordSide:
 
 @contextlib.asynccontextmanager
 async def _key_store(settings: Settings) -> AsyncIterator[RecordStore]:
-    store = PostgresRecordStore(dsn(settings), max_size=1)
+    store = _store(settings, 1)
     await store.open()
     try:
         yield store

@@ -58,7 +58,7 @@ class PostgresKeys(PostgresDatabase):
     """The deployment's API keys (:class:`~hrt.auth.KeyStore`) in ``hrt_api_keys``."""
 
     # ---------------------------------------------------------------------------------------
-    # API keys (KeyStore, hrt/auth.py): the hrt_api_keys table of migration 0002
+    # API keys (KeyStore, hrt/auth/): the hrt_api_keys table of migration 0002
     # ---------------------------------------------------------------------------------------
 
     async def create_key(self, key: KeyRecord) -> None:

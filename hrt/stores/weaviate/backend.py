@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from hrt.stores.backend import Backend, Opening
 from hrt.stores.base import VectorIndex
-from hrt.stores.weaviate.vectors import WeaviateVectorIndex
 
 
 def _vectors(opening: Opening) -> VectorIndex:
+    from hrt.stores.weaviate.vectors import WeaviateVectorIndex  # the client is imported when it is chosen
+
     s = opening.settings
     return WeaviateVectorIndex(
         host=s.weaviate_host,
