@@ -18,16 +18,19 @@ import time
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
+from hrt.cli_memory import export_user as export_user
+from hrt.cli_memory import ingest_conversation as ingest_conversation
+from hrt.cli_memory import ingest_file as ingest_file
+from hrt.cli_memory import render_text as render_text
+from hrt.cli_parser import build_parser as build_cli_parser
 from hrt.config import Settings, load_settings
 from hrt.contract import AugmentedMemoryContext, RetrieveRequest, canonical_dumps
 from hrt.errors import HRTError, InvalidInput, StoreUnavailable
-from hrt.ingest import parse_jsonl
 from hrt.settings_check import settings_error, unknown_variables
 
 if TYPE_CHECKING:
-    from hrt.extraction.transcripts import Transcript
     from hrt.service import HRTService
 
 log = logging.getLogger("hrt")
@@ -60,28 +63,6 @@ async def _service(settings: Settings) -> HRTService:
     from hrt.service import HRTService
 
     return await HRTService(settings).start()
-
-
-async def ingest_file(
-    service: HRTService, path: Path, batch_size: int | None, progress: bool = False
-) -> tuple[int, int]:
-    """Validate the whole file first, then write it (one transaction per ``batch_size`` lines); the
-    bar on stderr shows on a terminal, or always with ``progress``."""
-    from tqdm import tqdm
-
-    with path.open(encoding="utf-8") as fh:
-        records = parse_jsonl(fh)
-    upserted = deleted = 0
-    size = batch_size or max(1, len(records))
-    shown = False if progress else None  # None: tqdm shows it on a terminal only
-    with tqdm(total=len(records), desc=f"ingest {path.name}", unit="rec", file=sys.stderr, disable=shown) as bar:
-        for i in range(0, len(records), size):
-            part = records[i : i + size]
-            result = await service.ingest(part)
-            upserted += result.upserted
-            deleted += result.deleted
-            bar.update(len(part))
-    return upserted, deleted
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -247,88 +228,6 @@ def cmd_keys(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
-async def ingest_conversation(
-    service: HRTService,
-    path: Path,
-    user: str | None,
-    session: str | None,
-    agent: str | None,
-    batch: int,
-    progress: bool = False,
-    names: tuple[str | None, str | None] = (None, None),
-) -> list[dict[str, Any]]:
-    """A transcript file (:mod:`hrt.extraction.transcripts`) through ``add_messages``, ``batch``
-    messages per call (each one transaction); read whole first, so a bad file sends nothing. One
-    summary per session; an export's last line sums the export up (conversations read, sessions
-    sent, messages left out by reason)."""
-    from tqdm import tqdm
-
-    from hrt.extraction.messages import ConversationRequest
-    from hrt.extraction.transcripts import read_transcript_file
-
-    transcript = read_transcript_file(path, session)
-    sessions = transcript.sessions
-    users = {s.user_id for s in sessions}
-    if user is not None and len(users - {None}) > 1:
-        raise HRTError(f"{path.name} holds {len(users)} users' conversations: leave out --user to keep them apart")
-    if user is None and None in users:
-        raise HRTError(f"{path.name} does not say whose conversation it is: give --user")
-    # every request is made before the first is sent: an invalid user or session id sends nothing
-    calls = [
-        (
-            s,
-            ConversationRequest(
-                user_id=user or s.user_id,
-                session_id=s.session_id,
-                agent_id=agent,
-                user_name=names[0],
-                agent_name=names[1],
-                messages=part,
-            ),
-        )
-        for s in sessions
-        for part in (s.messages[i : i + batch] for i in range(0, len(s.messages), batch))
-    ]
-    summaries: dict[tuple[str, str], dict[str, Any]] = {}
-    total = sum(len(s.messages) for s in sessions)
-    with tqdm(
-        total=total, desc=f"ingest {path.name}", unit="msg", file=sys.stderr, disable=False if progress else None
-    ) as bar:
-        for s, request in calls:
-            result = await service.add_messages(request)
-            line = summaries.setdefault(
-                (request.user_id, s.session_id),
-                {"user_id": request.user_id, "session_id": s.session_id, "messages": 0, "skipped": s.skipped}
-                | ({"skipped_why": dict(s.reasons)} if s.reasons else {})
-                | dict.fromkeys(("added", "unchanged", "replaced", "concepts_linked", "relations"), 0),
-            )
-            line["messages"] += len(result.messages)
-            for m in result.messages:
-                line[m.status] += 1
-            line["concepts_linked"] += result.concepts_linked
-            line["relations"] += result.relations
-            bar.update(len(request.messages))
-    lines = list(summaries.values())
-    if transcript.source in ("chatgpt", "claude"):
-        lines.append(_export_summary(transcript, lines))
-    return lines
-
-
-def _export_summary(transcript: Transcript, lines: list[dict[str, Any]]) -> dict[str, Any]:
-    """An export's last summary line: what was read, sent and left out (and why, over every
-    conversation, the empty ones too)."""
-    sums = {k: sum(line[k] for line in lines) for k in ("messages", "added", "unchanged", "replaced")}
-    return {
-        "export": transcript.source,
-        "conversations": transcript.conversations,
-        "sessions": len(lines),
-        "empty_conversations": transcript.empty,
-        **sums,
-        "skipped": sum(transcript.skipped.values()),
-        "skipped_why": dict(transcript.skipped),
-    }
-
-
 def cmd_ingest(args: argparse.Namespace) -> int:
     if (args.file is None) == (args.conversation is None):
         raise HRTError("give a JSONL file of records, or --conversation FILE")
@@ -375,31 +274,6 @@ def _ingest_conversation(args: argparse.Namespace) -> int:
     return 0
 
 
-async def export_user(settings: Settings, user: str, out: BinaryIO, progress: bool = False) -> int:
-    """``hrt export``: one user's records as NDJSON in the ingest format (hrt/export.py) to
-    ``out``, from the configured record store, in process; returns the lines written. The bar on
-    stderr shows on a terminal, or always with ``progress``."""
-    from tqdm import tqdm
-
-    from hrt.export import check_exportable, export_lines
-    from hrt.stores.factory import open_record_store
-
-    async with open_record_store(settings) as records:
-        await check_exportable(records, user)
-        total = sum((await records.counts(user)).values())  # implied SUPERSEDES lines are fewer
-        counted: dict[str, Any] = {}
-        shown = False if progress else None
-        with tqdm(total=total, desc=f"export {user}", unit="rec", file=sys.stderr, disable=shown) as bar:
-            async with records.export_reader(user) as reader:
-                async for chunk in export_lines(reader, counted):
-                    out.write(chunk)
-                    bar.update(counted["records"] - bar.n)
-            bar.total = bar.n
-            bar.refresh()
-    out.flush()
-    return int(counted["records"])
-
-
 def cmd_export(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if args.out in (None, "-"):
@@ -419,37 +293,6 @@ def cmd_export(args: argparse.Namespace) -> int:
         partial.replace(target)
     print(f"# exported {n} records of {args.user}", file=sys.stderr)
     return 0
-
-
-def render_text(result: AugmentedMemoryContext) -> str:
-    """``hrt query``'s human output: the summary, then each item with how it was found."""
-    from hrt.pipeline.render import how_found
-
-    provenance = result.retrieval_metadata.provenance
-    lines = [result.retrieval_summary, ""]
-    if result.retrieval_metadata.user_known is False:
-        lines.append(f"  nothing is stored for user {result.retrieval_metadata.user_id} yet")
-
-    def how(ident: str) -> str:
-        p = provenance.get(ident)
-        return f"\n            {how_found(p, markdown=False)}" if p is not None else ""
-
-    for mu in result.retrieved_memory_units:
-        lines.append(
-            f"  memory  {mu.final_retrieval_score:.4f}  {mu.creation_ts[:10]}  {mu.muid}  {mu.title}{how(mu.muid)}"
-        )
-    for c in result.retrieved_concepts:
-        lines.append(f"  concept {c.final_retrieval_score:.4f}  {c.type:<10}  {c.id}  {c.name}{how(c.id)}")
-    for a in result.retrieved_artifacts:
-        lines.append(f"  artifact {a.final_retrieval_score:.4f} {a.artifact_type}  {a.id}  {a.title}{how(a.id)}")
-    validity = result.retrieval_metadata.validity
-    stale = sorted(i for i, v in validity.intervals.items() if not v.valid)
-    if stale:
-        lines.append(f"  no longer true on {validity.valid_at[:10]}: {', '.join(stale)}")
-    counted = ", ".join(f"{n} {kind}" for kind, n in validity.suppressed.items() if n)
-    if counted:
-        lines.append(f"  set aside as not true on {validity.valid_at[:10]}: {counted}")
-    return "\n".join(lines)
 
 
 def cmd_query(args: argparse.Namespace) -> int:
@@ -707,213 +550,9 @@ def cmd_export_schema(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="hrt", description="HRT, the Hybrid Retrieval Tool")
-    p.add_argument("--debug", action="store_true", help="an unexpected error prints its traceback, not one line")
-    sub = p.add_subparsers(dest="command", required=True)
-    _add_serving_parsers(sub)
-    _add_keys_parser(sub)
-    _add_ingest_export_parsers(sub)
-    _add_query_parser(sub)
-    _add_store_maintenance_parsers(sub)
-    _add_tool_parsers(sub)
-    return p
-
-
-def _add_serving_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``demo``, ``serve`` and ``mcp``."""
-    d = sub.add_parser("demo", help="build a fresh store from the bundled sample graph and run sample retrievals")
-    d.add_argument("--db", help="keep the demo store at this path (default: a temporary directory)")
-    d.add_argument("--out", help="also write each response to DIR/demo-N.json")
-    d.set_defaults(func=cmd_demo)
-
-    s = sub.add_parser("serve", help="serve the HTTP API")
-    s.add_argument("--db")
-    s.add_argument("--host")
-    s.add_argument("--port", type=int)
-    s.set_defaults(func=cmd_serve)
-
-    from hrt.auth import SCOPES
-
-    mc = sub.add_parser("mcp", help="serve HRT's MCP tools over stdio for an MCP host, on the configured store")
-    mc.add_argument("--db")
-    mc.add_argument("--user", action="append", help="act only for this user (repeatable; default: every user)")
-    mc.add_argument(
-        "--scope",
-        action="append",
-        choices=SCOPES,
-        help="allow only this scope (repeatable; default: every scope): retrieve for retrieve_memory and "
-        "memory_stats, ingest for remember and forgetting an entity, admin for forgetting a user",
-    )
-    mc.set_defaults(func=cmd_mcp)
-
-
-def _add_keys_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``keys create|list|revoke``."""
-    from hrt.auth import SCOPES
-
-    k = sub.add_parser("keys", help="create, list or revoke the API keys of `hrt serve` (in the record store)")
-    ks = k.add_subparsers(dest="action", required=True)
-    kc = ks.add_parser("create", help="create a key and print its secret, once")
-    kc.add_argument("--name", required=True, help="a name unique among the operator's live keys (shown in logs)")
-    kc.add_argument("--scope", action="append", choices=SCOPES, required=True, help="repeatable")
-    who = kc.add_mutually_exclusive_group(required=True)
-    who.add_argument("--user", action="append", help="a user the key acts for (repeatable)")
-    who.add_argument("--all-users", action="store_true", help="the key acts for every user")
-    kc.add_argument("--expires", help="a duration (30d, 12h, 90m, 2w) or an ISO date or time")
-    kc.add_argument(
-        "--rate-limit", type=float, help="requests per second per server (default HRT_KEY_RATE_LIMIT; 0: none)"
-    )
-    kc.add_argument(
-        "--max-concurrency", type=int, help="requests in flight per server (default HRT_KEY_MAX_CONCURRENCY; 0: none)"
-    )
-    kc.add_argument("--json", action="store_true", help="print the key and its record as JSON")
-    kl = ks.add_parser("list", help="every key with its status (never the secret)")
-    kr = ks.add_parser("revoke", help="revoke the unrevoked key of this name (or key id)")
-    kr.add_argument("name", help="a key's name, or its key id when keys of several owners share the name")
-    for parser in (kc, kl, kr):
-        parser.add_argument("--db")
-    k.set_defaults(func=cmd_keys)
-
-
-def _add_ingest_export_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``ingest`` and ``export``."""
-    i = sub.add_parser(
-        "ingest",
-        help="ingest a JSONL file of records (docs/api.md, 'Ingest format'), or a conversation's messages "
-        "(--conversation)",
-    )
-    i.add_argument("file", nargs="?", help="a JSONL file of records")
-    i.add_argument(
-        "--conversation",
-        metavar="FILE",
-        help="a transcript (OpenAI-style messages as JSON or JSON Lines, LoCoMo, or the conversations.json "
-        "of a ChatGPT or Claude data export) sent as messages, as POST /v1/conversations does; one JSON "
-        "summary line per session (and one for an export)",
-    )
-    i.add_argument("--user", help="with --conversation: whose conversation (a LoCoMo sample has its own)")
-    i.add_argument("--session", help="with --conversation: the session of a chat transcript (default: its stem)")
-    i.add_argument("--agent", help="with --conversation: the agent id the messages are recorded with")
-    i.add_argument("--user-name", help="with --conversation: the speaker of the user's messages that name none")
-    i.add_argument("--agent-name", help="with --conversation: the speaker of the assistant's messages that name none")
-    i.add_argument("--db")
-    i.add_argument(
-        "--batch-size",
-        "--batch",
-        type=int,
-        help="records per transaction (default: the whole file); with --conversation, messages per call (default 20)",
-    )
-    i.add_argument("--progress", action="store_true", help="show the progress bar on stderr also when not a terminal")
-    i.set_defaults(func=cmd_ingest)
-
-    x = sub.add_parser(
-        "export",
-        help="write one user's records as NDJSON in the ingest format (docs/api.md, 'Export and import')",
-    )
-    x.add_argument("--user", required=True)
-    x.add_argument("--out", help="the file to write (default: stdout)")
-    x.add_argument("--progress", action="store_true", help="show the progress bar on stderr also when not a terminal")
-    x.add_argument("--db")
-    x.set_defaults(func=cmd_export)
-
-
-def _add_query_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``query``."""
-    q = sub.add_parser("query", help="run one retrieval and print it")
-    q.add_argument("--user", required=True)
-    q.add_argument("--phrase", action="append", help="a key phrase (repeatable)")
-    q.add_argument("--query", help="a free-text query, used when no --phrase is given")
-    q.add_argument("--as-of", help="ISO timestamp; pin it for byte-identical output")
-    q.add_argument("--valid-at", help="ISO timestamp: what was true then, as known at --as-of (default: --as-of)")
-    q.add_argument(
-        "--include-invalidated", action="store_true", help="also return facts no longer true at --valid-at, marked"
-    )
-    q.add_argument("--depth", type=int)
-    q.add_argument("--preset", help="weights preset: balanced, semantic, recent, salient, personal")
-    q.add_argument("--rerank", action="store_true")
-    q.add_argument("--min-score", type=float, help="leave out items scoring below this (0-1)")
-    q.add_argument(
-        "--render",
-        choices=["markdown", "text", "compact"],
-        help="print the context as one text for a prompt, within a budget (compact: for an LLM, no ids or scores)",
-    )
-    q.add_argument("--max-item-chars", type=int, help="with --render compact: an item's text at most (default 600)")
-    q.add_argument("--max-chars", type=int, help="the rendered text's budget in characters (default 8000)")
-    q.add_argument("--max-tokens", type=int, help="the rendered text's budget in tokens (of --tokenizer)")
-    q.add_argument("--tokenizer", default="cl100k_base", choices=["cl100k_base", "minilm-wordpiece"])
-    q.add_argument("--json", action="store_true", help="print the AugmentedMemoryContext V9.4 JSON")
-    q.add_argument("--db")
-    q.set_defaults(func=cmd_query)
-
-
-def _add_store_maintenance_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``migrate``, ``reembed``, ``models``, ``project`` and ``doctor``."""
-    m = sub.add_parser("migrate", help="create or upgrade the store's schema (idempotent)")
-    m.add_argument("--db")
-    m.set_defaults(func=cmd_migrate)
-
-    rb = sub.add_parser(
-        "reembed",
-        help="rewrite every vector of the store with the configured embedding model (HRT_EMBEDDING_MODEL), "
-        "in place; resumable",
-    )
-    rb.add_argument("--db")
-    rb.add_argument("--page", type=int, default=256, help="entities embedded and committed together")
-    rb.add_argument("--progress", action="store_true", help="show the progress bar even when not on a terminal")
-    rb.set_defaults(func=cmd_reembed)
-
-    mo = sub.add_parser("models", help="the embedding models HRT knows by id; fetch their files ahead of use")
-    mo.add_argument("action", choices=["list", "fetch"])
-    mo.add_argument("ids", nargs="*", help="model ids to fetch (default: the configured HRT_EMBEDDING_MODEL)")
-    mo.add_argument("--all", action="store_true", help="fetch every prebuilt model (fp32 and int8)")
-    mo.set_defaults(func=cmd_models)
-
-    pr = sub.add_parser("project", help="deliver pending outbox events to the graph store and vector index once")
-    pr.add_argument("--db")
-    pr.set_defaults(func=cmd_project)
-
-    dr = sub.add_parser(
-        "doctor",
-        help="report drift between the records and the graph and vector projections (ids, content, edges, "
-        "dead outbox events)",
-    )
-    dr.add_argument("--user", action="append", help="check only these users (repeatable)")
-    dr.add_argument("--repair", action="store_true", help="rebuild the projections of drifted users from records")
-    dr.add_argument("--db")
-    dr.set_defaults(func=cmd_doctor)
-
-
-def _add_tool_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``eval``, ``bench``, ``dev`` and ``export-schema``."""
-    ev = sub.add_parser(
-        "eval",
-        help="retrieval quality: `hrt eval locomo --data PATH --out DIR`, `hrt eval changes` (facts that change; "
-        "see docs/)",
-    )
-    ev.add_argument("benchmark", choices=["locomo", "changes"])
-    ev.add_argument("rest", nargs=argparse.REMAINDER, help="options of the benchmark (--help for them)")
-    ev.set_defaults(func=cmd_eval)
-
-    be = sub.add_parser("bench", help="speed at scale: `hrt bench --sizes 10k,100k --out DIR` (see docs/bench.md)")
-    be.add_argument("rest", nargs=argparse.REMAINDER, help="options of the benchmark (--help for them)")
-    be.set_defaults(func=cmd_bench)
-
-    dv = sub.add_parser("dev", help="start, stop or inspect the local PostgreSQL + Neo4j + Weaviate dev stack")
-    dv.add_argument("action", choices=["up", "down", "status"])
-    dv.add_argument("--dir", default=".hrt-dev", help="where the stack keeps data, logs and stack.env")
-    dv.add_argument("--services", nargs="*", choices=["postgres", "neo4j", "weaviate"])
-    dv.add_argument(
-        "--neo4j-page-cache",
-        help="Neo4j's page cache (default: the dev stack's, for up to 100k entities; a million: ~3g)",
-    )
-    dv.add_argument(
-        "--weaviate-memory",
-        help="Weaviate's GOMEMLIMIT (default: the dev stack's, for up to 100k entities; a million: ~4GiB)",
-    )
-    dv.set_defaults(func=cmd_dev)
-
-    e = sub.add_parser("export-schema", help="write the JSON Schemas of the request and the response")
-    e.add_argument("--out", default="hrt/schema")
-    e.set_defaults(func=cmd_export_schema)
+    """The ``hrt`` command line (:mod:`hrt.cli_parser`), each subcommand run by its ``cmd_`` handler here."""
+    commands = {name: value for name, value in globals().items() if name.startswith("cmd_")}
+    return build_cli_parser(commands)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -33,19 +33,17 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import Field, ValidationError, WithJsonSchema
-from starlette.routing import Match, Route
 
-from hrt import __version__
+from hrt import __version__, usecases
 from hrt.auth import SCOPES, Principal
-from hrt.browse import DEFAULT_RELATION_LIMIT, MAX_RELATION_LIMIT, read_entity, written_by
+from hrt.browse import DEFAULT_RELATION_LIMIT, MAX_RELATION_LIMIT
 from hrt.contract import RetrieveRequest
 from hrt.errors import HRTError, InvalidInput, PayloadTooLarge, Unauthenticated
 from hrt.extraction import messages as conversation
@@ -53,15 +51,12 @@ from hrt.extraction.wire import conversation_request
 from hrt.front import INTERNAL_ERROR, audit, count_refusal, error_dict, status_for
 from hrt.ingest import Record, ingest_body_schema, parse_record
 from hrt.jsonbounds import field_name, schema_errors
+from hrt.mcp_http import MCPEndpoint as MCPEndpoint
 from hrt.records import ID_PATTERN, Kind, check_id, valid_id
 from hrt.service import HRTService
 
 log = logging.getLogger(__name__)
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 PrincipalOf = Callable[[Context[Any, Any]], Principal]
 Action = Callable[[Principal, dict[str, Any]], Awaitable[CallToolResult]]
 # a key's ingest body place (hrt.api.bodies.IngestBodies.place), held while its records are parsed
@@ -253,10 +248,7 @@ def _parse_records(records: list[Any], default_user: str | None) -> list[Record]
     return parsed
 
 
-def _kind(value: Any) -> Kind:
-    if value not in KINDS:
-        raise InvalidInput(f"kind must be {', '.join(KINDS[:-1])} or {KINDS[-1]}", field="kind")
-    return Kind(value)
+_kind = usecases.entity_kind
 
 
 def request_principal(ctx: Context[Any, Any]) -> Principal:
@@ -348,8 +340,7 @@ class _Tools:
                 request = RetrieveRequest.model_validate(body)
             except ValidationError as exc:
                 raise _invalid(exc) from None
-            caller.require_users([request.user_id])
-            result = await self.service().retrieve(request)
+            result, _timings = await usecases.retrieve(self.service(), caller, request)
             canonical = result.canonical_json()  # byte for byte what POST /v1/retrieve answers
             rendered = result.retrieval_metadata.rendered
             assert rendered is not None  # the request always asks for it
@@ -408,11 +399,7 @@ class _Tools:
         written.update(users=sorted({u for u in seen if isinstance(u, str) and valid_id(u)}))
         with self.places(caller.tenant):
             parsed = await asyncio.to_thread(_parse_records, records, default_user)
-        users = sorted({r.user_id for r in parsed})
-        written.update(users=users, records=len(parsed))
-        caller.require_users(users)  # before anything is written
-        result = await service.ingest(parsed, written_by=written_by(caller), tenant=caller.tenant)
-        written.update(upserted=result.upserted, deleted=result.deleted)
+        result = await usecases.ingest_records(service, caller, parsed, written)
         return _json_result({"upserted": result.upserted, "deleted": result.deleted})
 
     async def _conversation(self, caller: Principal, args: dict[str, Any], written: dict[str, Any]) -> CallToolResult:
@@ -432,11 +419,7 @@ class _Tools:
             if text is not None and field.startswith("messages[0]"):
                 field, message = "text", message.replace(f"'{field}'", "'text'")
             raise type(exc)(message, field=field) from None
-        written.update(users=[request.user_id], records=len(request.messages), messages=len(request.messages))
-        caller.require_users([request.user_id])  # before anything is written
-        # the user's lock, then a slot of the tenant's share (HRTService.add_messages)
-        result = await self.service().add_messages(request, written_by=written_by(caller), tenant=caller.tenant)
-        written.update(upserted=sum(m.status != "unchanged" for m in result.messages))
+        result = await usecases.add_messages(self.service(), caller, request, written)
         return _json_result(result.model_dump(mode="json"))
 
     async def forget(self, ctx: Context[Any, Any], args: dict[str, Any]) -> CallToolResult:
@@ -450,22 +433,15 @@ class _Tools:
             if what == "entity":
                 caller.require_scope("ingest")
                 user = _user(caller, user_id)
-                written.update(users=[user], records=1)
-                caller.require_users([user])
-                kind = _kind(args["kind"])
-                ident = check_id(args["entity_id"], "entity_id")
-                n = await self.service().delete_entity(user, kind, ident, tenant=caller.tenant)
+                n = await usecases.delete_entity(self.service(), caller, user, args["kind"], args["entity_id"], written)
             elif what == "user":
                 caller.require_scope("admin")
                 if user_id is None:
                     raise InvalidInput("give the user_id whose memory to delete", field="user_id")
                 user = check_id(user_id, "user_id")
-                written.update(users=[user])
-                caller.require_users([user])
-                n = await self.service().delete_user(user, tenant=caller.tenant)
+                n = await usecases.delete_user(self.service(), caller, user, written)
             else:
                 raise InvalidInput('what must be "entity" or "user"', field="what")
-            written.update(deleted=n)
             return _json_result({"upserted": 0, "deleted": n})
 
         return await self.run("forget", ctx, action, write=True)
@@ -478,9 +454,7 @@ class _Tools:
         async def action(caller: Principal, written: dict[str, Any]) -> CallToolResult:
             caller.require_scope("retrieve")
             user = _user(caller, args["user_id"])
-            caller.require_users([user])
-            counts = await self.service().records.counts(user)
-            return _json_result(dict(counts))
+            return _json_result(await usecases.counts(self.service(), caller, user))
 
         return await self.run("memory_stats", ctx, action, write=False)
 
@@ -499,8 +473,7 @@ class _Tools:
             limit = DEFAULT_RELATION_LIMIT if args["relation_limit"] is None else args["relation_limit"]
             if not isinstance(limit, int) or isinstance(limit, bool):
                 raise InvalidInput("relation_limit must be an integer", field="relation_limit")
-            caller.require_users([user])
-            view = await read_entity(self.service().records, user, kind, ident, limit)
+            view = await usecases.entity(self.service(), caller, user, kind, ident, limit)
             return _json_result(view.model_dump(mode="json"))
 
         return await self.run("recall_entity", ctx, action, write=False)
@@ -584,142 +557,8 @@ def build_server(
 
 
 # --------------------------------------------------------------------------------------------
-# Streamable HTTP on hrt serve, and stdio for hrt mcp
+# stdio for hrt mcp (streamable HTTP on hrt serve: hrt.mcp_http)
 # --------------------------------------------------------------------------------------------
-
-
-class _Route(Route):
-    """A route to an ASGI app that names itself in the scope as FastAPI's routes do (the request
-    metric labels ``/mcp`` by it)."""
-
-    def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        match, child = super().matches(scope)
-        if match is not Match.NONE:
-            child["route"] = self
-        return match, child
-
-
-class MCPEndpoint:
-    """The ASGI app of ``/mcp`` on ``hrt serve``: streamable HTTP, stateless (each POST carries one
-    call under the key of its own HTTP request; nothing ties a session to a key), JSON answers.
-
-    The SDK's Host/Origin check (DNS rebinding) is off: every call needs an API key in its
-    ``Authorization`` header, which a page a browser was lured to cannot send, and the check would
-    refuse ``hrt serve`` behind a TLS proxy that forwards its own Host. :meth:`running` (the app's
-    lifespan) starts the session manager; before it, calls are answered 503."""
-
-    def __init__(self, server: MCPServer[Any]) -> None:
-        self.server = server
-        self._handle: Callable[[Scope, Receive, Send], Awaitable[None]] | None = None
-
-    @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
-        # a session manager runs once: each start of the app makes its own
-        self.server.streamable_http_app(
-            stateless_http=True,
-            json_response=True,
-            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-        )
-        manager = self.server.session_manager
-        async with manager.run():
-            self._handle = manager.handle_request
-            try:
-                yield
-            finally:
-                self._handle = None
-
-    def route(self, path: str = "/mcp") -> Route:
-        """The route to add to the app (any method: the SDK answers those it does not serve)."""
-        return _Route(path, endpoint=self, include_in_schema=False)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        handle = self._handle
-        if handle is None:
-            error = {"code": "unavailable", "message": "the MCP endpoint is not running", "field": None}
-            body = json.dumps({"error": error}).encode()
-            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-            await send({"type": "http.response.start", "status": 503, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
-            return
-        await handle(scope, receive, _without_internals(send))
-
-
-# the SDK's transport answers a message it cannot parse or validate with pydantic's text, which
-# quotes the caller's input and names pydantic's version: the envelope stays, the text is HRT's
-_JSONRPC_MESSAGES = {
-    -32700: "Parse error: the body is not JSON",
-    -32600: "Invalid Request: not a JSON-RPC 2.0 message",
-    -32601: "Method not found",
-    -32602: "Invalid params: not a JSON-RPC 2.0 request, notification or response that MCP accepts",
-    -32603: "Internal error",
-}
-
-
-# a JSON-RPC error answer is small: a larger answer is a result, passed on as it comes
-_ERROR_MAX_BYTES = 65_536
-
-
-def _without_internals(send: Send) -> Send:
-    """``send`` with every JSON-RPC error rewritten: the code kept, the message one of HRT's, no
-    ``data``. Refused HTTP requests (4xx/5xx) carry one, and so do answers of 200: the SDK's
-    "Method not found" quotes the method the caller named in ``data``."""
-    held: list[Message] = []
-    judged = False
-
-    async def flush(body: bytes | None) -> None:
-        nonlocal judged
-        judged = True
-        start, *chunks = held
-        held.clear()
-        if body is None:
-            for m in (start, *chunks):
-                await send(m)
-            return
-        headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
-        await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
-
-    async def wrapped(message: Message) -> None:
-        if judged or message["type"] not in ("http.response.start", "http.response.body"):
-            await send(message)
-            return
-        held.append(message)
-        if message["type"] == "http.response.start":
-            return
-        refused = int(held[0]["status"]) >= 400
-        size = sum(len(m.get("body", b"")) for m in held[1:])
-        if not refused and size > _ERROR_MAX_BYTES and not _an_error(held[1].get("body", b"")[:_HEAD_BYTES]):
-            await flush(None)
-        elif not message.get("more_body", False):
-            body = b"".join(m.get("body", b"") for m in held[1:])
-            await flush(_rewritten(body) if refused or b'"error"' in body else None)
-
-    return wrapped
-
-
-# a JSON-RPC answer names its kind in its first members ({"jsonrpc":..,"id":..,"error"/"result":..});
-# an error is held whole whatever its size (its echo of the caller's input is bounded by the
-# request's, HRT_MAX_BODY_BYTES), a result passed on once past the small-error size
-_HEAD_BYTES = 512
-
-
-def _an_error(head: bytes) -> bool:
-    error, result = head.find(b'"error"'), head.find(b'"result"')
-    return error >= 0 and (result < 0 or error < result)
-
-
-def _rewritten(body: bytes) -> bytes:
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        return body
-    error = doc.get("error") if isinstance(doc, dict) and "jsonrpc" in doc else None
-    if not isinstance(error, dict) or "code" not in error:
-        return body
-    code = error["code"]
-    message = _JSONRPC_MESSAGES.get(code, "Invalid request") if isinstance(code, int) else "Invalid request"
-    doc["error"] = {"code": code, "message": message}
-    return json.dumps(doc, separators=(",", ":")).encode()
 
 
 async def serve_stdio(

@@ -10,21 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
-import math
 import threading
 import time
-import weakref
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from hrt.config import Settings
 from hrt.contract import AugmentedMemoryContext, RetrieveRequest
-from hrt.embedder import CachedEmbedder, Embedder, SentenceTransformerEmbedder
-from hrt.embedding_models import prebuilt
-from hrt.errors import RateLimited, StateChanged, StoreError, StoreUnavailable
+from hrt.embedder import Embedder
+from hrt.errors import StateChanged, StoreError, StoreUnavailable
 from hrt.extraction.conversation import (
     ExtractionOptions,
     LLMCall,
@@ -39,12 +35,15 @@ from hrt.extraction.conversation import (
 from hrt.extraction.messages import ConversationRequest, ConversationResult
 from hrt.ingest import Record, build_batch
 from hrt.metrics import Metrics
+from hrt.model_loading import limit_compute_threads as limit_compute_threads
+from hrt.model_loading import load_embedder as load_embedder
+from hrt.model_loading import load_reranker as load_reranker
 from hrt.pipeline import HybridRetrievalTool, utc_now
 from hrt.records import Deletion, Kind, check_id
-from hrt.reranker import NoopReranker, Reranker
-from hrt.shares import Activity, Shares, WriteTime
+from hrt.reranker import Reranker
 from hrt.stores.base import (
     GraphStore,
+    Outbox,
     RecordStore,
     StoreLifecycle,
     VectorIndex,
@@ -54,6 +53,9 @@ from hrt.stores.base import (
     WriteResult,
 )
 from hrt.stores.factory import open_stores
+from hrt.write_admission import ACTIVE_WINDOW_S as ACTIVE_WINDOW_S
+from hrt.write_admission import WRITE_TIME_BURST_S as WRITE_TIME_BURST_S
+from hrt.write_admission import WriteAdmission
 
 if TYPE_CHECKING:
     from hrt.merge import MergeResult
@@ -66,106 +68,11 @@ T = TypeVar("T")
 PORTS = ("records", "graph", "vectors")  # the order of Stores.parts
 
 
-def load_reranker(settings: Settings, metrics: Metrics) -> Reranker:
-    """The one reranker the settings name: the ONNX cross-encoder when ``HRT_RERANKER_ONNX_MODEL`` is
-    set, the Qwen3 reranker over llama.cpp when ``HRT_RERANKER_BASE_URL`` is (the settings refuse
-    both), else the no-op one."""
-    if settings.reranker_onnx_model is not None:
-        from hrt.rerankers import OnnxCrossEncoder, RerankMetrics
-
-        return OnnxCrossEncoder(
-            settings.reranker_onnx_model,
-            tokenizer=settings.reranker_onnx_tokenizer,
-            max_length=settings.reranker_onnx_max_length,
-            threads=settings.reranker_onnx_threads,
-            metrics=RerankMetrics(metrics.registry),
-        )
-    if not settings.reranker_base_url:
-        return NoopReranker()
-    from hrt.rerankers import Qwen3Reranker, RerankMetrics
-
-    return Qwen3Reranker(
-        base_url=settings.reranker_base_url,
-        api_key=settings.reranker_api_key.get_secret_value() if settings.reranker_api_key is not None else None,
-        model=settings.reranker_model,
-        instruction=settings.reranker_instruction,
-        timeout_s=settings.reranker_timeout_s,
-        max_concurrency=settings.reranker_max_concurrency,
-        mode=settings.reranker_mode,
-        top_logprobs=settings.reranker_top_logprobs,
-        metrics=RerankMetrics(metrics.registry),
-    )
-
-
-def limit_compute_threads(threads: int) -> None:
-    """Hold torch and the BLAS behind numpy to ``threads`` each (0: leave their defaults)."""
-    if threads <= 0:
-        return
-    try:
-        import torch
-
-        torch.set_num_threads(threads)
-    except ImportError:  # pragma: no cover - torch comes with sentence-transformers
-        pass
-    try:
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(limits=threads)
-    except ImportError:  # pragma: no cover - optional
-        log.info("threadpoolctl is not installed; BLAS threads left at their default")
-
-
-def load_embedder(settings: Settings) -> Embedder:
-    inner: Embedder
-    if settings.embedding_backend == "onnx":
-        from hrt.onnx_embedder import OnnxEmbedder
-
-        # not limit_compute_threads, which imports torch: this backend never loads it. ONNX Runtime
-        # gets its own threads (embedding_threads); numpy's BLAS is limited here.
-        if settings.compute_threads > 0:
-            try:
-                from threadpoolctl import threadpool_limits
-
-                threadpool_limits(limits=settings.compute_threads)
-            except ImportError:  # pragma: no cover - optional
-                log.info("threadpoolctl is not installed; BLAS threads left at their default")
-        inner = OnnxEmbedder(
-            settings.embedding_model,
-            cache_dir=settings.cache_root() / "onnx",
-            threads=settings.embedding_threads,
-            batch_size=settings.embedding_batch_size,
-            quantize=settings.embedding_quantize,
-            models_root=settings.cache_root(),
-            repository=settings.model_repository,
-            write_nice=settings.embedding_write_nice,
-        )
-    else:
-        if prebuilt(settings.embedding_model) is not None:
-            raise StoreError(
-                f"the embedding model {settings.embedding_model!r} is a prebuilt ONNX model: it runs on "
-                "HRT_EMBEDDING_BACKEND=onnx"
-            )
-        limit_compute_threads(settings.compute_threads)
-        inner = SentenceTransformerEmbedder(
-            settings.embedding_model, device=settings.embedding_device, batch_size=settings.embedding_batch_size
-        )
-    return CachedEmbedder(inner, settings.embedding_cache_size)
-
-
 # a conversation write planned again at most this often when other writers of its user commit first
 CONVERSATION_RETRIES = 5
 
-# a tenant's write time: the burst, in seconds of its HRT_TENANT_WRITE_MS_PER_S; and how recent
-# another tenant's request must be for the share to apply (alone on the server, a tenant is free)
-WRITE_TIME_BURST_S = 4
-ACTIVE_WINDOW_S = 10.0
 
-
-# set while a task holds an ingest slot, so a write made of writes (delete_entity) takes one
-_INGEST_SLOT_HELD: contextvars.ContextVar[bool] = contextvars.ContextVar("hrt_ingest_slot_held", default=False)
-
-
-class HRTService:
+class HRTService(WriteAdmission):
     def __init__(
         self,
         settings: Settings,
@@ -195,18 +102,7 @@ class HRTService:
         self._preload_lock = threading.Lock()
         self._warm_task: asyncio.Task[None] | None = None
         self._projector_stop = asyncio.Event()
-        # writes in progress (ingest_slot), per tenant
-        self.write_slots = Shares(settings.max_concurrent_ingests)
-        # and their time, per tenant while others are active (the server notes who is)
-        self.write_time = WriteTime(
-            settings.tenant_write_ms_per_s,
-            WRITE_TIME_BURST_S * settings.tenant_write_ms_per_s,
-            Activity(ACTIVE_WINDOW_S, time.monotonic),
-            time.monotonic,
-        )
-        # one conversation write per user at a time in this process (others wait; replicas are
-        # kept apart by the statistics' version row, WriteBatch.state_expect)
-        self._conversation_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._init_admission(settings)
         self.llm_extractor: LLMCall | None = self._own_llm_extractor()
         # before the stores open: a reranker that cannot load (HRT_RERANKER_ONNX_MODEL) leaves none open
         own_reranker = reranker or self._own_reranker()
@@ -216,17 +112,7 @@ class HRTService:
         )
         self._closers.append(self.stores.close)
         if self.stores.outbox is not None:
-            from hrt.projector import Projector
-
-            self.projector = Projector(
-                self.stores.outbox,
-                self.graph,
-                self.vectors,
-                max_attempts=settings.projector_max_attempts,
-                metrics=self.metrics,
-            )
-            for circuit in self.stores.circuits.values():  # a store back: catch up from the outbox now
-                circuit.on_close.append(self.projector.wake)
+            self.projector = self._own_projector(self.stores.outbox)
         self.tool = HybridRetrievalTool(
             settings,
             self.embedder,
@@ -255,6 +141,22 @@ class HRTService:
     @property
     def writer(self) -> Writer:
         return self.stores.writer
+
+    def _own_projector(self, outbox: Outbox) -> Projector:
+        """The projector delivering the outbox to the graph store and the vector index, woken when
+        a store behind a circuit is back (it catches up from the outbox at once)."""
+        from hrt.projector import Projector
+
+        projector = Projector(
+            outbox,
+            self.graph,
+            self.vectors,
+            max_attempts=self.settings.projector_max_attempts,
+            metrics=self.metrics,
+        )
+        for circuit in self.stores.circuits.values():
+            circuit.on_close.append(projector.wake)
+        return projector
 
     def _own_llm_extractor(self) -> LLMCall | None:
         """The optional LLM extractor (``HRT_EXTRACTOR_BASE_URL``) as the conversation planner
@@ -475,70 +377,6 @@ class HRTService:
     async def retrieve_timed(self, request: RetrieveRequest) -> tuple[AugmentedMemoryContext, dict[str, float]]:
         return await self.tool.run(request)
 
-    @contextlib.contextmanager
-    def ingest_slot(self, tenant: str | None = None) -> Iterator[None]:
-        """One of the ``HRT_MAX_CONCURRENT_INGESTS`` writes that may run at once, at most half of
-        them (at least one) for one ``tenant`` (:mod:`hrt.shares`; None: the operator, held to
-        the total alone), or :class:`RateLimited` (429 with Retry-After) when the tenant's share or
-        every slot is taken: a write embeds and commits in worker threads, and more of them at
-        once would only queue for the CPU and the write lock while holding their records in
-        memory. Never waited for: a write that finds none is refused at once. Held already by
-        this task: taken once. While other tenants are active, the time the slot is held is
-        charged to ``tenant``'s ``HRT_TENANT_WRITE_MS_PER_S`` (:class:`hrt.shares.WriteTime`),
-        and a tenant that owes time is refused before it takes a slot."""
-        if _INGEST_SLOT_HELD.get():
-            yield
-            return
-        self.write_time.check(tenant, self._write_time_refusal)
-        started = self.write_time.clock()
-        try:
-            with self.write_slots.place(tenant, self._slots_refusal):
-                token = _INGEST_SLOT_HELD.set(True)
-                try:
-                    yield
-                finally:
-                    _INGEST_SLOT_HELD.reset(token)
-        finally:
-            self.write_time.charge(tenant, started)
-
-    def _slots_refusal(self, held: int, mine: bool) -> RateLimited:
-        where = "for this tenant, its share" if mine else "as many as this server runs at once"
-        return RateLimited(
-            f"{held} writes are in progress, {where} (HRT_MAX_CONCURRENT_INGESTS); retry later",
-            retry_after_s=self.settings.ingest_retry_after_s,
-            reason="ingest_concurrency",
-        )
-
-    @staticmethod
-    def _write_time_refusal(seconds: float) -> RateLimited:
-        return RateLimited(
-            "this tenant's writes are past their share of time (HRT_TENANT_WRITE_MS_PER_S); retry later",
-            retry_after_s=math.ceil(seconds),
-            reason="write_time",
-        )
-
-    @contextlib.asynccontextmanager
-    async def user_write(self, user_id: str) -> AsyncIterator[None]:
-        """The user's conversation lock (one conversation write per user at a time in this
-        process), waited for at most ``HRT_USER_WRITE_WAIT_S`` and taken BEFORE a write slot: a
-        second call for a busy user waits holding no slot, so it cannot take a slot from another
-        tenant while it waits; past the wait, 429 with Retry-After."""
-        lock = self._conversation_locks.setdefault(user_id, asyncio.Lock())
-        wait = self.settings.user_write_wait_s
-        try:
-            async with asyncio.timeout(wait):
-                await lock.acquire()
-        except TimeoutError:
-            raise RateLimited(
-                f"another write of this user is still running after {wait:g} s (HRT_USER_WRITE_WAIT_S); retry later",
-                retry_after_s=self.settings.ingest_retry_after_s,
-                reason="ingest_concurrency",
-            ) from None
-        try:
-            yield
-        finally:
-            lock.release()
-
     async def ingest(
         self,
         records: Sequence[Record],
@@ -546,28 +384,37 @@ class HRTService:
         written_by: str | None = None,
         tenant: str | None = None,
     ) -> WriteResult:
-        """Write records in one transaction; ``written_by``: the API key's id writing them (None:
-        the operator), kept with each entity with the clock's time (``RecordStore.entity_detail``);
-        ``tenant``: whose share of the write slots it takes (:meth:`ingest_slot`)."""
+        """Write records in one transaction, in a write slot of ``tenant``'s share
+        (:meth:`ingest_slot`); as :meth:`write_records`."""
         with self.ingest_slot(tenant):
-            for attempt in range(CONVERSATION_RETRIES):
-                forgetting = await self._forget_messages(records)
-                # embedding is CPU-bound for seconds per thousand records: never on the event loop
-                batch = await asyncio.to_thread(
-                    build_batch, [*records, *forgetting.records], self.embedder, progress=progress
-                )
-                batch.state, batch.state_expect = forgetting.state, forgetting.expect
-                self._mark_writer(batch, written_by)
-                try:
-                    result = await self.writer.apply(batch)
-                except StateChanged:  # a conversation call of the user committed first
-                    if attempt == CONVERSATION_RETRIES - 1:
-                        raise
-                    continue
-                break
-            for r in records:
-                self.metrics.ingested.labels(kind=r.kind).inc()
-            await self._project_now()
+            return await self.write_records(records, progress, written_by)
+
+    async def write_records(
+        self,
+        records: Sequence[Record],
+        progress: Callable[[int], None] | None = None,
+        written_by: str | None = None,
+    ) -> WriteResult:
+        """Write records in one transaction, the caller holding a write slot; ``written_by``: the
+        API key's id writing them (None: the operator), kept with each entity with the clock's time
+        (``RecordStore.entity_detail``)."""
+        for attempt in range(CONVERSATION_RETRIES):
+            forgetting = await self._forget_messages(records)
+            # embedding is CPU-bound for seconds per thousand records: never on the event loop
+            records_now = [*records, *forgetting.records]
+            batch = await asyncio.to_thread(build_batch, records_now, self.embedder, progress=progress)
+            batch.state, batch.state_expect = forgetting.state, forgetting.expect
+            self._mark_writer(batch, written_by)
+            try:
+                result = await self.writer.apply(batch)
+            except StateChanged:  # a conversation call of the user committed first
+                if attempt == CONVERSATION_RETRIES - 1:
+                    raise
+                continue
+            break
+        for r in records:
+            self.metrics.ingested.labels(kind=r.kind).inc()
+        await self._project_now()
         return result
 
     async def _forget_messages(self, records: Sequence[Record]) -> Plan:

@@ -145,7 +145,8 @@ def create_app(
         service.tool.trace_stores(tracing)
     # MCP over streamable HTTP at /mcp: behind the Guard like every route (any valid key; each tool
     # checks its own scope and users against the key, hrt/mcp_server.py)
-    from hrt.mcp_server import MCPEndpoint, build_server, request_principal
+    from hrt.mcp_http import MCPEndpoint
+    from hrt.mcp_server import build_server, request_principal
 
     mcp_endpoint = MCPEndpoint(build_server(lambda: state.service, request_principal, places=state.ingest_bodies.place))
     app = FastAPI(
@@ -177,6 +178,21 @@ def create_app(
     ui = ui_files()  # the inspector (/ui): static files, no data, no key
     app.router.routes.extend(ui_routes(ui))
 
+    _add_middleware(app, state, ui_paths(ui), count_request, count_refusal, tracing)
+    return app
+
+
+def _add_middleware(
+    app: FastAPI,
+    state: ServerState,
+    ui_open: frozenset[str],
+    count_request: Callable[[Scope, int], None],
+    count_refusal: Callable[[HRTError], None],
+    tracing: Tracing | None,
+) -> None:
+    """The middleware around the routes, outermost last: the body limits of each route (from its
+    declared rules), the Guard (keys, scopes, limits, audit), the request metric and the traces."""
+    settings = state.settings
     rules = route_rules(app.router.routes)
     app.add_middleware(
         BodyLimit,
@@ -189,7 +205,7 @@ def create_app(
         routes=lambda: list(app.router.routes),
         scopes=rules.scopes,
         audited=rules.audited,
-        open_paths=rules.open_paths | ui_paths(ui),
+        open_paths=rules.open_paths | ui_open,
         keyring=state.keyring if settings.auth == "on" else None,
         limiter=state.limiter,
         body_bytes=state.body_bytes,
@@ -202,4 +218,3 @@ def create_app(
         from hrt.api.traces import TraceRequests
 
         app.add_middleware(TraceRequests, tracing=tracing)
-    return app

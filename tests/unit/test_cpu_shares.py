@@ -5,7 +5,9 @@ are the tests' own; the one wait measured over HTTP is a lower bound, never an u
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -93,9 +95,11 @@ async def test_a_tenant_past_its_write_time_gets_429_while_another_is_active(loa
     loaded_service.write_time = WriteTime(100, 400, Activity(10.0, clock), clock)
     real_slot = loaded_service.ingest_slot
 
-    def slow_slot(tenant: str | None = None):  # type: ignore[no-untyped-def]
-        clock.now += 1.0  # each write holds its slot for a second of the test's clock
-        return real_slot(tenant)
+    @contextlib.contextmanager
+    def slow_slot(tenant: str | None = None) -> Iterator[None]:
+        with real_slot(tenant):
+            clock.now += 1.0  # each write holds its slot for a second of the test's clock
+            yield
 
     loaded_service.ingest_slot = slow_slot  # type: ignore[method-assign]
     app = create_app(settings, service=loaded_service)

@@ -46,16 +46,20 @@ LAYERS: list[tuple[str, ...]] = [
     ("hrt.stores.circuit", "hrt.stores.fallback", "hrt.stores.guarded"),  # stores behind servers: outages
     ("hrt.stores.backend",),  # what a backend says of itself
     ("hrt.embedder", "hrt.onnx_embedder", "hrt.reranker", "hrt.rerankers", "hrt.openai_compat"),  # models
+    ("hrt.model_loading",),  # the models the settings name
     ("hrt.stores.embedded", "hrt.stores.postgres", "hrt.stores.neo4j", "hrt.stores.weaviate"),  # adapters
     ("hrt.stores.registry", "hrt.stores.factory"),  # the backends known, and the composition root
     ("hrt.ingest",),
     ("hrt.pipeline", "hrt.projector", "hrt.browse", "hrt.export", "hrt.merge", "hrt.doctor"),  # use cases
     ("hrt.prompts", "hrt.extraction"),
-    ("hrt.service",),
+    ("hrt.write_admission", "hrt.service"),
+    ("hrt.usecases",),  # what every door (HTTP, MCP, CLI) calls
     ("hrt.front",),  # what the front doors share
-    ("hrt.api", "hrt.mcp_server", "hrt.reembed"),  # front doors
+    ("hrt.api", "hrt.mcp_http", "hrt.mcp_server", "hrt.reembed"),  # front doors
     (
         "hrt.cli",
+        "hrt.cli_memory",
+        "hrt.cli_parser",
         "hrt.client",
         "hrt.devstack",
         "hrt.devcluster",

@@ -138,7 +138,11 @@ class FakeService:
     def __init__(self) -> None:
         self.requests: list[ConversationRequest] = []
 
-    async def add_messages(self, request: ConversationRequest) -> ConversationResult:
+    async def add_messages(
+        self, request: ConversationRequest, written_by: str | None = None, tenant: str | None = None, **_: object
+    ) -> ConversationResult:
+        """As the CLI's use case calls it (:func:`hrt.usecases.add_messages`): the operator's, no writer."""
+        assert written_by is None and tenant is None
         self.requests.append(request)
         done = [
             MessageResult(index=m.index or 0, muid=f"{request.session_id}:{m.index}", status="added")

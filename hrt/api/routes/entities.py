@@ -8,6 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Response
 
+from hrt import usecases
 from hrt.api.access import Caller, needs
 from hrt.api.errors import ERROR_RESPONSES
 from hrt.api.routes.common import EntityKindPath, UserIdPath
@@ -24,7 +25,6 @@ from hrt.browse import (
     EntityPage,
     EntityView,
     browse_entities,
-    read_entity,
 )
 from hrt.contract import UserStats
 from hrt.metadata_filter import MAX_CHARS as MAX_FILTER_CHARS
@@ -41,9 +41,7 @@ router = APIRouter(dependencies=[Depends(known_query)])
     summary="Counts of one user's records",
 )
 async def user_stats(user_id: UserIdPath, caller: Caller, svc: Service) -> UserStats:
-    check_id(user_id, "user_id")
-    caller.require_users([user_id])
-    return UserStats(**await svc.records.counts(user_id))
+    return UserStats(**await usecases.counts(svc, caller, user_id))
 
 
 @router.get(
@@ -61,9 +59,7 @@ async def get_entity(
     svc: Service,
     relation_limit: Annotated[int, Query(ge=1, le=MAX_RELATION_LIMIT)] = DEFAULT_RELATION_LIMIT,
 ) -> EntityView:
-    check_id(user_id, "user_id")
-    caller.require_users([user_id])
-    return await read_entity(svc.records, user_id, Kind(kind), entity_id, relation_limit)
+    return await usecases.entity(svc, caller, user_id, Kind(kind), entity_id, relation_limit)
 
 
 # what a page says when its records are left out (a key without the read or export scope)

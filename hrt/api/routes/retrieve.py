@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
 
+from hrt import usecases
 from hrt.api.access import Caller, needs
 from hrt.api.errors import ERROR_RESPONSES
 from hrt.api.state import Service
@@ -27,8 +28,7 @@ router = APIRouter(dependencies=[Depends(known_query)])
     summary="Ground key phrases, expand, score and return the AugmentedMemoryContext V9.4",
 )
 async def retrieve(request: RetrieveRequest, caller: Caller, svc: Service) -> Response:
-    caller.require_users([request.user_id])
-    result, timings = await svc.retrieve_timed(request)
+    result, timings = await usecases.retrieve(svc, caller, request)
     server_timing = ", ".join(f"{stage};dur={sec * 1000:.2f}" for stage, sec in timings.items())
     return Response(
         content=result.canonical_json().encode(),

@@ -1,24 +1,24 @@
 """The writes of one user's records: ingest, conversations, deleting an entity, merging concepts
-and deleting everything of a user. Each is audited; each checks the key's users before it writes."""
+and deleting everything of a user. Each is audited; each is a door to its use case
+(:mod:`hrt.usecases`), which checks the ids and the key's users before it writes and fills in the
+audit line."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
+from hrt import usecases
 from hrt.api.access import Caller, needs
 from hrt.api.errors import ERROR_RESPONSES
 from hrt.api.openapi import CONVERSATION_BODY, ingest_request_body
 from hrt.api.routes.common import EntityKindPath, UserIdPath
 from hrt.api.state import Server, Service
 from hrt.api.strict import known_query
-from hrt.browse import written_by
 from hrt.contract import MergeRequest, MergeResult, WriteSummary
 from hrt.extraction.messages import ConversationResult
-from hrt.extraction.wire import parse_conversation_body
-from hrt.ingest import parse_ingest_body
-from hrt.records import Kind, check_id
 
 router = APIRouter(dependencies=[Depends(known_query)])
 
@@ -36,23 +36,12 @@ async def ingest(request: Request, caller: Caller, server: Server) -> WriteSumma
     # the body first, bounded in size and time (BodyLimit) and in bodies at once per tenant
     # (IngestBodies): a slow client never holds a write slot, which the write then takes at
     # once or answers 429. Decoding and validating thousands of records takes seconds, in a
-    # worker thread.
+    # worker thread, in the write slot (usecases.ingest_body).
     with server.ingest_bodies.place(caller.tenant):
         raw = await request.body()
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    svc = server.service
-    seen: set[str] = set()  # the records' users, named by the audit line of a refusal too
-    with svc.ingest_slot(caller.tenant):
-        try:
-            records = await asyncio.to_thread(parse_ingest_body, raw, ctype, server.settings.max_ingest_records, seen)
-        finally:
-            audit.update(users=sorted(seen))
-        del raw
-        users = sorted({r.user_id for r in records})
-        audit.update(users=users, records=len(records))
-        caller.require_users(users)  # before anything is written
-        result = await svc.ingest(records, written_by=written_by(caller))
-    audit.update(upserted=result.upserted, deleted=result.deleted)
+    limit = server.settings.max_ingest_records
+    result = await usecases.ingest_body(server.service, caller, raw, ctype, limit, audit)
     return WriteSummary(upserted=result.upserted, deleted=result.deleted)
 
 
@@ -70,22 +59,11 @@ async def conversations(request: Request, caller: Caller, server: Server) -> Con
     # ingest body place of the tenant's share; but it is validated in that place, which it keeps
     # until a write slot is held: the user is known only then, and its lock comes before a slot,
     # so a call waiting for the same user's previous one holds no slot meanwhile
-    svc = server.service
-    seen: set[str] = set()  # the message's user, named by the audit line of a refusal too
     with server.ingest_bodies.place(caller.tenant) as place:
         raw = await request.body()
-        try:
-            body = await asyncio.to_thread(parse_conversation_body, raw, seen)
-        finally:
-            audit.update(users=sorted(seen))
+        body = await asyncio.to_thread(usecases.parse_conversation, raw, audit)
         del raw
-        audit.update(users=[body.user_id], records=len(body.messages), messages=len(body.messages))
-        caller.require_users([body.user_id])  # before anything is written
-        result = await svc.add_messages(
-            body, written_by=written_by(caller), tenant=caller.tenant, on_slot=place.release
-        )
-    audit.update(upserted=sum(m.status != "unchanged" for m in result.messages))
-    return result
+        return await usecases.add_messages(server.service, caller, body, audit, on_slot=place.release)
 
 
 @router.delete(
@@ -98,12 +76,9 @@ async def conversations(request: Request, caller: Caller, server: Server) -> Con
 async def delete_entity(
     request: Request, user_id: UserIdPath, kind: EntityKindPath, entity_id: UserIdPath, caller: Caller, svc: Service
 ) -> WriteSummary:
-    request.state.audit = {"users": [user_id], "records": 1}
-    check_id(user_id, "user_id")
-    caller.require_users([user_id])
-    check_id(entity_id, "entity_id")
-    n = await svc.delete_entity(user_id, Kind(kind), entity_id, tenant=caller.tenant)
-    request.state.audit.update(deleted=n)
+    audit: dict[str, Any] = {}
+    request.state.audit = audit
+    n = await usecases.delete_entity(svc, caller, user_id, kind, entity_id, audit)
     return WriteSummary(upserted=0, deleted=n)
 
 
@@ -118,13 +93,9 @@ async def delete_entity(
 async def merge_concepts(
     request: Request, user_id: UserIdPath, concept_id: UserIdPath, body: MergeRequest, caller: Caller, svc: Service
 ) -> MergeResult:
-    request.state.audit = {"users": [user_id], "records": len(body.ids), "target_concept": concept_id}
-    check_id(user_id, "user_id")
-    caller.require_users([user_id])
-    check_id(concept_id, "concept_id")
-    result = await svc.merge_concepts(user_id, concept_id, body.ids, tenant=caller.tenant)
-    request.state.audit.update(deleted=len(result.merged), upserted=result.relations_moved)
-    return result
+    audit: dict[str, Any] = {}
+    request.state.audit = audit
+    return await usecases.merge_concepts(svc, caller, user_id, concept_id, body.ids, audit)
 
 
 @router.delete(
@@ -135,9 +106,7 @@ async def merge_concepts(
     summary="Delete everything of one user",
 )
 async def delete_user(request: Request, user_id: UserIdPath, caller: Caller, svc: Service) -> WriteSummary:
-    request.state.audit = {"users": [user_id], "records": 0}
-    check_id(user_id, "user_id")
-    caller.require_users([user_id])
-    n = await svc.delete_user(user_id, tenant=caller.tenant)
-    request.state.audit.update(deleted=n)
+    audit: dict[str, Any] = {}
+    request.state.audit = audit
+    n = await usecases.delete_user(svc, caller, user_id, audit)
     return WriteSummary(upserted=0, deleted=n)
