@@ -1,12 +1,12 @@
 """The use cases of HRT's doors: the HTTP routes (:mod:`hrt.api.routes`), the MCP tools
-(:mod:`hrt.mcp_server`) and the CLI (:mod:`hrt.cli`) each call these, and only these, to read and
-write a user's memory.
+(:mod:`hrt.mcp_server`) and the CLI (:mod:`hrt.cli`) each call these to read and write a user's
+memory.
 
-Each use case does, once and in this order: the ids checked (:func:`hrt.records.check_id`), the
-audit record filled in as far as it is known (``written``: the users, records, and later what was
-written; the door writes it as its ``hrt.audit`` line, whatever the outcome), the caller's users
-checked before anything is written (:meth:`hrt.auth.Principal.require_users`), one write slot of
-the caller's tenant taken (:meth:`hrt.service.HRTService.ingest_slot`), and the write.
+Each use case does, once and in this order: the audit record filled in as far as it is known
+(``written``: the users, the records, later what was written; the door writes it as its
+``hrt.audit`` line whatever the outcome), the ids checked (:func:`hrt.records.check_id`), the
+caller's users checked before anything is written (:meth:`hrt.auth.Principal.require_users`), one
+write slot of the caller's tenant taken (:meth:`hrt.service.HRTService.ingest_slot`), and the work.
 
 ``caller`` None is the operator (the CLI): every user, the operator's share of the slots, and
 nothing recorded as the writer.
@@ -52,6 +52,14 @@ def require_users(caller: Principal | None, users: Sequence[str]) -> None:
         caller.require_users(users)
 
 
+def for_user(caller: Principal | None, user_id: str) -> str:
+    """``user_id`` checked (422) and the caller acting for it (403): what every use case of one
+    user's records asks first."""
+    check_id(user_id, "user_id")
+    require_users(caller, [user_id])
+    return user_id
+
+
 def entity_kind(value: Any) -> Kind:
     """An entity's kind: memory_unit, concept or artifact (422 otherwise)."""
     if value not in KINDS:
@@ -74,8 +82,7 @@ async def retrieve(
 
 async def counts(svc: HRTService, caller: Principal | None, user_id: str) -> dict[str, int]:
     """The user's records, counted per kind."""
-    check_id(user_id, "user_id")
-    require_users(caller, [user_id])
+    for_user(caller, user_id)
     return dict(await svc.records.counts(user_id))
 
 
@@ -83,8 +90,7 @@ async def entity(
     svc: HRTService, caller: Principal | None, user_id: str, kind: Kind, entity_id: str, relation_limit: int
 ) -> EntityView:
     """One entity as ingested, with at most ``relation_limit`` of its relations (:mod:`hrt.browse`)."""
-    check_id(user_id, "user_id")
-    require_users(caller, [user_id])
+    for_user(caller, user_id)
     return await read_entity(svc.records, user_id, kind, entity_id, relation_limit)
 
 
@@ -165,8 +171,7 @@ async def delete_entity(
 ) -> int:
     """Delete one entity and its edges in every store; the number of records deleted."""
     written.update(users=[user_id], records=1)
-    check_id(user_id, "user_id")
-    require_users(caller, [user_id])
+    for_user(caller, user_id)
     found = entity_kind(kind)
     check_id(entity_id, "entity_id")
     n = await svc.delete_entity(user_id, found, entity_id, tenant=_tenant(caller))
@@ -179,8 +184,7 @@ async def merge_concepts(
 ) -> MergeResult:
     """Merge concepts into ``target`` (:meth:`HRTService.merge_concepts`)."""
     written.update(users=[user_id], records=len(ids), target_concept=target)
-    check_id(user_id, "user_id")
-    require_users(caller, [user_id])
+    for_user(caller, user_id)
     check_id(target, "concept_id")
     result = await svc.merge_concepts(user_id, target, ids, tenant=_tenant(caller))
     written.update(deleted=len(result.merged), upserted=result.relations_moved)
@@ -190,8 +194,7 @@ async def merge_concepts(
 async def delete_user(svc: HRTService, caller: Principal | None, user_id: str, written: Written) -> int:
     """Delete everything of one user; the number of records deleted."""
     written.update(users=[user_id])
-    check_id(user_id, "user_id")
-    require_users(caller, [user_id])
+    for_user(caller, user_id)
     n = await svc.delete_user(user_id, tenant=_tenant(caller))
     written.update(deleted=n)
     return n

@@ -28,7 +28,7 @@ from hrt.browse import (
 )
 from hrt.contract import UserStats
 from hrt.metadata_filter import MAX_CHARS as MAX_FILTER_CHARS
-from hrt.records import Kind, check_id
+from hrt.records import Kind
 
 router = APIRouter(dependencies=[Depends(known_query)])
 
@@ -98,8 +98,7 @@ async def list_entities(
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
     cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
 ) -> Response:
-    check_id(user_id, "user_id")
-    caller.require_users([user_id])
+    usecases.for_user(caller, user_id)
     request = BrowseRequest(
         kind=Kind(kind) if kind is not None else None,
         tags=tuple(tags or ()),

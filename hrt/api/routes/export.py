@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request, Response
 
+from hrt import usecases
 from hrt.api.access import Caller, needs
 from hrt.api.errors import ERROR_RESPONSES
 from hrt.api.export import export_response
 from hrt.api.routes.common import UserIdPath
 from hrt.api.state import Server
 from hrt.api.strict import known_query
-from hrt.records import check_id
 
 router = APIRouter(dependencies=[Depends(known_query)])
 
@@ -30,8 +30,7 @@ router = APIRouter(dependencies=[Depends(known_query)])
 )
 async def export_user(request: Request, user_id: UserIdPath, caller: Caller, server: Server) -> Response:
     audit = request.state.audit = {"users": [user_id], "records": 0}
-    check_id(user_id, "user_id")
-    caller.require_users([user_id])
+    usecases.for_user(caller, user_id)
     return await export_response(
         server.service.records, user_id, server.export_slots, audit, caller.tenant, server.settings.export_idle_s
     )
