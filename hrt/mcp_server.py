@@ -22,6 +22,8 @@ the store anyway, with every scope for every user unless ``--user`` and ``--scop
 Errors are tool errors (``isError``) whose text and structured content are the REST error body,
 ``{"error": {"code", "message", "field"}}``. Every ``remember`` and ``forget`` is one line of the
 audit log (``hrt.audit``), as a REST write is; both come from :mod:`hrt.front`, as the REST API's do.
+Each tool is a door to the use cases of :mod:`hrt.usecases`, as each REST route is: the ids, the
+users, the write slot and what the audit line says are checked and taken there, once.
 """
 
 from __future__ import annotations

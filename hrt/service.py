@@ -1,5 +1,5 @@
 """The HRT service: one object wiring settings, embedder, stores, projector, reranker and metrics,
-used by the CLI and the HTTP API alike.
+under the use cases every door calls (:mod:`hrt.usecases`).
 
 The stores come from the composition root (:func:`hrt.stores.factory.open_stores`) as ports; with
 an outbox (PostgreSQL), the service runs the projector that delivers it to the graph store and the
