@@ -326,9 +326,11 @@ def cmd_query(args: argparse.Namespace) -> int:
     request = RetrieveRequest.model_validate(body)
 
     async def run() -> AugmentedMemoryContext:
+        from hrt import usecases
+
         service = await _service(_settings(args))
         try:
-            result: AugmentedMemoryContext = await service.retrieve(request)
+            result, _timings = await usecases.retrieve(service, None, request)
             return result
         finally:
             await service.close()
