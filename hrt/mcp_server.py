@@ -54,7 +54,7 @@ from hrt.front import INTERNAL_ERROR, audit, count_refusal, error_dict, status_f
 from hrt.ingest import Record, ingest_body_schema, parse_record
 from hrt.jsonbounds import field_name, schema_errors
 from hrt.mcp_http import MCPEndpoint as MCPEndpoint
-from hrt.records import ID_PATTERN, Kind, check_id, valid_id
+from hrt.records import ID_PATTERN, check_id, valid_id
 from hrt.service import HRTService
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ def _records_schema() -> dict[str, Any]:
     return _fields({"properties": body["properties"], "$defs": defs})["records"]
 
 
-KINDS = [k.value for k in Kind]
+KINDS = usecases.KINDS
 ID_SCHEMA: dict[str, Any] = {"type": "string", "pattern": ID_PATTERN}
 RETRIEVE_FIELDS = _fields(RetrieveRequest.model_json_schema())
 CONVERSATION_FIELDS = _fields(conversation.ConversationRequest.model_json_schema())
@@ -248,9 +248,6 @@ def _parse_records(records: list[Any], default_user: str | None) -> list[Record]
         except InvalidInput as exc:
             raise InvalidInput(exc.message, field=f"{where}.{exc.field}") from exc
     return parsed
-
-
-_kind = usecases.entity_kind
 
 
 def request_principal(ctx: Context[Any, Any]) -> Principal:
@@ -470,7 +467,7 @@ class _Tools:
         async def action(caller: Principal, written: dict[str, Any]) -> CallToolResult:
             caller.require_scope("retrieve")
             user = _user(caller, args["user_id"])
-            kind = _kind(args["kind"])
+            kind = usecases.entity_kind(args["kind"])
             ident = check_id(args["entity_id"], "entity_id")
             limit = DEFAULT_RELATION_LIMIT if args["relation_limit"] is None else args["relation_limit"]
             if not isinstance(limit, int) or isinstance(limit, bool):
