@@ -213,7 +213,7 @@ class HRTService(WriteAdmission):
         if background_projector:
             # the serving process holds an embedded file: a second server (or another process's
             # writes, which this one's caches would never see) is refused, naming this process
-            self.stores.claim(f"hrt serve on {self.settings.host}:{self.settings.port}")
+            self.stores.in_process.claim(f"hrt serve on {self.settings.host}:{self.settings.port}")
         if self.projector is not None and background_projector:
             self._projector_task = asyncio.create_task(self.projector.run(self._projector_stop))
         if background_projector and self.settings.preload_users > 0:
@@ -221,7 +221,7 @@ class HRTService(WriteAdmission):
             # ask): planned after "ready", they would take Neo4j's CPU from the first traffic
             self._preloading += 1
             self._warm_task = asyncio.create_task(self._warm_queries())
-            if self.stores.caches_in_process:
+            if self.stores.in_process.caches_in_process:
                 # a daemon thread: it never holds up a shutdown (a million-vector HNSW build takes minutes)
                 self._preloading += 1
                 threading.Thread(target=self._preload, args=(self.settings.preload_users,), daemon=True).start()
@@ -296,12 +296,12 @@ class HRTService(WriteAdmission):
         """Load the users' in-process caches now (graph, vectors, lexical index, HNSW graph, built
         or brought up to date and saved) instead of on a first request; nothing for stores behind
         servers."""
-        self.stores.preload(user_ids)
+        self.stores.in_process.preload(user_ids)
 
     def _preload(self, limit: int) -> None:
         try:
             started = time.perf_counter()
-            users = self.stores.largest_users(limit)
+            users = self.stores.in_process.largest_users(limit)
             self.preload_users(users)
             log.info("preloaded %d users' caches in %.1f s", len(users), time.perf_counter() - started)
             self._preloaded(ok=True)
@@ -497,7 +497,7 @@ class HRTService(WriteAdmission):
         (the embedded store, whose reads are synchronous SQLite and would hold this loop, and
         with it every other request, /healthz included), else here (PostgreSQL's pool belongs
         to this loop; its reads already wait without holding it)."""
-        if self.stores.reads_from_any_thread:
+        if self.stores.in_process.reads_from_any_thread:
             return await asyncio.to_thread(lambda: asyncio.run(work()))
         return await work()
 
@@ -511,7 +511,7 @@ class HRTService(WriteAdmission):
         options = ExtractionOptions(
             max_state_rows=self.settings.max_conversation_state_rows, notes=self.settings.conversation_notes
         )
-        if self.stores.reads_from_any_thread:
+        if self.stores.in_process.reads_from_any_thread:
             return await self.off_loop(lambda: plan_messages(self.records, request, utc_now(), options, remote))
         return await plan_messages(self.records, request, utc_now(), options, llm)
 

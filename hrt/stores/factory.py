@@ -16,7 +16,7 @@ Adding a backend: a package under ``hrt/stores/`` implementing the ports with on
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -77,24 +77,6 @@ class Stores:
     def close(self) -> None:
         """Close what lives in this process (the other stores close through their lifecycle)."""
         self.in_process.close()
-
-    # what a server does for stores in its own process, through :attr:`in_process`
-    @property
-    def caches_in_process(self) -> bool:
-        return self.in_process.caches_in_process
-
-    @property
-    def reads_from_any_thread(self) -> bool:
-        return self.in_process.reads_from_any_thread
-
-    def claim(self, purpose: str) -> None:
-        self.in_process.claim(purpose)
-
-    def largest_users(self, limit: int) -> list[str]:
-        return self.in_process.largest_users(limit)
-
-    def preload(self, user_ids: Sequence[str]) -> None:
-        self.in_process.preload(user_ids)
 
 
 def chosen(settings: Settings) -> dict[Role, Backend]:

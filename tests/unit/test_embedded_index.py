@@ -329,7 +329,7 @@ def test_a_load_racing_a_write_is_not_cached(tmp_path):
 async def test_warm_and_preload_fill_the_largest_users_caches(loaded_service, tmp_path):
     svc = loaded_service
     await svc.ingest(parse_jsonl(jsonl(small_graph("u3", prefix="y")[:5])))
-    assert svc.stores.largest_users(2) == ["u1", "u2"]  # u1 and u2 hold the same count: by id
+    assert svc.stores.in_process.largest_users(2) == ["u1", "u2"]  # u1 and u2 hold the same count: by id
     assert svc.stores.in_process.file is not None
     svc.preload_users(["u1"])
     assert "u1" in svc.stores.in_process.file.graph._cache and "u1" in svc.stores.in_process.file.vectors._cache
