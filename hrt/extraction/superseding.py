@@ -36,7 +36,7 @@ from hrt.extraction.ids import message_id
 from hrt.records import MAX_SUPERSEDES, Artifact, Kind, MemoryUnit, iso
 
 if TYPE_CHECKING:
-    from hrt.extraction.conversation import State
+    from hrt.extraction.statistics import State
 
 SEP = "\x1f"
 # candidates read at the most for one cue, newest first
