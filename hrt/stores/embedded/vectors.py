@@ -1,6 +1,7 @@
 """VectorIndex over the embedded SQLite file: exact cosine on a per-user numpy matrix (vectors are
 stored L2-normalised, so cosine is a dot product) plus BM25 for the lexical leg, over an in-memory
-index (:mod:`hrt.stores.bm25`) built from the texts SQLite FTS5 keeps."""
+index (:mod:`hrt.stores.bm25`) built from the texts SQLite FTS5 keeps. A user's rows are an
+immutable snapshot (:class:`~hrt.stores.embedded.matrix._UserMatrix`) that each write replaces."""
 
 from __future__ import annotations
 

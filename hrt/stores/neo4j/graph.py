@@ -63,6 +63,10 @@ never uses it.
 
 Driver errors are translated at this edge: connection loss and unavailable databases become
 :class:`~hrt.errors.StoreUnavailable`, any other driver or server error :class:`~hrt.errors.StoreError`.
+
+The Cypher text lives in :mod:`~hrt.stores.neo4j.queries` (``_HOP``, ``_ROWS`` and the others),
+the records' rows in :mod:`~hrt.stores.neo4j.rows`, the schema files' reading in
+:mod:`~hrt.stores.neo4j.schema`; this module holds :class:`Neo4jGraphStore`.
 """
 
 from __future__ import annotations

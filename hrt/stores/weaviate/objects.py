@@ -53,7 +53,7 @@ def _cosine(a: Vector, b: Vector | Sequence[float], a_norm: float | None = None)
 
 
 def _stored_form(doc: VectorDoc) -> tuple[Any, ...]:
-    """What Weaviate stores of a doc, as :meth:`WeaviateVectorIndex._stored` reads it back."""
+    """What Weaviate stores of a doc, as :meth:`~hrt.stores.weaviate.reads.WeaviateReads._stored` reads it back."""
     return (
         Kind(doc.kind).value,
         doc.text,

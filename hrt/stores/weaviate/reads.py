@@ -121,7 +121,7 @@ class WeaviateReads:
         return out
 
     async def _stored(self, user_id: str, tenant: str, ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
-        """The stored form (:func:`_stored_form`) of those of ``ids`` the tenant holds."""
+        """The stored form (:func:`~hrt.stores.weaviate.objects._stored_form`) of those of ``ids`` the tenant holds."""
         return {
             f["entity_id"].text_value: (
                 f["kind"].text_value,

@@ -43,7 +43,7 @@ existed have them null too and must pass a ``valid_at`` filter. The filter is
 ``NOT(valid_from > at) AND NOT(valid_to <= at)``: a comparison never matches a null or missing
 property, so ``valid_from <= at AND valid_to > at`` would drop every open or older document (checked
 on Weaviate 1.38: it keeps only documents with both ends set), while the NOTs of the opposite
-comparisons let them through (:func:`_valid_at`).
+comparisons let them through (:func:`~hrt.stores.weaviate.filters._valid_at`).
 
 Search: per phrase, one ``near_vector`` and one ``bm25`` query, all 2 x phrases queries issued
 concurrently over the client's single HTTP/2 gRPC channel (``asyncio.gather``). Weaviate's gRPC
@@ -59,7 +59,7 @@ page, fetches again with a larger page, so the id tie-break at the ``k`` cut is 
 are common: equal term counts in equally long texts. A grown page carries no vectors, which would
 cost more than the query, and the few hits it brings into the top ``k`` get theirs in one request
 by object id.) The legs' replies are read from the gRPC protobuf directly, not through the
-client's result objects (see :meth:`WeaviateVectorIndex._search`).
+client's result objects (see :meth:`~hrt.stores.weaviate.reads.WeaviateReads._search`).
 
 Differences from the embedded adapter that a reader of congruence results should know (the
 vector legs agree; the lexical legs mostly do): the embedded FTS5 index stems words (porter:
@@ -68,10 +68,17 @@ diacritics); FTS5 keeps one set of BM25 statistics over all users and scores wit
 variant, Weaviate scores BM25F per tenant, so equal sets may come in a different order; and the
 embedded lexical leg filters kinds and ``not_after`` after fetching ``2k``, Weaviate before.
 
-Errors: client, gRPC and HTTP failures are translated at this edge by :func:`~hrt.stores.weaviate.errors.guard`:
-unreachable, timed out or closed become :class:`~hrt.errors.StoreUnavailable`, anything else
-:class:`~hrt.errors.StoreError`. Every call also runs under an ``asyncio`` deadline, because the
-client retries an unavailable gRPC server with exponential backoff for about a minute.
+Errors: client, gRPC and HTTP failures are translated at this edge by
+:func:`~hrt.stores.weaviate.errors.guard`: unreachable, timed out or closed become
+:class:`~hrt.errors.StoreUnavailable`, anything else :class:`~hrt.errors.StoreError`. Every call
+also runs under an ``asyncio`` deadline, because the client retries an unavailable gRPC server with
+exponential backoff for about a minute.
+
+The adapter's parts: :mod:`~hrt.stores.weaviate.objects` (tenant names, object ids, the stored
+form of a document), :mod:`~hrt.stores.weaviate.schema` (the collection),
+:mod:`~hrt.stores.weaviate.filters` (search filters), :mod:`~hrt.stores.weaviate.reads` (the search
+legs and reads by id), :mod:`~hrt.stores.weaviate.errors` (the edge); this module holds
+:class:`WeaviateVectorIndex`, its lifecycle, schema check and writes.
 """
 
 from __future__ import annotations
@@ -458,7 +465,3 @@ class WeaviateVectorIndex(WeaviateReads):
     ) -> dict[str, tuple[float, float]]:
         """As :meth:`similarities`, the same requests also returning each object's passages."""
         return await self._cosines(user_id, ids, vectors, True)
-
-    # ------------------------------------------------------------------------------------------
-    # the edge
-    # ------------------------------------------------------------------------------------------
