@@ -1,13 +1,14 @@
 """The whole neighbourhood of a Neo4j expansion in one Cypher query: the reference the contract
 tests walk in Python to hold ``hrt.expand`` and the hop-by-hop Cypher expansion to.
 
-Expansion reads less (only the nodes the walk expands, :data:`hrt.stores.neo4j.graph._HOP`); this
+Expansion reads less (only the nodes the walk expands, :data:`hrt.stores.neo4j.queries._HOP`); this
 query reads every node of every level, each with its first ``$fanout`` visible links in the visit
 order, with the same link reads (``_FIRST_LINKS``) and node rows (``_node_rows``)."""
 
 from __future__ import annotations
 
-from hrt.stores.neo4j.graph import _FIRST_LINKS, MAX_DEPTH, _node_rows, _user_as_list, _visible
+from hrt.stores.neo4j.graph import MAX_DEPTH
+from hrt.stores.neo4j.queries import _FIRST_LINKS, _node_rows, _user_as_list, _visible
 
 _SEEDS = f"""
 UNWIND $seeds AS seed_id
