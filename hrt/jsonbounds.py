@@ -161,6 +161,7 @@ class Cursor:
         self.text = text
         self.i = 0
         self.budget = budget if budget is not None else Budget()
+        self.last = (0, 0)  # the span of the last value read (:meth:`value`)
 
     def skip(self) -> Cursor:
         m = _WS.match(self.text, self.i)
@@ -194,6 +195,7 @@ class Cursor:
             raise _malformed(where, "nested too deeply", field) from exc
         if used != end - self.i:
             raise _malformed(where, f"unexpected data at character {self.i + used}", field)
+        self.last = (self.i, end)
         self.i = end
         return value
 

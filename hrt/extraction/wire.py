@@ -3,8 +3,9 @@ arguments of the MCP tool ``remember``, validated strictly (JSON's types as decl
 does) with every invalid field named as the schema names it: ``messages[2].content``.
 
 The body is read as ingest reads its own (:mod:`hrt.jsonbounds`): each message measured in the text,
-decoded and validated alone, every other member a short value, a member that is no field refused
-unread, so memory holds validated messages, never a tree of the whole body."""
+decoded (to check it) and validated alone from its own text, every other member a short value, a
+member that is no field refused unread, so memory holds validated messages, never a tree of the
+whole body."""
 
 from __future__ import annotations
 
@@ -45,8 +46,10 @@ class _Messages:
         self.valid: list[Message] = []
         self.errors: list[tuple[str, str]] = []
 
-    def add(self, n: int, value: Any) -> bool:
-        """Validate the ``n``-th message; False once the errors reported are at their bound."""
+    def add(self, n: int, value: Any, text: str | None = None) -> bool:
+        """Validate the ``n``-th message, from its ``text`` in the body when it came in one (the
+        value was decoded only to check it), else from ``value``; False once the errors reported
+        are at their bound."""
         if n >= MAX_MESSAGES:
             raise PayloadTooLarge(
                 f"more than {MAX_MESSAGES} messages in one request: send them in several calls (each one transaction)",
@@ -54,14 +57,15 @@ class _Messages:
             )
         try:
             # strictly, from JSON, as ingest validates a record (hrt.ingest.parse_record)
-            self.valid.append(Message.model_validate_json(json.dumps(value), strict=True))
+            self.valid.append(Message.model_validate_json(json.dumps(value) if text is None else text, strict=True))
         except ValidationError as exc:
             self.errors.extend(_named(exc, ("messages", n)))
         return len(self.errors) < MAX_REPORTED_ERRORS
 
-    def read(self, items: Iterable[tuple[int, Any]]) -> _Messages:
+    def read(self, items: Iterable[tuple[int, Any]], cur: Cursor | None = None) -> _Messages:
+        """Each item validated, from its text in ``cur`` when the items are that cursor's elements."""
         for n, value in items:
-            if not self.add(n, value):
+            if not self.add(n, value, cur.text[cur.last[0] : cur.last[1]] if cur is not None else None):
                 break
         return self
 
@@ -127,7 +131,7 @@ def _read_conversation(cur: Cursor, top: dict[str, Any]) -> ConversationRequest:
         if name in top or (name == "messages" and messages is not None):
             raise InvalidInput(f"{name} is given twice", field=name)
         if name == "messages" and cur.skip().at("["):
-            messages = _Messages().read(cur.elements(RECORD, "messages"))
+            messages = _Messages().read(cur.elements(RECORD, "messages"), cur)
             if len(messages.errors) >= MAX_REPORTED_ERRORS:
                 break  # parsing stops at the bound, as ingest's does
         else:

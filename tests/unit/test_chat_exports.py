@@ -143,3 +143,23 @@ def test_every_entry_point_reads_content_parts_alike():
     assert (
         "content[0].text: must be a string" in caught.value.message and "3" not in caught.value.message.split(":")[-1]
     )
+
+
+def test_a_body_s_messages_are_validated_from_their_own_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The route's body goes bytes -> text -> messages: each message is validated from its span of
+    the body (decoded once only to check its bounds), never encoded again from a decoded value; the
+    MCP tool's arguments, which arrive decoded, are."""
+    from types import SimpleNamespace
+
+    from hrt.extraction import wire
+
+    body = {"user_id": "u1", "session_id": "s", "messages": [{"content": "the ferry", "metadata": {"n": 1e2}}]}
+    expected = conversation_request(body)
+
+    def encoded_again(value: Any) -> str:
+        raise AssertionError("a message was encoded again")
+
+    monkeypatch.setattr(wire, "json", SimpleNamespace(dumps=encoded_again))
+    assert parse_conversation_body(json.dumps(body).encode()) == expected
+    with pytest.raises(AssertionError, match="encoded again"):
+        conversation_request(body)
