@@ -30,166 +30,51 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import inspect
 import json
 import logging
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hrt.cache_files import file_lock, write_atomic
+from hrt.cache_files import file_lock
 from hrt.config import default_cache_dir as cache_root
 from hrt.embedding_models import BUNDLED, MAVEN_CENTRAL, PrebuiltModel, canonical, fetch, prebuilt
 from hrt.errors import StoreError
+from hrt.onnx_export import EXPORT_FORMAT as EXPORT_FORMAT
+from hrt.onnx_export import INPUT_NAMES as INPUT_NAMES
+from hrt.onnx_export import INT8_META_FILE as INT8_META_FILE
+from hrt.onnx_export import META_FILE as META_FILE
+from hrt.onnx_export import OPSET as OPSET
+from hrt.onnx_export import OUTPUT_NAME as OUTPUT_NAME
+from hrt.onnx_export import QUANT_FORMAT as QUANT_FORMAT
+from hrt.onnx_export import QUANT_RECIPE as QUANT_RECIPE
+from hrt.onnx_export import export_onnx as export_onnx
+from hrt.onnx_export import quantize_onnx as quantize_onnx
+from hrt.onnx_layout import SUPPORTED_POOLING as SUPPORTED_POOLING
+from hrt.onnx_layout import ModelLayout as ModelLayout
+from hrt.onnx_layout import read_layout as read_layout
+from hrt.onnx_session import cpu_session as cpu_session
 from hrt.stores.base import Vector
 
 log = logging.getLogger(__name__)
 
-# Bump when the exported graph changes (inputs, outputs, attention implementation, opset): the new
-# value keys a new cache entry, so a stale export is never reused.
-EXPORT_FORMAT = 1
-OPSET = 17
+# the export recipe (EXPORT_FORMAT, OPSET, QUANT_RECIPE, ...) is hrt.onnx_export's
 ONNX_FILE = "model.onnx"
-META_FILE = "meta.json"
-INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
-OUTPUT_NAME = "last_hidden_state"
-SUPPORTED_POOLING = ("mean", "cls")
 EXPORT_TIMEOUT_S = 900.0
-# Bump when the quantisation recipe changes (QUANT_RECIPE): the int8 file is rebuilt.
-QUANT_FORMAT = 1
 INT8_FILE = "model.int8.onnx"
-INT8_META_FILE = "meta.int8.json"
-# ONNX Runtime's quantize_dynamic arguments: every MatMul (the weights of the attention projections
-# and feed-forward layers; the attention's activation products run in int8 too), signed weights per
-# output channel (per tensor is as fast but much further from fp32: docs/bench.md, "int8"), the full
-# 8-bit range (VNNI needs no reduce_range)
-QUANT_RECIPE = {"op_types_to_quantize": ["MatMul"], "per_channel": True, "reduce_range": False, "weight_type": "QInt8"}
 QUANTIZE_MODES = ("auto", "int8", "off")
 # at most this many padded tokens (texts x longest) per fp32 batch: on CPU long texts embed faster
 # in small batches, short ones in large batches (docs/bench.md, "fp32 batches"). Batch size never
 # changes an fp32 vector.
 BATCH_TOKENS = 1024
-
-# the legacy ``pooling_mode_*`` booleans of 1_Pooling/config.json and the mode each means
-_LEGACY_POOLING_KEYS = {
-    "pooling_mode_cls_token": "cls",
-    "pooling_mode_max_tokens": "max",
-    "pooling_mode_mean_tokens": "mean",
-    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
-    "pooling_mode_weightedmean_tokens": "weightedmean",
-    "pooling_mode_lasttoken": "lasttoken",
-}
-
-
-@dataclass(frozen=True)
-class ModelLayout:
-    """What the embedder needs to know about a sentence-transformers folder."""
-
-    root: Path
-    transformer_dir: Path  # config.json, the weights and tokenizer.json
-    pooling: str  # one of SUPPORTED_POOLING
-    dim: int
-    max_seq_length: int
-    do_lower_case: bool
-
-
-def _load_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise StoreError(f"cannot read {path}: {exc}") from exc
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    data = _load_json(path)
-    if not isinstance(data, dict):
-        raise StoreError(f"{path} is not a JSON object")
-    return data
-
-
-def _pooling_mode(config: dict[str, Any], where: Path) -> str:
-    mode = config.get("pooling_mode")
-    if mode is None:  # sentence-transformers before v5 wrote one boolean per mode
-        modes = [name for key, name in _LEGACY_POOLING_KEYS.items() if config.get(key)]
-        mode = modes[0] if len(modes) == 1 else modes
-    if isinstance(mode, list) and len(mode) == 1:
-        mode = mode[0]
-    if mode not in SUPPORTED_POOLING:
-        raise StoreError(
-            f"the onnx embedding backend supports {' and '.join(SUPPORTED_POOLING)} pooling, but {where} asks "
-            f"for {mode!r}; set HRT_EMBEDDING_BACKEND=torch for this model"
-        )
-    return str(mode)
-
-
-def read_layout(path: Path) -> ModelLayout:
-    """Read a sentence-transformers folder: Transformer, Pooling and optionally Normalize modules.
-
-    Raises StoreError for anything else (a Dense layer, max pooling, no tokenizer.json), so an
-    unsupported model fails at startup with a clear message, before any export."""
-    if not path.is_dir():
-        raise StoreError(
-            f"the onnx embedding backend needs 'bundled' or a local sentence-transformers folder, not {str(path)!r}; "
-            "set HRT_EMBEDDING_BACKEND=torch to load a model by name"
-        )
-    modules_file = path / "modules.json"
-    if not modules_file.is_file():
-        raise StoreError(f"{path} has no modules.json (not a sentence-transformers folder)")
-    modules = _load_json(modules_file)
-    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
-        raise StoreError(f"{modules_file} is not a list of modules")
-    transformer_dir: Path | None = None
-    pooling_dir: Path | None = None
-    for module in modules:
-        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
-        where = path / str(module.get("path", ""))
-        if kind == "Transformer" and transformer_dir is None:
-            transformer_dir = where
-        elif kind == "Pooling" and pooling_dir is None:
-            pooling_dir = where
-        elif kind != "Normalize":  # vectors are L2-normalised anyway
-            raise StoreError(
-                f"the onnx embedding backend does not support the {module.get('type')!r} module of {path}; "
-                "set HRT_EMBEDDING_BACKEND=torch for this model"
-            )
-    if transformer_dir is None or pooling_dir is None:
-        raise StoreError(f"{path} needs a Transformer and a Pooling module for the onnx embedding backend")
-    pooling_config = _read_json(pooling_dir / "config.json")
-    pooling = _pooling_mode(pooling_config, pooling_dir / "config.json")
-    if not (transformer_dir / "tokenizer.json").is_file():
-        raise StoreError(f"{transformer_dir} has no tokenizer.json (a fast tokenizer is needed for onnx)")
-    config = _read_json(transformer_dir / "config.json")
-    sbert_file = transformer_dir / "sentence_bert_config.json"
-    sbert = _read_json(sbert_file) if sbert_file.is_file() else {}
-    max_positions = int(config.get("max_position_embeddings") or 512)
-    max_seq_length = sbert.get("max_seq_length")
-    if max_seq_length is None:  # sentence-transformers falls back to the tokenizer's limit
-        tok_file = transformer_dir / "tokenizer_config.json"
-        tok_config = _read_json(tok_file) if tok_file.is_file() else {}
-        max_seq_length = min(int(tok_config.get("model_max_length") or max_positions), max_positions)
-    dim = pooling_config.get("embedding_dimension") or pooling_config.get("word_embedding_dimension")
-    dim = dim or config.get("hidden_size")
-    if not dim:
-        raise StoreError(f"{path} does not say its embedding dimension")
-    return ModelLayout(
-        root=path,
-        transformer_dir=transformer_dir,
-        pooling=pooling,
-        dim=int(dim),
-        max_seq_length=int(max_seq_length),
-        do_lower_case=bool(sbert.get("do_lower_case", False)),
-    )
 
 
 def cache_key(layout: ModelLayout) -> str:
@@ -210,101 +95,8 @@ def default_cache_dir() -> Path:
 
 
 # ------------------------------------------------------------------------------------------
-# export (the only code here that imports torch; it runs in a child process)
+# export and quantisation (hrt.onnx_export), each in a child process
 # ------------------------------------------------------------------------------------------
-
-
-def export_onnx(transformer_dir: Path, dest: Path) -> None:
-    """Export the transformer at ``transformer_dir`` to ``dest`` (atomically: temp file, check, rename).
-
-    Legacy TorchScript exporter (``dynamo=False`` where torch still has the keyword; the dynamo one
-    needs ``onnxscript``), opset 17, dynamic batch and sequence axes, eager attention. The exported
-    graph is checked against torch on a padded batch before it replaces ``dest``."""
-    import torch
-    from transformers import AutoModel
-
-    try:
-        model = AutoModel.from_pretrained(str(transformer_dir), attn_implementation="eager")
-    except TypeError:  # pragma: no cover - transformers before attn_implementation
-        model = AutoModel.from_pretrained(str(transformer_dir))
-    model.eval()
-    accepted = inspect.signature(model.forward).parameters
-    names = [n for n in INPUT_NAMES if n in accepted]
-
-    class LastHiddenState(torch.nn.Module):
-        def __init__(self, inner: Any) -> None:
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, *inputs: Any) -> Any:
-            return self.inner(**dict(zip(names, inputs, strict=True))).last_hidden_state
-
-    def batch(lengths: Sequence[int], width: int) -> dict[str, Any]:
-        ids = torch.arange(1000, 1000 + width, dtype=torch.long).repeat(len(lengths), 1)
-        mask = torch.zeros_like(ids)
-        for row, length in enumerate(lengths):
-            mask[row, :length] = 1
-        return {"input_ids": ids * mask, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
-
-    # traced on rows of different lengths, so the graph is the one with a real padding mask; checked
-    # on that batch and on one of another shape (a shape baked in by the tracer would show there)
-    feeds = batch([16, 9], 16)
-    args = tuple(feeds[n] for n in names)
-    axes = {n: {0: "batch", 1: "sequence"} for n in [*names, OUTPUT_NAME]}
-    kwargs: dict[str, Any] = {}
-    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
-        kwargs["dynamo"] = False
-    wrapper = LastHiddenState(model).eval()
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with _replacing(dest) as tmp:
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the tracer's and the legacy exporter's deprecation notes
-            torch.onnx.export(
-                wrapper,
-                args,
-                str(tmp),
-                input_names=names,
-                output_names=[OUTPUT_NAME],
-                dynamic_axes=axes,
-                opset_version=OPSET,
-                do_constant_folding=True,
-                **kwargs,
-            )
-        session = cpu_session(tmp, threads=1)
-        err = 0.0
-        for check in (feeds, batch([23, 5, 1], 23)):
-            with torch.no_grad():
-                expected = wrapper(*(check[n] for n in names)).numpy()
-            got = session.run(None, {n: check[n].numpy() for n in names})[0]
-            keep = check["attention_mask"].numpy()[..., None].astype(bool)
-            err = max(err, float(np.abs(np.where(keep, got - expected, 0.0)).max()))
-        if err > 1e-3:
-            raise StoreError(f"the ONNX export of {transformer_dir} disagrees with torch (max abs diff {err:.2g})")
-    meta = {
-        "format": EXPORT_FORMAT,
-        "opset": OPSET,
-        "source": str(transformer_dir),
-        "inputs": names,
-        "onnx_bytes": dest.stat().st_size,
-        "torch": torch.__version__,
-        "max_abs_diff_vs_torch": err,
-    }
-    write_atomic(dest.parent / META_FILE, json.dumps(meta, indent=2, sort_keys=True).encode())
-
-
-@contextlib.contextmanager
-def _replacing(dest: Path) -> Iterator[Path]:
-    """A temp file beside ``dest`` to write; it replaces ``dest`` when the block ends without an
-    exception, and is removed in any case."""
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.stem}-", suffix=".onnx.tmp", dir=dest.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    tmp.chmod(0o644)  # mkstemp's 0600 would keep other users of a shared cache out
-    try:
-        yield tmp
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _export_in_child(transformer_dir: Path, dest: Path) -> float:
@@ -375,30 +167,6 @@ def use_int8(mode: str, cpuinfo: str | None = None) -> bool:
     return mode == "int8" or (mode == "auto" and has_int8_dot(cpuinfo))
 
 
-def quantize_onnx(source: Path, dest: Path) -> None:
-    """Quantise the fp32 export ``source`` to ``dest`` (atomically) with :data:`QUANT_RECIPE`."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    recipe = dict(QUANT_RECIPE)
-    weight_type = QuantType.QInt8 if recipe.pop("weight_type") == "QInt8" else QuantType.QUInt8
-    root = logging.getLogger()
-    level = root.level
-    with _replacing(dest) as tmp:
-        root.setLevel(logging.ERROR)  # not its advice to pre-process the model first
-        try:
-            quantize_dynamic(source, tmp, weight_type=weight_type, **recipe)
-        finally:
-            root.setLevel(level)
-        cpu_session(tmp, threads=1)  # it loads, or nothing replaces dest
-    meta = {
-        "format": QUANT_FORMAT,
-        "recipe": QUANT_RECIPE,
-        "source_bytes": source.stat().st_size,
-        "onnx_bytes": dest.stat().st_size,
-    }
-    write_atomic(dest.parent / INT8_META_FILE, json.dumps(meta, indent=2, sort_keys=True).encode())
-
-
 def _run_child(args: Sequence[str], what: str) -> float:
     """``python -m hrt.onnx_embedder ARGS`` in a fresh interpreter; returns the seconds it took."""
     t0 = time.perf_counter()
@@ -444,26 +212,6 @@ def lower_priority_thread(nice: int) -> ThreadPoolExecutor | None:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + nice)
 
     return ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="hrt-embed-writes", initializer=lower)
-
-
-def cpu_session(path: Path, threads: int) -> Any:
-    """An ONNX Runtime session of ``path`` on the CPU, tuned to share its cores with a request (also
-    the ONNX cross-encoder's, :mod:`hrt.rerankers.onnx_cross`)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = max(0, threads)  # 0: ONNX Runtime's default (one per core)
-    options.inter_op_num_threads = 1
-    # a pool that spins after each call would burn the core the rest of the request needs (the
-    # lexical leg runs during the embedding), and slows concurrent embedding calls
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.log_severity_level = 3  # errors only
-    # no arena: it would keep the peak of the largest batch ever run (hundreds of MB for a batch of
-    # long texts) for the life of the server; without it memory is returned after each batch, at no
-    # cost in phrase latency
-    options.enable_cpu_mem_arena = False
-    return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
 
 
 def model_mean(model_id: str) -> Vector:

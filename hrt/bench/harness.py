@@ -158,52 +158,14 @@ def bench_one(
     server: Server | None = None
     try:
         target = make_target()
-        marker = work / f"{deployment}-{label}.ingest.json"  # what a kept embedded store holds
-        identity = {"synth": asdict(cfg), "vectors": plan.vectors}
-        kept = json.loads(marker.read_text()) if plan.reuse and marker.exists() else None
-        if deployment == "embedded" and kept is not None and kept.get("identity") == identity:
-            print(f"[bench] {deployment} {label}: reusing the kept store", file=sys.stderr, flush=True)
-            run["ingest"] = {**kept["ingest"], "reused": True}
-        else:
-            marker.unlink(missing_ok=True)
-            print(f"[bench] {deployment} {label}: ingest ({plan.vectors} vectors)", file=sys.stderr, flush=True)
-            run["ingest"] = run_ingest(cfg, target, plan.vectors, plan.batch_size)
-            if deployment == "embedded":
-                marker.write_text(json.dumps({"identity": identity, "ingest": run["ingest"]}))
-        print(
-            f"[bench] {deployment} {label}: {run['ingest']['entities_per_s']} entities/s; serving",
-            file=sys.stderr,
-            flush=True,
-        )
-        if target.service_pids:
-            waited, settled = wait_for_quiet(target.service_pids)
-            run["stores_settle"] = {"waited_s": waited, "settled": settled}
-            state = "quiet" if settled else "still busy (measuring anyway)"
-            print(f"[bench] {deployment} {label}: stores {state} after {waited} s", file=sys.stderr, flush=True)
+        _ingest_or_reuse(plan, deployment, label, cfg, target, work, run)
+        _settle_stores(deployment, label, target, run)
         # a first start on a fresh 1M store builds its HNSW graph before it is ready (~16 min, one thread)
         ready_s = 600.0 if n < 500_000 else 3_600.0
         server = Server(
             {**target.env, **plan.server_env}, work / f"server-{deployment}-{label}.log", server_embedder, ready_s
         )
-        total = 1 + plan.warmup + plan.requests * (1 + len(concurrency_levels(plan.concurrency)))
-        phrases = key_phrases(cfg, total)
-        figures, extra = measure(server, cfg, plan, phrases, target.service_pids)
-        run.update(figures)
-        if plan.writes:
-            print(f"[bench] {deployment} {label}: writes", file=sys.stderr, flush=True)
-            run["writes"] = measure_server(server, cfg, phrases, plan.depth, plan.writes, plan.trickle_s)
-        run["server"] = {"start_to_ready_s": server.start_s, "peak_rss_mb": server.peak_rss_mb(), **extra}
-        if target.service_pids:
-            run["server"]["stores_rss_mb"] = {k: tree_rss_mb(pid) for k, pid in target.service_pids.items()}
-        run["status"] = "ok"
-        seq = run["sequential"]["end_to_end"]
-        print(
-            f"[bench] {deployment} {label}: p50 {seq['p50_ms']} ms, p95 {seq['p95_ms']} ms, "
-            f"{run['concurrent']['throughput_rps']} req/s at {plan.concurrency} clients, "
-            f"peak RSS {run['server']['peak_rss_mb']} MB",
-            file=sys.stderr,
-            flush=True,
-        )
+        _measure_run(plan, deployment, label, cfg, target, server, run)
     except Exception as exc:
         run["status"] = "failed"
         run["error"] = f"{type(exc).__name__}: {exc}"[:2000]
@@ -219,9 +181,66 @@ def bench_one(
     return run
 
 
-def run_plan(plan: Plan) -> dict[str, Any]:
-    plan.out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {
+def _ingest_or_reuse(
+    plan: Plan, deployment: str, label: str, cfg: SynthConfig, target: Target, work: Path, run: dict[str, Any]
+) -> None:
+    """``run["ingest"]``: the ingest measured now, or that of a kept embedded store of the same graph."""
+    marker = work / f"{deployment}-{label}.ingest.json"  # what a kept embedded store holds
+    identity = {"synth": asdict(cfg), "vectors": plan.vectors}
+    kept = json.loads(marker.read_text()) if plan.reuse and marker.exists() else None
+    if deployment == "embedded" and kept is not None and kept.get("identity") == identity:
+        print(f"[bench] {deployment} {label}: reusing the kept store", file=sys.stderr, flush=True)
+        run["ingest"] = {**kept["ingest"], "reused": True}
+    else:
+        marker.unlink(missing_ok=True)
+        print(f"[bench] {deployment} {label}: ingest ({plan.vectors} vectors)", file=sys.stderr, flush=True)
+        run["ingest"] = run_ingest(cfg, target, plan.vectors, plan.batch_size)
+        if deployment == "embedded":
+            marker.write_text(json.dumps({"identity": identity, "ingest": run["ingest"]}))
+    print(
+        f"[bench] {deployment} {label}: {run['ingest']['entities_per_s']} entities/s; serving",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _settle_stores(deployment: str, label: str, target: Target, run: dict[str, Any]) -> None:
+    """Wait for the store servers to go quiet after the ingest (``run["stores_settle"]``)."""
+    if target.service_pids:
+        waited, settled = wait_for_quiet(target.service_pids)
+        run["stores_settle"] = {"waited_s": waited, "settled": settled}
+        state = "quiet" if settled else "still busy (measuring anyway)"
+        print(f"[bench] {deployment} {label}: stores {state} after {waited} s", file=sys.stderr, flush=True)
+
+
+def _measure_run(
+    plan: Plan, deployment: str, label: str, cfg: SynthConfig, target: Target, server: Server, run: dict[str, Any]
+) -> None:
+    """Reads (sequential and concurrent), the writes when asked, and the server's figures, into ``run``."""
+    total = 1 + plan.warmup + plan.requests * (1 + len(concurrency_levels(plan.concurrency)))
+    phrases = key_phrases(cfg, total)
+    figures, extra = measure(server, cfg, plan, phrases, target.service_pids)
+    run.update(figures)
+    if plan.writes:
+        print(f"[bench] {deployment} {label}: writes", file=sys.stderr, flush=True)
+        run["writes"] = measure_server(server, cfg, phrases, plan.depth, plan.writes, plan.trickle_s)
+    run["server"] = {"start_to_ready_s": server.start_s, "peak_rss_mb": server.peak_rss_mb(), **extra}
+    if target.service_pids:
+        run["server"]["stores_rss_mb"] = {k: tree_rss_mb(pid) for k, pid in target.service_pids.items()}
+    run["status"] = "ok"
+    seq = run["sequential"]["end_to_end"]
+    print(
+        f"[bench] {deployment} {label}: p50 {seq['p50_ms']} ms, p95 {seq['p95_ms']} ms, "
+        f"{run['concurrent']['throughput_rps']} req/s at {plan.concurrency} clients, "
+        f"peak RSS {run['server']['peak_rss_mb']} MB",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _results_head(plan: Plan) -> dict[str, Any]:
+    """The results before any run: the command, the machine, the versions, the configuration, the goals."""
+    return {
         "schema": SCHEMA,
         "command": plan.command,
         "started_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -247,6 +266,11 @@ def run_plan(plan: Plan) -> dict[str, Any]:
         "goals": {f"{d} {size_label(n)}": g for (d, n), g in GOALS.items()},
         "runs": [],
     }
+
+
+def run_plan(plan: Plan) -> dict[str, Any]:
+    plan.out.mkdir(parents=True, exist_ok=True)
+    results = _results_head(plan)
     server_embedder = plan.vectors if ":" in plan.vectors else None
     work = plan.out / "work"
     work.mkdir(parents=True, exist_ok=True)
@@ -262,31 +286,8 @@ def run_plan(plan: Plan) -> dict[str, Any]:
                 stack_error = f"the services stack did not start: {type(exc).__name__}: {exc}"[:2000]
                 print(f"[bench] {stack_error}", file=sys.stderr, flush=True)
         for n in plan.sizes:
-            label = size_label(n)
             for deployment in plan.deployments:
-                if deployment == "embedded":
-                    run = bench_one(
-                        plan,
-                        deployment,
-                        n,
-                        functools.partial(embedded_target, work, label, plan.reuse),
-                        work,
-                        server_embedder,
-                    )
-                elif stack is None:
-                    run = {
-                        "deployment": deployment,
-                        "entities": n,
-                        "size": label,
-                        "status": "failed",
-                        "error": stack_error,
-                        "goals": [],
-                    }
-                else:
-                    run = bench_one(
-                        plan, deployment, n, functools.partial(services_target, stack, label), work, server_embedder
-                    )
-                results["runs"].append(run)
+                results["runs"].append(_run_one(plan, deployment, n, stack, stack_error, work, server_embedder))
                 write_outputs(results, plan.out)
             if plan.peer and stack is not None:
                 results.setdefault("peer", []).append(run_peer_safely(plan, stack, n))
@@ -295,17 +296,49 @@ def run_plan(plan: Plan) -> dict[str, Any]:
             results["locomo"] = run_locomo_safely(plan, stack)
             write_outputs(results, plan.out)
         if not plan.keep and not plan.reuse:
-            for suffix in ("", "-wal", "-shm"):
-                for db in work.glob(f"*.db{suffix}"):
-                    db.unlink(missing_ok=True)
-            for folder in work.glob("*.db.ann"):
-                shutil.rmtree(folder, ignore_errors=True)
-            for marker in work.glob("*.ingest.json"):
-                marker.unlink()
+            _remove_stores(work)
     results["finished_at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     results["machine"]["loadavg_at_end"] = list(os.getloadavg())
     write_outputs(results, plan.out)
     return results
+
+
+def _run_one(
+    plan: Plan,
+    deployment: str,
+    n: int,
+    stack: Any,
+    stack_error: str | None,
+    work: Path,
+    server_embedder: str | None,
+) -> dict[str, Any]:
+    """One deployment at one size; a services run without its stack fails with the stack's error."""
+    label = size_label(n)
+    if deployment == "embedded":
+        return bench_one(
+            plan, deployment, n, functools.partial(embedded_target, work, label, plan.reuse), work, server_embedder
+        )
+    if stack is None:
+        return {
+            "deployment": deployment,
+            "entities": n,
+            "size": label,
+            "status": "failed",
+            "error": stack_error,
+            "goals": [],
+        }
+    return bench_one(plan, deployment, n, functools.partial(services_target, stack, label), work, server_embedder)
+
+
+def _remove_stores(work: Path) -> None:
+    """The embedded stores and their ingest markers, once the run does not keep them."""
+    for suffix in ("", "-wal", "-shm"):
+        for db in work.glob(f"*.db{suffix}"):
+            db.unlink(missing_ok=True)
+    for folder in work.glob("*.db.ann"):
+        shutil.rmtree(folder, ignore_errors=True)
+    for marker in work.glob("*.ingest.json"):
+        marker.unlink()
 
 
 def run_locomo_safely(plan: Plan, stack: Any) -> dict[str, Any]:

@@ -130,7 +130,6 @@ async def _ingest(
     parent: int | None = None,
 ) -> dict[str, Any]:
     from hrt.config import Settings
-    from hrt.ingest import parse_record
     from hrt.service import HRTService
 
     settings = Settings(**overrides)
@@ -139,20 +138,9 @@ async def _ingest(
         await svc.graph.delete_user(cfg.user_id)
         await svc.vectors.delete_user(cfg.user_id)
     stats = GraphStats()
-    n_records = 0
-    parse_s = 0.0
     t0 = time.perf_counter()
     try:
-        for raw in batches(cfg, batch_size, stats):
-            # `hrt bench` killed (not by Ctrl-C, which reaches the whole process group): stop at the
-            # next batch instead of writing into the stores for the hour a 1M ingest takes
-            if orphaned(parent):
-                raise _Orphaned(f"hrt bench (pid {parent}) is gone: ingest stopped after {n_records} records")
-            t = time.perf_counter()
-            records = [parse_record(obj, f"record {n_records + i}") for i, obj in enumerate(raw)]
-            parse_s += time.perf_counter() - t
-            await svc.ingest(records)
-            n_records += len(records)
+        n_records, parse_s = await _write_graph(svc, cfg, batch_size, stats, parent)
         seconds = time.perf_counter() - t0
         t = time.perf_counter()
         svc.preload_users([cfg.user_id])  # build the user's in-process caches and HNSW graph, as a server would
@@ -182,6 +170,27 @@ async def _ingest(
             "concept_degree": stats.degree_summary(),
         },
     }
+
+
+async def _write_graph(
+    svc: Any, cfg: SynthConfig, batch_size: int, stats: GraphStats, parent: int | None
+) -> tuple[int, float]:
+    """The generated graph ingested batch by batch: the records written and the seconds parsing them."""
+    from hrt.ingest import parse_record
+
+    n_records = 0
+    parse_s = 0.0
+    for raw in batches(cfg, batch_size, stats):
+        # `hrt bench` killed (not by Ctrl-C, which reaches the whole process group): stop at the
+        # next batch instead of writing into the stores for the hour a 1M ingest takes
+        if orphaned(parent):
+            raise _Orphaned(f"hrt bench (pid {parent}) is gone: ingest stopped after {n_records} records")
+        t = time.perf_counter()
+        records = [parse_record(obj, f"record {n_records + i}") for i, obj in enumerate(raw)]
+        parse_s += time.perf_counter() - t
+        await svc.ingest(records)
+        n_records += len(records)
+    return n_records, parse_s
 
 
 def run_ingest(cfg: SynthConfig, target: Target, vectors: str, batch_size: int) -> dict[str, Any]:

@@ -179,9 +179,8 @@ async def _locomo(stack: Any, data: Any, limit_questions: int | None) -> dict[st
 
     from hrt.bench.targets import services_target
     from hrt.config import Settings
-    from hrt.eval.locomo import EvalConfig, build_questions, import_conversation, load_samples, recall_at, request_for
+    from hrt.eval.locomo import build_questions, import_conversation, load_samples
     from hrt.service import HRTService
-    from hrt.stores.weaviate.vectors import tenant_name
 
     samples = load_samples(data)
     imported = [import_conversation(s) for s in samples]
@@ -205,28 +204,50 @@ async def _locomo(stack: Any, data: Any, limit_questions: int | None) -> dict[st
 
         peer.retriever.result_formatter = ids_only
         only_mus = wvc.query.Filter.by_property("kind").equal("memory_unit")
-        config = EvalConfig()
-        rows: list[tuple[int, float, float]] = []
-        hrt_ms: list[float] = []
-        peer_ms: list[float] = []
+        collection = target.settings["weaviate_collection"]
         try:
-            for q in questions:
-                t = time.perf_counter()
-                ctx = await svc.retrieve(request_for(q, config, config.depth))
-                hrt_ms.append((time.perf_counter() - t) * 1000)
-                hrt_ids = [m.muid for m in ctx.retrieved_memory_units]
-                peer.retriever.search_collection = peer.client.collections.get(
-                    target.settings["weaviate_collection"]
-                ).with_tenant(tenant_name(q.user_id))
-                t = time.perf_counter()
-                found = peer.retriever.search(query_text=q.text, top_k=10, weaviate_filters=only_mus).items
-                peer_ms.append((time.perf_counter() - t) * 1000)
-                peer_ids = list(dict.fromkeys(str(item.content) for item in found))
-                rows.append((q.category, recall_at(hrt_ids, q.evidence, 10), recall_at(peer_ids, q.evidence, 10)))
+            rows, hrt_ms, peer_ms = await _ask_both(svc, peer, collection, questions, only_mus)
         finally:
             peer.close()
     finally:
         await svc.close()
+    return _locomo_summary(data, len(samples), rows, import_s, hrt_ms, peer_ms)
+
+
+async def _ask_both(
+    svc: Any, peer: Peer, collection: str, questions: list[Any], only_mus: Any
+) -> tuple[list[tuple[int, float, float]], list[float], list[float]]:
+    """Each question to HRT and to the peer: (category, HRT's recall@10, the peer's) and the times in ms."""
+    from hrt.eval.locomo import EvalConfig, recall_at, request_for
+    from hrt.stores.weaviate.vectors import tenant_name
+
+    config = EvalConfig()
+    rows: list[tuple[int, float, float]] = []
+    hrt_ms: list[float] = []
+    peer_ms: list[float] = []
+    for q in questions:
+        t = time.perf_counter()
+        ctx = await svc.retrieve(request_for(q, config, config.depth))
+        hrt_ms.append((time.perf_counter() - t) * 1000)
+        hrt_ids = [m.muid for m in ctx.retrieved_memory_units]
+        peer.retriever.search_collection = peer.client.collections.get(collection).with_tenant(tenant_name(q.user_id))
+        t = time.perf_counter()
+        found = peer.retriever.search(query_text=q.text, top_k=10, weaviate_filters=only_mus).items
+        peer_ms.append((time.perf_counter() - t) * 1000)
+        peer_ids = list(dict.fromkeys(str(item.content) for item in found))
+        rows.append((q.category, recall_at(hrt_ids, q.evidence, 10), recall_at(peer_ids, q.evidence, 10)))
+    return rows, hrt_ms, peer_ms
+
+
+def _locomo_summary(
+    data: Any,
+    conversations: int,
+    rows: list[tuple[int, float, float]],
+    import_s: float,
+    hrt_ms: list[float],
+    peer_ms: list[float],
+) -> dict[str, Any]:
+    """Recall@10 of both, per category and overall, with the setup compared."""
 
     def mean(values: list[float]) -> float:
         return round(statistics.fmean(values), 4) if values else 0.0
@@ -242,7 +263,7 @@ async def _locomo(stack: Any, data: Any, limit_questions: int | None) -> dict[st
     return {
         "status": "ok",
         "data": str(data),
-        "conversations": len(samples),
+        "conversations": conversations,
         "questions": len(rows),
         "import_seconds": round(import_s, 1),
         "recall@10": {"hrt": mean([r[1] for r in rows]), "peer": mean([r[2] for r in rows])},

@@ -79,8 +79,27 @@ def _load(run: dict[str, Any]) -> str:
 
 
 def render_readme(results: dict[str, Any], png: Path | None) -> str:
+    runs = results["runs"]
+    lines = _header(results)
+    lines += _latency_table(runs)
+    lines += _stages_table(runs)
+    lines += _cpu_table(runs, results["machine"]["cores"] or 1)
+    lines += _writes_table(runs)
+    lines += _goals_table(runs)
+    lines += _peer_table(results.get("peer") or [])
+    loc = results.get("locomo")
+    if loc:
+        lines += _locomo_section(loc)
+    if png is not None:
+        lines += ["", f"![latency against size]({png.name})"]
+    lines += ["", "Every figure is in `results.json`; reproduce with the command above.", ""]
+    return "\n".join(lines)
+
+
+def _header(results: dict[str, Any]) -> list[str]:
+    """The command, the machine, the versions and the request mix."""
     m, v = results["machine"], results["versions"]
-    lines = [
+    return [
         "# hrt bench results",
         "",
         f"Command: `{results['command']}`",
@@ -99,6 +118,12 @@ def render_readme(results: dict[str, Any], png: Path | None) -> str:
         f"Started {results['started_at']}; each request: 3 new key phrases, depth {results['config']['depth']}, "
         f"default limits, no rerank; {results['config']['requests']} sequential requests after "
         f"{results['config']['warmup']} warm-up; concurrency levels {results['config']['concurrency_levels']}.",
+    ]
+
+
+def _latency_table(runs: list[dict[str, Any]]) -> list[str]:
+    """Latency and throughput per run, a failed run with its first error line."""
+    lines = [
         "",
         "## Latency and throughput (client side, over HTTP)",
         "",
@@ -106,7 +131,7 @@ def render_readme(results: dict[str, Any], png: Path | None) -> str:
         "| ingest entities/s | server peak RSS MB | load avg | status |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in results["runs"]:
+    for r in runs:
         if r.get("status") != "ok":
             lines.append(
                 f"| {r['deployment']} | {r['size']} | - | - | - | - | - | - | - | - | - | failed: "
@@ -119,91 +144,109 @@ def render_readme(results: dict[str, Any], png: Path | None) -> str:
             f"{_fmt(e['p99_ms'])} | {_fmt(c['throughput_rps'])} ({c['clients']}) | {_fmt(c['sustainable_rps'])} | "
             f"{_fmt(r['ingest']['entities_per_s'])} | {_fmt(r['server']['peak_rss_mb'])} | {_load(r)} | ok |"
         )
-    lines += ["", "## Per stage (server side, `Server-Timing`, sequential), p50 / p95 ms", ""]
+    return lines
+
+
+def _stages_table(runs: list[dict[str, Any]]) -> list[str]:
+    """Each stage's server-side p50 / p95 per run that succeeded."""
+    lines = ["", "## Per stage (server side, `Server-Timing`, sequential), p50 / p95 ms", ""]
     stage_cols = [s for s in STAGES if s != "rerank"]
     lines.append("| deployment | entities | " + " | ".join(stage_cols) + " |")
     lines.append("|---|---|" + "---|" * len(stage_cols))
-    for r in results["runs"]:
+    for r in runs:
         if r.get("status") != "ok":
             continue
         st = r["sequential"]["stages"]
         cells = [f"{_fmt(st[s]['p50_ms'])} / {_fmt(st[s]['p95_ms'])}" if s in st else "-" for s in stage_cols]
         lines.append(f"| {r['deployment']} | {r['size']} | " + " | ".join(cells) + " |")
-    cpu_rows = [r for r in results["runs"] if r.get("status") == "ok" and "cpu_ms_per_request" in r["sequential"]]
-    if cpu_rows:
-        cores = m["cores"] or 1
-        lines += [
-            "",
-            "## CPU per request (sequential requests, per process tree), ms",
-            "",
-            f"The total over {cores} cores is the least wall time a request can take with every process's share "
-            "in parallel.",
-            "",
-            "| deployment | entities | " + " | ".join(CPU_PROCESSES) + f" | total | total / {cores} cores |",
-            "|---|---|" + "---|" * (len(CPU_PROCESSES) + 2),
-        ]
-        for r in cpu_rows:
-            cpu = r["sequential"]["cpu_ms_per_request"]
-            cells = [_fmt(cpu.get(name)) for name in CPU_PROCESSES]
-            lines.append(
-                f"| {r['deployment']} | {r['size']} | "
-                + " | ".join(cells)
-                + f" | {_fmt(cpu['total'])} | {_fmt(round(cpu['total'] / cores, 1))} |"
-            )
-    lines += _writes_table(results["runs"])
-    goal_rows = [(r, g) for r in results["runs"] for g in r.get("goals", [])]
-    if goal_rows:
-        lines += [
-            "",
-            "## Goals",
-            "",
-            "| deployment | entities | goal | bound | measured | met |",
-            "|---|---|---|---|---|---|",
-        ]
-        for r, g in goal_rows:
-            lines.append(
-                f"| {r['deployment']} | {r['size']} | {g['goal']} | {_fmt(g['bound'])} | {_fmt(g['measured'])} | "
-                f"{'yes' if g['met'] else 'NO'} |"
-            )
-    peers = results.get("peer") or []
-    if peers:
-        lines += [
-            "",
-            "## Peer: neo4j-graphrag WeaviateNeo4jRetriever, same Weaviate and Neo4j data, depth 1",
-            "",
-            "| entities | HRT p50 / p95 ms | peer p50 / p95 ms | ratio HRT/peer (p50) | status |",
-            "|---|---|---|---|---|",
-        ]
-        for p in peers:
-            if p.get("status") != "ok":
-                lines.append(f"| {p['size']} | - | - | - | failed: {(p.get('error') or '')[:120]} |")
-                continue
-            h, q = p["hrt"]["end_to_end"], p["peer"]["end_to_end"]
-            lines.append(
-                f"| {p['size']} | {_fmt(h['p50_ms'])} / {_fmt(h['p95_ms'])} | {_fmt(q['p50_ms'])} / "
-                f"{_fmt(q['p95_ms'])} | {_fmt(p['ratio_p50'])} | ok |"
-            )
-    loc = results.get("locomo")
-    if loc:
-        lines += ["", "## LoCoMo evidence recall@10 (services data, real vectors)", ""]
-        if loc.get("status") != "ok":
-            lines.append(f"failed: {(loc.get('error') or '')[:200]}")
-        else:
-            lines += [
-                f"{loc['conversations']} conversations, {loc['questions']} questions.",
-                "",
-                "| category | questions | HRT | peer |",
-                "|---|---|---|---|",
-            ]
-            for cat, row in loc["by_category"].items():
-                lines.append(f"| {cat} | {row['questions']} | {_fmt(row['hrt'])} | {_fmt(row['peer'])} |")
-            lines.append(
-                f"| all | {loc['questions']} | {_fmt(loc['recall@10']['hrt'])} | {_fmt(loc['recall@10']['peer'])} |"
-            )
-    if png is not None:
-        lines += ["", f"![latency against size]({png.name})"]
-    lines += ["", "Every figure is in `results.json`; reproduce with the command above.", ""]
-    return "\n".join(lines)
+    return lines
+
+
+def _cpu_table(runs: list[dict[str, Any]], cores: int) -> list[str]:
+    """CPU time per request and process tree, per run that measured it."""
+    cpu_rows = [r for r in runs if r.get("status") == "ok" and "cpu_ms_per_request" in r["sequential"]]
+    if not cpu_rows:
+        return []
+    lines = [
+        "",
+        "## CPU per request (sequential requests, per process tree), ms",
+        "",
+        f"The total over {cores} cores is the least wall time a request can take with every process's share "
+        "in parallel.",
+        "",
+        "| deployment | entities | " + " | ".join(CPU_PROCESSES) + f" | total | total / {cores} cores |",
+        "|---|---|" + "---|" * (len(CPU_PROCESSES) + 2),
+    ]
+    for r in cpu_rows:
+        cpu = r["sequential"]["cpu_ms_per_request"]
+        cells = [_fmt(cpu.get(name)) for name in CPU_PROCESSES]
+        lines.append(
+            f"| {r['deployment']} | {r['size']} | "
+            + " | ".join(cells)
+            + f" | {_fmt(cpu['total'])} | {_fmt(round(cpu['total'] / cores, 1))} |"
+        )
+    return lines
+
+
+def _goals_table(runs: list[dict[str, Any]]) -> list[str]:
+    """Each run's goals, met or not."""
+    goal_rows = [(r, g) for r in runs for g in r.get("goals", [])]
+    if not goal_rows:
+        return []
+    lines = [
+        "",
+        "## Goals",
+        "",
+        "| deployment | entities | goal | bound | measured | met |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r, g in goal_rows:
+        lines.append(
+            f"| {r['deployment']} | {r['size']} | {g['goal']} | {_fmt(g['bound'])} | {_fmt(g['measured'])} | "
+            f"{'yes' if g['met'] else 'NO'} |"
+        )
+    return lines
+
+
+def _peer_table(peers: list[dict[str, Any]]) -> list[str]:
+    """HRT beside neo4j-graphrag's retriever over the same data, per size."""
+    if not peers:
+        return []
+    lines = [
+        "",
+        "## Peer: neo4j-graphrag WeaviateNeo4jRetriever, same Weaviate and Neo4j data, depth 1",
+        "",
+        "| entities | HRT p50 / p95 ms | peer p50 / p95 ms | ratio HRT/peer (p50) | status |",
+        "|---|---|---|---|---|",
+    ]
+    for p in peers:
+        if p.get("status") != "ok":
+            lines.append(f"| {p['size']} | - | - | - | failed: {(p.get('error') or '')[:120]} |")
+            continue
+        h, q = p["hrt"]["end_to_end"], p["peer"]["end_to_end"]
+        lines.append(
+            f"| {p['size']} | {_fmt(h['p50_ms'])} / {_fmt(h['p95_ms'])} | {_fmt(q['p50_ms'])} / "
+            f"{_fmt(q['p95_ms'])} | {_fmt(p['ratio_p50'])} | ok |"
+        )
+    return lines
+
+
+def _locomo_section(loc: dict[str, Any]) -> list[str]:
+    """LoCoMo evidence recall for HRT and the peer, per category."""
+    lines = ["", "## LoCoMo evidence recall@10 (services data, real vectors)", ""]
+    if loc.get("status") != "ok":
+        lines.append(f"failed: {(loc.get('error') or '')[:200]}")
+        return lines
+    lines += [
+        f"{loc['conversations']} conversations, {loc['questions']} questions.",
+        "",
+        "| category | questions | HRT | peer |",
+        "|---|---|---|---|",
+    ]
+    for cat, row in loc["by_category"].items():
+        lines.append(f"| {cat} | {row['questions']} | {_fmt(row['hrt'])} | {_fmt(row['peer'])} |")
+    lines.append(f"| all | {loc['questions']} | {_fmt(loc['recall@10']['hrt'])} | {_fmt(loc['recall@10']['peer'])} |")
+    return lines
 
 
 def _writes_table(runs: list[dict[str, Any]]) -> list[str]:

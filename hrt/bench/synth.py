@@ -315,67 +315,96 @@ def _describe(ctype: str, name: str, rng: random.Random) -> str:
     return f"{name}: the way the team handles {domain} work, owned by a rotating lead."
 
 
-def generate(cfg: SynthConfig, stats: GraphStats | None = None) -> Iterator[dict[str, Any]]:
-    """Every record of one user's graph, deterministic for ``cfg``, in dependency order."""
-    rng = random.Random(f"hrt-bench/{cfg.seed}/{cfg.entities}")
-    st = stats if stats is not None else GraphStats()
-    user, p = cfg.user_id, cfg.id_prefix
-    n_c, n_m, n_a = cfg.n_concepts, cfg.n_memory_units, cfg.n_artifacts
-    st.concept_degree = [0] * n_c
+@dataclass(slots=True)
+class _Unit:
+    """A memory unit as drawn, with what its edges and the artifacts after it reuse."""
 
-    def rel(type_: str, source: str, target: str, **extra: Any) -> dict[str, Any]:
-        st.relations[type_] = st.relations.get(type_, 0) + 1
-        return {"kind": "relation", "user_id": user, "type": type_, "source": source, "target": target, **extra}
+    record: dict[str, Any]
+    mentioned: list[int]
+    ts: datetime
+    topic: str
+    first: str
+    others: str
 
-    # --- concepts --------------------------------------------------------------------------------
-    ctypes = concept_types(cfg)
-    per_type: dict[str, int] = {}
-    names: list[str] = []
-    for i in range(n_c):
-        ctype = ctypes[i]
-        k = per_type.get(ctype, 0)
-        per_type[ctype] = k + 1
-        name = concept_name(ctype, k)
-        names.append(name)
-        st.entities["concept"] += 1
-        yield {
-            "kind": "concept",
-            "user_id": user,
-            "id": f"{p}c{i}",
-            "name": name,
-            "type": ctype,
-            "description": _describe(ctype, name, rng),
-            "status": "active" if rng.random() < 0.9 else "archived",
-            "salience": round(rng.uniform(0.05, 0.95), 3),
-            "properties": {"domain": rng.choice(DOMAINS)},
-        }
-    pop = popularity(cfg)
-    for i in range(n_c):
-        seen: set[int] = {i}
-        for _ in range(rng.choice((1, 1, 2, 2, 3))):
-            j = pop.draw(rng)
-            if j in seen:
-                continue
-            seen.add(j)
-            st.concept_degree[i] += 1
-            st.concept_degree[j] += 1
-            yield rel(
-                "RELATED_TO",
-                f"{p}c{i}",
-                f"{p}c{j}",
-                weight=round(rng.uniform(0.3, 1.0), 2),
-                relation_type=rng.choice(RELATION_TYPES),
-            )
 
-    # --- memory units, their edges, and the artifacts derived from them --------------------------
-    step = SPAN_DAYS * 86400 / max(1, n_m)
-    artifacts_due = [round((k + 1) * n_m / n_a) - 1 for k in range(n_a)] if n_a else []
-    next_artifact = 0
-    thread_last: dict[int, int] = {}  # thread -> last memory unit index
-    for m in range(n_m):
+class _GraphDraw:
+    """One graph's random stream, counts, concept names and popularity, drawn in :func:`generate`'s order."""
+
+    def __init__(self, cfg: SynthConfig, stats: GraphStats) -> None:
+        self.cfg = cfg
+        self.rng = random.Random(f"hrt-bench/{cfg.seed}/{cfg.entities}")
+        self.st = stats
+        self.user, self.p = cfg.user_id, cfg.id_prefix
+        self.names: list[str] = []
+        stats.concept_degree = [0] * cfg.n_concepts
+
+    def rel(self, type_: str, source: str, target: str, **extra: Any) -> dict[str, Any]:
+        self.st.relations[type_] = self.st.relations.get(type_, 0) + 1
+        return {"kind": "relation", "user_id": self.user, "type": type_, "source": source, "target": target, **extra}
+
+    def concepts(self) -> Iterator[dict[str, Any]]:
+        rng, p = self.rng, self.p
+        ctypes = concept_types(self.cfg)
+        per_type: dict[str, int] = {}
+        for i in range(self.cfg.n_concepts):
+            ctype = ctypes[i]
+            k = per_type.get(ctype, 0)
+            per_type[ctype] = k + 1
+            name = concept_name(ctype, k)
+            self.names.append(name)
+            self.st.entities["concept"] += 1
+            yield {
+                "kind": "concept",
+                "user_id": self.user,
+                "id": f"{p}c{i}",
+                "name": name,
+                "type": ctype,
+                "description": _describe(ctype, name, rng),
+                "status": "active" if rng.random() < 0.9 else "archived",
+                "salience": round(rng.uniform(0.05, 0.95), 3),
+                "properties": {"domain": rng.choice(DOMAINS)},
+            }
+
+    def concept_relations(self, pop: _Popularity) -> Iterator[dict[str, Any]]:
+        rng, p = self.rng, self.p
+        for i in range(self.cfg.n_concepts):
+            seen: set[int] = {i}
+            for _ in range(rng.choice((1, 1, 2, 2, 3))):
+                j = pop.draw(rng)
+                if j in seen:
+                    continue
+                seen.add(j)
+                self.st.concept_degree[i] += 1
+                self.st.concept_degree[j] += 1
+                yield self.rel(
+                    "RELATED_TO",
+                    f"{p}c{i}",
+                    f"{p}c{j}",
+                    weight=round(rng.uniform(0.3, 1.0), 2),
+                    relation_type=rng.choice(RELATION_TYPES),
+                )
+
+    def memory_units(self, pop: _Popularity) -> Iterator[dict[str, Any]]:
+        """The memory units, their edges, and the artifacts derived from them."""
+        n_m, n_a = self.cfg.n_memory_units, self.cfg.n_artifacts
+        step = SPAN_DAYS * 86400 / max(1, n_m)
+        artifacts_due = [round((k + 1) * n_m / n_a) - 1 for k in range(n_a)] if n_a else []
+        next_artifact = 0
+        thread_last: dict[int, int] = {}  # thread -> last memory unit index
+        for m in range(n_m):
+            unit = self._unit(m, step, pop)
+            self.st.entities["memory_unit"] += 1
+            yield unit.record
+            yield from self._unit_edges(m, unit.mentioned, thread_last)
+            while next_artifact < len(artifacts_due) and artifacts_due[next_artifact] <= m:
+                next_artifact += 1
+                yield from self._artifact(next_artifact - 1, m, unit, pop)
+
+    def _unit(self, m: int, step: float, pop: _Popularity) -> _Unit:
+        rng = self.rng
         ts = START + timedelta(seconds=m * step + rng.uniform(0, step * 0.8))
         mentioned = sorted({pop.draw(rng) for _ in range(1 + min(3, int(rng.expovariate(0.9))))})
-        cnames = [names[c] for c in mentioned]
+        cnames = [self.names[c] for c in mentioned]
         source_type = rng.choices(SOURCE_TYPES, weights=SOURCE_TYPE_WEIGHTS)[0]
         first = cnames[0]
         others = ", ".join(cnames[1:]) if len(cnames) > 1 else rng.choice(DOMAINS)
@@ -387,74 +416,85 @@ def generate(cfg: SynthConfig, stats: GraphStats | None = None) -> Iterator[dict
             f"Notes on {first}: {who} {rng.choice(VERBS)} the {topic}, with input on {others}. {rng.choice(OUTCOMES)}",
             f"Quick chat about {first} and {others}. {who} {rng.choice(VERBS)} the {topic}. {rng.choice(OUTCOMES)}",
         )
-        content = templates[m % 3]
-        title = f"{source_type.replace('_', ' ').capitalize()}: {first}"
-        st.entities["memory_unit"] += 1
-        muid = f"{p}m{m}"
-        yield {
+        record = {
             "kind": "memory_unit",
-            "user_id": user,
-            "muid": muid,
-            "title": title,
-            "content": content,
+            "user_id": self.user,
+            "muid": f"{self.p}m{m}",
+            "title": f"{source_type.replace('_', ' ').capitalize()}: {first}",
+            "content": templates[m % 3],
             "creation_ts": _iso(ts),
             "source_type": source_type,
             "importance_score": round(min(10.0, max(0.0, rng.gauss(5.5, 2.0))), 1),
             "source_agent_id": rng.choice(AGENTS),
             "tags": sorted({rng.choice(DOMAINS).replace(" ", "-"), source_type}),
         }
+        return _Unit(record, mentioned, ts, topic, first, others)
+
+    def _unit_edges(self, m: int, mentioned: list[int], thread_last: dict[int, int]) -> Iterator[dict[str, Any]]:
+        p, muid = self.p, f"{self.p}m{m}"
         for c in mentioned:
-            st.concept_degree[c] += 1
-            yield rel("MENTIONS", muid, f"{p}c{c}")
-        thread = rng.randrange(max(1, n_m // 50))
+            self.st.concept_degree[c] += 1
+            yield self.rel("MENTIONS", muid, f"{p}c{c}")
+        thread = self.rng.randrange(max(1, self.cfg.n_memory_units // 50))
         previous = thread_last.get(thread)
         if previous is not None:
-            yield rel("FOLLOWS", muid, f"{p}m{previous}")
+            yield self.rel("FOLLOWS", muid, f"{p}m{previous}")
         thread_last[thread] = m
-        while next_artifact < len(artifacts_due) and artifacts_due[next_artifact] <= m:
-            a = next_artifact
-            next_artifact += 1
-            sources = sorted({rng.randint(max(0, m - 40), m) for _ in range(rng.randint(2, 4))})
-            concept = pop.draw(rng) if rng.random() < 0.6 else None
-            atype = rng.choice(ARTIFACT_TYPES)
-            subject = names[concept] if concept is not None else first
-            st.entities["artifact"] += 1
-            aid = f"{p}a{a}"
-            yield {
-                "kind": "artifact",
-                "user_id": user,
-                "id": aid,
-                "artifact_type": atype,
-                "title": f"{atype.replace('_', ' ').capitalize()}: {subject}",
-                "content": (
-                    f"Across {len(sources)} recent notes, {subject} keeps coming up around the {topic}. "
-                    f"{rng.choice(OUTCOMES)} Suggested next step: {rng.choice(VERBS)} {others}."
-                ),
-                "created_at": _iso(ts + timedelta(minutes=30)),
-                "confidence": round(rng.uniform(0.3, 0.95), 2),
-            }
-            for s in sources:
-                yield rel("DERIVED_FROM", aid, f"{p}m{s}")
-            if concept is not None:
-                st.concept_degree[concept] += 1
-                yield rel("DERIVED_FROM", aid, f"{p}c{concept}")
 
-    # --- preferences ------------------------------------------------------------------------------
-    for k in range(cfg.preferences):
-        st.preferences += 1
-        if k % 3 == 0:
-            target_kind, target = "concept", f"{p}c{pop.order[k]}"
-        elif k % 3 == 1:
-            target_kind, target = "concept_type", CONCEPT_TYPES[k % len(CONCEPT_TYPES)]
-        else:
-            target_kind, target = "source_type", SOURCE_TYPES[k % len(SOURCE_TYPES)]
+    def _artifact(self, a: int, m: int, unit: _Unit, pop: _Popularity) -> Iterator[dict[str, Any]]:
+        rng, p = self.rng, self.p
+        sources = sorted({rng.randint(max(0, m - 40), m) for _ in range(rng.randint(2, 4))})
+        concept = pop.draw(rng) if rng.random() < 0.6 else None
+        atype = rng.choice(ARTIFACT_TYPES)
+        subject = self.names[concept] if concept is not None else unit.first
+        self.st.entities["artifact"] += 1
+        aid = f"{p}a{a}"
         yield {
-            "kind": "preference",
-            "user_id": user,
-            "target_kind": target_kind,
-            "target": target,
-            "weight": round(rng.uniform(0.1, 1.0), 2),
+            "kind": "artifact",
+            "user_id": self.user,
+            "id": aid,
+            "artifact_type": atype,
+            "title": f"{atype.replace('_', ' ').capitalize()}: {subject}",
+            "content": (
+                f"Across {len(sources)} recent notes, {subject} keeps coming up around the {unit.topic}. "
+                f"{rng.choice(OUTCOMES)} Suggested next step: {rng.choice(VERBS)} {unit.others}."
+            ),
+            "created_at": _iso(unit.ts + timedelta(minutes=30)),
+            "confidence": round(rng.uniform(0.3, 0.95), 2),
         }
+        for s in sources:
+            yield self.rel("DERIVED_FROM", aid, f"{p}m{s}")
+        if concept is not None:
+            self.st.concept_degree[concept] += 1
+            yield self.rel("DERIVED_FROM", aid, f"{p}c{concept}")
+
+    def preferences(self, pop: _Popularity) -> Iterator[dict[str, Any]]:
+        for k in range(self.cfg.preferences):
+            self.st.preferences += 1
+            if k % 3 == 0:
+                target_kind, target = "concept", f"{self.p}c{pop.order[k]}"
+            elif k % 3 == 1:
+                target_kind, target = "concept_type", CONCEPT_TYPES[k % len(CONCEPT_TYPES)]
+            else:
+                target_kind, target = "source_type", SOURCE_TYPES[k % len(SOURCE_TYPES)]
+            yield {
+                "kind": "preference",
+                "user_id": self.user,
+                "target_kind": target_kind,
+                "target": target,
+                "weight": round(self.rng.uniform(0.1, 1.0), 2),
+            }
+
+
+def generate(cfg: SynthConfig, stats: GraphStats | None = None) -> Iterator[dict[str, Any]]:
+    """Every record of one user's graph, deterministic for ``cfg``, in dependency order: the
+    concepts and their relations, the memory units with their edges and artifacts, the preferences."""
+    draw = _GraphDraw(cfg, stats if stats is not None else GraphStats())
+    yield from draw.concepts()
+    pop = popularity(cfg)
+    yield from draw.concept_relations(pop)
+    yield from draw.memory_units(pop)
+    yield from draw.preferences(pop)
 
 
 def batches(cfg: SynthConfig, size: int, stats: GraphStats | None = None) -> Iterator[list[dict[str, Any]]]:

@@ -45,7 +45,16 @@ LAYERS: list[tuple[str, ...]] = [
     ("hrt.stores.graph_walk", "hrt.stores.user_cache", "hrt.stores.vector_meta"),
     ("hrt.stores.circuit", "hrt.stores.fallback", "hrt.stores.guarded"),  # stores behind servers: outages
     ("hrt.stores.backend",),  # what a backend says of itself
-    ("hrt.embedder", "hrt.onnx_embedder", "hrt.reranker", "hrt.rerankers", "hrt.openai_compat"),  # models
+    (
+        "hrt.embedder",
+        "hrt.onnx_embedder",
+        "hrt.onnx_export",
+        "hrt.onnx_layout",
+        "hrt.onnx_session",
+        "hrt.reranker",
+        "hrt.rerankers",
+        "hrt.openai_compat",
+    ),  # models
     ("hrt.model_loading",),  # the models the settings name
     ("hrt.stores.embedded", "hrt.stores.postgres", "hrt.stores.neo4j", "hrt.stores.weaviate"),  # adapters
     ("hrt.stores.registry", "hrt.stores.factory"),  # the backends known, and the composition root
