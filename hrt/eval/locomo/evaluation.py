@@ -110,12 +110,7 @@ async def evaluate(
         t_import = time.perf_counter()
         call_ms: list[tuple[int, float]] = []  # (messages, ms) per conversation call
         if ingest == "turns":
-            questions = []
-            for sample, conv in zip(samples, imported, strict=True):
-                say(f"turns {conv.sample_id}: {conv.counts['memory_units']} turns")
-                await ingest_turns(service, conv, turns_per_call, call_ms)
-                qs, _ = build_questions(sample, conv)
-                questions.extend(qs)
+            questions = await _ingest_by_turns(service, samples, imported, turns_per_call, call_ms, say)
             if limit_questions is not None:
                 questions = questions[:limit_questions]
         else:
@@ -130,31 +125,87 @@ async def evaluate(
         tallies: dict[str, PhraseTally] = {}
         runners = _runners(systems, baselines, service, derived, cfg, traced, tallies)
         rows, seconds, per_question = await _ask(questions, runners, say)
-        meta = {
-            "conversations": [c.sample_id for c in imported],
-            "import_counts": {c.sample_id: c.counts for c in imported},
-            "questions": len(questions),
-            "questions_skipped_without_evidence": skipped,
-            "embedder": getattr(embedder, "name", type(embedder).__name__),
-            "config": cfg.as_json(),
-            "hrt_systems": {n: _system_json(n, cfg, settings) for n in runners if n in HRT_SYSTEMS},
-            "config_hash": settings.fingerprint(),
-            "notes": notes_of(options),
-            "import_options": _options_json(options),
-            "ingest": ingest,
-            # per HRT system: key phrases asked, those no entity grounded, and their share
-            "unmatched_phrases": {n: t.as_json() for n, t in tallies.items()},
-            **({"turns_per_call": turns_per_call, "ingest_cost": ingest_cost(call_ms)} if ingest == "turns" else {}),
-            "seconds": {
-                "import": round(import_seconds, 2),
-                "total": round(time.perf_counter() - t0, 2),
-                **{f"queries:{n}": round(s, 2) for n, s in seconds.items()},
-            },
-            "ms_per_question": {n: round(1000 * s / max(1, len(questions)), 2) for n, s in seconds.items()},
-        }
+        meta = _run_meta(
+            imported,
+            questions,
+            skipped,
+            embedder,
+            cfg,
+            settings,
+            options,
+            runners=runners,
+            tallies=tallies,
+            ingest=ingest,
+            turns_per_call=turns_per_call,
+            call_ms=call_ms,
+            seconds=seconds,
+            import_seconds=import_seconds,
+            t0=t0,
+        )
         return EvalResult({name: aggregate(rows[name]) for name in runners}, per_question, meta)
     finally:
         await service.close()
+
+
+def _run_meta(
+    imported: Sequence[ImportedConversation],
+    questions: Sequence[Question],
+    skipped: int,
+    embedder: Embedder,
+    cfg: EvalConfig,
+    settings: Settings,
+    options: ImportOptions,
+    *,
+    runners: Mapping[str, Any],
+    tallies: Mapping[str, PhraseTally],
+    ingest: str,
+    turns_per_call: int,
+    call_ms: Sequence[tuple[int, float]],
+    seconds: Mapping[str, float],
+    import_seconds: float,
+    t0: float,
+) -> dict[str, Any]:
+    """The run's description: what was imported and asked, how, and how long it took."""
+    return {
+        "conversations": [c.sample_id for c in imported],
+        "import_counts": {c.sample_id: c.counts for c in imported},
+        "questions": len(questions),
+        "questions_skipped_without_evidence": skipped,
+        "embedder": getattr(embedder, "name", type(embedder).__name__),
+        "config": cfg.as_json(),
+        "hrt_systems": {n: _system_json(n, cfg, settings) for n in runners if n in HRT_SYSTEMS},
+        "config_hash": settings.fingerprint(),
+        "notes": notes_of(options),
+        "import_options": _options_json(options),
+        "ingest": ingest,
+        # per HRT system: key phrases asked, those no entity grounded, and their share
+        "unmatched_phrases": {n: t.as_json() for n, t in tallies.items()},
+        **({"turns_per_call": turns_per_call, "ingest_cost": ingest_cost(call_ms)} if ingest == "turns" else {}),
+        "seconds": {
+            "import": round(import_seconds, 2),
+            "total": round(time.perf_counter() - t0, 2),
+            **{f"queries:{n}": round(s, 2) for n, s in seconds.items()},
+        },
+        "ms_per_question": {n: round(1000 * s / max(1, len(questions)), 2) for n, s in seconds.items()},
+    }
+
+
+async def _ingest_by_turns(
+    service: HRTService,
+    samples: Sequence[Mapping[str, Any]],
+    imported: Sequence[ImportedConversation],
+    turns_per_call: int,
+    call_ms: list[tuple[int, float]],
+    say: Callable[[str], None],
+) -> list[Question]:
+    """Each conversation's turns sent to the conversation route; the questions of the store they built."""
+    questions: list[Question] = []
+    for sample, conv in zip(samples, imported, strict=True):
+        say(f"turns {conv.sample_id}: {conv.counts['memory_units']} turns")
+        await ingest_turns(service, conv, turns_per_call, call_ms)
+        qs, _ = build_questions(sample, conv)
+        questions.extend(qs)
+    return questions
 
 
 def import_samples(
