@@ -4,7 +4,9 @@
 
 Each stage is ``async (RequestContext, Services) -> status`` (hrt/pipeline/context.py) and is
 named once, in :data:`PIPELINE`: its name keys the stage's status in
-``retrieval_metadata.stages``, its timing (``Server-Timing``) and its metric. Expansion includes
+``retrieval_metadata.stages``, its timing (``Server-Timing``) and its metric. A stage's
+``prefetch`` is started by the runner right after it, within its time: intake's starts grounding's
+search before the query vectors are in (hrt/pipeline/grounding.py, ``start_search``). Expansion includes
 validity and the vector reads scoring needs; hydration reads the shortlist (per kind
 ``limit x shortlist_factor``) before rerank and selection, because both need the entities' text;
 assembly renders the context when the request asks for it. Adding a stage is a function in its
@@ -28,7 +30,7 @@ from hrt.metrics import Metrics
 from hrt.pipeline.assembly import assembly_stage
 from hrt.pipeline.context import RequestContext, Stage
 from hrt.pipeline.expansion import expansion_stage
-from hrt.pipeline.grounding import grounding_stage
+from hrt.pipeline.grounding import grounding_stage, start_search
 from hrt.pipeline.hydration import hydration_stage
 from hrt.pipeline.intake import Intake, applied_config, configure, intake_stage
 from hrt.pipeline.rerank import rerank_stage
@@ -44,7 +46,7 @@ if TYPE_CHECKING:
 # The stages in order. Their names are the keys of retrieval_metadata.stages and of the timings
 # run() returns (the Server-Timing header, which benchmarks parse), then "total".
 PIPELINE: tuple[Stage, ...] = (
-    Stage("intake", intake_stage),
+    Stage("intake", intake_stage, prefetch=start_search),
     Stage("grounding", grounding_stage),
     Stage("expansion", expansion_stage),
     Stage("scoring", scoring_stage),
@@ -123,11 +125,17 @@ class HybridRetrievalTool:
         if not (ctx.user_known or stage.name in UNKNOWN_USER_STAGES):
             return "skipped"  # nothing stored for the user: nothing to search, walk, score or read
         if self.tracing is None:
-            return await stage.run(ctx, self)
+            return await self._run_with_prefetch(stage, ctx)
         with self.tracing.span(f"hrt.stage {stage.name}", {"hrt.stage": stage.name}) as span:
-            status = await stage.run(ctx, self)
+            status = await self._run_with_prefetch(stage, ctx)
             span.set_attributes({"hrt.stage.status": status, **stage_counts(ctx, stage.name)})
             return status
+
+    async def _run_with_prefetch(self, stage: Stage, ctx: RequestContext) -> str:
+        status = await stage.run(ctx, self)
+        if stage.prefetch is not None:
+            await stage.prefetch(ctx, self)
+        return status
 
     def config_for(self, request: RetrieveRequest) -> tuple[RetrievalConfig, str, AppliedConfig | None]:
         """The configuration one request runs with (hrt.pipeline.intake.configure: the server's,

@@ -110,7 +110,10 @@ async def settle(*pending: asyncio.Future[Any] | None) -> None:
 
 
 class Stage(NamedTuple):
-    """A stage of the pipeline: its name (its timing key, its ``stages`` key) and its function."""
+    """A stage of the pipeline: its name (its timing key, its ``stages`` key) and its function;
+    ``prefetch``, which the runner starts right after it (within its time), reads a later stage
+    needs, started early."""
 
     name: str
     run: StageRun
+    prefetch: Callable[[RequestContext, Services], Awaitable[None]] | None = None

@@ -36,6 +36,7 @@ one need, not phrases naming unrelated topics. Both stay off by default.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -219,11 +220,32 @@ async def run_grounding(intake: Intake, vectors: PhraseVectors, index: VectorInd
     return grounding
 
 
+async def start_search(ctx: RequestContext, services: Services) -> None:
+    """The intake stage's prefetch, which the runner starts once intake is done: grounding's search
+    (its lexical leg needs no vectors: at 1M documents that leg is most of the grounding), with the
+    preferences scoring needs beside it, then the wait for the vectors (intake's time ends when
+    they are in). Nothing for a user nothing was ever stored for."""
+    if not ctx.user_known:
+        return
+    embedding, intake = ctx.embedding, ctx.intake
+    try:
+        ctx.searching = asyncio.ensure_future(
+            asyncio.gather(
+                run_grounding(intake, embedding, services.vectors, ctx.cfg.grounding),
+                services.records.preferences(intake.user_id),
+            )
+        )
+        await asyncio.shield(embedding)
+    except BaseException:
+        await settle(embedding, ctx.searching)
+        raise
+
+
 async def grounding_stage(ctx: RequestContext, services: Services) -> str:
     """The grounding stage: the search the intake stage started (and the user's preferences, read
     beside it), then the request's named seeds join the grounded ones."""
     searching = ctx.searching
-    assert searching is not None  # started by the intake stage
+    assert searching is not None  # started by the runner (start_search, intake's prefetch)
     try:
         ctx.grounding, ctx.preferences = await searching
     except BaseException:

@@ -29,7 +29,6 @@ from hrt.contract import (
 )
 from hrt.errors import InvalidInput
 from hrt.pipeline.context import settle
-from hrt.pipeline.grounding import run_grounding
 from hrt.pipeline.temporal import TimeWindow, phrase_windows
 
 if TYPE_CHECKING:
@@ -131,11 +130,11 @@ async def intake_stage(ctx: RequestContext, services: Services) -> str:
     """The intake stage: the request's phrases and parameters, and the reads that need nothing
     else started. The embedding runs off the event loop (ONNX Runtime releases the GIL, so under
     concurrent requests it overlaps with other requests' Python work on the second core), and the
-    record store's user check meanwhile. Grounding's search starts before the vectors are in (its
-    lexical leg needs none: at 1M documents that leg is most of the grounding), with the
-    preferences scoring needs beside it; the stage ends when the vectors are in. A user nothing
-    was ever stored for (a new user's first turn) is no error: ``ctx.user_known`` is false, the
-    embedding is cancelled, nothing is searched, and the pipeline answers an empty context."""
+    record store's user check meanwhile. The runner then starts grounding's search
+    (:func:`hrt.pipeline.grounding.start_search`, the intake stage's ``prefetch``) before the vectors
+    are in. A user nothing was ever stored for (a new user's first turn) is no error:
+    ``ctx.user_known`` is false, the embedding is cancelled, nothing is searched, and the pipeline
+    answers an empty context."""
     intake = ctx.intake = run_intake(ctx.request, ctx.cfg, ctx.now)
     embedding = ctx.embedding = asyncio.ensure_future(
         asyncio.to_thread(services.embedder.embed_queries, list(intake.phrases))
@@ -145,15 +144,7 @@ async def intake_stage(ctx: RequestContext, services: Services) -> str:
         if not await services.records.user_exists(intake.user_id):
             ctx.user_known = False
             await settle(embedding)
-            return "ok"
-        ctx.searching = asyncio.ensure_future(
-            asyncio.gather(
-                run_grounding(intake, embedding, services.vectors, ctx.cfg.grounding),
-                services.records.preferences(intake.user_id),
-            )
-        )
-        await asyncio.shield(embedding)
     except BaseException:
-        await settle(embedding, ctx.searching)
+        await settle(embedding)
         raise
     return "ok"

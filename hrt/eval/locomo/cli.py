@@ -55,11 +55,23 @@ def _setting(text: str) -> tuple[str, Any]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_input_arguments(parser)
+    _add_system_arguments(parser)
+    _add_ingest_arguments(parser)
+    _add_mode_arguments(parser)
+
+
+def _add_input_arguments(parser: argparse.ArgumentParser) -> None:
+    """What to read and where to write."""
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="a LoCoMo JSON file (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=Path("eval-results/locomo"), help="output directory")
     parser.add_argument("--db", type=Path, default=None, help="the embedded store to build (default: a temp file)")
     parser.add_argument("--limit-questions", type=int, default=None, help="only the first N questions (quick runs)")
     parser.add_argument("--conversations", nargs="*", default=None, help="only these sample_ids")
+
+
+def _add_system_arguments(parser: argparse.ArgumentParser) -> None:
+    """Which systems answer, and how HRT's are set."""
     parser.add_argument(
         "--systems",
         nargs="*",
@@ -85,6 +97,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME=VALUE",
         help="a Settings override for every HRT system, repeatable (default: none, the product's defaults)",
     )
+
+
+def _add_ingest_arguments(parser: argparse.ArgumentParser) -> None:
+    """How the conversations reach the store."""
     parser.add_argument(
         "--ingest",
         choices=("batch", "turns"),
@@ -111,6 +127,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "turn (--notes and --ingest are then ignored), each into OUT/<notes>-<ingest>, and write the table "
         "OUT/locomo-side-by-side.md",
     )
+
+
+def _add_mode_arguments(parser: argparse.ArgumentParser) -> None:
+    """The runs that are not a plain run: comparisons, misses, experiments."""
     parser.add_argument(
         "--compare",
         nargs=2,

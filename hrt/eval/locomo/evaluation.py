@@ -107,54 +107,114 @@ async def evaluate(
     service = HRTService(settings, embedder=_cached(embedder, settings))
     await service.start()
     try:
-        t_import = time.perf_counter()
-        call_ms: list[tuple[int, float]] = []  # (messages, ms) per conversation call
-        if ingest == "turns":
-            questions = []
-            for sample, conv in zip(samples, imported, strict=True):
-                say(f"turns {conv.sample_id}: {conv.counts['memory_units']} turns")
-                await ingest_turns(service, conv, turns_per_call, call_ms)
-                qs, _ = build_questions(sample, conv)
-                questions.extend(qs)
-            if limit_questions is not None:
-                questions = questions[:limit_questions]
-        else:
-            for conv in imported:
-                say(f"import {conv.sample_id}: {conv.counts}")
-                await service.ingest(conv.records)
-        import_seconds = time.perf_counter() - t_import
+        done = await _ingest_all(service, samples, imported, questions, ingest, turns_per_call, limit_questions, say)
         service.embedder.embed_queries(phrases)  # one batch; every request below hits the cache
         derived = {c.user_id: c.derived_from for c in imported}
         baselines = baseline_systems(service, derived, cfg.top_k, cfg.render_budgets)
         traced = Traced()
         tallies: dict[str, PhraseTally] = {}
         runners = _runners(systems, baselines, service, derived, cfg, traced, tallies)
-        rows, seconds, per_question = await _ask(questions, runners, say)
-        meta = {
-            "conversations": [c.sample_id for c in imported],
-            "import_counts": {c.sample_id: c.counts for c in imported},
-            "questions": len(questions),
-            "questions_skipped_without_evidence": skipped,
-            "embedder": getattr(embedder, "name", type(embedder).__name__),
-            "config": cfg.as_json(),
-            "hrt_systems": {n: _system_json(n, cfg, settings) for n in runners if n in HRT_SYSTEMS},
-            "config_hash": settings.fingerprint(),
-            "notes": notes_of(options),
-            "import_options": _options_json(options),
-            "ingest": ingest,
-            # per HRT system: key phrases asked, those no entity grounded, and their share
-            "unmatched_phrases": {n: t.as_json() for n, t in tallies.items()},
-            **({"turns_per_call": turns_per_call, "ingest_cost": ingest_cost(call_ms)} if ingest == "turns" else {}),
-            "seconds": {
-                "import": round(import_seconds, 2),
-                "total": round(time.perf_counter() - t0, 2),
-                **{f"queries:{n}": round(s, 2) for n, s in seconds.items()},
-            },
-            "ms_per_question": {n: round(1000 * s / max(1, len(questions)), 2) for n, s in seconds.items()},
-        }
+        rows, seconds, per_question = await _ask(done.questions, runners, say)
+        meta = _run_meta(imported, done, skipped, embedder, cfg, settings, options, runners, tallies, seconds, t0)
         return EvalResult({name: aggregate(rows[name]) for name in runners}, per_question, meta)
     finally:
         await service.close()
+
+
+@dataclass(frozen=True, slots=True)
+class _Ingested:
+    """What the ingest left: the questions to ask, its time and, turn by turn, each call's."""
+
+    questions: list[Question]
+    ingest: str
+    turns_per_call: int
+    seconds: float
+    call_ms: list[tuple[int, float]]  # (messages, ms) per conversation call
+
+
+async def _ingest_all(
+    service: HRTService,
+    samples: Sequence[Mapping[str, Any]],
+    imported: Sequence[ImportedConversation],
+    questions: list[Question],
+    ingest: str,
+    turns_per_call: int,
+    limit_questions: int | None,
+    say: Callable[[str], None],
+) -> _Ingested:
+    """Every conversation into the store: as the batch import built it, or turn by turn (``turns``:
+    then the questions are those of the store the turns built)."""
+    t_import = time.perf_counter()
+    call_ms: list[tuple[int, float]] = []
+    if ingest == "turns":
+        questions = await _ingest_by_turns(service, samples, imported, turns_per_call, call_ms, say)
+        if limit_questions is not None:
+            questions = questions[:limit_questions]
+    else:
+        for conv in imported:
+            say(f"import {conv.sample_id}: {conv.counts}")
+            await service.ingest(conv.records)
+    return _Ingested(questions, ingest, turns_per_call, time.perf_counter() - t_import, call_ms)
+
+
+def _run_meta(
+    imported: Sequence[ImportedConversation],
+    done: _Ingested,
+    skipped: int,
+    embedder: Embedder,
+    cfg: EvalConfig,
+    settings: Settings,
+    options: ImportOptions,
+    runners: Mapping[str, Any],
+    tallies: Mapping[str, PhraseTally],
+    seconds: Mapping[str, float],
+    t0: float,
+) -> dict[str, Any]:
+    """The run's description: what was imported and asked, how, and how long it took."""
+    return {
+        "conversations": [c.sample_id for c in imported],
+        "import_counts": {c.sample_id: c.counts for c in imported},
+        "questions": len(done.questions),
+        "questions_skipped_without_evidence": skipped,
+        "embedder": getattr(embedder, "name", type(embedder).__name__),
+        "config": cfg.as_json(),
+        "hrt_systems": {n: _system_json(n, cfg, settings) for n in runners if n in HRT_SYSTEMS},
+        "config_hash": settings.fingerprint(),
+        "notes": notes_of(options),
+        "import_options": _options_json(options),
+        "ingest": done.ingest,
+        # per HRT system: key phrases asked, those no entity grounded, and their share
+        "unmatched_phrases": {n: t.as_json() for n, t in tallies.items()},
+        **(
+            {"turns_per_call": done.turns_per_call, "ingest_cost": ingest_cost(done.call_ms)}
+            if done.ingest == "turns"
+            else {}
+        ),
+        "seconds": {
+            "import": round(done.seconds, 2),
+            "total": round(time.perf_counter() - t0, 2),
+            **{f"queries:{n}": round(s, 2) for n, s in seconds.items()},
+        },
+        "ms_per_question": {n: round(1000 * s / max(1, len(done.questions)), 2) for n, s in seconds.items()},
+    }
+
+
+async def _ingest_by_turns(
+    service: HRTService,
+    samples: Sequence[Mapping[str, Any]],
+    imported: Sequence[ImportedConversation],
+    turns_per_call: int,
+    call_ms: list[tuple[int, float]],
+    say: Callable[[str], None],
+) -> list[Question]:
+    """Each conversation's turns sent to the conversation route; the questions of the store they built."""
+    questions: list[Question] = []
+    for sample, conv in zip(samples, imported, strict=True):
+        say(f"turns {conv.sample_id}: {conv.counts['memory_units']} turns")
+        await ingest_turns(service, conv, turns_per_call, call_ms)
+        qs, _ = build_questions(sample, conv)
+        questions.extend(qs)
+    return questions
 
 
 def import_samples(

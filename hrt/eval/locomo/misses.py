@@ -1,7 +1,7 @@
 """``--misses``: why evidence turns are not candidates.
 
 For every question, on a store a run kept (``--db``), the headline request is grounded and walked
-with the product's own code (:func:`run_grounding`, :func:`run_expansion`: the same seeds and
+with the product's own code (:func:`hrt.pipeline.trace.trace_walk`: the same seeds and
 candidates as the run's ``hrt`` system, whose candidate recall this reproduces). Every evidence
 turn the walk does not reach is put in the first class that applies, D being the request's depth:
 
@@ -36,9 +36,7 @@ from hrt.eval.locomo.metrics import CATEGORY_NAMES
 from hrt.eval.locomo.questions import Question
 from hrt.eval.locomo.systems import EvalConfig, request_for
 from hrt.pipeline import HybridRetrievalTool
-from hrt.pipeline.expansion import run_expansion
-from hrt.pipeline.grounding import run_grounding
-from hrt.pipeline.intake import run_intake
+from hrt.pipeline.trace import trace_walk
 from hrt.records import WALKED_EDGES, EdgeType, Kind
 from hrt.stores.base import ExpansionCaps, GraphEdge, GraphNode
 
@@ -249,11 +247,8 @@ async def classify_question(
     """Ground and walk ``q``'s headline request as the pipeline does; add its evidence turns and
     the reason for each one the walk missed to ``report``."""
     request = request_for(q, config, depth, config.weights)
-    cfg, _, _ = tool.config_for(request)
-    intake = run_intake(request, cfg, tool.clock())
-    vectors = tool.embedder.embed(list(intake.phrases))
-    grounding = await run_grounding(intake, vectors, tool.vectors, cfg.grounding)
-    candidates = await run_expansion(intake, grounding, tool.graph, cfg.expansion)
+    trace = await trace_walk(tool, request)
+    cfg, intake, grounding, candidates = trace.cfg, trace.intake, trace.grounding, trace.candidates
     reached = {c.node.id for c in candidates if c.node.kind is Kind.MEMORY_UNIT}
     report.questions += 1
     report.units += len(reached)
