@@ -382,16 +382,7 @@ def metadata(
         as_of=iso(intake.as_of),
         key_phrases_processed=list(intake.phrases),
         key_phrase_source=intake.phrase_source,
-        phrase_grounding=[
-            PhraseGrounding(
-                key_phrase=p.phrase,
-                threshold=r(p.threshold),
-                best_similarity=r(p.best_similarity),
-                seed_ids=list(p.seed_ids),
-                matched=p.matched,
-            )
-            for p in grounding.phrases
-        ],
+        phrase_grounding=phrase_grounding(grounding, r),
         stages=dict(ctx.stages),
         degraded=bool(ctx.degraded),
         degraded_reasons=list(ctx.degraded),
@@ -417,18 +408,37 @@ def metadata(
             intake, ctx.validity, {s.id: s.candidate.node for kind in Kind for s in selected.get(kind, ())}
         ),
         provenance={k: provenance[k] for k in sorted(provenance)},
-        memory_unit_attributes=dict(
-            sorted(
-                (
-                    mu.muid,
-                    MemoryUnitAttributes(
-                        source_agent_id=m.source_agent_id, tags=list(m.tags), metadata=sorted_keys(m.metadata)
-                    ),
-                )
-                for mu in mus
-                if isinstance(m := ctx.entities[mu.muid], MemoryUnit)
+        memory_unit_attributes=unit_attributes(ctx, mus),
+    )
+
+
+def phrase_grounding(grounding: Grounding, r: Callable[[float], float]) -> list[PhraseGrounding]:
+    """How each key phrase was grounded: its threshold, best similarity and seeds."""
+    return [
+        PhraseGrounding(
+            key_phrase=p.phrase,
+            threshold=r(p.threshold),
+            best_similarity=r(p.best_similarity),
+            seed_ids=list(p.seed_ids),
+            matched=p.matched,
+        )
+        for p in grounding.phrases
+    ]
+
+
+def unit_attributes(ctx: RequestContext, mus: Sequence[RetrievedMemoryUnit]) -> dict[str, MemoryUnitAttributes]:
+    """The returned memory units' source agent, tags and metadata, by id."""
+    return dict(
+        sorted(
+            (
+                mu.muid,
+                MemoryUnitAttributes(
+                    source_agent_id=m.source_agent_id, tags=list(m.tags), metadata=sorted_keys(m.metadata)
+                ),
             )
-        ),
+            for mu in mus
+            if isinstance(m := ctx.entities[mu.muid], MemoryUnit)
+        )
     )
 
 

@@ -395,26 +395,32 @@ def score_candidates(
 ) -> list[Scored]:
     """Score every candidate; returned best first, ties broken by id.
 
-    The loop is :func:`candidate_semantic`, :func:`time_matched`, :func:`recency_score`,
+    The loops are :func:`candidate_semantic`, :func:`time_matched`, :func:`recency_score`,
     :func:`preference_score` written out (the same operations in the same order, so the same
-    floats): it runs for every candidate of every request, ~700 at 100k entities. The relevance
+    floats): they run for every candidate of every request, ~700 at 100k entities. The relevance
     gate needs every candidate's semantic term first, so the final scores are a second pass
     (:func:`rank`)."""
     cands = list(candidates)
     if evidence.latest_clock:
         as_of = recency_clock(cands, as_of)
-    concept_types = {c.node.id: c.node.category for c in cands if c.node.kind is Kind.CONCEPT}
-    concept, memory_unit = Kind.CONCEPT, Kind.MEMORY_UNIT
-    mention_weight: dict[str, float] = {}  # per mentioned concept: its weight, -1.0 for none
-    plain_mentions = not book.concepts and not book.concept_types  # no mention can carry a weight
-    concept_weights, concept_type_weights, artifact_weights = book.concepts, book.concept_types, book.artifact_types
-    neutral = book.neutral
-    rule, own_cosine, decay = evidence.rule, evidence.own, evidence.hop_decay
-    stale = evidence.stale
+    sems, best = _semantic_terms(cands, similarity, evidence)
+    terms = _other_terms(cands, sems, book, as_of, half_life_days, evidence.stale)
+    sources = lift_artifacts(terms, best) if evidence.artifact_source else {}
+    stale, factor = evidence.stale, evidence.stale_factor
+    return rank(terms, best, weights, evidence.gate, sources, stale, factor, evidence.successors)
+
+
+def _semantic_terms(
+    cands: Sequence[GraphCandidate], similarity: Mapping[str, float], evidence: Evidence
+) -> tuple[list[float], dict[Kind, float]]:
+    """Each candidate's semantic term, and the best of each kind among those still valid (what no
+    longer holds sets no bar for what does: the relevance gate's best)."""
+    memory_unit = Kind.MEMORY_UNIT
+    rule, own_cosine, decay, stale = evidence.rule, evidence.own, evidence.hop_decay, evidence.stale
     passage, lam = evidence.passages, evidence.passage_weight
     windows = evidence.windows if evidence.temporal else ()
     plain = rule == "path"
-    terms: list[tuple[GraphCandidate, float, float, float, float]] = []
+    sems: list[float] = []
     best: dict[Kind, float] = {}
     for c in cands:
         node = c.node
@@ -430,9 +436,31 @@ def score_candidates(
             sem = with_passage(sem, passage.get(node.id), lam)
         if windows:
             sem = time_matched(sem, node.ts, windows)
-        # what no longer holds sets no bar for what does (the relevance gate's best)
         if sem > best.get(kind, -1.0) and not (stale and node.id in stale):
             best[kind] = sem
+        sems.append(sem)
+    return sems, best
+
+
+def _other_terms(
+    cands: Sequence[GraphCandidate],
+    sems: Sequence[float],
+    book: PreferenceBook,
+    as_of: float,
+    half_life_days: float,
+    stale: frozenset[str],
+) -> list[tuple[GraphCandidate, float, float, float, float]]:
+    """(candidate, semantic, recency, salience, preference) of each candidate."""
+    concept_types = {c.node.id: c.node.category for c in cands if c.node.kind is Kind.CONCEPT}
+    concept, memory_unit = Kind.CONCEPT, Kind.MEMORY_UNIT
+    mention_weight: dict[str, float] = {}  # per mentioned concept: its weight, -1.0 for none
+    plain_mentions = not book.concepts and not book.concept_types  # no mention can carry a weight
+    concept_weights, concept_type_weights, artifact_weights = book.concepts, book.concept_types, book.artifact_types
+    neutral = book.neutral
+    terms: list[tuple[GraphCandidate, float, float, float, float]] = []
+    for c, sem in zip(cands, sems, strict=True):
+        node = c.node
+        kind = node.kind
         ts = c.last_mention_ts if kind is concept else node.ts
         rec = 0.5 if ts is None else float(0.5 ** ((max(0.0, as_of - ts) / SECONDS_PER_DAY) / half_life_days))
         if stale and node.id in stale:
@@ -450,8 +478,7 @@ def score_candidates(
             pref = artifact_weights.get(node.category, neutral)
         pref = 0.0 if pref < 0.0 else 1.0 if pref > 1.0 else pref
         terms.append((c, sem, rec, sal, pref))
-    sources = lift_artifacts(terms, best) if evidence.artifact_source else {}
-    return rank(terms, best, weights, evidence.gate, sources, stale, evidence.stale_factor, evidence.successors)
+    return terms
 
 
 def _unit_preference(
