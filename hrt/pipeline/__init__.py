@@ -214,11 +214,11 @@ class HybridRetrievalTool:
         return ctx.response, timings
 
     def _observe(self, ctx: RequestContext, total: float) -> None:
-        m, grounding = self.metrics, ctx.grounding
+        m, grounding = self.metrics, ctx.grounded.grounding
         m.retrieve_seconds.observe(total)
         m.candidates.labels(stage="seeds").observe(len(grounding.seeds))
-        m.candidates.labels(stage="expansion").observe(len(ctx.candidates))
-        m.candidates.labels(stage="scored").observe(len(ctx.scored))
+        m.candidates.labels(stage="expansion").observe(len(ctx.expanded.candidates))
+        m.candidates.labels(stage="scored").observe(len(ctx.scores.scored))
         m.phrases.inc(len(ctx.intake.phrases))
         m.unmatched_phrases.inc(len(grounding.unmatched))
         for p in grounding.phrases:
@@ -230,13 +230,14 @@ def stage_counts(ctx: RequestContext, stage: str) -> dict[str, Any]:
     if stage == "intake":
         return {"hrt.key_phrases": len(ctx.intake.phrases)}
     if stage == "grounding":
-        return {"hrt.seeds": len(ctx.grounding.seeds), "hrt.unmatched": len(ctx.grounding.unmatched)}
+        return {"hrt.seeds": len(ctx.grounded.grounding.seeds), "hrt.unmatched": len(ctx.grounded.grounding.unmatched)}
     if stage == "expansion":
-        return {"hrt.candidates": len(ctx.candidates)}
+        return {"hrt.candidates": len(ctx.expanded.candidates)}
     if stage == "scoring":
-        return {"hrt.scored": len(ctx.scored)}
+        return {"hrt.scored": len(ctx.scores.scored)}
     if stage == "hydration":
-        return {"hrt.hydrated": len(ctx.entities), "hrt.missing": sum(len(v) for v in ctx.missing.values())}
+        hydrated = ctx.hydrated
+        return {"hrt.hydrated": len(hydrated.entities), "hrt.missing": sum(len(v) for v in hydrated.missing.values())}
     if stage == "selection":
-        return {"hrt.selected": sum(len(v) for v in ctx.selected.values())}
+        return {"hrt.selected": sum(len(v) for v in ctx.selection.selected.values())}
     return {}

@@ -37,12 +37,15 @@ from hrt.contract import (
     ValidityReport,
     WeightsUsed,
 )
-from hrt.pipeline.grounding import Grounding, ground_phrase
+from hrt.pipeline.expansion import Expanded
+from hrt.pipeline.grounding import Grounded, Grounding, ground_phrase
+from hrt.pipeline.hydration import Hydrated
 from hrt.pipeline.intake import Intake
 from hrt.pipeline.render import render_context
 from hrt.pipeline.rerank import RerankOutcome
-from hrt.pipeline.scoring import Evidence, EvidenceSource, Scored, best_semantic, evidence_source
+from hrt.pipeline.scoring import Evidence, EvidenceSource, Scored, Scores, best_semantic, evidence_source
 from hrt.pipeline.seeds import settle_named_seeds
+from hrt.pipeline.selection import Selection
 from hrt.pipeline.validity import Validity, current_neighbours
 from hrt.records import Artifact, Concept, EdgeType, Entity, Kind, MemoryUnit, iso
 from hrt.stores.base import GraphNode, GraphStore
@@ -159,8 +162,9 @@ async def assembly_stage(ctx: RequestContext, services: Services) -> str:
         nothing_stored(ctx)
     intake, graph = ctx.intake, services.graph
     not_after, at = intake.as_of.timestamp(), intake.validity_filter
-    mu_ids = [x.id for x in ctx.selected[Kind.MEMORY_UNIT]]
-    concept_ids = [x.id for x in ctx.selected[Kind.CONCEPT]]
+    selected = ctx.selection.selected
+    mu_ids = [x.id for x in selected[Kind.MEMORY_UNIT]]
+    concept_ids = [x.id for x in selected[Kind.CONCEPT]]
     # both reads at once: two round trips in flight, not one after the other. A concept's related
     # memory units are the selected ones that mention it, then its newest others
     # (related_memory_units): its newest related_items + len(mu_ids) suffice
@@ -169,14 +173,14 @@ async def assembly_stage(ctx: RequestContext, services: Services) -> str:
         mentions(graph, intake.user_id, mu_ids, True, CONNECTED_CONCEPTS, not_after, at),
         mentions(graph, intake.user_id, concept_ids, False, related, not_after, at),
     )
-    concept_mus = await current_neighbours(intake, concept_mus, ctx.validity, graph)
+    concept_mus = await current_neighbours(intake, concept_mus, ctx.expanded.validity, graph)
     ctx.stages["assembly"] = "ok"  # the response reports this stage, which cannot fail from here
     mark_outages(ctx, services.metrics)  # the stages a store's fallback served: degraded
     response = ctx.response = assemble(ctx, services.deployment, mu_concepts, concept_mus)
-    response.retrieval_metadata.seed_grounding = ctx.named
+    response.retrieval_metadata.seed_grounding = ctx.expanded.named
     response.retrieval_metadata.user_known = None if ctx.user_known else False
     if ctx.request.render is not None:
-        response.retrieval_metadata.rendered = render_context(response, ctx.entities, ctx.request.render)
+        response.retrieval_metadata.rendered = render_context(response, ctx.hydrated.entities, ctx.request.render)
     return "ok"
 
 
@@ -184,17 +188,15 @@ def nothing_stored(ctx: RequestContext) -> None:
     """The state the skipped stages leave for a user nothing was ever stored for: every phrase
     grounded to nothing (as a search with no hit grounds it), every named seed unknown, no
     candidate, nothing selected."""
-    grounding = ctx.grounding = Grounding(
-        phrases=[ground_phrase(p, [], ctx.cfg.grounding)[0] for p in ctx.intake.phrases]
-    )
-    ctx.preferences, ctx.candidates, ctx.scored = [], [], []
-    ctx.named = settle_named_seeds(grounding, ctx.intake.seed_ids, [])
-    ctx.validity = Validity(candidates=[])
-    ctx.own, ctx.passages, ctx.entities, ctx.missing = {}, {}, {}, {}
-    ctx.evidence = Evidence.of(ctx.cfg, windows=ctx.intake.windows)
+    grounding = Grounding(phrases=[ground_phrase(p, [], ctx.cfg.grounding)[0] for p in ctx.intake.phrases])
+    ctx.grounded = Grounded(grounding, [])
+    named = settle_named_seeds(grounding, ctx.intake.seed_ids, [])
+    ctx.expanded = Expanded([], named, Validity(candidates=[]), {}, {})
+    ctx.scores = Scores(Evidence.of(ctx.cfg, windows=ctx.intake.windows), [])
     empty: dict[Kind, list[Scored]] = {kind: [] for kind in Kind}
-    ctx.shortlist, ctx.selected, ctx.near_duplicates_removed = empty, empty, 0
-    ctx.rerank = RerankOutcome(items=empty, status="skipped", reason=None, applied=False)
+    ctx.hydrated = Hydrated(empty, {}, {})
+    ctx.reranked = RerankOutcome(items=empty, status="skipped", reason=None, applied=False)
+    ctx.selection = Selection(empty, 0)
 
 
 def mark_outages(ctx: RequestContext, metrics: Metrics) -> None:
@@ -233,15 +235,16 @@ def assemble(
     mu_concepts: Mapping[str, Sequence[GraphNode]],
     concept_mus: Mapping[str, Sequence[GraphNode]],
 ) -> AugmentedMemoryContext:
-    """The response of a request whose selection is made (``ctx.selected``)."""
-    cfg, intake, grounding, selected = ctx.cfg.assembly, ctx.intake, ctx.grounding, ctx.selected
+    """The response of a request whose selection is made (``ctx.selection``)."""
+    cfg, intake, grounding, selected = ctx.cfg.assembly, ctx.intake, ctx.grounded.grounding, ctx.selection.selected
+    entities = ctx.hydrated.entities
     r = rounder(cfg.score_decimals)
     phrases = list(intake.phrases)
-    mus = memory_units_out(selected, ctx.entities, mu_concepts, phrases, cfg, r)
-    concepts = concepts_out(selected, ctx.entities, mu_concepts, concept_mus, phrases, cfg, r)
-    artifacts = artifacts_out(selected, ctx.entities, phrases, cfg, r)
+    mus = memory_units_out(selected, entities, mu_concepts, phrases, cfg, r)
+    concepts = concepts_out(selected, entities, mu_concepts, concept_mus, phrases, cfg, r)
+    artifacts = artifacts_out(selected, entities, phrases, cfg, r)
     counts = {Kind.MEMORY_UNIT: len(mus), Kind.CONCEPT: len(concepts), Kind.ARTIFACT: len(artifacts)}
-    n_candidates = len(ctx.scored)
+    n_candidates = len(ctx.scores.scored)
     w = intake.weights
     return AugmentedMemoryContext(
         retrieved_memory_units=mus,
@@ -254,7 +257,7 @@ def assemble(
             intake.depth,
             counts,
             grounding.unmatched,
-            ctx.rerank.applied,
+            ctx.reranked.applied,
             ctx.degraded,
         ),
         scoring_details=ScoringDetails(
@@ -372,10 +375,11 @@ def metadata(
     ctx: RequestContext, deployment: str, mus: Sequence[RetrievedMemoryUnit], r: Callable[[float], float]
 ) -> RetrievalMetadata:
     """``retrieval_metadata``: how the request was understood, grounded, scored and configured."""
-    intake, grounding, evidence, selected = ctx.intake, ctx.grounding, ctx.evidence, ctx.selected
+    intake, grounding, evidence = ctx.intake, ctx.grounded.grounding, ctx.scores.evidence
+    selected, missing = ctx.selection.selected, ctx.hydrated.missing
     provenance = {s.id: item_provenance(s, grounding, evidence, r) for kind in Kind for s in selected.get(kind, ())}
     windows = evidence.windows if evidence.temporal else ()
-    best = best_semantic(ctx.scored)
+    best = best_semantic(ctx.scores.scored)
     return RetrievalMetadata(
         contract_version=CONTRACT_VERSION,
         user_id=intake.user_id,
@@ -386,15 +390,15 @@ def metadata(
         stages=dict(ctx.stages),
         degraded=bool(ctx.degraded),
         degraded_reasons=list(ctx.degraded),
-        rerank_applied=ctx.rerank.applied,
-        missing_records={k: list(ctx.missing[k]) for k in sorted(ctx.missing)},
-        near_duplicates_removed=ctx.near_duplicates_removed,
+        rerank_applied=ctx.reranked.applied,
+        missing_records={k: list(missing[k]) for k in sorted(missing)},
+        near_duplicates_removed=ctx.selection.near_duplicates_removed,
         deployment=deployment,
         config_hash=ctx.config_hash,
         config=ctx.applied,
         best_effort=(
-            BestEffort(phrases=ctx.grounding.unmatched, seed_ids=list(ctx.grounding.best_effort))
-            if ctx.grounding.best_effort
+            BestEffort(phrases=grounding.unmatched, seed_ids=list(grounding.best_effort))
+            if grounding.best_effort
             else None
         ),
         time_windows=[
@@ -405,7 +409,7 @@ def metadata(
             best_semantic={k.value: r(v) for k, v in sorted(best.items(), key=lambda kv: kv[0].value)},
         ),
         validity=validity_report(
-            intake, ctx.validity, {s.id: s.candidate.node for kind in Kind for s in selected.get(kind, ())}
+            intake, ctx.expanded.validity, {s.id: s.candidate.node for kind in Kind for s in selected.get(kind, ())}
         ),
         provenance={k: provenance[k] for k in sorted(provenance)},
         memory_unit_attributes=unit_attributes(ctx, mus),
@@ -437,7 +441,7 @@ def unit_attributes(ctx: RequestContext, mus: Sequence[RetrievedMemoryUnit]) -> 
                 ),
             )
             for mu in mus
-            if isinstance(m := ctx.entities[mu.muid], MemoryUnit)
+            if isinstance(m := ctx.hydrated.entities[mu.muid], MemoryUnit)
         )
     )
 

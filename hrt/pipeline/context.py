@@ -21,17 +21,19 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from hrt.config import RetrievalConfig, Settings
-    from hrt.contract import AppliedConfig, AugmentedMemoryContext, RetrieveRequest, SeedGrounding
+    from hrt.contract import AppliedConfig, AugmentedMemoryContext, RetrieveRequest
     from hrt.embedder import Embedder
     from hrt.metrics import Metrics
-    from hrt.pipeline.grounding import Grounding
+    from hrt.pipeline.expansion import Expanded
+    from hrt.pipeline.grounding import Grounded, Grounding
+    from hrt.pipeline.hydration import Hydrated
     from hrt.pipeline.intake import Intake
     from hrt.pipeline.rerank import RerankOutcome
-    from hrt.pipeline.scoring import Evidence, Scored
-    from hrt.pipeline.validity import Validity
-    from hrt.records import Entity, Kind, Preference
+    from hrt.pipeline.scoring import Scored, Scores
+    from hrt.pipeline.selection import Selection
+    from hrt.records import Preference
     from hrt.reranker import Reranker
-    from hrt.stores.base import GraphCandidate, GraphStore, RecordStore, Vector, VectorIndex
+    from hrt.stores.base import GraphStore, RecordStore, Vector, VectorIndex
     from hrt.stores.fallback import Degradation
 
 
@@ -52,7 +54,8 @@ class Services(Protocol):
 
 @dataclass(slots=True, eq=False)
 class RequestContext:
-    """A request, its configuration, and each stage's output, in the stages' order."""
+    """A request, its configuration, and each stage's output (one value of the stage's own type,
+    set by the stage), in the stages' order."""
 
     request: RetrieveRequest
     cfg: RetrievalConfig
@@ -69,27 +72,13 @@ class RequestContext:
     intake: Intake = field(init=False)
     embedding: asyncio.Future[Vector] = field(init=False)
     searching: asyncio.Future[tuple[Grounding, list[Preference]]] | None = field(init=False)
-    # grounding
-    grounding: Grounding = field(init=False)
-    preferences: list[Preference] = field(init=False)
-    # expansion (with validity and the vector reads scoring needs)
-    candidates: list[GraphCandidate] = field(init=False)
-    named: SeedGrounding | None = field(init=False)
-    validity: Validity = field(init=False)
-    own: dict[str, float] = field(init=False)
-    passages: dict[str, float] = field(init=False)
-    # scoring
-    evidence: Evidence = field(init=False)
-    scored: list[Scored] = field(init=False)
-    # hydration
-    shortlist: dict[Kind, list[Scored]] = field(init=False)
-    entities: dict[str, Entity] = field(init=False)
-    missing: dict[str, list[str]] = field(init=False)
-    # rerank
-    rerank: RerankOutcome = field(init=False)
-    # selection
-    selected: dict[Kind, list[Scored]] = field(init=False)
-    near_duplicates_removed: int = field(init=False)
+    # each stage's output, set by the stage (its type is the stage module's own)
+    grounded: Grounded = field(init=False)
+    expanded: Expanded = field(init=False)
+    scores: Scores = field(init=False)
+    hydrated: Hydrated = field(init=False)
+    reranked: RerankOutcome = field(init=False)
+    selection: Selection = field(init=False)
     # assembly
     response: AugmentedMemoryContext = field(init=False)
 

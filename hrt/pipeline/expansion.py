@@ -23,7 +23,7 @@ import asyncio
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from hrt.config import ExpansionConfig, RetrievalConfig
@@ -32,11 +32,12 @@ from hrt.pipeline.intake import Intake
 from hrt.pipeline.scoring import candidate_semantic
 from hrt.pipeline.seeds import settle_named_seeds
 from hrt.pipeline.selection import filter_candidates, filter_metadata
-from hrt.pipeline.validity import run_validity
+from hrt.pipeline.validity import Validity, run_validity
 from hrt.records import Kind
 from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphStore, Vector, VectorIndex
 
 if TYPE_CHECKING:
+    from hrt.contract import SeedGrounding
     from hrt.pipeline.context import RequestContext, Services
 
 
@@ -176,21 +177,33 @@ async def scoring_reads(
     return own, passage
 
 
+@dataclass(frozen=True, slots=True)
+class Expanded:
+    """What the expansion stage provides: the candidates still valid (what the request's filters
+    and ``valid_at`` leave), the named seeds as settled, validity's report, and the vector reads
+    scoring needs (own cosines, passage cosines)."""
+
+    candidates: list[GraphCandidate]
+    named: SeedGrounding | None
+    validity: Validity
+    own: dict[str, float]
+    passages: dict[str, float]
+
+
 async def expansion_stage(ctx: RequestContext, services: Services) -> str:
     """The expansion stage: the walk; the named seeds settled; what the request's filters exclude
     left out (never scored: the relevance gate measures against the best candidate the request can
     get); then what was not true at valid_at set aside, its read beside the vector reads scoring
     needs (two round trips in flight at once). ``skipped`` at depth 0."""
-    intake, grounding = ctx.intake, ctx.grounding
+    intake, grounding = ctx.intake, ctx.grounded.grounding
     candidates = await run_expansion(intake, grounding, services.graph, ctx.cfg.expansion)
-    ctx.named = settle_named_seeds(grounding, intake.seed_ids, candidates)
+    named = settle_named_seeds(grounding, intake.seed_ids, candidates)
     candidates = filter_candidates(candidates, intake.filters)
     if intake.filters.metadata is not None:
         candidates = await filter_metadata(intake.user_id, candidates, intake.filters.metadata, services.records)
-    validity, (ctx.own, ctx.passages) = await asyncio.gather(
+    validity, (own, passages) = await asyncio.gather(
         run_validity(intake, candidates, services.graph),
         scoring_reads(intake, candidates, grounding.similarity, ctx.embedding.result(), services.vectors, ctx.cfg),
     )
-    ctx.validity = validity
-    ctx.candidates = validity.candidates
+    ctx.expanded = Expanded(validity.candidates, named, validity, own, passages)
     return "ok" if intake.depth > 0 else "skipped"

@@ -52,6 +52,7 @@ from hrt.stores.base import PhraseVectors, SearchFilter, VectorHit, VectorIndex
 if TYPE_CHECKING:
     from hrt.pipeline.context import RequestContext, Services
     from hrt.pipeline.intake import Intake
+    from hrt.records import Preference
 
 EPS = 1e-9
 
@@ -241,15 +242,25 @@ async def start_search(ctx: RequestContext, services: Services) -> None:
         raise
 
 
+@dataclass(frozen=True, slots=True)
+class Grounded:
+    """What the grounding stage provides: the phrases' seeds and similarities (with the request's
+    named seeds joined), and the user's preferences (read beside the search)."""
+
+    grounding: Grounding
+    preferences: list[Preference]
+
+
 async def grounding_stage(ctx: RequestContext, services: Services) -> str:
     """The grounding stage: the search the intake stage started (and the user's preferences, read
     beside it), then the request's named seeds join the grounded ones."""
     searching = ctx.searching
     assert searching is not None  # started by the runner (start_search, intake's prefetch)
     try:
-        ctx.grounding, ctx.preferences = await searching
+        grounding, preferences = await searching
     except BaseException:
         await settle(searching)
         raise
-    add_named_seeds(ctx.grounding, ctx.intake.seed_ids)
+    add_named_seeds(grounding, ctx.intake.seed_ids)
+    ctx.grounded = Grounded(grounding, preferences)
     return "ok"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hrt.pipeline.scoring import Scored
@@ -38,16 +39,27 @@ async def run_hydration(
     return entities, missing
 
 
+@dataclass(frozen=True, slots=True)
+class Hydrated:
+    """What the hydration stage provides: the shortlist per kind, its entities read from the
+    record store by id, and the ids no record was found for, by kind."""
+
+    shortlist: dict[Kind, list[Scored]]
+    entities: dict[str, Entity]
+    missing: dict[str, list[str]]
+
+
 async def hydration_stage(ctx: RequestContext, services: Services) -> str:
     """The hydration stage: the shortlist read from the record store; records missing make the
     response degraded."""
-    intake, cfg = ctx.intake, ctx.cfg
+    intake, cfg, scored = ctx.intake, ctx.cfg, ctx.scores.scored
     factor = cfg.assembly.shortlist_factor
     if intake.rerank:
         factor = max(factor, cfg.rerank.reranker_oversample)
-    held = phrase_best(ctx.scored, ctx.grounding.hit_phrases).values() if cfg.assembly.phrase_best else ()
-    ctx.shortlist = shortlist(ctx.scored, intake.limits, factor, held)
-    ctx.entities, ctx.missing = await run_hydration(intake.user_id, ctx.shortlist, services.records)
-    if ctx.missing:
-        ctx.degraded.append("records missing for " + ", ".join(f"{len(v)} {k}" for k, v in sorted(ctx.missing.items())))
+    held = phrase_best(scored, ctx.grounded.grounding.hit_phrases).values() if cfg.assembly.phrase_best else ()
+    short = shortlist(scored, intake.limits, factor, held)
+    entities, missing = await run_hydration(intake.user_id, short, services.records)
+    ctx.hydrated = Hydrated(short, entities, missing)
+    if missing:
+        ctx.degraded.append("records missing for " + ", ".join(f"{len(v)} {k}" for k, v in sorted(missing.items())))
     return "ok"

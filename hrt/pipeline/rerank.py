@@ -105,10 +105,10 @@ async def run_rerank(
 async def rerank_stage(ctx: RequestContext, services: Services) -> str:
     """The rerank stage: its status is the outcome's; a reranker that fails or runs past
     ``rerank_budget_s`` makes the response degraded."""
-    outcome = ctx.rerank = await run_rerank(
+    outcome = ctx.reranked = await run_rerank(
         ctx.intake,
-        ctx.shortlist,
-        ctx.entities,
+        ctx.hydrated.shortlist,
+        ctx.hydrated.entities,
         services.reranker,
         ctx.cfg.rerank,
         budget_s=services.settings.rerank_budget_s,

@@ -561,23 +561,33 @@ def after_successors(items: list[Scored]) -> list[Scored]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Scores:
+    """What the scoring stage provides: the evidence it scored with, and every candidate scored,
+    best first."""
+
+    evidence: Evidence
+    scored: list[Scored]
+
+
 async def scoring_stage(ctx: RequestContext, services: Services) -> str:
     """The scoring stage: every candidate scored with the request's evidence (its configuration's
     rules, its reads) and weights, best first; the trace hook sees them."""
-    intake, cfg = ctx.intake, ctx.cfg
-    book = PreferenceBook.build(ctx.preferences, cfg.scoring.neutral_preference)
-    validity = ctx.validity
+    intake, cfg, expanded = ctx.intake, ctx.cfg, ctx.expanded
+    book = PreferenceBook.build(ctx.grounded.preferences, cfg.scoring.neutral_preference)
+    validity = expanded.validity
     successors = {i: tuple(sorted(n.id for n in validity.successors.get(i, []))) for i in validity.stale}
-    evidence = ctx.evidence = Evidence.of(cfg, ctx.own, intake.windows, validity.stale, ctx.passages, successors)
-    ctx.scored = score_candidates(
-        ctx.candidates,
-        ctx.grounding.similarity,
+    evidence = Evidence.of(cfg, expanded.own, intake.windows, validity.stale, expanded.passages, successors)
+    scored = score_candidates(
+        expanded.candidates,
+        ctx.grounded.grounding.similarity,
         book,
         intake.weights,
         intake.as_of.timestamp(),
         cfg.scoring.recency_half_life_days,
         evidence,
     )
+    ctx.scores = Scores(evidence, scored)
     if services.trace is not None:
-        services.trace(intake, ctx.scored)
+        services.trace(intake, scored)
     return "ok"

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hrt.contract import Filters, Limits
@@ -219,11 +220,20 @@ def above_floor(ranked: dict[Kind, list[Scored]], floor: float | None, places: i
     return {k: [x for x in v if round(x.final, places) >= floor] for k, v in ranked.items()}
 
 
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """What the selection stage provides: the items returned per kind, best first, and how many
+    near-duplicates it left out."""
+
+    selected: dict[Kind, list[Scored]]
+    near_duplicates_removed: int
+
+
 async def selection_stage(ctx: RequestContext, services: Services) -> str:
     """The selection stage: the score floor, then per kind the best items without near-duplicates."""
     ac = ctx.cfg.assembly
-    texts = {i: entity_body(e) for i, e in ctx.entities.items()}
-    ranked = above_floor(ctx.rerank.items, ctx.request.min_score, ac.score_decimals)
-    held = ctx.grounding.hit_phrases if ac.phrase_best else None
-    ctx.selected, ctx.near_duplicates_removed = select(ranked, texts, ctx.intake.limits, ac.dedup_jaccard, held)
+    texts = {i: entity_body(e) for i, e in ctx.hydrated.entities.items()}
+    ranked = above_floor(ctx.reranked.items, ctx.request.min_score, ac.score_decimals)
+    held = ctx.grounded.grounding.hit_phrases if ac.phrase_best else None
+    ctx.selection = Selection(*select(ranked, texts, ctx.intake.limits, ac.dedup_jaccard, held))
     return "ok"
