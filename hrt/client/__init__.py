@@ -58,7 +58,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from types import TracebackType
 from typing import IO, Any, Self, TypeVar
 
@@ -67,6 +67,7 @@ import httpx
 from hrt.auth import Scope as KeyScope  # noqa: F401  (the scopes create_key takes, importable here)
 from hrt.browse import EntityPage, EntitySummary, EntityView
 from hrt.client.attempts import (
+    DEFAULT_URL,
     NO_RETRY,
     RetryPolicy,
     _Base,
@@ -138,7 +139,6 @@ from hrt.extraction.messages import Message as Message
 
 T = TypeVar("T")
 
-DEFAULT_URL = "http://127.0.0.1:8080"
 DEFAULT_TIMEOUT = httpx.Timeout(45.0, connect=5.0)  # above the server's own 30 s request budget
 
 
@@ -159,12 +159,6 @@ class HRTClient(_Base, _Routes):
         super().__init__(base_url, api_key, retry)
         self._sleep = sleep
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str], **kwargs: Any) -> Self:
-        """``HRT_URL`` (default ``http://127.0.0.1:8080``) and ``HRT_API_KEY`` from ``environ``
-        (pass ``os.environ``); other arguments as the constructor's."""
-        return cls(environ.get("HRT_URL", DEFAULT_URL), environ.get("HRT_API_KEY"), **kwargs)
 
     def __enter__(self) -> Self:
         return self
@@ -275,12 +269,6 @@ class AsyncHRTClient(_Base, _Routes, asynchronous=True):
         super().__init__(base_url, api_key, retry)
         self._sleep = sleep
         self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=transport)
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str], **kwargs: Any) -> Self:
-        """``HRT_URL`` (default ``http://127.0.0.1:8080``) and ``HRT_API_KEY`` from ``environ``
-        (pass ``os.environ``); other arguments as the constructor's."""
-        return cls(environ.get("HRT_URL", DEFAULT_URL), environ.get("HRT_API_KEY"), **kwargs)
 
     async def __aenter__(self) -> Self:
         return self

@@ -8,9 +8,10 @@ import email.utils
 import math
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import httpx
 
@@ -136,7 +137,12 @@ def _unreachable(base_url: str, exc: httpx.TransportError) -> StoreUnavailable:
     return error
 
 
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
 class _Base:
+    """What both clients share: the base URL, the headers, the retry policy and its decisions."""
+
     def __init__(self, base_url: str, api_key: str | None, retry: RetryPolicy | None) -> None:
         self.base_url = base_url.rstrip("/")
         self.retry = retry if retry is not None else RetryPolicy()
@@ -145,6 +151,12 @@ class _Base:
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
         self._headers = headers
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], **kwargs: Any) -> Self:
+        """``HRT_URL`` (default ``http://127.0.0.1:8080``) and ``HRT_API_KEY`` from ``environ``
+        (pass ``os.environ``); other arguments as the constructor's."""
+        return cls(environ.get("HRT_URL", DEFAULT_URL), environ.get("HRT_API_KEY"), **kwargs)
 
     def _may_resend(self, call: _Call[Any]) -> bool:
         """After the request may have been applied (a 503, a connection lost once it was sent)."""
