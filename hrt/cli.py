@@ -330,8 +330,7 @@ def cmd_query(args: argparse.Namespace) -> int:
 
         service = await _service(_settings(args))
         try:
-            result, _timings = await usecases.retrieve(service, None, request)
-            return result
+            return (await usecases.retrieve(service, None, request)).response
         finally:
             await service.close()
 

@@ -339,7 +339,7 @@ class _Tools:
                 request = RetrieveRequest.model_validate(body)
             except ValidationError as exc:
                 raise _invalid(exc) from None
-            result, _timings = await usecases.retrieve(self.service(), caller, request)
+            result = (await usecases.retrieve(self.service(), caller, request)).response
             canonical = result.canonical_json()  # byte for byte what POST /v1/retrieve answers
             rendered = result.retrieval_metadata.rendered
             assert rendered is not None  # the request always asks for it

@@ -372,10 +372,8 @@ class HRTService(WriteAdmission):
     # ---------------------------------------------------------------------------------------
 
     async def retrieve(self, request: RetrieveRequest) -> AugmentedMemoryContext:
-        return await self.tool.retrieve(request)
-
-    async def retrieve_timed(self, request: RetrieveRequest) -> tuple[AugmentedMemoryContext, dict[str, float]]:
-        return await self.tool.run(request)
+        """The response alone (:meth:`HybridRetrievalTool.run`, the one entry point, gives the timings too)."""
+        return (await self.tool.run(request)).response
 
     async def ingest(
         self,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from hrt.auth import Principal
 from hrt.browse import EntityView, read_entity, written_by
-from hrt.contract import AugmentedMemoryContext, RetrieveRequest
+from hrt.contract import RetrieveRequest
 from hrt.errors import InvalidInput
 from hrt.extraction.messages import ConversationRequest, ConversationResult
 from hrt.extraction.wire import parse_conversation_body
@@ -31,6 +31,7 @@ from hrt.stores.base import WriteResult
 
 if TYPE_CHECKING:
     from hrt.merge import MergeResult
+    from hrt.pipeline import Retrieval
 
 Written = MutableMapping[str, Any]
 """What a write's audit line says: users, records, upserted, deleted (:func:`hrt.front.audit_line`)."""
@@ -72,12 +73,10 @@ def entity_kind(value: Any) -> Kind:
 # --------------------------------------------------------------------------------------------
 
 
-async def retrieve(
-    svc: HRTService, caller: Principal | None, request: RetrieveRequest
-) -> tuple[AugmentedMemoryContext, dict[str, float]]:
-    """A retrieval for the request's user, and the seconds each stage took."""
+async def retrieve(svc: HRTService, caller: Principal | None, request: RetrieveRequest) -> Retrieval:
+    """A retrieval for the request's user: the response and the seconds each stage took."""
     require_users(caller, [request.user_id])
-    return await svc.retrieve_timed(request)
+    return await svc.tool.run(request)
 
 
 async def counts(svc: HRTService, caller: Principal | None, user_id: str) -> dict[str, int]:

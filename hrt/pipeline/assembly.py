@@ -8,7 +8,6 @@ marking each cut. With no occurrence, the window is the text's beginning.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -41,14 +40,15 @@ from hrt.pipeline.expansion import Expanded
 from hrt.pipeline.grounding import Grounded, Grounding, ground_phrase
 from hrt.pipeline.hydration import Hydrated
 from hrt.pipeline.intake import Intake
+from hrt.pipeline.neighbours import NO_NEIGHBOURS
 from hrt.pipeline.render import render_context
 from hrt.pipeline.rerank import RerankOutcome
 from hrt.pipeline.scoring import Evidence, EvidenceSource, Scored, Scores, best_semantic, evidence_source
 from hrt.pipeline.seeds import settle_named_seeds
 from hrt.pipeline.selection import Selection
-from hrt.pipeline.validity import Validity, current_neighbours
-from hrt.records import Artifact, Concept, EdgeType, Entity, Kind, MemoryUnit, iso
-from hrt.stores.base import GraphNode, GraphStore
+from hrt.pipeline.validity import Validity
+from hrt.records import Artifact, Concept, Entity, Kind, MemoryUnit, iso
+from hrt.stores.base import GraphNode
 from hrt.text import STOPWORDS, WORD
 
 if TYPE_CHECKING:
@@ -61,7 +61,6 @@ def iso_ts(ts: float) -> str:
 
 
 ELLIPSIS = "…"
-CONNECTED_CONCEPTS = 50  # a memory unit's connected concepts shown, newest first
 
 
 def related_memory_units(
@@ -155,28 +154,13 @@ def summary_text(
 
 
 async def assembly_stage(ctx: RequestContext, services: Services) -> str:
-    """The assembly stage: the returned items' neighbours (a memory unit's concepts, a concept's
-    related memory units), the response, and its rendered text when the request asks for one
-    (hrt/pipeline/render.py)."""
+    """The assembly stage: the response, from what the earlier stages provide (it reads no store),
+    and its rendered text when the request asks for one (hrt/pipeline/render.py)."""
     if not ctx.user_known:
         nothing_stored(ctx)
-    intake, graph = ctx.intake, services.graph
-    not_after, at = intake.as_of.timestamp(), intake.validity_filter
-    selected = ctx.selection.selected
-    mu_ids = [x.id for x in selected[Kind.MEMORY_UNIT]]
-    concept_ids = [x.id for x in selected[Kind.CONCEPT]]
-    # both reads at once: two round trips in flight, not one after the other. A concept's related
-    # memory units are the selected ones that mention it, then its newest others
-    # (related_memory_units): its newest related_items + len(mu_ids) suffice
-    related = ctx.cfg.assembly.related_items + len(mu_ids)
-    mu_concepts, concept_mus = await asyncio.gather(
-        mentions(graph, intake.user_id, mu_ids, True, CONNECTED_CONCEPTS, not_after, at),
-        mentions(graph, intake.user_id, concept_ids, False, related, not_after, at),
-    )
-    concept_mus = await current_neighbours(intake, concept_mus, ctx.expanded.validity, graph)
     ctx.stages["assembly"] = "ok"  # the response reports this stage, which cannot fail from here
     mark_outages(ctx, services.metrics)  # the stages a store's fallback served: degraded
-    response = ctx.response = assemble(ctx, services.deployment, mu_concepts, concept_mus)
+    response = ctx.response = assemble(ctx, services.deployment)
     response.retrieval_metadata.seed_grounding = ctx.expanded.named
     response.retrieval_metadata.user_known = None if ctx.user_known else False
     if ctx.request.render is not None:
@@ -191,12 +175,14 @@ def nothing_stored(ctx: RequestContext) -> None:
     grounding = Grounding(phrases=[ground_phrase(p, [], ctx.cfg.grounding)[0] for p in ctx.intake.phrases])
     ctx.grounded = Grounded(grounding, [])
     named = settle_named_seeds(grounding, ctx.intake.seed_ids, [])
-    ctx.expanded = Expanded([], named, Validity(candidates=[]), {}, {})
+    ctx.expanded = Expanded([], named)
+    ctx.validity = Validity(candidates=[])
     ctx.scores = Scores(Evidence.of(ctx.cfg, windows=ctx.intake.windows), [])
     empty: dict[Kind, list[Scored]] = {kind: [] for kind in Kind}
     ctx.hydrated = Hydrated(empty, {}, {})
     ctx.reranked = RerankOutcome(items=empty, status="skipped", reason=None, applied=False)
     ctx.selection = Selection(empty, 0)
+    ctx.neighbours = NO_NEIGHBOURS
 
 
 def mark_outages(ctx: RequestContext, metrics: Metrics) -> None:
@@ -213,35 +199,14 @@ def mark_outages(ctx: RequestContext, metrics: Metrics) -> None:
         ctx.degraded.append(reason)
 
 
-async def mentions(
-    graph: GraphStore,
-    user_id: str,
-    ids: list[str],
-    outgoing: bool,
-    limit: int,
-    not_after: float,
-    valid_at: float | None,
-) -> dict[str, list[GraphNode]]:
-    """The ``MENTIONS`` neighbours (up to ``limit`` each) that assembly shows, as true at
-    ``valid_at``; no read for no ids."""
-    if not ids:
-        return {}
-    return await graph.neighbors(user_id, ids, EdgeType.MENTIONS, outgoing, limit, not_after, valid_at)
-
-
-def assemble(
-    ctx: RequestContext,
-    deployment: str,
-    mu_concepts: Mapping[str, Sequence[GraphNode]],
-    concept_mus: Mapping[str, Sequence[GraphNode]],
-) -> AugmentedMemoryContext:
+def assemble(ctx: RequestContext, deployment: str) -> AugmentedMemoryContext:
     """The response of a request whose selection is made (``ctx.selection``)."""
     cfg, intake, grounding, selected = ctx.cfg.assembly, ctx.intake, ctx.grounded.grounding, ctx.selection.selected
     entities = ctx.hydrated.entities
     r = rounder(cfg.score_decimals)
-    phrases = list(intake.phrases)
-    mus = memory_units_out(selected, entities, mu_concepts, phrases, cfg, r)
-    concepts = concepts_out(selected, entities, mu_concepts, concept_mus, phrases, cfg, r)
+    phrases, neighbours = list(intake.phrases), ctx.neighbours
+    mus = memory_units_out(selected, entities, neighbours.concepts_of, phrases, cfg, r)
+    concepts = concepts_out(selected, entities, neighbours.concepts_of, neighbours.units_of, phrases, cfg, r)
     artifacts = artifacts_out(selected, entities, phrases, cfg, r)
     counts = {Kind.MEMORY_UNIT: len(mus), Kind.CONCEPT: len(concepts), Kind.ARTIFACT: len(artifacts)}
     n_candidates = len(ctx.scores.scored)
@@ -409,7 +374,7 @@ def metadata(
             best_semantic={k.value: r(v) for k, v in sorted(best.items(), key=lambda kv: kv[0].value)},
         ),
         validity=validity_report(
-            intake, ctx.expanded.validity, {s.id: s.candidate.node for kind in Kind for s in selected.get(kind, ())}
+            intake, ctx.validity, {s.id: s.candidate.node for kind in Kind for s in selected.get(kind, ())}
         ),
         provenance={k: provenance[k] for k in sorted(provenance)},
         memory_unit_attributes=unit_attributes(ctx, mus),

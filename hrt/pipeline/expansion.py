@@ -1,5 +1,6 @@
-"""The expansion stage: one graph call from all seeds to the request's depth, then the filters,
-validity (hrt/pipeline/validity.py) and the vector reads scoring needs, those two at once.
+"""The expansion stage: one graph call from all seeds to the request's depth, then the filters;
+its prefetch starts the vector reads scoring needs, which run beside the validity stage's graph
+read (hrt/pipeline/validity.py).
 
 Fan-out is capped per node (strongest edges first, then newest neighbours, then id) and per kind,
 so a hub concept cannot explode the frontier. A candidate's path score is its seed's semantic
@@ -19,7 +20,6 @@ a second (:func:`passage_evidence`) the best passage cosine (hrt.records.passage
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -32,7 +32,6 @@ from hrt.pipeline.intake import Intake
 from hrt.pipeline.scoring import candidate_semantic
 from hrt.pipeline.seeds import settle_named_seeds
 from hrt.pipeline.selection import filter_candidates, filter_metadata
-from hrt.pipeline.validity import Validity, run_validity
 from hrt.records import Kind
 from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphStore, Vector, VectorIndex
 
@@ -179,13 +178,18 @@ async def scoring_reads(
 
 @dataclass(frozen=True, slots=True)
 class Expanded:
-    """What the expansion stage provides: the candidates still valid (what the request's filters
-    and ``valid_at`` leave), the named seeds as settled, validity's report, and the vector reads
-    scoring needs (own cosines, passage cosines)."""
+    """What the expansion stage provides: the walk's candidates that the request's filters leave
+    (validity, the next stage, sets aside what was not true at ``valid_at``), and the named seeds
+    as settled."""
 
     candidates: list[GraphCandidate]
     named: SeedGrounding | None
-    validity: Validity
+
+
+@dataclass(frozen=True, slots=True)
+class OwnEvidence:
+    """What expansion's prefetch reads for scoring: own cosines, passage cosines, by id."""
+
     own: dict[str, float]
     passages: dict[str, float]
 
@@ -193,17 +197,27 @@ class Expanded:
 async def expansion_stage(ctx: RequestContext, services: Services) -> str:
     """The expansion stage: the walk; the named seeds settled; what the request's filters exclude
     left out (never scored: the relevance gate measures against the best candidate the request can
-    get); then what was not true at valid_at set aside, its read beside the vector reads scoring
-    needs (two round trips in flight at once). ``skipped`` at depth 0."""
+    get). ``skipped`` at depth 0."""
     intake, grounding = ctx.intake, ctx.grounded.grounding
     candidates = await run_expansion(intake, grounding, services.graph, ctx.cfg.expansion)
     named = settle_named_seeds(grounding, intake.seed_ids, candidates)
     candidates = filter_candidates(candidates, intake.filters)
     if intake.filters.metadata is not None:
         candidates = await filter_metadata(intake.user_id, candidates, intake.filters.metadata, services.records)
-    validity, (own, passages) = await asyncio.gather(
-        run_validity(intake, candidates, services.graph),
-        scoring_reads(intake, candidates, grounding.similarity, ctx.embedding.result(), services.vectors, ctx.cfg),
-    )
-    ctx.expanded = Expanded(validity.candidates, named, validity, own, passages)
+    ctx.expanded = Expanded(candidates, named)
     return "ok" if intake.depth > 0 else "skipped"
+
+
+async def start_own_evidence(ctx: RequestContext, services: Services) -> None:
+    """The expansion stage's prefetch: the vector reads scoring needs (:func:`scoring_reads`),
+    started before validity's graph read so that the two round trips are in flight at once;
+    scoring awaits them (``ctx.own_evidence``)."""
+    ctx.own_evidence = ctx.started(_own_evidence(ctx, services))
+
+
+async def _own_evidence(ctx: RequestContext, services: Services) -> OwnEvidence:
+    grounding = ctx.grounded.grounding
+    own, passages = await scoring_reads(
+        ctx.intake, ctx.expanded.candidates, grounding.similarity, ctx.embedding.result(), services.vectors, ctx.cfg
+    )
+    return OwnEvidence(own, passages)

@@ -571,15 +571,15 @@ class Scores:
 
 
 async def scoring_stage(ctx: RequestContext, services: Services) -> str:
-    """The scoring stage: every candidate scored with the request's evidence (its configuration's
-    rules, its reads) and weights, best first; the trace hook sees them."""
-    intake, cfg, expanded = ctx.intake, ctx.cfg, ctx.expanded
+    """The scoring stage: every candidate validity kept, scored with the request's evidence (its
+    configuration's rules, the reads expansion's prefetch made) and weights, best first."""
+    intake, cfg, validity = ctx.intake, ctx.cfg, ctx.validity
+    reads = await ctx.own_evidence
     book = PreferenceBook.build(ctx.grounded.preferences, cfg.scoring.neutral_preference)
-    validity = expanded.validity
     successors = {i: tuple(sorted(n.id for n in validity.successors.get(i, []))) for i in validity.stale}
-    evidence = Evidence.of(cfg, expanded.own, intake.windows, validity.stale, expanded.passages, successors)
+    evidence = Evidence.of(cfg, reads.own, intake.windows, validity.stale, reads.passages, successors)
     scored = score_candidates(
-        expanded.candidates,
+        validity.candidates,
         ctx.grounded.grounding.similarity,
         book,
         intake.weights,
@@ -588,6 +588,4 @@ async def scoring_stage(ctx: RequestContext, services: Services) -> str:
         evidence,
     )
     ctx.scores = Scores(evidence, scored)
-    if services.trace is not None:
-        services.trace(intake, scored)
     return "ok"

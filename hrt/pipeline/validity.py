@@ -1,4 +1,4 @@
-"""Validity, part of the expansion stage: set aside the candidates that were not true at the request's ``valid_at``.
+"""The validity stage: set aside the candidates that were not true at the request's ``valid_at``.
 
 HRT keeps two times (docs/api.md, "Facts that change"): when it learned a fact (a memory unit's
 ``creation_ts``, an artifact's ``created_at``: the request's ``as_of`` hides what was learned
@@ -24,17 +24,24 @@ from the candidates the walk returned and one read of the graph:
 Without ``include_invalidated`` the candidates not valid at ``valid_at`` are dropped and counted
 per kind (``retrieval_metadata.validity.suppressed``); with it they stay, marked, and score no
 recency (scoring): a fact that no longer holds never outranks its successor for being recent.
+
+The response reports this stage as part of expansion (``retrieval_metadata.stages``); its read
+runs while the vector reads expansion's prefetch started are in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from hrt.pipeline.intake import Intake
 from hrt.records import MAX_SUPERSEDES as _MAX_NAMED
 from hrt.records import EdgeType, Kind
 from hrt.stores.base import GraphCandidate, GraphNode, GraphStore, valid_at
+
+if TYPE_CHECKING:
+    from hrt.pipeline.context import RequestContext, Services
 
 # successors read per candidate, newest first: a fact named by more successors than this (a fact is
 # normally replaced once, a chain link by link) may come out ending at a later successor's start
@@ -121,31 +128,12 @@ async def run_validity(intake: Intake, candidates: list[GraphCandidate], graph: 
     return out
 
 
-async def current_neighbours(
-    intake: Intake, lists: dict[str, list[GraphNode]], validity: Validity, graph: GraphStore
-) -> dict[str, list[GraphNode]]:
-    """Assembly's neighbour lists (a concept's related memory units) without the superseded ones:
-    the store already left out what its own or its edge's interval excludes; supersession is
-    known for the candidates, and read (one call) for the others. Unchanged with
-    ``include_invalidated``."""
-    if intake.include_invalidated:
-        return lists
-    kept = {c.node.id for c in validity.candidates}
-    unknown = sorted(
-        {n.id for nodes in lists.values() for n in nodes if n.kind is not Kind.CONCEPT} - kept - validity.dropped
-    )
-    gone = set(validity.dropped)
-    if unknown:
-        at = intake.event_time.timestamp()
-        by = await graph.neighbors(
-            intake.user_id, unknown, EdgeType.SUPERSEDES, False, MAX_SUCCESSORS, intake.as_of.timestamp()
-        )
-        nodes = {n.id: n for ns in lists.values() for n in ns}
-        gone |= {i for i in unknown if not interval_of(nodes[i], by.get(i, []), at).valid}
-    if not gone:
-        return lists
-    return {k: [n for n in ns if n.id not in gone] for k, ns in lists.items()}
-
-
 async def _nothing() -> dict[str, list[GraphNode]]:
     return {}
+
+
+async def validity_stage(ctx: RequestContext, services: Services) -> str:
+    """The validity stage: the candidates expansion found, with what was not true at ``valid_at``
+    set aside (module docstring)."""
+    ctx.validity = await run_validity(ctx.intake, ctx.expanded.candidates, services.graph)
+    return "ok"

@@ -228,6 +228,27 @@ def test_only_the_registry_imports_the_store_adapters() -> None:
     assert not any(backend(d) for d in graph["hrt.stores.factory"])
 
 
+# what the rest of HRT may import of the pipeline: the package's public names (its one entry
+# point, its trace, its configuration) and the rendering, which prompts and the CLI share
+PIPELINE_DOORS = {"hrt.pipeline", "hrt.pipeline.render"}
+
+
+def test_outside_the_pipeline_only_its_public_modules_are_imported() -> None:
+    """No module outside ``hrt.pipeline`` (the evaluation and the bench included) imports a stage's
+    internals: what it needs comes through the package (``HybridRetrievalTool.run``, its
+    ``RequestTrace``)."""
+    graph = hrt_imports()
+    reaching = [
+        f"{m} -> {d}"
+        for m, targets in sorted(graph.items())
+        if not m.startswith("hrt.pipeline")
+        for d in sorted(targets)
+        if d.startswith("hrt.pipeline.") and d not in PIPELINE_DOORS
+    ]
+    assert reaching == []
+    assert "hrt.pipeline" in graph["hrt.eval.locomo.systems"]  # the check reads the evaluation's imports
+
+
 @pytest.mark.parametrize("package", PACKAGES)
 def test_the_tooling_modules_import_each_other_without_a_cycle(package: str) -> None:
     graph = module_imports(package)

@@ -288,14 +288,14 @@ async def test_lexical_leg_runs_while_the_phrases_are_embedded(loaded_service):
 
     index._lexical, tool.embedder = spy, gated
     try:
-        task = asyncio.ensure_future(tool.retrieve(r))
+        task = asyncio.ensure_future(tool.run(r))
         for _ in range(500):  # the lexical leg finishes before the embedding is released
             if lexical_calls:
                 break
             await asyncio.sleep(0.01)
         assert gated.started.is_set() and lexical_calls == [True]
         gated.go.set()
-        got = (await task).canonical_json()
+        got = (await task).response.canonical_json()
     finally:
         index._lexical, tool.embedder = original_lexical, gated.inner
         gated.go.set()
@@ -312,7 +312,7 @@ async def test_a_failed_embedding_fails_the_request_and_leaves_nothing_running(l
     try:
         before = {t for t in asyncio.all_tasks() if t is not asyncio.current_task()}
         with pytest.raises(RuntimeError, match="embedder broke"):
-            await tool.retrieve(req(key_phrases=["Postgres"]))
+            await tool.run(req(key_phrases=["Postgres"]))
         leftover = {t for t in asyncio.all_tasks() if t is not asyncio.current_task()} - before
         assert not [t for t in leftover if not t.done()]
     finally:

@@ -224,9 +224,9 @@ async def test_an_alias_request_runs_as_the_config_request_does_without_the_echo
 def test_the_pipeline_and_the_evaluation_build_the_configuration_alike() -> None:
     from hrt.eval.locomo import evaluation
     from hrt.eval.locomo.systems import HRT_SYSTEMS, EvalConfig, request_for
-    from hrt.pipeline import HybridRetrievalTool, intake
+    from hrt.pipeline import HybridRetrievalTool, effective_config
 
-    assert evaluation.configure is intake.configure and evaluation.applied_config is intake.applied_config
+    assert evaluation.effective_config is effective_config
     settings = Settings()
     tool = HybridRetrievalTool.__new__(HybridRetrievalTool)
     tool.reconfigure(settings)
@@ -264,13 +264,18 @@ def test_the_scorers_defaults_are_the_configurations() -> None:
 
 
 async def test_the_stage_names_are_the_timing_and_status_keys(loaded_service) -> None:
-    from hrt.pipeline import PIPELINE
+    """Every stage is timed under its name; the response reports the contract's stages, a stage
+    reported as another folded into it."""
+    from hrt.pipeline import PIPELINE, REPORTED
 
     names = [stage.name for stage in PIPELINE]
     assert len(names) == len(set(names))
-    doc, timings = await loaded_service.tool.run(req(key_phrases=["Project Phoenix timeline"], rerank=True))
-    assert list(timings) == [*names, "total"]
-    assert list(doc.retrieval_metadata.stages) == names
+    assert REPORTED == ("intake", "grounding", "expansion", "scoring", "hydration", "rerank", "selection", "assembly")
+    assert {stage.reported for stage in PIPELINE} == set(REPORTED)
+    retrieval = await loaded_service.tool.run(req(key_phrases=["Project Phoenix timeline"], rerank=True))
+    assert list(retrieval.timings) == [*names, "total"]
+    assert list(retrieval.response.retrieval_metadata.stages) == list(REPORTED)
+    assert retrieval.trace is None  # only when asked
 
 
 async def test_a_preset_under_its_deprecated_name_is_the_same_request(loaded_service) -> None:

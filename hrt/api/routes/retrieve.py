@@ -28,10 +28,10 @@ router = APIRouter(dependencies=[Depends(known_query)])
     summary="Ground key phrases, expand, score and return the AugmentedMemoryContext V9.4",
 )
 async def retrieve(request: RetrieveRequest, caller: Caller, svc: Service) -> Response:
-    result, timings = await usecases.retrieve(svc, caller, request)
-    server_timing = ", ".join(f"{stage};dur={sec * 1000:.2f}" for stage, sec in timings.items())
+    retrieval = await usecases.retrieve(svc, caller, request)
+    server_timing = ", ".join(f"{stage};dur={sec * 1000:.2f}" for stage, sec in retrieval.timings.items())
     return Response(
-        content=result.canonical_json().encode(),
+        content=retrieval.response.canonical_json().encode(),
         media_type="application/json",
         headers={"Server-Timing": server_timing},
     )

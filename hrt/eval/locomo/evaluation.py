@@ -31,7 +31,7 @@ from hrt.eval.locomo.systems import (
 from hrt.extraction.messages import ConversationRequest, Message
 from hrt.extraction.notes import NOTE_ARTIFACT_TYPE
 from hrt.ingest import Record
-from hrt.pipeline.intake import applied_config, configure
+from hrt.pipeline import effective_config
 from hrt.records import Artifact, EdgeType, MemoryUnit, Relation
 
 if TYPE_CHECKING:
@@ -395,7 +395,7 @@ def _system_json(name: str, cfg: EvalConfig, settings: Settings) -> dict[str, An
     request = RetrieveRequest(
         user_id="eval", key_phrases=["eval"], max_depth=depth, weights=weights, preset=preset, config=overrides
     )
-    effective = configure(settings.retrieval(), applied_config(request))
+    effective = effective_config(settings.retrieval(), request)
     return {
         "max_depth": depth if depth is not None else f"HRT_DEFAULT_DEPTH ({settings.default_depth})",
         "weights": "semantic only (EVAL_WEIGHTS)" if weights is not None else "HRT_WEIGHTS (the default weights)",

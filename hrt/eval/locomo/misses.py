@@ -1,7 +1,7 @@
 """``--misses``: why evidence turns are not candidates.
 
 For every question, on a store a run kept (``--db``), the headline request is grounded and walked
-with the product's own code (:func:`hrt.pipeline.trace.trace_walk`: the same seeds and
+by the pipeline itself (its :class:`~hrt.pipeline.RequestTrace`: the same seeds and
 candidates as the run's ``hrt`` system, whose candidate recall this reproduces). Every evidence
 turn the walk does not reach is put in the first class that applies, D being the request's depth:
 
@@ -36,7 +36,6 @@ from hrt.eval.locomo.metrics import CATEGORY_NAMES
 from hrt.eval.locomo.questions import Question
 from hrt.eval.locomo.systems import EvalConfig, request_for
 from hrt.pipeline import HybridRetrievalTool
-from hrt.pipeline.trace import trace_walk
 from hrt.records import WALKED_EDGES, EdgeType, Kind
 from hrt.stores.base import ExpansionCaps, GraphEdge, GraphNode
 
@@ -247,7 +246,8 @@ async def classify_question(
     """Ground and walk ``q``'s headline request as the pipeline does; add its evidence turns and
     the reason for each one the walk missed to ``report``."""
     request = request_for(q, config, depth, config.weights)
-    trace = await trace_walk(tool, request)
+    trace = (await tool.run(request, trace=True)).trace
+    assert trace is not None  # asked for
     cfg, intake, grounding, candidates = trace.cfg, trace.intake, trace.grounding, trace.candidates
     reached = {c.node.id for c in candidates if c.node.kind is Kind.MEMORY_UNIT}
     report.questions += 1

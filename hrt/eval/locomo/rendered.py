@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 
 from hrt.contract import AugmentedMemoryContext, RenderFormat, RenderOptions, TokenizerName
 from hrt.eval.locomo.metrics import RENDER_TOKENIZER, rendered_metric
-from hrt.pipeline.render import render_context, token_counter
+from hrt.pipeline import render_context, token_counter
 from hrt.records import Entity, Kind
 from hrt.stores.base import RecordStore
 

@@ -14,8 +14,7 @@ from hrt.contract import ConfigOverrides, Limits, RetrievalPresetName, RetrieveR
 from hrt.eval.locomo.metrics import KS, RENDER_BUDGETS, Ranking
 from hrt.eval.locomo.questions import Question
 from hrt.eval.locomo.rendered import hrt_rendered, returned_entities, texts_rendered
-from hrt.pipeline.grounding import rrf_score
-from hrt.pipeline.intake import Intake
+from hrt.pipeline import RequestTrace, rrf_score
 from hrt.records import Kind
 from hrt.stores.base import VectorHit
 
@@ -193,14 +192,15 @@ def request_for(
 
 
 class Traced:
-    """The ids of the memory units each request scored (the pipeline's trace hook): which evidence
-    turns became candidates at all, at any rank. Read once per request, right after it."""
+    """The ids of the memory units each request scored (the request's trace,
+    :class:`hrt.pipeline.RequestTrace`): which evidence turns became candidates at all, at any
+    rank. Read once per request, right after it."""
 
     def __init__(self) -> None:
         self.last: frozenset[str] = frozenset()
 
-    def __call__(self, intake: Intake, scored: Sequence[Any]) -> None:
-        self.last = frozenset(x.id for x in scored if x.kind is Kind.MEMORY_UNIT)
+    def __call__(self, trace: RequestTrace) -> None:
+        self.last = frozenset(x.id for x in trace.scored if x.kind is Kind.MEMORY_UNIT)
 
 
 class PhraseTally:
@@ -236,12 +236,10 @@ def hrt_system(
     with ``render_budgets``, what its rendering holds within each (hrt/eval/locomo/rendered.py)."""
 
     async def run(q: Question) -> Ranking:
-        if traced is not None:
-            tool.trace = traced
-        try:
-            ctx = await tool.retrieve(request_for(q, config, depth, weights, preset))
-        finally:
-            tool.trace = None
+        retrieval = await tool.run(request_for(q, config, depth, weights, preset), trace=traced is not None)
+        if traced is not None and retrieval.trace is not None:
+            traced(retrieval.trace)
+        ctx = retrieval.response
         if tally is not None:
             tally.add(len(ctx.retrieval_metadata.key_phrases_processed), len(ctx.unmatched_key_phrases))
         mus = [m.muid for m in ctx.retrieved_memory_units]
