@@ -30,7 +30,7 @@ from hrt.stores.embedded.vectors import EmbeddedVectorIndex
 from hrt.stores.projection import vector_doc
 from hrt.stores.weaviate.vectors import LEXICAL_TIE_SLACK, NO_TS, WeaviateVectorIndex, object_uuid, tenant_name
 from tests.conftest import FIXED_NOW, StackManager
-from tests.helpers import HashingEmbedder, jsonl, small_graph
+from tests.helpers import HashingEmbedder, jsonl, mu, small_graph
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -59,6 +59,9 @@ CONGRUENCE_PHRASES = [
     "platforms",
 ]
 TIE = 1e-6  # similarities closer than this are a tie: float32 noise differs between the two engines
+# own cosines: Weaviate's float32 distances against numpy's cosines of the same float32 vectors
+# (docs/bench.md, "Own cosines computed in Weaviate": at most 4.8e-7 apart over ~340k cosines at 100k)
+COSINE_TOLERANCE = 1e-6
 
 
 @dataclass
@@ -683,3 +686,44 @@ async def test_congruent_with_the_embedded_adapter(
         f"same order {same_order}/{len(overlaps)}; vector id orders differ only inside float ties in {cut_ties}"
     )
     assert mean >= 0.7, f"lexical legs diverge: {overlaps}"
+
+
+async def test_own_and_passage_cosines_are_the_embedded_ones(loaded: Loaded) -> None:
+    """``similarities`` and ``passage_similarities`` on the same documents: Weaviate's cosines (its
+    distances to the phrase vectors, the best of them) against the embedded adapter's (computed
+    from the stored vectors), within COSINE_TOLERANCE; the same ids found (an id of nobody, or of
+    another user, is absent); the passages' best the same, and the own one for a document
+    without passages."""
+    from hrt.ingest import build_batch
+
+    user = f"scratch-{uuid.uuid4().hex[:8]}"
+    texts = [
+        "The budget review moved to Friday. Ben brings the hiring plan. Lunch is on us.",
+        "Postgres billing tables were migrated. The Phoenix team kept its Q3 bandwidth.",
+        "A single sentence about the weekend plan",
+    ]
+    records = parse_jsonl(jsonl([mu(user, f"p{i}", text, title=f"T{i}") for i, text in enumerate(texts)]))
+    batch = build_batch(records, loaded.embedder)
+    docs = [vector_doc(r, batch.vectors[(user, r.id)], batch.passages.get((user, r.id))) for r in records]
+    docs += [replace(d, id=f"o-{d.id}") for d in loaded.docs["u1"].values()]
+    assert sum(d.passages is not None for d in docs) == 2
+    ids = [*(d.id for d in docs), "nope", "xm1"]  # xm1 is u2's
+    await loaded.index.upsert(user, docs)
+    await loaded.embedded.upsert(user, docs)
+    try:
+        for phrases in (CONGRUENCE_PHRASES[:1], CONGRUENCE_PHRASES[:3], CONGRUENCE_PHRASES):
+            vectors = loaded.embedder.embed(phrases)
+            remote = await loaded.index.similarities(user, ids, vectors)
+            local = await loaded.embedded.similarities(user, ids, vectors)
+            assert remote.keys() == local.keys() == {d.id for d in docs}
+            assert all(abs(remote[i] - local[i]) <= COSINE_TOLERANCE for i in local), (remote, local)
+            remote_p = await loaded.index.passage_similarities(user, ids, vectors)
+            local_p = await loaded.embedded.passage_similarities(user, ids, vectors)
+            assert remote_p.keys() == local_p.keys() == local.keys()
+            for i, (own, best) in local_p.items():
+                assert abs(remote_p[i][0] - own) <= COSINE_TOLERANCE and abs(remote_p[i][1] - best) <= COSINE_TOLERANCE
+                assert remote_p[i][0] == remote[i]  # the same own cosine from either read
+            assert all(remote_p[d.id][1] == remote_p[d.id][0] for d in docs if d.passages is None)
+    finally:
+        await loaded.index.delete_user(user)
+        await loaded.embedded.delete_user(user)

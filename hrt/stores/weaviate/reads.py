@@ -1,11 +1,12 @@
 """The reads of the Weaviate adapter: the search legs (one ``near_vector`` and one ``bm25`` gRPC
-query per phrase, their ties at the ``k`` cut broken by id), objects read by id, and cosines to
-stored vectors. The replies are read from the gRPC protobuf directly (see
-:meth:`WeaviateReads._search`)."""
+query per phrase, their ties at the ``k`` cut broken by id), objects read by id, and the own
+cosines of given objects (Weaviate's distances from one search over those objects). The replies
+are read from the gRPC protobuf directly (see :meth:`WeaviateReads._search`)."""
 
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -59,6 +60,26 @@ def lexical_query(phrase: str) -> str | None:
     return " ".join(chosen) if chosen else None
 
 
+def _nearest_phrase(queries: np.ndarray) -> base_search_pb2.NearVector:
+    """One near-vector query for all the phrase vectors (rows of ``queries``) against the stored
+    ``default`` vector, an object's distance the smallest of theirs (a multi-target search with
+    the ``minimum`` join): 1 - distance is its best cosine to the phrases."""
+    packed = struct.pack("<H", queries.shape[1]) + np.ascontiguousarray(queries, dtype="<f4").tobytes()
+    multi = base_pb2.Vectors(name="default", vector_bytes=packed, type=base_pb2.Vectors.VECTOR_TYPE_MULTI_FP32)
+    return base_search_pb2.NearVector(
+        vector_for_targets=[base_search_pb2.VectorForTarget(name="default", vectors=[multi])],
+        targets=base_search_pb2.Targets(
+            target_vectors=["default"], combination=base_search_pb2.CombinationMethod.COMBINATION_METHOD_TYPE_MIN
+        ),
+    )
+
+
+def _best_cosine(rows: np.ndarray, queries: np.ndarray) -> float:
+    """The best cosine of any of ``rows`` to any of ``queries`` (0 for a zero vector)."""
+    norms = np.linalg.norm(rows, axis=1)[:, None] * np.linalg.norm(queries, axis=1)[None, :]
+    return float(((rows @ queries.T) / np.where(norms > 0.0, norms, 1.0)).max())
+
+
 @dataclass(frozen=True, slots=True)
 class _Found:
     """One object of one leg: ``score`` orders the leg (cosine, or BM25 score); ``similarity`` is
@@ -90,13 +111,17 @@ class WeaviateReads:
     _collection: CollectionAsync[Any, Any]
     _query_timeout: float
 
-    async def _by_ids(
-        self, user_id: str, tenant: str, ids: Sequence[str], properties: search_get_pb2.PropertiesRequest
-    ) -> list[tuple[Any, bytes | None]]:
-        """The tenant's objects of ``ids``, as (their ``properties`` fields, their stored vector's
-        bytes or None): one gRPC request per :data:`WRITE_CHUNK` ids, all in flight at once (a
-        retrieval reads ~600 candidates' vectors: two requests); none for a tenant not created
-        yet."""
+    def _by_uuid_requests(
+        self,
+        user_id: str,
+        tenant: str,
+        ids: Sequence[str],
+        properties: search_get_pb2.PropertiesRequest,
+        metadata: search_get_pb2.MetadataRequest,
+        **search: Any,
+    ) -> list[search_get_pb2.SearchRequest]:
+        """Requests for the tenant's objects of ``ids`` by their uuids, one per :data:`WRITE_CHUNK`
+        ids, each returning ``properties`` and ``metadata`` (``search``: a query ranking them)."""
         requests = []
         for start in range(0, len(ids), WRITE_CHUNK):
             chunk = ids[start : start + WRITE_CHUNK]
@@ -105,19 +130,33 @@ class WeaviateReads:
                 value_text_array=base_pb2.TextArray(values=[str(object_uuid(user_id, ident)) for ident in chunk]),
                 target=base_pb2.FilterTarget(property="_id"),
             )
-            request = self._request(tenant, len(chunk), by_uuid, _VECTOR)
+            request = self._request(tenant, len(chunk), by_uuid, metadata, **search)
             request.properties.CopyFrom(properties)
             requests.append(request)
+        return requests
+
+    async def _results(self, tenant: str, requests: Sequence[search_get_pb2.SearchRequest]) -> list[Any]:
+        """The objects the ``requests`` (all in flight at once) return; none for a tenant not
+        created yet."""
         replies = await asyncio.gather(*(self._search(r) for r in requests), return_exceptions=True)
-        out: list[tuple[Any, bytes | None]] = []
+        out: list[Any] = []
         for reply in replies:
             if isinstance(reply, BaseException):
                 if _missing_tenant_candidate(reply) and not await self._collection.tenants.exists(tenant):
                     return []  # a user with nothing indexed yet
                 raise reply
-            for obj in reply.results:
-                vector = next((v for v in obj.metadata.vectors if v.name == "default" and v.type in _SINGLE), None)
-                out.append((obj.properties.non_ref_props.fields, vector.vector_bytes if vector is not None else None))
+            out.extend(reply.results)
+        return out
+
+    async def _by_ids(
+        self, user_id: str, tenant: str, ids: Sequence[str], properties: search_get_pb2.PropertiesRequest
+    ) -> list[tuple[Any, bytes | None]]:
+        """The tenant's objects of ``ids``, as (their ``properties`` fields, their stored vector's
+        bytes or None)."""
+        out: list[tuple[Any, bytes | None]] = []
+        for obj in await self._results(tenant, self._by_uuid_requests(user_id, tenant, ids, properties, _VECTOR)):
+            vector = next((v for v in obj.metadata.vectors if v.name == "default" and v.type in _SINGLE), None)
+            out.append((obj.properties.non_ref_props.fields, vector.vector_bytes if vector is not None else None))
         return out
 
     async def _stored(self, user_id: str, tenant: str, ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
@@ -140,39 +179,32 @@ class WeaviateReads:
     async def _cosines(
         self, user_id: str, ids: Sequence[str], vectors: Vector, passages: bool
     ) -> dict[str, tuple[float, float]]:
-        """Each found id: its own vector's best cosine to the phrases, and (with ``passages``) its
-        passages' best, else the own one again."""
+        """Each found id: its own vector's best cosine to the phrases, as Weaviate computes it
+        (:func:`_nearest_phrase`: float32, within 1e-6 of the cosine of the stored vectors:
+        docs/bench.md), and (with ``passages``) its passages' best, else the own one again. The
+        ids are the only objects searched, fewer than Weaviate's ``flatSearchCutoff``: an exact
+        (flat) search over them, not the HNSW graph."""
         queries = np.asarray(vectors, dtype=np.float32)
         if queries.ndim == 1:
             queries = queries[None, :]
         wanted = sorted(set(ids))
         if not wanted or queries.shape[0] == 0:
             return {}
-        dim = queries.shape[1]
+        tenant = tenant_name(user_id)
+        fields = _PASSAGES_PB if passages else _ID_PB
+        near = _nearest_phrase(queries)
+        requests = self._by_uuid_requests(user_id, tenant, wanted, fields, _DISTANCE, near_vector=near)
         async with guard("similarities", self._query_timeout):
-            objects = await self._by_ids(user_id, tenant_name(user_id), wanted, _PASSAGES_PB if passages else _ID_PB)
-        found: list[str] = []
-        stored: list[np.ndarray] = []
-        rows: list[Vector | None] = []
-        for fields, vector in objects:
-            if vector is not None and len(vector) == 4 * dim:
-                found.append(fields["entity_id"].text_value)
-                stored.append(np.frombuffer(vector, dtype="<f4"))
-                rows.append(_unblob(_stored_blob(fields), dim) if passages else None)
-        if not found:
-            return {}
-        qnorm = np.linalg.norm(queries, axis=1)[None, :]
-
-        def best(matrix: np.ndarray) -> np.ndarray:
-            norms = np.linalg.norm(matrix, axis=1)[:, None] * qnorm
-            cosines = (matrix @ queries.T) / np.where(norms > 0.0, norms, 1.0)
-            return np.asarray(cosines.max(axis=1), dtype=np.float64)
-
-        own = best(np.stack(stored)).tolist()
-        return {
-            ident: (mine, mine if row is None else float(best(row).max()))
-            for ident, mine, row in zip(found, own, rows, strict=True)
-        }
+            found = await self._results(tenant, requests)
+        out: dict[str, tuple[float, float]] = {}
+        for obj in found:
+            if not obj.metadata.distance_present:
+                continue
+            props = obj.properties.non_ref_props.fields
+            own = 1.0 - obj.metadata.distance
+            rows = _unblob(_stored_blob(props), queries.shape[1]) if passages else None
+            out[props["entity_id"].text_value] = (own, own if rows is None else _best_cosine(rows, queries))
+        return out
 
     @staticmethod
     def _merge(by_vector: list[_Found], by_lexical: list[_Found]) -> list[VectorHit]:

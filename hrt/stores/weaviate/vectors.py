@@ -456,12 +456,14 @@ class WeaviateVectorIndex(WeaviateReads):
         return [self._merge(found[2 * p], found[2 * p + 1]) for p in range(len(phrases))]
 
     async def similarities(self, user_id: str, ids: Sequence[str], vectors: Vector) -> dict[str, float]:
-        """The objects of ``ids`` by their uuids, with their stored vectors (one gRPC request per
-        :data:`WRITE_CHUNK` ids)."""
+        """The objects of ``ids`` by their uuids, each with its distance to the nearest phrase
+        vector, computed by Weaviate (one gRPC search per :data:`WRITE_CHUNK` ids for all the
+        phrases; no stored vector leaves Weaviate)."""
         return {ident: own for ident, (own, _) in (await self._cosines(user_id, ids, vectors, False)).items()}
 
     async def passage_similarities(
         self, user_id: str, ids: Sequence[str], vectors: Vector
     ) -> dict[str, tuple[float, float]]:
-        """As :meth:`similarities`, the same requests also returning each object's passages."""
+        """As :meth:`similarities`, the same requests also returning each object's passage vectors,
+        whose cosines are computed here."""
         return await self._cosines(user_id, ids, vectors, True)
