@@ -118,13 +118,14 @@ class WeaviateReads:
         ids: Sequence[str],
         properties: search_get_pb2.PropertiesRequest,
         metadata: search_get_pb2.MetadataRequest,
+        per_request: int = WRITE_CHUNK,
         **search: Any,
     ) -> list[search_get_pb2.SearchRequest]:
-        """Requests for the tenant's objects of ``ids`` by their uuids, one per :data:`WRITE_CHUNK`
+        """Requests for the tenant's objects of ``ids`` by their uuids, one per ``per_request``
         ids, each returning ``properties`` and ``metadata`` (``search``: a query ranking them)."""
         requests = []
-        for start in range(0, len(ids), WRITE_CHUNK):
-            chunk = ids[start : start + WRITE_CHUNK]
+        for start in range(0, len(ids), per_request):
+            chunk = ids[start : start + per_request]
             by_uuid = base_pb2.Filters(
                 operator=base_pb2.Filters.OPERATOR_CONTAINS_ANY,
                 value_text_array=base_pb2.TextArray(values=[str(object_uuid(user_id, ident)) for ident in chunk]),
@@ -183,7 +184,9 @@ class WeaviateReads:
         (:func:`_nearest_phrase`: float32, within 1e-6 of the cosine of the stored vectors:
         docs/bench.md), and (with ``passages``) its passages' best, else the own one again. The
         ids are the only objects searched, fewer than Weaviate's ``flatSearchCutoff``: an exact
-        (flat) search over them, not the HNSW graph."""
+        (flat) search over them, not the HNSW graph. A reply holds ids and distances (~50 bytes an
+        object): one request for up to Weaviate's result cap; with passages (~6 KB an object), one
+        per :data:`WRITE_CHUNK`."""
         queries = np.asarray(vectors, dtype=np.float32)
         if queries.ndim == 1:
             queries = queries[None, :]
@@ -191,9 +194,9 @@ class WeaviateReads:
         if not wanted or queries.shape[0] == 0:
             return {}
         tenant = tenant_name(user_id)
-        fields = _PASSAGES_PB if passages else _ID_PB
+        fields, per_request = (_PASSAGES_PB, WRITE_CHUNK) if passages else (_ID_PB, MAX_FETCH)
         near = _nearest_phrase(queries)
-        requests = self._by_uuid_requests(user_id, tenant, wanted, fields, _DISTANCE, near_vector=near)
+        requests = self._by_uuid_requests(user_id, tenant, wanted, fields, _DISTANCE, per_request, near_vector=near)
         async with guard("similarities", self._query_timeout):
             found = await self._results(tenant, requests)
         out: dict[str, tuple[float, float]] = {}
