@@ -5,6 +5,7 @@ with one call's writes on top (:class:`State`)."""
 from __future__ import annotations
 
 import json
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -72,7 +73,9 @@ class State:
         self.user_id = user_id
         self.read: dict[tuple[str, str], str | None] = {}
         self.writes: dict[str, dict[str, Any]] = {}  # ns -> key -> value (None: deleted)
-        self._scans: dict[tuple[str, str], dict[str, str]] = {}
+        self._scans: dict[tuple[str, str], dict[str, str]] = {}  # (ns, prefix) -> rows, in key order
+        self._decoded: dict[tuple[str, str], dict[str, Any]] = {}  # the same, decoded once
+        self._written: dict[str, list[str]] = {}  # ns -> its written keys in order (made when scanned)
         self._entities: dict[tuple[Kind, str], Entity | None] = {}
 
     async def prefetch(
@@ -93,14 +96,17 @@ class State:
                 self.read[(ns, k)] = rows.get(k)
         for ns, ps in scans.items():
             rows = found.get(ns, {})
+            ordered = sorted(rows)
             for prefix in ps:
-                self._scans[(ns, prefix)] = {k: v for k, v in sorted(rows.items()) if k.startswith(prefix)}
-                for k, v in self._scans[(ns, prefix)].items():
+                # the store's range: from the prefix up to the prefix and the last code point
+                at, end = bisect_left(ordered, prefix), prefix + "\U0010ffff"
+                under: dict[str, str] = {}
+                while at < len(ordered) and ordered[at] < end:
+                    under[ordered[at]] = rows[ordered[at]]
+                    at += 1
+                self._scans[(ns, prefix)] = under
+                for k, v in under.items():
                     self.read.setdefault((ns, k), v)
-
-    def known(self, ns: str, key: str) -> bool:
-        """Whether a read of the row would be answered here (read, scanned or written)."""
-        return (ns, key) in self.read or key in self.writes.get(ns, {})
 
     async def prefetch_entities(self, kind: Kind, ids: Iterable[str]) -> None:
         """Read ahead the user's records of ``kind`` among ``ids`` not read yet, in one round trip."""
@@ -137,19 +143,37 @@ class State:
         return (await self.get_many(ns, [key])).get(key)
 
     async def scan(self, ns: str, prefix: str) -> dict[str, Any]:
+        """The rows of ``ns`` whose key starts with ``prefix``, in key order, this call's writes on
+        top. Read once a call and decoded once: the namespaces scanned hold scalars (counts,
+        names, marks), which no caller changes in place."""
         if (ns, prefix) not in self._scans:
             self._scans[(ns, prefix)] = await self.store.state_scan(self.user_id, ns, prefix)
-        out = {k: json.loads(v) for k, v in self._scans[(ns, prefix)].items()}
-        for k, v in self.writes.get(ns, {}).items():
-            if k.startswith(prefix):
-                if v is None:
-                    out.pop(k, None)
-                else:
-                    out[k] = v
+        decoded = self._decoded.get((ns, prefix))
+        if decoded is None:
+            rows = self._scans[(ns, prefix)]
+            decoded = self._decoded[(ns, prefix)] = {k: json.loads(rows[k]) for k in sorted(rows)}
+        written = self.writes.get(ns, {})
+        ordered = self._written.get(ns)
+        if ordered is None:
+            ordered = self._written[ns] = sorted(written)
+        at = bisect_left(ordered, prefix)
+        if at == len(ordered) or not ordered[at].startswith(prefix):
+            return dict(decoded)
+        out = dict(decoded)
+        while at < len(ordered) and ordered[at].startswith(prefix):
+            k = ordered[at]
+            if written[k] is None:
+                out.pop(k, None)
+            else:
+                out[k] = written[k]
+            at += 1
         return dict(sorted(out.items()))
 
     def put(self, ns: str, key: str, value: Any) -> None:
-        self.writes.setdefault(ns, {})[key] = value
+        written = self.writes.setdefault(ns, {})
+        if key not in written:
+            self._written.pop(ns, None)
+        written[key] = value
 
     async def row_delta(self) -> int:
         """Rows this call's writes add to the user's statistics, less those they delete (the
