@@ -27,8 +27,10 @@ gives them the texts it has. docs/api.md, "What changed", has the table of rules
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache, wraps
+from typing import TypeVar
 
 from hrt.extraction.rules import TOKEN, extract, stem, topic_key
 from hrt.text import STOPWORDS
@@ -225,6 +227,25 @@ _OLD_VALUE = (
 )
 
 
+_R = TypeVar("_R")
+# a text of at most this many characters is remembered (:func:`_remembered`), this many texts at most
+MEMO_CHARS = 2_000
+MEMO_TEXTS = 4_096
+
+
+def _remembered(fn: Callable[[str, str], _R]) -> Callable[[str, str], _R]:
+    """``fn`` of a short text remembered: the rules ask the same of an earlier message for each
+    new message that may change it, within a call and across calls. ``fn`` is pure and its
+    result immutable."""
+    cached = lru_cache(maxsize=MEMO_TEXTS)(fn)
+
+    @wraps(fn)
+    def call(text: str, other: str) -> _R:
+        return cached(text, other) if len(text) <= MEMO_CHARS else fn(text, other)
+
+    return call
+
+
 def asks(text: str) -> bool:
     """A message that only asks ("Is the meeting on Monday?") states nothing; one that states and
     then asks ("Friday at 2pm, noted. Want to rehearse?") states."""
@@ -327,6 +348,11 @@ def values(text: str) -> dict[str, frozenset[str]]:
     """The values a text states, by kind: a month, a weekday, a day of the month, a year, a
     season, a time, a number (a phone number, an email address, an amount), a name (a capitalised
     run). Kinds are compared one with the same kind only: "the 16th" does not replace "October"."""
+    return dict(_values(text, ""))
+
+
+@_remembered
+def _values(text: str, _: str) -> tuple[tuple[str, frozenset[str]], ...]:
     out: dict[str, set[str]] = {
         k: set() for k in ("month", "weekday", "season", "day", "year", "time", "number", "amount", "name")
     }
@@ -353,7 +379,7 @@ def values(text: str) -> dict[str, frozenset[str]]:
         lowered = entity.lower()
         if not (set(lowered.split()) & _DATE_WORDS):
             out["name"].add(lowered)
-    return {k: frozenset(v) for k, v in out.items() if v}
+    return tuple((k, frozenset(v)) for k, v in out.items() if v)
 
 
 def _clock(text: str) -> str:
@@ -374,6 +400,11 @@ def _clock(text: str) -> str:
 
 def families(text: str) -> frozenset[str]:
     """The life facts a text is about (:data:`FAMILIES`)."""
+    return _families(text, "")
+
+
+@_remembered
+def _families(text: str, _: str) -> frozenset[str]:
     found = {name for name, pattern in FAMILIES.items() if pattern.search(text)}
     if _PHONE.search(text):
         found.add("phone")
@@ -386,6 +417,11 @@ def holders(text: str) -> frozenset[str]:
     """Whom a text's statements are about when not its speaker: the relatives and friends its
     sentences (or what follows a colon) start with ("Sad day: my best friend Margaux moved", "My
     brother got a job"; not "... a trip with my sister")."""
+    return _holders(text, "")
+
+
+@_remembered
+def _holders(text: str, _: str) -> frozenset[str]:
     out: set[str] = set()
     for sentence in _sentences(text):
         for part in sentence.split(":"):
@@ -394,6 +430,7 @@ def holders(text: str) -> frozenset[str]:
     return frozenset(out)
 
 
+@_remembered
 def subject_keys(text: str, speaker: str) -> frozenset[str]:
     """Content keys of a text, as the rule extractor finds them (entities and topics, stemmed),
     without its speaker's name and without the values themselves (months, days)."""

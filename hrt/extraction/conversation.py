@@ -32,7 +32,6 @@ Statistics rows (namespace: key -> JSON):
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -44,7 +43,8 @@ from hrt.extraction.llm_call import LLMCall, LLMOutcome, budgeted, on_loop
 from hrt.extraction.messages import ConversationRequest, Message, MessageResult
 from hrt.extraction.notes import MAX_PARTICIPANTS, note_id, rule_note
 from hrt.extraction.planner_base import Plan, PlannerBase, message_hash, said_text, unit_content
-from hrt.extraction.rules import ProperNouns, extract, name_counts, topic_key
+from hrt.extraction.read_ahead import MessageKeys, counted_names, found_in
+from hrt.extraction.rules import name_counts
 from hrt.extraction.statistics import SEP, ExtractionOptions, State, StateStore, _dump
 from hrt.extraction.superseding import Change, restatement_id
 from hrt.records import Deletion, EdgeType, Kind, MemoryUnit, iso
@@ -78,11 +78,13 @@ class Planner(ConceptLinking):
 
     async def run(self) -> Plan:
         st = self.st
+        hashes = [message_hash(m, self.req.speaker(m)) for m in self.req.messages]
+        await self._read_request(hashes)
         meta = await st.get("meta", "meta") or {"turns": 0, "version": 0}
         turns_before = int(meta["turns"])
         session = await st.get("session", self.req.session_id) or {"next": 0, "last_ts": None}
-        hashes = [message_hash(m, self.req.speaker(m)) for m in self.req.messages]
         positions = await self._positions(session, hashes)
+        await self._read_keys(hashes, positions)
         named = [n for n in (self.req.user_name, self.req.agent_name) if n]
         called = [self.req.speaker(m) for m in self.req.messages]
         self.participants = list(dict.fromkeys([*session.get("spk", []), *named, *called]))
@@ -154,11 +156,13 @@ class Planner(ConceptLinking):
                 p = m.index if m.index is not None else (req.start + i if req.start is not None else following)
                 out.append(p)
                 following = max(following, p + 1)
+            await self._read_positions(out)
             await self._imported(out)
             return out
         sid = self.req.session_id
-        following = await self._first_free(following, len(hashes))
         known = await self.st.get_many("mh", [sid + SEP + h for h in hashes])
+        await self._read_positions([*range(following, following + len(hashes)), *map(int, known.values())])
+        following = await self._first_free(following, len(hashes))
         for h in hashes:
             if sid + SEP + h in known:
                 out.append(int(known[sid + SEP + h]))
@@ -185,7 +189,7 @@ class Planner(ConceptLinking):
         ``hrt ingest`` of an export, or by the batch import, holds its messages' ids."""
         ids = {message_id(self.req.session_id, p): p for p in positions}
         known = await self.st.get_many("msg", list(ids))
-        units = await self.st.store.get_many(self.user, Kind.MEMORY_UNIT, [i for i in ids if i not in known])
+        units = await self.st.entities(Kind.MEMORY_UNIT, [i for i in ids if i not in known])
         return sorted(ids[i] for i in units)
 
     async def _first_free(self, following: int, n: int) -> int:
@@ -306,37 +310,18 @@ class Planner(ConceptLinking):
     async def _extract(self, muid: str, speaker: str, text: str, h: str, history: Sequence[str]) -> list[str]:
         """Learn the text's capitalisation, extract, map names to speakers; count the keys."""
         st = self.st
-        counts = dict(list(name_counts(text).items())[: self.opts.max_message_words])
-        rows = await st.get_many("name", sorted(counts))
-        for word, (cap, lower) in counts.items():
-            old = rows.get(word, [0, 0])
-            rows[word] = [old[0] + cap, old[1] + lower]
-            st.put("name", word, rows[word])
-        names = ProperNouns(
-            Counter({w: c for w, (c, _) in rows.items()}), Counter({w: n for w, (_, n) in rows.items()})
-        )
-        found = extract(text, names)
+        max_words = self.opts.max_message_words
+        rows = counted_names(text, await st.get_many("name", sorted(counted_names(text, {}, max_words))), max_words)
+        for word, counts in rows.items():
+            st.put("name", word, counts)
+        found = found_in(text, rows)
         speaker_key = await self._speaker(speaker)
         self.speaker_of[muid] = speaker_key
-        speakers = await st.scan("speaker", "")
-        keys: list[str] = []
-        surfaces: dict[str, str] = {}
-
-        def entity_key(e: str) -> str:
-            """A speaker's name (alone, or a run that starts with it) is the speaker's concept."""
-            lowered = e.lower()
-            first = lowered.split()[0]
-            if lowered in speakers or (first in speakers and len(lowered.split()) == 1):
-                return "person:" + str(speakers.get(lowered, speakers.get(first, e)))
-            surfaces.setdefault("entity:" + lowered, e)
-            return "entity:" + lowered
-
-        keys.extend(entity_key(e) for e in found.entities)
+        made = MessageKeys(await st.scan("speaker", ""))
+        entity_key, surfaces = made.entity, made.surfaces
+        keys = [entity_key(e) for e in found.entities]
         self.rule_keys.update(keys)
-        for t in found.topics:
-            key = "topic:" + topic_key(t)
-            keys.append(key)
-            surfaces.setdefault(key, t)
+        keys.extend(made.topics(found))
         if self.llm is not None:
             outcome = await self._llm(speaker, text, h, history) or LLMOutcome()
             found_by_llm = [entity_key(name) for name, _ in outcome.entities]
@@ -388,7 +373,7 @@ class Planner(ConceptLinking):
         if previous is None and position > 0:
             before = message_id(self.req.session_id, position - 1)
             row = await self.st.get("msg", before)
-            unit = (await self.st.store.get_many(self.user, Kind.MEMORY_UNIT, [before])).get(before)
+            unit = (await self.st.entities(Kind.MEMORY_UNIT, [before])).get(before)
             if row is not None and isinstance(unit, MemoryUnit):
                 who = str(row.get("speaker", ""))
                 previous = (who, said_text(who, unit.content))

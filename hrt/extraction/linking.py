@@ -11,13 +11,13 @@ from typing import Any
 
 from hrt.extraction.ids import entity_id, slug
 from hrt.extraction.llm_call import LLMOutcome
-from hrt.extraction.planner_base import PlannerBase
+from hrt.extraction.read_ahead import ReadAhead, pair_keys
 from hrt.extraction.rules import too_common
 from hrt.extraction.statistics import SEP
 from hrt.records import Artifact, Concept, EdgeType, Kind, Relation
 
 
-class ConceptLinking(PlannerBase):
+class ConceptLinking(ReadAhead):
     """The planner's concepts and links (:class:`hrt.extraction.conversation.Planner`)."""
 
     async def _count(self, muid: str, keys: Sequence[str], surfaces: Mapping[str, str], sign: int) -> None:
@@ -40,10 +40,9 @@ class ConceptLinking(PlannerBase):
             self.touched.add(key)
             if sign > 0:
                 self.new_posts.setdefault(key, []).append(muid)
-        plain = [k for k in keys if not k.startswith("person:")][: self.opts.max_pair_keys]
-        pair_keys = [a + SEP + b for a in plain for b in plain if a != b]
-        pairs = await st.get_many("pair", pair_keys)
-        for pk in pair_keys:
+        pks = pair_keys(keys, self.opts.max_pair_keys)
+        pairs = await st.get_many("pair", pks)
+        for pk in pks:
             n = int(pairs.get(pk, 0)) + sign
             st.put("pair", pk, n if n > 0 else None)
 
@@ -62,16 +61,19 @@ class ConceptLinking(PlannerBase):
         old_max, new_max = self.opts.max_df(before), self.opts.max_df(after)
         if new_max <= old_max:
             return
-        for df in [*range(old_max + 1, new_max + 1), *range(2 * old_max + 1, 2 * new_max + 1)]:
-            for row in await self.st.scan("dfx", f"{df:09d}{SEP}"):
+        prefixes = [
+            f"{df:09d}{SEP}" for df in [*range(old_max + 1, new_max + 1), *range(2 * old_max + 1, 2 * new_max + 1)]
+        ]
+        await self.st.prefetch({}, {"dfx": prefixes})
+        for prefix in prefixes:
+            for row in await self.st.scan("dfx", prefix):
                 self.touched.add(row.split(SEP, 1)[1])
 
     async def _concept_id(self, key: str) -> str:
         """The concept id of a key: derived from it, unless another key holds that id or the user
         stored an entity under it (ingested, not made here): then a hashed variant, so a made id
         never lands on an ingested one (which answered 409, or overwrote it, at every later call)."""
-        kind, _, raw = key.partition(":")
-        cid = entity_id(kind, raw.lower() if kind == "person" else raw)
+        cid = _made_id(key)
         owner = await self.st.get("cid", cid)
         if (owner is not None and owner != key) or (owner is None and await self._stored_ids([cid])):
             cid = f"{cid}-{hashlib.sha1(key.encode()).hexdigest()[:6]}"
@@ -82,7 +84,7 @@ class ConceptLinking(PlannerBase):
         """Which of ``ids`` name an entity the user holds, of any kind."""
         found: set[str] = set()
         for kind in (Kind.CONCEPT, Kind.MEMORY_UNIT, Kind.ARTIFACT):
-            found.update((await self.st.store.get_many(self.user, kind, list(ids))).keys())
+            found.update((await self.st.entities(kind, list(ids))).keys())
         return found
 
     async def _relink_missing(self, terms: Mapping[str, dict[str, Any] | None]) -> None:
@@ -93,7 +95,7 @@ class ConceptLinking(PlannerBase):
         linked = {k: t for k, t in terms.items() if t is not None and t.get("linked") and t.get("cid")}
         if not linked:
             return
-        present = await self.st.store.get_many(self.user, Kind.CONCEPT, sorted({t["cid"] for t in linked.values()}))
+        present = await self.st.entities(Kind.CONCEPT, sorted({t["cid"] for t in linked.values()}))
         for key, term in linked.items():
             if term["cid"] not in present:
                 term["linked"] = False
@@ -108,6 +110,7 @@ class ConceptLinking(PlannerBase):
         keys = sorted(self.touched)
         terms = await st.get_many("term", keys)
         await self._relink_missing(terms)
+        await self._read_links(terms, max_df)
         for key in keys:
             term = terms.get(key)
             if term is None:
@@ -118,6 +121,22 @@ class ConceptLinking(PlannerBase):
             else:
                 self._unlink_key(key, term, df)
         await self._link_speakers()
+
+    async def _read_links(self, terms: Mapping[str, dict[str, Any] | None], max_df: int) -> None:
+        """Read ahead what linking the keys needs: the messages of each key linked anew, and, for
+        each key (and speaker) without a concept yet, who holds the id it would take."""
+        posts: list[str] = []
+        ids: list[str] = []
+        for key, term in terms.items():
+            if term is not None and self._kept(key, int(term["df"]), max_df):
+                posts.extend([key + SEP] if not term["linked"] else [])
+                ids.extend([_made_id(key)] if not term["cid"] else [])
+        speakers = await self.st.get_many("term", sorted(set(self.speaker_of.values())))
+        ids.extend(_made_id(k) for k in set(self.speaker_of.values()) if not speakers.get(k, {}).get("cid"))
+        await self.st.prefetch({"cid": ids}, {"post": posts})
+        unowned = [cid for cid in ids if await self.st.get("cid", cid) is None]
+        for kind in (Kind.CONCEPT, Kind.MEMORY_UNIT, Kind.ARTIFACT):
+            await self.st.prefetch_entities(kind, unowned)
 
     def _unlink_key(self, key: str, term: dict[str, Any], df: int) -> None:
         """A key no longer kept: its concept goes (not one it was merged into, which is not the
@@ -220,6 +239,7 @@ class ConceptLinking(PlannerBase):
         st = self.st
         keys = sorted(k for k in self.touched if not k.startswith("person:"))
         terms = await st.get_many("term", keys)
+        await self._read_partners(terms)
         for key in keys:
             term = terms.get(key)
             if term is None or not term["linked"]:
@@ -250,6 +270,18 @@ class ConceptLinking(PlannerBase):
                 self.unrelate.add((a, b, EdgeType.RELATED_TO.value))
             term["rel"] = chosen_keys
             st.put("term", key, term)
+
+    async def _read_partners(self, terms: Mapping[str, dict[str, Any] | None]) -> None:
+        """Read ahead the co-occurrences of the linked keys, then their partners' terms (those
+        counted often enough, and those chosen before)."""
+        linked = {k: t for k, t in terms.items() if t is not None and t["linked"]}
+        await self.st.prefetch({}, {"pair": [k + SEP for k in linked]})
+        partners: set[str] = set()
+        for key, term in linked.items():
+            rows = await self.st.scan("pair", key + SEP)
+            partners.update(k.split(SEP, 1)[1] for k, c in rows.items() if int(c) >= self.opts.min_cooccurrence)
+            partners.update(term.get("rel", []))
+        await self.st.prefetch({"term": partners})
 
     # --- the optional LLM extractor -------------------------------------------------------------
 
@@ -306,3 +338,9 @@ class ConceptLinking(PlannerBase):
         self.relations[(source, target, kind.value)] = Relation(
             user_id=self.user, type=kind, source=source, target=target, weight=weight, relation_type=relation_type
         )
+
+
+def _made_id(key: str) -> str:
+    """The concept id a key takes unless another holds it (:meth:`ConceptLinking._concept_id`)."""
+    kind, _, raw = key.partition(":")
+    return entity_id(kind, raw.lower() if kind == "person" else raw)

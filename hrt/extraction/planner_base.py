@@ -1,7 +1,8 @@
 """What one conversation call plans (:class:`Plan`), the message helpers every rule shares, and
 the planner's state (:class:`PlannerBase`): the request, the statistics, and what the call has
-written so far. The rules build on it: concepts and links (:mod:`hrt.extraction.linking`), then
-messages (:mod:`hrt.extraction.conversation`)."""
+written so far. The rules build on it: the reads ahead (:mod:`hrt.extraction.read_ahead`),
+concepts and links (:mod:`hrt.extraction.linking`), then messages
+(:mod:`hrt.extraction.conversation`)."""
 
 from __future__ import annotations
 

@@ -129,11 +129,13 @@ class ChangeFinder:
         terms = [f"{kind}:{k}" for k in sorted(keys) for kind in ("entity", "topic")]
         found: set[str] = set()
         stats = await self.st.get_many("term", terms)
-        for term in terms:
-            if term in stats and 0 < int(stats[term].get("df", 0)) <= MAX_POSTINGS:
-                found.update(k.split(SEP, 1)[1] for k in await self.st.scan("post", term + SEP))
-        for fam in sorted(families(cue.clause) or families(text)):
-            found.update(k.split(SEP, 1)[1] for k in await self.st.scan("fam", fam + SEP))
+        posted = [t + SEP for t in terms if t in stats and 0 < int(stats[t].get("df", 0)) <= MAX_POSTINGS]
+        fams = [fam + SEP for fam in sorted(families(cue.clause) or families(text))]
+        await self.st.prefetch({}, {"post": posted, "fam": fams})
+        for prefix in posted:
+            found.update(k.split(SEP, 1)[1] for k in await self.st.scan("post", prefix))
+        for prefix in fams:
+            found.update(k.split(SEP, 1)[1] for k in await self.st.scan("fam", prefix))
         found.update(message_id(self.session, p) for p in range(max(0, position - 2 * RECENT), position))
         found.update(await self.st.get("tail", "tail") or [])
         return sorted(found)
@@ -144,6 +146,8 @@ class ChangeFinder:
         """The candidates written before the new message, newest first, with their rows."""
         muids = await self._candidates(cue, speaker, text, position)
         rows = await self.st.get_many("msg", muids)
+        # their units in one read: their texts, and the rows of those the statistics do not know
+        await self.st.prefetch_entities(Kind.MEMORY_UNIT, [m for m in muids if m not in self.texts])
         rows.update(await self._imported_rows([m for m in muids if m not in rows]))
         me = message_id(self.session, position)
 
@@ -184,7 +188,7 @@ class ChangeFinder:
         imported from an export): their time, position and speaker, from their units."""
         if not muids:
             return {}
-        units = await self.st.store.get_many(self.user, Kind.MEMORY_UNIT, muids)
+        units = await self.st.entities(Kind.MEMORY_UNIT, muids)
         return {
             m: {
                 "ts": iso(u.creation_ts),
@@ -199,7 +203,7 @@ class ChangeFinder:
         out = {m: self.texts[m][1] for m in muids if m in self.texts}
         missing = [m for m in muids if m not in out]
         if missing:
-            units = await self.st.store.get_many(self.user, Kind.MEMORY_UNIT, missing)
+            units = await self.st.entities(Kind.MEMORY_UNIT, missing)
             for m, unit in units.items():
                 if isinstance(unit, MemoryUnit):
                     out[m] = inner_text(unit.content, str(rows[m].get("speaker", "")))

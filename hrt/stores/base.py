@@ -384,6 +384,13 @@ class StateStore(Protocol):
         """Every row of a namespace whose key starts with ``prefix``."""
         ...
 
+    async def state_read(
+        self, user_id: str, keys: Mapping[str, Sequence[str]], prefixes: Mapping[str, Sequence[str]]
+    ) -> dict[str, dict[str, str]]:
+        """Several namespaces' rows in one read, by namespace: each of ``keys[ns]`` that is
+        stored, and every row whose key starts with one of ``prefixes[ns]``."""
+        ...
+
 
 @runtime_checkable
 class RecordStore(StoreLifecycle, KeyStore, StateStore, Protocol):

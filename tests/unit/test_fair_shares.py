@@ -256,7 +256,7 @@ async def test_planning_with_the_llm_extractor_reads_the_statistics_off_the_loop
     readers: set[int] = set()
     asked_on: set[int] = set()
     store = loaded_service.records
-    real_get, real_scan = store.state_get, store.state_scan
+    real_get, real_scan, real_read = store.state_get, store.state_scan, store.state_read
 
     async def state_get(*args: object) -> dict[str, str]:
         readers.add(threading.get_ident())
@@ -266,8 +266,13 @@ async def test_planning_with_the_llm_extractor_reads_the_statistics_off_the_loop
         readers.add(threading.get_ident())
         return await real_scan(*args)  # type: ignore[arg-type]
 
+    async def state_read(*args: object) -> dict[str, dict[str, str]]:
+        readers.add(threading.get_ident())
+        return await real_read(*args)  # type: ignore[arg-type]
+
     monkeypatch.setattr(store, "state_get", state_get)
     monkeypatch.setattr(store, "state_scan", state_scan)
+    monkeypatch.setattr(store, "state_read", state_read)
 
     async def llm(speaker: str, text: str, context: Sequence[str]) -> LLMOutcome | None:
         asked_on.add(threading.get_ident())  # the extractor's client belongs to the server's loop

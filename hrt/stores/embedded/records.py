@@ -76,13 +76,22 @@ class EmbeddedRecordStore(EmbeddedPart):
 
     async def state_scan(self, user_id: str, ns: str, prefix: str) -> dict[str, str]:
         with self._store.snapshot() as db:
-            # SQLite compares TEXT byte-wise (BINARY): the prefix's rows are one key range
-            rows = db.execute(
-                "SELECT key, value FROM extraction_state WHERE user_id = ? AND ns = ? AND key >= ? AND key < ? "
-                "ORDER BY key",
-                (user_id, ns, prefix, prefix + "\U0010ffff"),
-            ).fetchall()
-        return dict(rows)
+            return _state_range(db, user_id, ns, prefix)
+
+    async def state_read(
+        self, user_id: str, keys: Mapping[str, Sequence[str]], prefixes: Mapping[str, Sequence[str]]
+    ) -> dict[str, dict[str, str]]:
+        out: dict[str, dict[str, str]] = {}
+        with self._store.snapshot() as db:
+            for ns, wanted in keys.items():
+                for chunk in chunks(sorted(set(wanted)), 500):
+                    marks = ",".join("?" * len(chunk))
+                    sql = f"SELECT key, value FROM extraction_state WHERE user_id = ? AND ns = ? AND key IN ({marks})"
+                    out.setdefault(ns, {}).update(db.execute(sql, (user_id, ns, *chunk)).fetchall())
+            for ns, starts in prefixes.items():
+                for prefix in sorted(set(starts)):
+                    out.setdefault(ns, {}).update(_state_range(db, user_id, ns, prefix))
+        return out
 
     async def preferences(self, user_id: str) -> list[Preference]:
         with self._store.reading() as db:
@@ -260,3 +269,13 @@ class EmbeddedRecordStore(EmbeddedPart):
                 "UPDATE api_keys SET last_used_at = max(coalesce(last_used_at, 0), ?) WHERE key_id = ?",
                 [(at, key_id) for key_id, at in sorted(used.items())],
             )
+
+
+def _state_range(db: sqlite3.Connection, user_id: str, ns: str, prefix: str) -> dict[str, str]:
+    """The rows of a namespace whose key starts with ``prefix``: SQLite compares TEXT byte-wise
+    (BINARY), so they are one key range."""
+    rows = db.execute(
+        "SELECT key, value FROM extraction_state WHERE user_id = ? AND ns = ? AND key >= ? AND key < ? ORDER BY key",
+        (user_id, ns, prefix, prefix + "\U0010ffff"),
+    ).fetchall()
+    return dict(rows)

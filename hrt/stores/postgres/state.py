@@ -3,7 +3,7 @@ record store's write transaction, read by :class:`PostgresState`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -82,3 +82,25 @@ class PostgresState(PostgresDatabase):
                 (user_id, ns, prefix, prefix + "\U0010ffff"),
             )
             return dict(await cur.fetchall())
+
+    async def state_read(
+        self, user_id: str, keys: Mapping[str, Sequence[str]], prefixes: Mapping[str, Sequence[str]]
+    ) -> dict[str, dict[str, str]]:
+        """One statement: the keys asked for, and each prefix's range (``key`` is ``COLLATE "C"``,
+        so a prefix is one index range)."""
+        wanted = sorted({(ns, k) for ns, ks in keys.items() for k in ks})
+        ranges = sorted({(ns, p, p + "\U0010ffff") for ns, ps in prefixes.items() for p in ps})
+        if not wanted and not ranges:
+            return {}
+        async with self.reading("state_read") as conn:
+            cur = await conn.execute(
+                "SELECT e.ns, e.key, e.value FROM unnest(%s::text[], %s::text[]) AS s(n, k) "
+                "JOIN hrt_extraction_state e ON e.user_id = %s AND e.ns = s.n AND e.key = s.k "
+                "UNION ALL SELECT e.ns, e.key, e.value FROM unnest(%s::text[], %s::text[], %s::text[]) AS r(n, lo, hi) "
+                "JOIN hrt_extraction_state e ON e.user_id = %s AND e.ns = r.n AND e.key >= r.lo AND e.key < r.hi",
+                (*_columns(wanted, lambda r: r, 2), user_id, *_columns(ranges, lambda r: r, 3), user_id),
+            )
+            out: dict[str, dict[str, str]] = {}
+            for ns, key, value in await cur.fetchall():
+                out.setdefault(ns, {})[key] = value
+            return out
