@@ -106,7 +106,7 @@ def open_stores(settings: Settings, *, dim: int, model_id: str, metrics: Metrics
         if only is not None and (graph_backend.name, vector_backend.name) != (only, only):
             raise StoreError(
                 f"the {record.name} record store projects only into the {only} graph and vector stores; "
-                "use HRT_RECORD_STORE=postgres with Neo4j or Weaviate"
+                f"set HRT_GRAPH_STORE and HRT_VECTOR_INDEX to {only}, or choose another HRT_RECORD_STORE"
             )
         graph = graph_backend.open_graph(opening)
         vectors = vector_backend.open_vectors(opening)

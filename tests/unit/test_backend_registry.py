@@ -74,8 +74,12 @@ def test_a_name_no_backend_has_is_refused_naming_the_setting(tmp_path: Path) -> 
 
 
 def test_the_embedded_record_store_projects_only_into_its_own_file(tmp_path: Path) -> None:
-    with pytest.raises(StoreError, match="projects only into the embedded graph and vector stores"):
+    with pytest.raises(StoreError) as refused:
         open_stores(Settings(db_path=tmp_path / "b.db", graph_store="neo4j", neo4j_uri="bolt://x"), dim=8, model_id="")
+    assert str(refused.value) == (
+        "the embedded record store projects only into the embedded graph and vector stores; "
+        "set HRT_GRAPH_STORE and HRT_VECTOR_INDEX to embedded, or choose another HRT_RECORD_STORE"
+    )
 
 
 def test_a_backend_gives_an_opener_for_each_of_its_roles_and_a_name_of_its_own(memory_backend) -> None:
