@@ -184,6 +184,28 @@ async def test_every_hit_carries_its_exact_cosine(loaded: Loaded) -> None:
     assert lexical_only >= 3, "these phrases have lexical-only hits at k=2"
 
 
+async def test_bm25_pages_carry_no_vectors_and_one_read_brings_the_lexical_only_ones(
+    loaded: Loaded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lexical legs return ids and scores; the stored vectors of the hits no vector leg
+    found, over all phrases, come in one request by uuid after the legs."""
+    requests: list[Any] = []
+    search = loaded.index._search
+
+    async def counted(request: Any) -> Any:
+        requests.append(request)
+        return await search(request)
+
+    monkeypatch.setattr(loaded.index, "_search", counted)
+    phrases = ["billing", "team", "Ben Q3", "Q3 Postgres", "Postgres billing tables"]
+    await loaded.index.search("u1", phrases, loaded.embedder.embed(phrases), ALL_KINDS, k=2)
+    bm25 = [r for r in requests if r.HasField("bm25_search")]
+    by_uuid = [r for r in requests if r.filters.target.property == "_id"]
+    assert len(bm25) == len(phrases) and not any(r.metadata.vector for r in bm25)
+    assert len(by_uuid) == 1 and by_uuid[0].metadata.vector
+    assert len(requests) == 2 * len(phrases) + 1
+
+
 async def test_ids_are_scoped_by_user_even_when_shared(loaded: Loaded) -> None:
     u1_ids = await loaded.index.ids("u1")
     assert u1_ids == {i: d.kind.value for i, d in loaded.docs["u1"].items()}

@@ -29,7 +29,6 @@ from hrt.stores.weaviate.objects import (
 )
 from hrt.stores.weaviate.schema import PROPERTIES
 from hrt.text import content_words
-from weaviate.classes.query import Filter
 from weaviate.collections import CollectionAsync
 from weaviate.proto.v1 import base_pb2, base_search_pb2, search_get_pb2
 
@@ -37,7 +36,7 @@ RETURNED = ["entity_id", "kind"]
 TIE_SLACK = 4  # extra hits fetched per leg so that ties at the k cut can be broken by id
 # BM25 ties are common (equal term counts in equally long texts): with 50 extra hits the first page
 # holds the tie run at the cut for ~96% of the lexical legs at 100k (~73% with 4), so few need a
-# grown page and then a request for the vectors that page lacks
+# grown page (a page holds ids and scores only, ~60 bytes a hit)
 LEXICAL_TIE_SLACK = 50
 MAX_FETCH = 10_000  # Weaviate's default QUERY_MAXIMUM_RESULTS
 _RETURNED_PB = search_get_pb2.PropertiesRequest(non_ref_properties=RETURNED)
@@ -46,7 +45,6 @@ _STORED_PB = search_get_pb2.PropertiesRequest(non_ref_properties=list(PROPERTIES
 _PASSAGES_PB = search_get_pb2.PropertiesRequest(non_ref_properties=["entity_id", "passages"])
 _DISTANCE = search_get_pb2.MetadataRequest(distance=True)
 _SCORE = search_get_pb2.MetadataRequest(score=True)
-_SCORE_AND_VECTOR = search_get_pb2.MetadataRequest(score=True, vector=True)
 _VECTOR = search_get_pb2.MetadataRequest(vector=True)
 _OR = base_search_pb2.SearchOperatorOptions(
     operator=base_search_pb2.SearchOperatorOptions.OPERATOR_OR, minimum_or_tokens_match=1
@@ -280,62 +278,50 @@ class WeaviateReads:
 
         return await _top_k(fetch, k, TIE_SLACK)
 
-    async def _lexical_leg(
-        self,
-        tenant: str,
-        user_id: str,
-        phrase: str,
-        query: Vector,
-        filters: base_pb2.Filters | None,
-        k: int,
-    ) -> list[_Found]:
-        """The first page brings the hits' stored vectors (for their cosine); a page grown for a
-        tie at the cut brings only ids and scores (a tie run can be hundreds of hits long), and
-        the vectors of the few hits it adds to the top ``k`` come in one more request."""
+    async def _lexical_leg(self, tenant: str, phrase: str, filters: base_pb2.Filters | None, k: int) -> list[_Found]:
+        """The top ``k`` BM25 hits, ids and scores only (no similarity yet: the pages carry no
+        stored vectors; :meth:`_lexical_similarities` reads those it needs)."""
         text = lexical_query(phrase)
         if text is None:
             return []
         bm25 = base_search_pb2.BM25(query=text, properties=["text"], search_operator=_OR)
-        query_norm = float(np.linalg.norm(query))
-        pages = 0
 
         async def fetch(limit: int) -> list[_Found]:
-            nonlocal pages
-            with_vectors = pages == 0
-            pages += 1
-            metadata = _SCORE_AND_VECTOR if with_vectors else _SCORE
-            reply = await self._search(self._request(tenant, limit, filters, metadata, bm25_search=bm25))
+            reply = await self._search(self._request(tenant, limit, filters, _SCORE, bm25_search=bm25))
             out = []
             for obj in reply.results:
                 fields = obj.properties.non_ref_props.fields
-                ident = fields["entity_id"].text_value
-                similarity: float | None = None
-                if with_vectors:
-                    stored = next((v for v in obj.metadata.vectors if v.name == "default" and v.type in _SINGLE), None)
-                    similarity = (
-                        _cosine(query, np.frombuffer(stored.vector_bytes, dtype="<f4"), query_norm)
-                        if stored is not None
-                        else 0.0
-                    )
-                    seen[ident] = similarity
                 score = obj.metadata.score if obj.metadata.score_present else 0.0
-                out.append(_Found(ident, _kind(fields["kind"].text_value), score, seen.get(ident, similarity)))
+                out.append(_Found(fields["entity_id"].text_value, _kind(fields["kind"].text_value), score, None))
             return out
 
-        seen: dict[str, float] = {}  # similarities from the first page
-        top = await _top_k(fetch, k, LEXICAL_TIE_SLACK)
-        unknown = [f.id for f in top if f.similarity is None]
-        if not unknown:
-            return top
-        res = await self._collection.with_tenant(tenant).query.fetch_objects(
-            filters=Filter.by_id().contains_any([object_uuid(user_id, ident) for ident in unknown]),
-            limit=len(unknown),
-            include_vector=True,
-            return_properties=["entity_id"],
-        )
-        for obj in res.objects:
-            stored = obj.vector.get("default")
-            if isinstance(stored, list):
-                seen[str(obj.properties["entity_id"])] = _cosine(query, stored, query_norm)  # type: ignore[arg-type]
-        # a hit deleted meanwhile has no vector: cosine 0.0, as for a stored vector of another size
-        return [f if f.similarity is not None else replace(f, similarity=seen.get(f.id, 0.0)) for f in top]
+        return await _top_k(fetch, k, LEXICAL_TIE_SLACK)
+
+    async def _lexical_similarities(
+        self, user_id: str, tenant: str, queries: np.ndarray, legs: Sequence[tuple[list[_Found], list[_Found]]]
+    ) -> list[list[_Found]]:
+        """Each phrase's lexical hits (its ``legs``: vector, lexical) with their cosine to its
+        vector. A hit its vector leg also found takes that leg's similarity in :meth:`_merge`, so
+        only the others need a stored vector: those of every phrase are read in one request (by
+        uuid, per :data:`WRITE_CHUNK`), their cosines computed here from the stored float32
+        vectors."""
+        lexical_only = [{f.id for f in by_lexical} - {f.id for f in by_vector} for by_vector, by_lexical in legs]
+        wanted = sorted(set().union(*lexical_only))
+        stored = {
+            fields["entity_id"].text_value: np.frombuffer(vector, dtype="<f4")
+            for fields, vector in (await self._by_ids(user_id, tenant, wanted, _ID_PB) if wanted else [])
+            if vector is not None
+        }
+        out = []
+        for query, only, (_, by_lexical) in zip(queries, lexical_only, legs, strict=True):
+            norm = float(np.linalg.norm(query))
+            # a hit deleted meanwhile has no vector: cosine 0.0, as for a stored vector of another size
+            out.append(
+                [
+                    replace(f, similarity=_cosine(query, stored[f.id], norm) if f.id in stored else 0.0)
+                    if f.id in only
+                    else f
+                    for f in by_lexical
+                ]
+            )
+        return out

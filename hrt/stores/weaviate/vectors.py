@@ -51,15 +51,16 @@ API has no multi-query call, and a ``hybrid`` query returns only the fused score
 ranks grounding needs. Kinds and ``not_after`` are server-side filters. The lexical query is the
 phrase's content words (``hrt.text.content_words``), de-duplicated, with the BM25 ``Or`` operator
 (Weaviate's default, set explicitly) and the collection's stopword preset ``none``: HRT removes
-its own stopwords so both deployments use one list. BM25 hits come back with their stored vector,
-so a lexical-only hit gets its cosine without another round trip. Each leg is ordered by
-(-score, id) like the embedded adapter; a leg fetches more than ``k`` (the vector leg a few, the
-lexical leg :data:`LEXICAL_TIE_SLACK` more) and, when a run of equal scores reaches the end of the
-page, fetches again with a larger page, so the id tie-break at the ``k`` cut is exact. (BM25 ties
-are common: equal term counts in equally long texts. A grown page carries no vectors, which would
-cost more than the query, and the few hits it brings into the top ``k`` get theirs in one request
-by object id.) The legs' replies are read from the gRPC protobuf directly, not through the
-client's result objects (see :meth:`~hrt.stores.weaviate.reads.WeaviateReads._search`).
+its own stopwords so both deployments use one list. BM25 pages carry ids and scores, no stored
+vectors: once all legs are in, the lexical hits that no vector leg of their phrase found (only
+those need a cosine of their own) have their stored vectors read in one request by object id for
+all phrases, the cosines computed here. Each leg is ordered by (-score, id) like the embedded
+adapter; a leg fetches more than ``k`` (the vector leg a few, the lexical leg
+:data:`LEXICAL_TIE_SLACK` more) and, when a run of equal scores reaches the end of the page,
+fetches again with a larger page, so the id tie-break at the ``k`` cut is exact (BM25 ties are
+common: equal term counts in equally long texts). The legs' replies are read from the gRPC
+protobuf directly, not through the client's result objects (see
+:meth:`~hrt.stores.weaviate.reads.WeaviateReads._search`).
 
 Differences from the embedded adapter that a reader of congruence results should know (the
 vector legs agree; the lexical legs mostly do): the embedded FTS5 index stems words (porter:
@@ -442,7 +443,7 @@ class WeaviateVectorIndex(WeaviateReads):
         legs: list[Awaitable[list[_Found]]] = []
         for phrase, query in zip(phrases, queries, strict=True):
             legs.append(self._vector_leg(name, query, filters, k))
-            legs.append(self._lexical_leg(name, user_id, phrase, query, filters, k))
+            legs.append(self._lexical_leg(name, phrase, filters, k))
         async with guard("search", self._query_timeout):
             results = await asyncio.gather(*legs, return_exceptions=True)
             failures = [r for r in results if isinstance(r, BaseException)]
@@ -452,8 +453,11 @@ class WeaviateVectorIndex(WeaviateReads):
                 ):
                     return empty  # a user with nothing indexed yet
                 raise failures[0]
-        found = [r for r in results if not isinstance(r, BaseException)]
-        return [self._merge(found[2 * p], found[2 * p + 1]) for p in range(len(phrases))]
+            found = [r for r in results if not isinstance(r, BaseException)]
+            by_vector = found[0::2]
+            legs_of = list(zip(by_vector, found[1::2], strict=True))
+            by_lexical = await self._lexical_similarities(user_id, name, queries, legs_of)
+        return [self._merge(v, lex) for v, lex in zip(by_vector, by_lexical, strict=True)]
 
     async def similarities(self, user_id: str, ids: Sequence[str], vectors: Vector) -> dict[str, float]:
         """The objects of ``ids`` by their uuids, each with its distance to the nearest phrase
