@@ -27,7 +27,7 @@ from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphEdge, GraphNode
 from hrt.stores.base import valid_at as current
 from hrt.stores.embedded.graph_changes import EDGE_CODE, EDGE_TYPES, MENTIONS, SUPERSEDES, EdgeRow, GraphView
 from hrt.stores.embedded.schema import EDGE_COLUMNS, NODE_COLUMNS, Changes, EmbeddedPart, chunks, edge_row, node_row
-from hrt.stores.graph_walk import WalkView, candidates, visible, walk
+from hrt.stores.graph_walk import WalkView, candidates, every_node, visible, walk
 from hrt.stores.user_cache import UserCache
 
 if TYPE_CHECKING:
@@ -188,7 +188,7 @@ class _UserGraph:
     def visible(self, not_after: float | None) -> Callable[[int], bool]:
         """Per node index: does the node exist as of ``not_after`` (no timestamp: always)."""
         if not_after is None or not_after >= self.max_ts:
-            return lambda i: True
+            return every_node
         mask = self._mask
         if mask is None or mask[0] != not_after:
             mask = (not_after, (~(self.ts > not_after)).tolist())  # NaN compares False: shown
@@ -230,7 +230,7 @@ class _UserGraph:
 
     def last_mention(self, i: int, not_after: float | None) -> float | None:
         """A concept's newest mentioning memory unit's timestamp as of ``not_after``."""
-        newest = float(self.newest_mention[i])
+        newest: float = self.newest_mention.item(i)  # a Python float, no numpy scalar made
         if newest != newest:  # NaN: no timestamped mention at all
             return None
         if not_after is None or newest <= not_after:
