@@ -462,7 +462,11 @@ def _other_terms(
         node = c.node
         kind = node.kind
         ts = c.last_mention_ts if kind is concept else node.ts
-        rec = 0.5 if ts is None else float(0.5 ** ((max(0.0, as_of - ts) / SECONDS_PER_DAY) / half_life_days))
+        if ts is None:
+            rec = 0.5
+        else:
+            age = as_of - ts  # max(0.0, age) written out: the same float, no call
+            rec = 0.5 ** (((age if age > 0.0 else 0.0) / SECONDS_PER_DAY) / half_life_days)
         if stale and node.id in stale:
             rec = 0.0
         sal = node.salience

@@ -32,6 +32,13 @@ def visible(node: GraphNode | None, not_after: float | None) -> bool:
 
 H = TypeVar("H", bound=Hashable)  # a node handle: the id itself, or an adapter's index for it
 
+
+def every_node(_handle: object) -> bool:
+    """:attr:`WalkView.visible` when every node is shown (no ``not_after``, or one after every
+    timestamp): the walk then makes no call per link."""
+    return True
+
+
 # best[handle] = (score, hops, seed handle, path as (edge, handle, forward) steps, hop first reached at)
 _Best = dict[H, tuple[float, int, H, tuple[tuple[EdgeType, H, bool], ...], int]]
 
@@ -72,6 +79,7 @@ def walk(view: WalkView[H], seeds: Sequence[tuple[H, float]], caps: ExpansionCap
         view.visible,
         view.kind,
     )
+    screened = visible is not every_node
     frontier = sorted(best, key=lambda h: (-best[h][0], order(h)))
     for hop in range(1, caps.depth + 1):
         reached: set[H] = set()
@@ -81,7 +89,7 @@ def walk(view: WalkView[H], seeds: Sequence[tuple[H, float]], caps: ExpansionCap
             for other, edge, weight, forward in view.links(current):
                 if taken >= fanout:
                     break
-                if not visible(other):
+                if screened and not visible(other):
                     continue  # invisible neighbours do not use up the fan-out
                 taken += 1
                 candidate_score = score * decay * weight

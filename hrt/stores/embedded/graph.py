@@ -27,7 +27,7 @@ from hrt.stores.base import ExpansionCaps, GraphCandidate, GraphEdge, GraphNode
 from hrt.stores.base import valid_at as current
 from hrt.stores.embedded.graph_changes import EDGE_CODE, EDGE_TYPES, MENTIONS, SUPERSEDES, EdgeRow, GraphView
 from hrt.stores.embedded.schema import EDGE_COLUMNS, NODE_COLUMNS, Changes, EmbeddedPart, chunks, edge_row, node_row
-from hrt.stores.graph_walk import WalkView, candidates, visible, walk
+from hrt.stores.graph_walk import WalkView, candidates, every_node, visible, walk
 from hrt.stores.user_cache import UserCache
 
 if TYPE_CHECKING:
@@ -188,7 +188,7 @@ class _UserGraph:
     def visible(self, not_after: float | None) -> Callable[[int], bool]:
         """Per node index: does the node exist as of ``not_after`` (no timestamp: always)."""
         if not_after is None or not_after >= self.max_ts:
-            return lambda i: True
+            return every_node
         mask = self._mask
         if mask is None or mask[0] != not_after:
             mask = (not_after, (~(self.ts > not_after)).tolist())  # NaN compares False: shown
@@ -201,7 +201,8 @@ class _UserGraph:
     def links(self, i: int) -> Iterator[tuple[int, EdgeType, float, bool]]:
         """Node ``i``'s links in visit order, read in chunks: the walk usually stops after the
         fan-out cap, even on a hub's 40,000 links."""
-        start, stop = int(self.offsets[i]), int(self.offsets[i + 1])
+        offsets = self.offsets
+        start, stop = offsets.item(i), offsets.item(i + 1)  # .item: no numpy scalar made
         other, code, weight, forward, types = self.other, self.code, self.weight, self.forward, EDGE_TYPES
         for s in range(start, stop, 32):
             e = min(s + 32, stop)
@@ -229,7 +230,7 @@ class _UserGraph:
 
     def last_mention(self, i: int, not_after: float | None) -> float | None:
         """A concept's newest mentioning memory unit's timestamp as of ``not_after``."""
-        newest = float(self.newest_mention[i])
+        newest: float = self.newest_mention.item(i)  # a Python float, no numpy scalar made
         if newest != newest:  # NaN: no timestamped mention at all
             return None
         if not_after is None or newest <= not_after:
@@ -437,11 +438,12 @@ class EmbeddedGraphStore(EmbeddedPart):
         base = g.base
         # every id's range of (node, edge type, direction) at once: retrieval asks for the
         # SUPERSEDES edges of ~700 candidates, most of which have none
-        keys = np.fromiter((i * 16 + code * 2 + (0 if outgoing else 1) for _, i in known), np.int64, len(known))
-        starts = np.searchsorted(base.n_key, keys).tolist()
-        stops = np.searchsorted(base.n_key, keys + 1).tolist()
-        for (ident, _), start, stop in zip(known, starts, stops, strict=True):
-            found = out[ident]
+        keys = np.array([i for _, i in known], dtype=np.int64) * 16 + (code * 2 + (0 if outgoing else 1))
+        starts = np.searchsorted(base.n_key, keys)
+        stops = np.searchsorted(base.n_key, keys + 1)
+        having = np.flatnonzero(stops > starts)  # most have no link of the type: only those that do are visited
+        for at, start, stop in zip(having.tolist(), starts[having].tolist(), stops[having].tolist(), strict=True):
+            found = out[known[at][0]]
             for j in range(start, stop):
                 if len(found) >= limit:
                     break
