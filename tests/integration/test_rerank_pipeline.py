@@ -49,10 +49,10 @@ def settings_for(server: LlamaServer, tmp_path, api_key: str | None = "") -> Set
     )
 
 
-def assert_reranked(doc: AugmentedMemoryContext) -> None:
+def assert_reranked(doc: AugmentedMemoryContext, server: LlamaServer) -> None:
     """The stage ran and scored every reranked unit; on failure the message says why it did not."""
     md = doc.retrieval_metadata
-    why = f"stages={md.stages} degraded_reasons={md.degraded_reasons}"
+    why = f"stages={md.stages} degraded_reasons={md.degraded_reasons}\n--- server log ---\n{server.log_tail(15)}"
     assert md.rerank_applied and md.stages["rerank"] == "ok" and not md.degraded, why
     reranked = [m.score_breakdown.rerank for m in doc.retrieved_memory_units]
     assert reranked and all(r is not None and 0.0 <= r <= 1.0 for r in reranked), reranked
@@ -81,7 +81,7 @@ async def test_rerank_true_is_valid_v94_and_deterministic_across_processes(exact
             await svc.close()
     docs = [AugmentedMemoryContext.model_validate_json(out) for out in outputs]
     for doc in docs:  # first: a degraded run says why, rather than failing as a difference
-        assert_reranked(doc)
+        assert_reranked(doc, exact_llama)
     scores = [[(m.muid, m.score_breakdown.rerank) for m in doc.retrieved_memory_units] for doc in docs]
     assert scores[0] == scores[1]
     assert outputs[0] == outputs[1]
@@ -110,7 +110,7 @@ async def test_hrt_reranks_with_the_api_key_and_degrades_without_it(exact_llama,
             assert [m.muid for m in outputs[label].retrieved_memory_units] == [
                 m.muid for m in plain.retrieved_memory_units
             ]
-    assert_reranked(outputs["right"])
+    assert_reranked(outputs["right"], exact_llama)
 
 
 async def test_killing_the_server_mid_run_gives_the_degraded_fallback(tmp_path):
@@ -121,7 +121,7 @@ async def test_killing_the_server_mid_run_gives_the_degraded_fallback(tmp_path):
         try:
             await svc.ingest(parse_jsonl(jsonl(small_graph("u1"))))
             ok = await svc.retrieve(request(["Phoenix brainstorm"]))
-            assert_reranked(ok)
+            assert_reranked(ok, server)
             server.kill()
             out = await svc.retrieve(request(["bandwidth constraint"]))  # new documents: no cache hit
             plain = await svc.retrieve(request(["bandwidth constraint"], rerank=False))
