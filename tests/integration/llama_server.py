@@ -192,7 +192,7 @@ def llama_server(
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            env=_server_env(),
+            env={**_server_env(), "PYTHONUNBUFFERED": "1"},  # a traceback reaches the log before a kill
             start_new_session=True,  # a Ctrl-C in the test terminal does not hit the server first
         )
     server = LlamaServer(f"http://127.0.0.1:{port}", process, log_path, command, api_key)
