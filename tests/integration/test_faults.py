@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -25,6 +24,7 @@ import pytest
 from hrt import devstack
 from hrt.cli import sample_data_path
 from hrt.stores.postgres.migrate import migrate
+from tests.helpers import scratch_stack
 from tests.integration.conftest import ServerProcess, start_hrt_server
 
 pytestmark = pytest.mark.integration
@@ -91,10 +91,8 @@ def ready(server: ServerProcess) -> bool:
 @pytest.fixture
 def private_stack():
     """PostgreSQL, Neo4j and Weaviate for this test alone, so that each can be stopped."""
-    directory = Path(tempfile.mkdtemp(prefix="hrt-faults-"))
-    with devstack.running(directory, devstack.SERVICES) as stack:
-        yield directory, stack
-    subprocess.run(["rm", "-rf", str(directory)], check=False)
+    with scratch_stack("hrt-faults-", devstack.SERVICES) as running:
+        yield running
 
 
 def operator_up(directory: Path) -> None:
@@ -276,8 +274,7 @@ def test_kill_9_mid_ingest_embedded_keeps_acknowledged_batches_whole(tmp_path):
 def test_postgresql_restarted_under_load_recovers_without_restarting_hrt(tmp_path):
     """Requests in flight while PostgreSQL restarts fail cleanly (503, never a 500 or a hang); the
     pool reconnects by itself and every request after the restart succeeds."""
-    directory = Path(tempfile.mkdtemp(prefix="hrt-pgfault-"))
-    with devstack.running(directory, ("postgres",)) as stack:
+    with scratch_stack("hrt-pgfault-", ("postgres",)) as (directory, stack):
         migrate(stack.postgres_dsn)
         env = {
             "HRT_RECORD_STORE": "postgres",
@@ -335,7 +332,6 @@ def test_postgresql_restarted_under_load_recovers_without_restarting_hrt(tmp_pat
         finally:
             stop.set()
             server.stop()
-    subprocess.run(["rm", "-rf", str(directory)], check=False)
 
 
 def test_serve_starts_with_postgresql_down_and_serves_once_it_is_back(tmp_path):
@@ -345,8 +341,7 @@ def test_serve_starts_with_postgresql_down_and_serves_once_it_is_back(tmp_path):
     from hrt.bench.server import provision_key
     from hrt.devstack import free_port
 
-    directory = Path(tempfile.mkdtemp(prefix="hrt-pgdown-"))
-    with devstack.running(directory, ("postgres",)) as stack:
+    with scratch_stack("hrt-pgdown-", ("postgres",)) as (directory, stack):
         migrate(stack.postgres_dsn)
         env = {
             **os.environ,
@@ -415,8 +410,7 @@ def test_postgresql_stopped_is_refused_fast_and_readyz_answers_within_a_second(t
     one log line when the circuit opens and one when it closes, no traceback; after ``hrt dev up``
     the same server is ready within the probe interval (fresh pools, not the old ones' reconnection
     backoff), answers the same bytes and takes writes."""
-    directory = Path(tempfile.mkdtemp(prefix="hrt-pgcircuit-"))
-    with devstack.running(directory, ("postgres",)) as stack:
+    with scratch_stack("hrt-pgcircuit-", ("postgres",)) as (directory, stack):
         migrate(stack.postgres_dsn)
         env = {
             "HRT_RECORD_STORE": "postgres",

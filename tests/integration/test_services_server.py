@@ -8,7 +8,6 @@ import logging
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -21,6 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from hrt import devstack
 from hrt.cli import sample_data_path
 from hrt.contract import AugmentedMemoryContext
+from tests.helpers import scratch_stack
 from tests.integration.conftest import ServerProcess, start_hrt_server
 
 pytestmark = pytest.mark.integration
@@ -80,8 +80,7 @@ async def mcp_retrieve(server: ServerProcess, body: dict[str, object]) -> bytes:
 @pytest.fixture
 def own_weaviate():
     """A Weaviate for this test alone, so it can be killed mid-run."""
-    directory = Path(tempfile.mkdtemp(prefix="hrt-wv-"))
-    with devstack.running(directory, ("weaviate",)) as stack:
+    with scratch_stack("hrt-wv-", ("weaviate",)) as (_, stack):
         yield stack
 
 
