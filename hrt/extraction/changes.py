@@ -233,15 +233,15 @@ MEMO_CHARS = 2_000
 MEMO_TEXTS = 4_096
 
 
-def _remembered(fn: Callable[[str, str], _R]) -> Callable[[str, str], _R]:
-    """``fn`` of a short text remembered: the rules ask the same of an earlier message for each
-    new message that may change it, within a call and across calls. ``fn`` is pure and its
-    result immutable."""
+def _remembered(fn: Callable[..., _R]) -> Callable[..., _R]:
+    """``fn`` of a short text (its first argument) remembered: the rules ask the same of an earlier
+    message for each new message that may change it, within a call and across calls. ``fn`` is
+    pure and its result immutable."""
     cached = lru_cache(maxsize=MEMO_TEXTS)(fn)
 
     @wraps(fn)
-    def call(text: str, other: str) -> _R:
-        return cached(text, other) if len(text) <= MEMO_CHARS else fn(text, other)
+    def call(text: str, *more: str) -> _R:
+        return cached(text, *more) if len(text) <= MEMO_CHARS else fn(text, *more)
 
     return call
 
@@ -348,11 +348,11 @@ def values(text: str) -> dict[str, frozenset[str]]:
     """The values a text states, by kind: a month, a weekday, a day of the month, a year, a
     season, a time, a number (a phone number, an email address, an amount), a name (a capitalised
     run). Kinds are compared one with the same kind only: "the 16th" does not replace "October"."""
-    return dict(_values(text, ""))
+    return dict(_values(text))
 
 
 @_remembered
-def _values(text: str, _: str) -> tuple[tuple[str, frozenset[str]], ...]:
+def _values(text: str) -> tuple[tuple[str, frozenset[str]], ...]:
     out: dict[str, set[str]] = {
         k: set() for k in ("month", "weekday", "season", "day", "year", "time", "number", "amount", "name")
     }
@@ -398,13 +398,9 @@ def _clock(text: str) -> str:
     return f"{hour}:{minute}"
 
 
+@_remembered
 def families(text: str) -> frozenset[str]:
     """The life facts a text is about (:data:`FAMILIES`)."""
-    return _families(text, "")
-
-
-@_remembered
-def _families(text: str, _: str) -> frozenset[str]:
     found = {name for name, pattern in FAMILIES.items() if pattern.search(text)}
     if _PHONE.search(text):
         found.add("phone")
@@ -413,15 +409,11 @@ def _families(text: str, _: str) -> frozenset[str]:
     return frozenset(found)
 
 
+@_remembered
 def holders(text: str) -> frozenset[str]:
     """Whom a text's statements are about when not its speaker: the relatives and friends its
     sentences (or what follows a colon) start with ("Sad day: my best friend Margaux moved", "My
     brother got a job"; not "... a trip with my sister")."""
-    return _holders(text, "")
-
-
-@_remembered
-def _holders(text: str, _: str) -> frozenset[str]:
     out: set[str] = set()
     for sentence in _sentences(text):
         for part in sentence.split(":"):
