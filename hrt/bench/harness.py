@@ -56,6 +56,8 @@ class Plan:
     locomo: Path | None = None
     writes: int = 0  # writes measured to visible (and the trickle beside readers); 0: none
     trickle_s: float = 20.0
+    second_start: bool = False  # embedded: measure a second start, the HNSW graphs built and kept by the first
+    peer_sizes: list[int] | None = None  # the sizes the peer runs at; None: every size
 
 
 def measure(
@@ -162,9 +164,10 @@ def bench_one(
         _settle_stores(deployment, label, target, run)
         # a first start on a fresh 1M store builds its HNSW graph before it is ready (~16 min, one thread)
         ready_s = 600.0 if n < 500_000 else 3_600.0
-        server = Server(
-            {**target.env, **plan.server_env}, work / f"server-{deployment}-{label}.log", server_embedder, ready_s
-        )
+        env = {**target.env, **plan.server_env}
+        server = Server(env, work / f"server-{deployment}-{label}.log", server_embedder, ready_s)
+        if plan.second_start and deployment == "embedded":
+            server = _second_start(server, env, work / f"server-{deployment}-{label}-second.log", server_embedder, run)
         _measure_run(plan, deployment, label, cfg, target, server, run)
     except Exception as exc:
         run["status"] = "failed"
@@ -179,6 +182,16 @@ def bench_one(
     run["loadavg_at_end"] = list(os.getloadavg())
     run["goals"] = evaluate_goals(run)
     return run
+
+
+def _second_start(first: Server, env: dict[str, str], log: Path, embedder: str | None, run: dict[str, Any]) -> Server:
+    """Stop a server once ready and start it again on the same store: the first start built and kept the
+    HNSW graphs (``<db>.ann/``), so the requests measure what a restarted server serves, with no build
+    beside them. ``run["first_start"]``: the first start's time to ready."""
+    run["first_start"] = {"start_to_ready_s": first.start_s}
+    first.stop()
+    print(f"[bench] first start ready in {first.start_s} s; starting again", file=sys.stderr, flush=True)
+    return Server(env, log, embedder, 600.0)
 
 
 def _ingest_or_reuse(
@@ -289,7 +302,7 @@ def run_plan(plan: Plan) -> dict[str, Any]:
             for deployment in plan.deployments:
                 results["runs"].append(_run_one(plan, deployment, n, stack, stack_error, work, server_embedder))
                 write_outputs(results, plan.out)
-            if plan.peer and stack is not None:
+            if plan.peer and stack is not None and (plan.peer_sizes is None or n in plan.peer_sizes):
                 results.setdefault("peer", []).append(run_peer_safely(plan, stack, n))
                 write_outputs(results, plan.out)
         if plan.locomo is not None:

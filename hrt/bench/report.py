@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from hrt.bench.loadgen import STAGES
-from hrt.bench.stats import GOALS
+from hrt.bench.stats import GOALS, cross_goals
 
 # the processes whose CPU per request a run reports: the server, then the stores of services
 CPU_PROCESSES = ("hrt", "postgres", "neo4j", "weaviate")
@@ -86,6 +86,7 @@ def render_readme(results: dict[str, Any], png: Path | None) -> str:
     lines += _cpu_table(runs, results["machine"]["cores"] or 1)
     lines += _writes_table(runs)
     lines += _goals_table(runs)
+    lines += _cross_goals_table(results)
     lines += _peer_table(results.get("peer") or [])
     loc = results.get("locomo")
     if loc:
@@ -185,6 +186,18 @@ def _cpu_table(runs: list[dict[str, Any]], cores: int) -> list[str]:
             + " | ".join(cells)
             + f" | {_fmt(cpu['total'])} | {_fmt(round(cpu['total'] / cores, 1))} |"
         )
+    return lines
+
+
+def _cross_goals_table(results: dict[str, Any]) -> list[str]:
+    """The goals between runs (:func:`hrt.bench.stats.cross_goals`), met or not."""
+    rows = cross_goals(results)
+    if not rows:
+        return []
+    lines = ["", "## Goals between runs (ratios on this host)", "", "| goal | bound | measured | met |"]
+    lines.append("|---|---|---|---|")
+    for g in rows:
+        lines.append(f"| {g['goal']} | {_fmt(g['bound'])} | {_fmt(g['measured'])} | {'yes' if g['met'] else 'NO'} |")
     return lines
 
 

@@ -1,7 +1,8 @@
 """``hrt bench``: speed at scale, measured over HTTP against a real ``hrt serve``.
 
     hrt bench [--sizes 10k,100k,1m] [--deployments embedded,services] [--out bench-results]
-              [--requests 200] [--concurrency 8] [--vectors real|composed] [--quick] [--peer]
+              [--requests 200] [--concurrency 8] [--vectors real|composed] [--quick] [--peer [SIZES]]
+              [--second-start]
 
 For every size and deployment, on the same generated data (:mod:`hrt.bench.synth`), in one run:
 
@@ -76,7 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=5000, help="records per ingest call (default: %(default)s)")
     p.add_argument("--depth", type=int, default=2, help="max_depth of every request (default: %(default)s)")
     p.add_argument("--seed", type=int, default=7, help="generator seed (default: %(default)s)")
-    p.add_argument("--peer", action="store_true", help="also run neo4j-graphrag's WeaviateNeo4jRetriever (services)")
+    p.add_argument(
+        "--peer",
+        nargs="?",
+        const="all",
+        default=None,
+        metavar="SIZES",
+        help="also run neo4j-graphrag's WeaviateNeo4jRetriever (services), at every size or at SIZES (e.g. 100k)",
+    )
     p.add_argument(
         "--locomo",
         type=Path,
@@ -84,6 +92,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="also LoCoMo evidence recall@10 of HRT and the peer on the services deployment (a LoCoMo JSON file)",
     )
+    _add_store_args(p)
+    p.add_argument("--quick", action="store_true", help="fewer requests (40, warm-up 5): minutes, not tens")
+    p.add_argument("--serve-with-embedder", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def _add_store_args(p: argparse.ArgumentParser) -> None:
+    """The flags of the stores, the server and the writes."""
     p.add_argument("--stack-dir", type=Path, default=None, help="reuse a dev stack directory (hrt dev up --dir)")
     p.add_argument(
         "--server-env",
@@ -108,40 +125,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--trickle-s", type=float, default=None, help="seconds of the trickle of writes (default 20; quick 10; 0: none)"
     )
-    p.add_argument("--quick", action="store_true", help="fewer requests (40, warm-up 5): minutes, not tens")
-    p.add_argument("--serve-with-embedder", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
-    return p
+    p.add_argument(
+        "--second-start",
+        action="store_true",
+        help="embedded: start the server, stop it once ready, and measure a second start on the same store "
+        "(the HNSW graphs the first start built are kept, so no build runs beside the requests)",
+    )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.serve_with_embedder:
-        return serve_with_embedder(args.serve_with_embedder, args.port)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+class UsageError(Exception):
+    """A flag's value the run cannot use; its text is the one error line ``hrt bench`` prints."""
+
+
+def _sizes(text: str, flag: str) -> list[int]:
+    try:
+        return [parse_size(s) for s in text.split(",") if s.strip()]
+    except (argparse.ArgumentTypeError, ValueError) as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+
+
+def plan_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Plan:
+    """The run a command line asks for; :class:`UsageError` for a value it cannot use."""
     deployments = [d.strip() for d in args.deployments.split(",") if d.strip()]
     unknown = sorted(set(deployments) - {"embedded", "services"})
     if unknown:
-        print(f"error: unknown deployment(s) {unknown}; use embedded, services", file=sys.stderr)
-        return 2
-    try:
-        sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
-    except (argparse.ArgumentTypeError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(f"unknown deployment(s) {unknown}; use embedded, services")
+    peer_sizes = None if args.peer in (None, "all") else _sizes(args.peer, "--peer")
     if (args.peer or args.locomo) and importlib.util.find_spec("neo4j_graphrag") is None:
-        print(
-            "error: --peer and --locomo need neo4j-graphrag: pip install -e '.[bench]'",
-            file=sys.stderr,
-        )
-        return 2
+        raise UsageError("--peer and --locomo need neo4j-graphrag: pip install -e '.[bench]'")
     vectors = "composed" if args.fake_vectors else args.vectors
     if vectors not in ("real", "composed") and ":" not in vectors:
-        print("error: --vectors must be real, composed or module:Class", file=sys.stderr)
-        return 2
-    argv_list = list(sys.argv[1:] if argv is None else argv)
-    plan = Plan(
-        sizes=sizes,
+        raise UsageError("--vectors must be real, composed or module:Class")
+    return Plan(
+        sizes=_sizes(args.sizes, "--sizes"),
         deployments=deployments,
         out=args.out,
         requests=args.requests if args.requests is not None else (40 if args.quick else 200),
@@ -151,9 +167,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         batch_size=args.batch_size,
         depth=args.depth,
         seed=args.seed,
-        peer=args.peer,
+        peer=args.peer is not None,
+        peer_sizes=peer_sizes,
+        second_start=args.second_start,
         stack_dir=args.stack_dir,
-        command="hrt bench " + " ".join(shlex.quote(a) for a in argv_list),
+        command="hrt bench " + " ".join(shlex.quote(a) for a in argv),
         keep=args.keep,
         reuse=args.reuse,
         server_env=dict(item.split("=", 1) for item in args.server_env if "=" in item),
@@ -161,6 +179,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         writes=max(0, args.writes) if args.writes is not None else (10 if args.quick else 20),
         trickle_s=args.trickle_s if args.trickle_s is not None else (10.0 if args.quick else 20.0),
     )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.serve_with_embedder:
+        return serve_with_embedder(args.serve_with_embedder, args.port)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        plan = plan_from_args(args, list(sys.argv[1:] if argv is None else argv))
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     results = run_plan(plan)
     brief: dict[str, Any] = {"out": str(plan.out), "runs": [_brief(r) for r in results["runs"]]}
     # the peer and LoCoMo were asked for: a failure of theirs fails the command too, never only a line in

@@ -75,3 +75,52 @@ def evaluate_goals(run: dict[str, Any]) -> list[dict[str, Any]]:
         met = value >= bound if name.endswith("_min") else value <= bound
         out.append({"goal": name, "bound": bound, "measured": value, "met": bool(met)})
     return out
+
+
+# Goals between runs of one bench (issue #46): ratios on one host, so a slower day moves both sides.
+def _p50(run: dict[str, Any], stage: str | None = None) -> float | None:
+    seq = run["sequential"]
+    part = seq["end_to_end"] if stage is None else seq.get("stages", {}).get(stage, {})
+    value = part.get("p50_ms")
+    return float(value) if value is not None else None
+
+
+def _cpu(run: dict[str, Any]) -> float | None:
+    value = run["sequential"].get("cpu_ms_per_request", {}).get("total")
+    return float(value) if value is not None else None
+
+
+def _visible_p95(run: dict[str, Any]) -> float | None:
+    value = (run.get("writes") or {}).get("write_to_visible", {}).get("visible_ms", {}).get("p95_ms")
+    return float(value) if value is not None else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a is not None and b else None
+
+
+def cross_goals(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The goals that compare runs of this bench (embedded 100k against its intake, services against
+    embedded, 1M against 100k, HRT against the peer, writes), each with what it compares; a goal
+    whose runs are missing is left out."""
+    ok = {(r["deployment"], r["entities"]): r for r in results.get("runs", []) if r.get("status") == "ok"}
+    e100, s100, e1m = ok.get(("embedded", 100_000)), ok.get(("services", 100_000)), ok.get(("embedded", 1_000_000))
+    rows: list[tuple[str, float | None, float]] = []
+    if e100:
+        rows.append(("embedded 100k p50 / its intake p50", _ratio(_p50(e100), _p50(e100, "intake")), 1.3))
+        rows.append(("embedded 100k intake p50, ms", _p50(e100, "intake"), 15.0))
+    if e100 and s100:
+        rows.append(("services 100k CPU a request / embedded's", _ratio(_cpu(s100), _cpu(e100)), 2.0))
+        rows.append(("services 100k p50 / embedded's", _ratio(_p50(s100), _p50(e100)), 2.0))
+    if e100 and e1m:
+        rows.append(("embedded 1M p50 / embedded 100k's", _ratio(_p50(e1m), _p50(e100)), 1.5))
+    for peer in results.get("peer", []):
+        if peer.get("status") == "ok" and peer.get("entities") == 100_000:
+            rows.append(("HRT / peer p50 at 100k (depth 1)", peer.get("ratio_p50"), 0.1))
+    for (deployment, n), run in sorted(ok.items()):
+        if n >= 100_000 and _visible_p95(run) is not None:
+            rows.append((f"{deployment} {size_label(n)} write to visible p95, ms", _visible_p95(run), 100.0))
+    return [
+        {"goal": goal, "bound": bound, "measured": value, "met": value is not None and value <= bound}
+        for goal, value, bound in rows
+    ]

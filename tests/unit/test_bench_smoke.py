@@ -98,6 +98,7 @@ def test_tiny_run_writes_results(tmp_path: Path) -> None:
         "--vectors", "tests.helpers:HashingEmbedder",
         "--writes", "3",
         "--trickle-s", "2",
+        "--second-start",
     ]  # fmt: skip
     assert bench.main(argv) == 0
     results = json.loads((out / "results.json").read_text())
@@ -117,6 +118,9 @@ def test_tiny_run_writes_results(tmp_path: Path) -> None:
     assert [lv["clients"] for lv in run["concurrent"]["levels"]] == [1, 2]
     assert all(lv["errors"] == 0 and lv["requests"] == 6 for lv in run["concurrent"]["levels"])
     assert run["server"]["peak_rss_mb"] > 0
+    # --second-start: the server measured is a second one on the same store, the first stopped once ready
+    assert run["first_start"]["start_to_ready_s"] > 0 and run["server"]["start_to_ready_s"] > 0
+    assert (out / "work" / "server-embedded-300-second.log").exists()
     cpu = run["sequential"]["cpu_ms_per_request"]  # the embedded deployment has no store process
     assert set(cpu) == {"hrt", "total"} and cpu["total"] == cpu["hrt"] >= 0
     assert run["goals"] == []  # no goal is set for 300 entities
@@ -342,3 +346,52 @@ def test_hrt_dev_up_sizes_default_to_the_dev_stack_and_bad_ones_are_refused(
     assert calls == [{}, {"weaviate_memory": "4GiB"}]  # unset: devstack's own defaults apply
     printed = capsys.readouterr().out
     assert "s3cret" not in printed and devstack.REDACTED in printed  # secrets stay in stack.env
+
+
+def test_peer_sizes_and_second_start_parse() -> None:
+    parser = bench.build_parser()
+    plan = bench.plan_from_args(parser.parse_args(["--sizes", "300", "--peer", "10k,1m", "--second-start"]), [])
+    assert plan.peer and plan.peer_sizes == [10_000, 1_000_000] and plan.second_start
+    every = bench.plan_from_args(parser.parse_args(["--peer", "--sizes", "300"]), [])
+    assert every.peer and every.peer_sizes is None and not every.second_start
+    assert not bench.plan_from_args(parser.parse_args([]), []).peer
+    with pytest.raises(bench.UsageError, match="^--peer: "):
+        bench.plan_from_args(parser.parse_args(["--peer", "lots"]), [])
+
+
+def _ok_run(deployment: str, n: int, p50: float, intake: float, cpu: float, visible_p95: float) -> dict[str, object]:
+    return {
+        "deployment": deployment,
+        "entities": n,
+        "status": "ok",
+        "sequential": {
+            "end_to_end": {"p50_ms": p50},
+            "stages": {"intake": {"p50_ms": intake}},
+            "cpu_ms_per_request": {"total": cpu},
+        },
+        "writes": {"write_to_visible": {"visible_ms": {"p95_ms": visible_p95}}},
+    }
+
+
+def test_goals_between_runs_are_ratios_of_one_run() -> None:
+    results = {
+        "runs": [
+            _ok_run("embedded", 100_000, 40.0, 20.0, 50.0, 60.0),
+            _ok_run("services", 100_000, 120.0, 22.0, 90.0, 120.0),
+            _ok_run("embedded", 1_000_000, 50.0, 20.0, 55.0, 90.0),
+            {"deployment": "services", "entities": 1_000_000, "status": "failed"},
+        ],
+        "peer": [{"status": "ok", "entities": 100_000, "ratio_p50": 0.05}],
+    }
+    goals = {g["goal"]: (g["measured"], g["met"]) for g in stats.cross_goals(results)}
+    assert goals["embedded 100k p50 / its intake p50"] == (2.0, False)
+    assert goals["embedded 100k intake p50, ms"] == (20.0, False)
+    assert goals["services 100k CPU a request / embedded's"] == (1.8, True)
+    assert goals["services 100k p50 / embedded's"] == (3.0, False)
+    assert goals["embedded 1M p50 / embedded 100k's"] == (1.25, True)
+    assert goals["HRT / peer p50 at 100k (depth 1)"] == (0.05, True)
+    assert goals["embedded 1m write to visible p95, ms"] == (90.0, True)
+    assert goals["services 100k write to visible p95, ms"] == (120.0, False)
+    assert not any("services 1m" in g for g in goals)  # a failed run is left out
+    table = "\n".join(report._cross_goals_table(results))
+    assert "| embedded 100k p50 / its intake p50 | 1.3 | 2 | NO |" in table
