@@ -30,6 +30,7 @@ from hrt.bench.server import Server
 from hrt.bench.stats import GOALS, evaluate_goals, size_label
 from hrt.bench.synth import SynthConfig, key_phrases
 from hrt.bench.targets import Target, embedded_target, services_target
+from hrt.bench.turns import measure_turns
 from hrt.bench.writes import measure_server
 
 SCHEMA = "hrt-bench/1"
@@ -58,6 +59,7 @@ class Plan:
     trickle_s: float = 20.0
     second_start: bool = False  # embedded: measure a second start, the HNSW graphs built and kept by the first
     peer_sizes: list[int] | None = None  # the sizes the peer runs at; None: every size
+    conversations: int = 0  # conversation calls of 4 messages measured after the writes; 0: none
 
 
 def measure(
@@ -167,7 +169,8 @@ def bench_one(
         env = {**target.env, **plan.server_env}
         server = Server(env, work / f"server-{deployment}-{label}.log", server_embedder, ready_s)
         if plan.second_start and deployment == "embedded":
-            server = _second_start(server, env, work / f"server-{deployment}-{label}-second.log", server_embedder, run)
+            log = work / f"server-{deployment}-{label}-second.log"
+            server = _second_start(server, env, log, server_embedder, ready_s, run)
         _measure_run(plan, deployment, label, cfg, target, server, run)
     except Exception as exc:
         run["status"] = "failed"
@@ -184,14 +187,16 @@ def bench_one(
     return run
 
 
-def _second_start(first: Server, env: dict[str, str], log: Path, embedder: str | None, run: dict[str, Any]) -> Server:
+def _second_start(
+    first: Server, env: dict[str, str], log: Path, embedder: str | None, ready_s: float, run: dict[str, Any]
+) -> Server:
     """Stop a server once ready and start it again on the same store: the first start built and kept the
     HNSW graphs (``<db>.ann/``), so the requests measure what a restarted server serves, with no build
     beside them. ``run["first_start"]``: the first start's time to ready."""
     run["first_start"] = {"start_to_ready_s": first.start_s}
     first.stop()
     print(f"[bench] first start ready in {first.start_s} s; starting again", file=sys.stderr, flush=True)
-    return Server(env, log, embedder, 600.0)
+    return Server(env, log, embedder, ready_s)
 
 
 def _ingest_or_reuse(
@@ -237,6 +242,9 @@ def _measure_run(
     if plan.writes:
         print(f"[bench] {deployment} {label}: writes", file=sys.stderr, flush=True)
         run["writes"] = measure_server(server, cfg, phrases, plan.depth, plan.writes, plan.trickle_s)
+    if plan.conversations:
+        print(f"[bench] {deployment} {label}: conversations", file=sys.stderr, flush=True)
+        run["conversations"] = measure_turns(server, cfg, plan.conversations)
     run["server"] = {"start_to_ready_s": server.start_s, "peak_rss_mb": server.peak_rss_mb(), **extra}
     if target.service_pids:
         run["server"]["stores_rss_mb"] = {k: tree_rss_mb(pid) for k, pid in target.service_pids.items()}

@@ -85,6 +85,7 @@ def render_readme(results: dict[str, Any], png: Path | None) -> str:
     lines += _stages_table(runs)
     lines += _cpu_table(runs, results["machine"]["cores"] or 1)
     lines += _writes_table(runs)
+    lines += _turns_table(runs)
     lines += _goals_table(runs)
     lines += _cross_goals_table(results)
     lines += _peer_table(results.get("peer") or [])
@@ -185,6 +186,23 @@ def _cpu_table(runs: list[dict[str, Any]], cores: int) -> list[str]:
             f"| {r['deployment']} | {r['size']} | "
             + " | ".join(cells)
             + f" | {_fmt(cpu['total'])} | {_fmt(round(cpu['total'] / cores, 1))} |"
+        )
+    return lines
+
+
+def _turns_table(runs: list[dict[str, Any]]) -> list[str]:
+    """Conversation calls (hrt.bench.turns), per run that has them."""
+    rows = [r for r in runs if r.get("status") == "ok" and r.get("conversations")]
+    if not rows:
+        return []
+    lines = ["", "## Conversations: calls of 4 messages to `/v1/conversations` (hrt.bench.turns)", ""]
+    lines += ["| deployment | entities | calls | p50 / p95 ms a call | 429s, errors |", "|---|---|---|---|---|"]
+    for r in rows:
+        t = r["conversations"]
+        ms = t["call_ms"]
+        lines.append(
+            f"| {r['deployment']} | {r['size']} | {t['calls']} | {_fmt(ms.get('p50_ms'))} / {_fmt(ms.get('p95_ms'))} "
+            f"| {t['refused_429']}, {t['n_errors']} |"
         )
     return lines
 

@@ -2,7 +2,7 @@
 
     hrt bench [--sizes 10k,100k,1m] [--deployments embedded,services] [--out bench-results]
               [--requests 200] [--concurrency 8] [--vectors real|composed] [--quick] [--peer [SIZES]]
-              [--second-start]
+              [--second-start] [--conversations 20]
 
 For every size and deployment, on the same generated data (:mod:`hrt.bench.synth`), in one run:
 
@@ -126,6 +126,12 @@ def _add_store_args(p: argparse.ArgumentParser) -> None:
         "--trickle-s", type=float, default=None, help="seconds of the trickle of writes (default 20; quick 10; 0: none)"
     )
     p.add_argument(
+        "--conversations",
+        type=int,
+        default=None,
+        help="conversation calls of 4 messages to /v1/conversations after the writes; 0: none (default 20; quick 5)",
+    )
+    p.add_argument(
         "--second-start",
         action="store_true",
         help="embedded: start the server, stop it once ready, and measure a second start on the same store "
@@ -178,6 +184,7 @@ def plan_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Plan:
         locomo=args.locomo,
         writes=max(0, args.writes) if args.writes is not None else (10 if args.quick else 20),
         trickle_s=args.trickle_s if args.trickle_s is not None else (10.0 if args.quick else 20.0),
+        conversations=max(0, args.conversations) if args.conversations is not None else (5 if args.quick else 20),
     )
 
 

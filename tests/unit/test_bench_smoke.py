@@ -99,6 +99,7 @@ def test_tiny_run_writes_results(tmp_path: Path) -> None:
         "--writes", "3",
         "--trickle-s", "2",
         "--second-start",
+        "--conversations", "3",
     ]  # fmt: skip
     assert bench.main(argv) == 0
     results = json.loads((out / "results.json").read_text())
@@ -135,6 +136,9 @@ def test_tiny_run_writes_results(tmp_path: Path) -> None:
     trickle = writes["trickle"]
     assert trickle["visible_ms"]["n"] >= 1 and trickle["n_errors"] == 0 and trickle["refused_429"] == 0
     assert trickle["reads_idle"]["n"] > 0 and trickle["reads_beside_writes"]["n"] > 0
+    turns = run["conversations"]  # each call of 4 messages answered 200
+    assert turns["call_ms"]["n"] == 3 and turns["n_errors"] == 0 and turns["refused_429"] == 0
+    assert "| embedded | 300 | 3 | " + report._fmt(turns["call_ms"]["p50_ms"]) in readme
     assert "## Writes" in readme and "| embedded | 300 | " + report._fmt(alone["visible_ms"]["p50_ms"]) in readme
 
 
@@ -355,7 +359,7 @@ def test_peer_sizes_and_second_start_parse() -> None:
     every = bench.plan_from_args(parser.parse_args(["--peer", "--sizes", "300"]), [])
     assert every.peer and every.peer_sizes is None and not every.second_start
     assert not bench.plan_from_args(parser.parse_args([]), []).peer
-    with pytest.raises(bench.UsageError, match="^--peer: "):
+    with pytest.raises(bench.UsageError, match=r"^--peer: "):
         bench.plan_from_args(parser.parse_args(["--peer", "lots"]), [])
 
 
@@ -370,6 +374,7 @@ def _ok_run(deployment: str, n: int, p50: float, intake: float, cpu: float, visi
             "cpu_ms_per_request": {"total": cpu},
         },
         "writes": {"write_to_visible": {"visible_ms": {"p95_ms": visible_p95}}},
+        "conversations": {"call_ms": {"p50_ms": 2 * visible_p95}},
     }
 
 
@@ -392,6 +397,24 @@ def test_goals_between_runs_are_ratios_of_one_run() -> None:
     assert goals["HRT / peer p50 at 100k (depth 1)"] == (0.05, True)
     assert goals["embedded 1m write to visible p95, ms"] == (90.0, True)
     assert goals["services 100k write to visible p95, ms"] == (120.0, False)
+    assert goals["embedded 100k conversation call (4 messages) p50, ms"] == (120.0, False)
+    assert goals["services 100k conversation call (4 messages) p50, ms"] == (240.0, False)
     assert not any("services 1m" in g for g in goals)  # a failed run is left out
     table = "\n".join(report._cross_goals_table(results))
     assert "| embedded 100k p50 / its intake p50 | 1.3 | 2 | NO |" in table
+
+
+def test_conversation_calls_are_seeded_and_name_the_graphs_concepts() -> None:
+    from hrt.bench import turns
+
+    cfg = SynthConfig(entities=2000, seed=3)
+    names = turns.concept_names(cfg, cfg.n_concepts)
+    generated = {r["name"] for r in generate(cfg) if r["kind"] == "concept"}
+    assert {n for group in names.values() for n in group} == generated
+    body = turns.call_body(cfg, names, 7)
+    assert body == turns.call_body(cfg, names, 7) and body != turns.call_body(cfg, names, 8)
+    assert body["session_id"] == "bench-turns-1" and [m["role"] for m in body["messages"]] == [
+        "user", "assistant", "user", "assistant",
+    ]  # fmt: skip
+    said = " ".join(m["content"] for m in body["messages"])
+    assert any(name in said for name in names["person"])
