@@ -2,8 +2,8 @@
 
 After a run's reads and writes, ``calls`` calls for the run's user, each four messages (the user
 and the agent in turn) of a session (a new session every five calls), that name people, projects
-and places of the generated graph among everyday words, so the rules link most mentions to concepts
-the user already has and make a few new ones: what a turn costs on a store of that size (each
+and places of the generated graph among everyday words, which the rules take as concepts: what a
+call costs on a store of that size (each
 message's memory unit, passages and notes embedded, the call planned from the user's statistics
 and written in one transaction; services also project into Neo4j and Weaviate). Each call's time
 at the client, p50 / p95, the calls refused (429) and any error.
