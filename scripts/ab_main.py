@@ -56,6 +56,8 @@ def make_store(tree: Path, size: str, work: Path) -> Path:
         usage = subprocess.run([*cmd[:4], "--help"], env=env, cwd="/", capture_output=True, text=True).stdout
         if "--writes" in usage:  # older benches measure no writes
             cmd += ["--writes", "0", "--trickle-s", "0"]
+        if "--conversations" in usage:  # nor conversation calls: the kept store holds the generated graph alone
+            cmd += ["--conversations", "0"]
         run(cmd, env=env, cwd="/")
     return store
 
