@@ -78,21 +78,20 @@ def evaluate_goals(run: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 # Goals between runs of one bench (issue #46): ratios on one host, so a slower day moves both sides.
+def _figure(run: dict[str, Any], *path: str) -> float | None:
+    """The number at ``path`` in a run's results (None where the run has none)."""
+    value: Any = run
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
 def _p50(run: dict[str, Any], stage: str | None = None) -> float | None:
-    seq = run["sequential"]
-    part = seq["end_to_end"] if stage is None else seq.get("stages", {}).get(stage, {})
-    value = part.get("p50_ms")
-    return float(value) if value is not None else None
-
-
-def _cpu(run: dict[str, Any]) -> float | None:
-    value = run["sequential"].get("cpu_ms_per_request", {}).get("total")
-    return float(value) if value is not None else None
-
-
-def _visible_p95(run: dict[str, Any]) -> float | None:
-    value = (run.get("writes") or {}).get("write_to_visible", {}).get("visible_ms", {}).get("p95_ms")
-    return float(value) if value is not None else None
+    return (
+        _figure(run, "sequential", "end_to_end", "p50_ms")
+        if stage is None
+        else _figure(run, "sequential", "stages", stage, "p50_ms")
+    )
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -114,7 +113,13 @@ def cross_goals(results: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append(("embedded 100k p50 / its intake p50", _ratio(_p50(e100), _p50(e100, "intake")), 1.3))
         rows.append(("embedded 100k intake p50, ms", _p50(e100, "intake"), 15.0))
     if e100 and s100:
-        rows.append(("services 100k CPU a request / embedded's", _ratio(_cpu(s100), _cpu(e100)), 2.0))
+        rows.append(
+            (
+                "services 100k CPU a request / embedded's",
+                _ratio(*(_figure(r, "sequential", "cpu_ms_per_request", "total") for r in (s100, e100))),
+                2.0,
+            )
+        )
         rows.append(("services 100k p50 / embedded's", _ratio(_p50(s100), _p50(e100)), 2.0))
     if e100 and e1m:
         rows.append(("embedded 1M p50 / embedded 100k's", _ratio(_p50(e1m), _p50(e100)), 1.5))
@@ -122,13 +127,12 @@ def cross_goals(results: dict[str, Any]) -> list[dict[str, Any]]:
         if peer.get("status") == "ok" and peer.get("entities") == 100_000:
             rows.append(("HRT / peer p50 at 100k (depth 1)", peer.get("ratio_p50"), 0.1))
     for (deployment, n), run in sorted(ok.items()):
-        if n >= 100_000 and _visible_p95(run) is not None:
-            label = f"{deployment} {size_label(n)} write to visible p95, ms"
-            rows.append((label, _visible_p95(run), _VISIBLE[deployment]))
-    for (deployment, n), run in sorted(ok.items()):
-        call = (run.get("conversations") or {}).get("call_ms", {}).get("p50_ms")
+        visible = _figure(run, "writes", "write_to_visible", "visible_ms", "p95_ms")
+        if n >= 100_000 and visible is not None:
+            rows.append((f"{deployment} {size_label(n)} write to visible p95, ms", visible, _VISIBLE[deployment]))
+        call = _figure(run, "conversations", "call_ms", "p50_ms")
         if n == 100_000 and call is not None:
-            rows.append((f"{deployment} 100k conversation call (4 messages) p50, ms", float(call), _TURN[deployment]))
+            rows.append((f"{deployment} 100k conversation call (4 messages) p50, ms", call, _TURN[deployment]))
     return [
         {"goal": goal, "bound": bound, "measured": value, "met": value is not None and value <= bound}
         for goal, value, bound in rows
