@@ -320,7 +320,7 @@ class Projector:
                 # a target that is down is no event's fault: no need to look for one
                 if len(run) == 1 or isinstance(exc, StoreUnavailable):
                     try:
-                        await self._failed(lease, target, run[0], exc, dead)
+                        await self._failed(lease, target, run[0], exc, done, dead)
                     except _Stop as stop:
                         return done, dead, stop.message
                     done.append(run[0]["seq"])
@@ -330,17 +330,17 @@ class Projector:
                     await self._apply_run(lease, target, [event])
                 except Exception as exc:
                     try:
-                        await self._failed(lease, target, event, exc, dead)
+                        await self._failed(lease, target, event, exc, done, dead)
                     except _Stop as stop:
                         return done, dead, stop.message
                 done.append(event["seq"])
         return done, dead, None
 
     async def _failed(
-        self, lease: OutboxLease, target: str, event: dict[str, Any], exc: Exception, dead: list[int]
+        self, lease: OutboxLease, target: str, event: dict[str, Any], exc: Exception, done: list[int], dead: list[int]
     ) -> None:
         """One event failed: raise :class:`_Stop` to retry it later, or set it aside as dead (then
-        return; its seq goes in ``dead``)."""
+        return; its seq goes in ``dead``). ``done``: the batch's seqs delivered before it."""
         if isinstance(exc, StoreError) and exc.store == "PostgreSQL":
             raise exc  # the lease's transaction is lost: nothing of this batch is marked
         message = describe(exc)
@@ -349,6 +349,10 @@ class Projector:
         unreachable = isinstance(exc, StoreUnavailable)
         if not isinstance(exc, HRTError):
             log.error("projector: %s delivery of seq %d raised", target, event["seq"], exc_info=exc)
+        # the seqs done so far are all below this one: marked first, so this lease's transaction
+        # locks outbox rows in seq order, as the other target's does. Marked after (at the batch's
+        # end), they were locked after this row, and the two drains deadlocked (2026-11-29)
+        await lease.mark_done(done)
         attempts = await lease.failed(event["seq"], message, count=not unreachable)
         if isinstance(exc, StoreDown):  # its circuit is open: logged once, when it opened
             raise _Stop(message)

@@ -3,7 +3,9 @@
 A misspelt parameter (``limt=5``, ``valid_ta=...``) would otherwise be dropped silently and the
 request answered as if it had not been given: the caller could not tell. Each router depends on
 :func:`known_query`, which answers 422 (field ``query``, the parameter's name not echoed: it is
-the caller's input) when the query string holds a name the route does not declare.
+the caller's input) when the query string holds a name the route does not declare, or a value that holds
+U+0000 (field: that parameter), which PostgreSQL's text refuses: the services deployment answered
+500 before, when the browse's ``tags`` reached it as they came.
 """
 
 from __future__ import annotations
@@ -38,3 +40,6 @@ async def known_query(request: Request) -> None:
     known = declared(route)
     if any(name not in known for name in request.query_params):
         raise InvalidInput("an unknown query parameter: the route takes only the parameters it declares", field="query")
+    for name, value in request.query_params.multi_items():
+        if "\x00" in value:
+            raise InvalidInput("a query parameter holds the character U+0000, which no field takes", field=name)

@@ -461,3 +461,13 @@ def test_a_nul_in_a_write_is_a_4xx_not_a_500(services: Services, case: str, path
     must be refused as input in every deployment (400/422), not fail in the store (500)."""
     r = httpx.post(services.server.base_url + path, json=body, headers=services.mine, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["code"] == "malformed_body", (case, r.text[:300])
+
+
+def test_a_nul_in_a_browse_filter_is_a_422_not_a_500(services: Services) -> None:
+    """The fuzz run's finding (2026-11-29): ``tags`` with U+0000 reached PostgreSQL's ``?|`` and
+    failed there (500 store_error). Refused before the store, naming the parameter."""
+    url = f"{services.server.base_url}/v1/users/{OWN}/entities"
+    for name in ("tags", "agent", "prefix"):
+        r = httpx.get(url, params=[(name, "a\u0000b")], headers=services.mine, timeout=60)
+        assert r.status_code == 422 and r.json()["error"]["field"] == name, (name, r.text[:300])
+    assert httpx.get(url, params=[("tags", "a\U0001f600b")], headers=services.mine, timeout=60).status_code == 200

@@ -399,3 +399,13 @@ async def test_an_unknown_query_parameter_is_refused_without_echo(client, method
     assert "limt" not in r.text and "verbose" not in r.text and "as_of" not in r.text and "\\u00d4" not in r.text
     declared = await client.get("/v1/users/u1/entities?limit=5&kind=concept")  # declared names pass
     assert declared.status_code == 200 and len(declared.json()["entities"]) <= 5
+
+
+@pytest.mark.parametrize("query", ["tags=a%00b", "agent=%00", "prefix=ph%00", "tags=x&tags=%00y"])
+async def test_a_nul_in_a_query_value_is_a_422_naming_the_parameter(client, query):
+    """U+0000 in a query value is refused before any store (PostgreSQL's text refuses it: the
+    services deployment answered 500 on ``tags``), naming the parameter, the value not echoed."""
+    r = await client.get(f"/v1/users/u1/entities?{query}")
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["field"] == query.split("&")[-1].split("=")[0]
+    assert "\\u0000" not in r.text and "ph" not in r.json()["error"]["message"]

@@ -233,3 +233,36 @@ async def test_a_record_store_error_during_delivery_aborts_the_batch_unmarked():
     with pytest.raises(StoreError):
         await projector(outbox, Target(), Target()).drain()
     assert outbox.done == {"graph": set(), "vector": set()} and outbox.attempts == {}
+
+
+@pytest.mark.parametrize("max_attempts", [1, 3])
+async def test_a_lease_locks_outbox_rows_in_seq_order_around_a_failed_event(max_attempts):
+    """Each outbox row a lease's transaction touches (marked, or its attempts counted) stays locked
+    until the transaction ends, and the other target's lease marks the same rows in seq order. One
+    that counted a failure at seq 3 and then marked seqs 1-2 deadlocked with the other
+    (test_replicas, 2026-11-29): every row is first touched in seq order."""
+    outbox = Outbox(["c1", "c2", "c3", "c4", "c5"])
+    touched: list[list[int]] = []
+
+    class Recording(Lease):
+        async def mark_done(self, seqs: Sequence[int]) -> None:
+            touched[-1].extend(seqs)
+            await super().mark_done(seqs)
+
+        async def failed(self, seq: int, error: str, *, count: bool) -> int:
+            touched[-1].append(seq)
+            return await super().failed(seq, error, count=count)
+
+    @contextlib.asynccontextmanager
+    async def lease(target: str, *, wait: bool = False) -> AsyncIterator[Lease]:
+        touched.append([])
+        yield Recording(outbox, target)
+
+    outbox.outbox_lease = lease  # type: ignore[method-assign]
+    graph = Target(refuse=["c3"])
+    await projector(outbox, graph, Target(), max_attempts=max_attempts).drain()
+    assert any(3 in t for t in touched)  # the failure was counted inside a lease
+    for seqs in touched:
+        first = list(dict.fromkeys(seqs))  # each row's first touch, in order
+        assert first == sorted(first), touched
+    assert graph.written == (["c1", "c2", "c4", "c5"] if max_attempts == 1 else ["c1", "c2"])
