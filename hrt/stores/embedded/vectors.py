@@ -156,7 +156,7 @@ class EmbeddedVectorIndex(EmbeddedPart):
                 folder = self._store.path.with_name(self._store.path.name + ".ann")
                 path = folder / (user_scope_token(user_id) + ".hnsw")
             ann = UserAnn.open(self._ann, path, rowids, matrix, crcs[:i])
-        return _UserMatrix(
+        um = _UserMatrix(
             ids=ids,
             rowids=rowids,
             ann=ann,
@@ -167,6 +167,7 @@ class EmbeddedVectorIndex(EmbeddedPart):
             valid_from=np.array(starts, dtype=np.float64),
             valid_to=np.array(ends, dtype=np.float64),
         )
+        return um.prepare()
 
     # --- writes (used by the projector; the embedded store writes these tables in apply()) ---
 
