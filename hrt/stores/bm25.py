@@ -21,11 +21,12 @@ import re
 import threading
 import unicodedata
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 
+from hrt.stores.growing import Room, copied, grown
 from hrt.text import content_words
 
 K1 = 1.2
@@ -194,6 +195,7 @@ class BM25View:
     n: int  # rows of the view (live or not)
     live: int  # documents counted: N
     total: int  # their summed length
+    rooms: dict[str, Room] = field(default_factory=dict)  # the lengths' storage (hrt.stores.growing)
 
     @classmethod
     def over(cls, base: BM25Index) -> BM25View:
@@ -206,8 +208,10 @@ class BM25View:
     def changed(self, removed: Sequence[int], added: Sequence[tuple[int, str]], n: int) -> BM25View:
         """This view with the documents at rows ``removed`` gone and ``added`` (row, text) in, over
         ``n`` rows; a rewritten document is removed and added at its row."""
-        grown = n - len(self.lengths)
-        lengths = np.concatenate([self.lengths, np.zeros(grown, dtype=np.int64)]) if grown else self.lengths.copy()
+        before = len(self.lengths)
+        if not removed and all(row >= before for row, _ in added):  # rows added alone: no copy
+            return self._added(added, n)
+        lengths = copied(self.rooms, "lengths", self.lengths, np.zeros(n - before, dtype=np.int64))
         gone = set(removed)
         rows = np.fromiter(gone, dtype=np.int64, count=len(gone))
         base_live = self.base_live
@@ -226,17 +230,23 @@ class BM25View:
                         extra[term] = kept
                     else:
                         del extra[term]
-        for row, text in added:
-            counts = term_counts(text)
-            length = sum(counts.values())
+        for (row, _), length in zip(added, _add_postings(extra, added), strict=True):
             lengths[row] = length
             live += 1
             total += length
-            for term, f in counts.items():
-                postings = dict(extra.get(term, {}))
-                postings[row] = f
-                extra[term] = postings
-        return BM25View(self.base, base_live, extra, lengths, n, live, total)
+        return BM25View(self.base, base_live, extra, lengths, n, live, total, self.rooms)
+
+    def _added(self, added: Sequence[tuple[int, str]], n: int) -> BM25View:
+        """:meth:`changed` when documents are only added, as rows past this view's."""
+        before = len(self.lengths)
+        new = np.zeros(n - before, dtype=np.int64)
+        extra = dict(self.extra)
+        sizes = _add_postings(extra, added)
+        for (row, _), length in zip(added, sizes, strict=True):
+            new[row - before] = length
+        total = self.total + sum(sizes)
+        lengths = grown(self.rooms, "lengths", self.lengths, new)
+        return BM25View(self.base, self.base_live, extra, lengths, n, self.live + len(added), total, self.rooms)
 
     def scores(self, phrase: str) -> tuple[np.ndarray, np.ndarray]:
         if self.clean:
@@ -268,6 +278,20 @@ class BM25View:
 
     def top(self, phrase: str, allowed: np.ndarray | None, id_rank: np.ndarray, k: int) -> Sequence[int]:
         return _top(self.scores(phrase), allowed, id_rank, k)
+
+
+def _add_postings(extra: dict[str, dict[int, int]], added: Sequence[tuple[int, str]]) -> list[int]:
+    """Each added document's terms into ``extra`` (a term's postings copied: the previous view
+    keeps its own), and each one's length."""
+    sizes: list[int] = []
+    for row, text in added:
+        counts = term_counts(text)
+        for term, f in counts.items():
+            postings = dict(extra.get(term, {}))
+            postings[row] = f
+            extra[term] = postings
+        sizes.append(sum(counts.values()))
+    return sizes
 
 
 def top_k(rows: np.ndarray, scores: np.ndarray, id_rank: np.ndarray, k: int) -> list[int]:

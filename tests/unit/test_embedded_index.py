@@ -423,3 +423,65 @@ def test_a_load_makes_the_id_lookups_so_writes_and_requests_after_it_do_not(tmp_
     after = store.vectors._matrix("u1")
     assert "d0100" in after.ids and after.base_ids._by_id is made and after.base_ids._row_of is rows
     store.close()
+
+
+def test_a_write_that_adds_rows_appends_in_place_and_no_snapshot_sees_another_change():
+    """``_UserMatrix.changed``: added rows go past the previous snapshot's rows in shared storage
+    (no copy of the per-row columns), and no snapshot's rows ever change: not when its successor
+    appends, not when a second successor of the same snapshot appends where the first did (it
+    copies), not when a row is rewritten (copied)."""
+    from hrt.stores.embedded.matrix import DocRow, _UserMatrix
+
+    def row(rowid: int, ident: str, ts: float) -> DocRow:
+        v = np.full(4, 0.5, dtype=np.float32)
+        return DocRow(rowid, ident, 1, ts, v, f"text {ident}", np.nan, np.nan, (), None)
+
+    n = 5
+    base = _UserMatrix(
+        ids=[f"e{i}" for i in range(n)],
+        rowids=np.arange(1, n + 1, dtype=np.int64),
+        codes=np.zeros(n, dtype=np.int8),
+        ts=np.arange(n, dtype=np.float64),
+        matrix=np.full((n, 4), 0.5, dtype=np.float32),
+        texts=["x"] * n,
+    )
+    s1 = base.changed([row(10, "a", 10.0)], [])
+    s2 = s1.changed([row(11, "b", 11.0)], [])
+    assert np.shares_memory(s1.ts, s2.ts) and np.shares_memory(s1.rowids, s2.rowids)  # appended in place
+    branch = s1.changed([row(12, "c", 12.0)], [])  # a second successor of s1
+    rewrite = s2.changed([row(3, "e2", 99.0)], [])  # a base row rewritten
+    assert not np.shares_memory(branch.ts, s2.ts) and not np.shares_memory(rewrite.ts, s2.ts)
+    assert s1.ts.tolist() == [0, 1, 2, 3, 4, 10] and s1.rowids.tolist()[-1] == 10
+    assert s2.ts.tolist() == [0, 1, 2, 3, 4, 10, 11] and s2.rowids.tolist()[-2:] == [10, 11]
+    assert branch.ts.tolist() == [0, 1, 2, 3, 4, 10, 12] and branch.rowids.tolist()[-1] == 12
+    assert rewrite.ts.tolist() == [0, 1, 99, 3, 4, 10, 11] and list(rewrite.ids) == list(s2.ids)
+    after = s2.changed([row(13, "d", 13.0)], [])  # the storage is the rewrite's now: s2's rows copied
+    assert after.ts.tolist()[-2:] == [11, 13] and rewrite.ts.tolist()[-1] == 11
+    again = after.changed([row(14, "f", 14.0)], [])
+    assert np.shares_memory(after.ts, again.ts) and again.ts.tolist()[-3:] == [11, 13, 14]
+    assert s2.ts.tolist() == [0, 1, 2, 3, 4, 10, 11] and s1.ts.tolist() == [0, 1, 2, 3, 4, 10]
+    assert base.ts.tolist() == [0, 1, 2, 3, 4] and s2.live is None and after.live is None
+
+
+def test_an_id_written_again_at_a_new_rowid_leaves_no_old_row_behind():
+    """A compaction replays the writes made during its load by reading the file after them: a
+    delete then a write of one id reach it as the id at a new rowid, the delete unseen. The old
+    row must go (it stayed live beside the new one, with the old text and vector: a flaky
+    test_incremental_caches example, 2026-11-29)."""
+    from hrt.stores.embedded.matrix import DocRow, _UserMatrix
+
+    n = 4
+    base = _UserMatrix(
+        ids=["a", "b", "m5", "z"],
+        rowids=np.arange(1, n + 1, dtype=np.int64),
+        codes=np.zeros(n, dtype=np.int8),
+        ts=np.arange(n, dtype=np.float64),
+        matrix=np.eye(n, 4, dtype=np.float32),
+        texts=["alpha", "beta", "migration atlas", "zeta"],
+    )
+    vector = np.array([0, 0, 0, 1], dtype=np.float32)
+    nxt = base.changed([DocRow(9, "m5", 0, 5.0, vector, "tea", np.nan, np.nan, (), None)], [])
+    live = [i for i, ident in enumerate(nxt.ids) if ident == "m5" and (nxt.live is None or nxt.live[i])]
+    assert live == [4] and nxt.rows_of(["m5"])[1].tolist() == [4]
+    assert nxt.bm25.top("migration", None, nxt.id_rank, 5) == []  # the old text is not found
+    assert nxt.bm25.top("tea", None, nxt.id_rank, 5) == [4]

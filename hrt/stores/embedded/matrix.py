@@ -13,6 +13,7 @@ import numpy as np
 
 from hrt.stores.ann import UserAnn
 from hrt.stores.bm25 import BM25Index, BM25View, top_k
+from hrt.stores.growing import Room, copied, grown
 
 # Scaled id ranks: a row of the loaded rows has (its rank among their ids) * ID_STEP, a row added
 # since between two of them a key in the gap, so keys order every row as the ids do.
@@ -75,6 +76,7 @@ class _UserMatrix:
         "newest",
         "override_rows",
         "override_vectors",
+        "rooms",
         "rowids",
         "ts",
         "valid_from",
@@ -127,6 +129,7 @@ class _UserMatrix:
         self._row_of: dict[str, int] | None = None  # base id -> its row
         self.base_ids = self  # the snapshot whose _by_id serves the base rows (self for a base)
         self.attributes: _Attributes | None = None  # memory units' tags and agents, on first filter
+        self.rooms: dict[str, Room] = {}  # the per-row columns' storage, shared down this base's snapshots
 
     @property
     def delta_rows(self) -> int:
@@ -228,13 +231,16 @@ class _UserMatrix:
         nxt.attributes = None
         position = {int(r): i for i, r in enumerate(self.rowids[self.base_n :].tolist(), start=self.base_n)}
         past = list(self.ids.past) if isinstance(self.ids, _Ids) else []  # ids of the rows past the base
-        live = np.ones(len(self.ids), dtype=bool) if self.live is None else self.live.copy()
+        gone = [*gone, *self._moved(position, written)]
+        # every row live before and none gone: every row live after, no mask made (1 MB at 1M rows)
+        live = None if self.live is None and not gone else _live_copy(self.live, len(self.ids))
         overrides = dict(zip(self.override_rows.tolist(), self.override_vectors, strict=True))
         changed_attrs = dict(self.changed_attrs)
         added = dict(self.added)
         removed: list[int] = []
         fresh: list[tuple[int, str]] = []
-        self._drop(gone, live, removed, overrides, changed_attrs)
+        if live is not None:
+            self._drop(gone, live, removed, overrides, changed_attrs)
         appended: list[DocRow] = []
         rewritten: dict[int, np.ndarray] = {}  # row past the base -> its new vector
         placed: list[tuple[int, DocRow]] = []  # rewritten rows, where they are
@@ -244,9 +250,10 @@ class _UserMatrix:
                 appended.append(doc)
                 continue
             placed.append((row, doc))
-            if live[row]:
+            if live is None or live[row]:
                 removed.append(row)
-            live[row] = True
+            if live is not None:
+                live[row] = True
             fresh.append((row, doc.text))
             if row < self.base_n:
                 overrides[row] = doc.vector
@@ -259,7 +266,7 @@ class _UserMatrix:
             fresh.append((n0 + j, doc.text))
             changed_attrs[n0 + j] = (doc.tags, doc.agent)
             added[doc.id] = n0 + j
-        if appended:
+        if appended and live is not None:
             live = np.concatenate([live, np.ones(len(appended), dtype=bool)])
         base_list = self.ids.base if isinstance(self.ids, _Ids) else self.ids
         nxt.ids = _Ids(base_list, past) if past else self.ids
@@ -267,7 +274,7 @@ class _UserMatrix:
             nxt.override_rows, nxt.override_vectors = self._overrides(overrides)
         nxt.changed_attrs = changed_attrs
         nxt.added = added
-        nxt.live = None if live.all() else live
+        nxt.live = None if live is None or live.all() else live
         self._set_columns(nxt, placed, appended, rewritten)
         # by id among the rows past the base (rewritten ones keep their key)
         ordered, _ = self.sorted_base_ids()
@@ -275,6 +282,14 @@ class _UserMatrix:
         nxt.bm25 = self.bm25.changed(removed, fresh, len(nxt.ids))
         nxt.widen_bounds(written)
         return nxt
+
+    def _moved(self, position: dict[int, int], written: Sequence[DocRow]) -> list[str]:
+        """For :meth:`changed`: the ids written at a rowid this snapshot does not hold while it
+        holds them at another. Such an id was deleted and written again, and the change is read
+        after both (a compaction replays the writes made during its load by reading the file
+        now): its old row must go, as the delete's change would have taken it. Before this, the
+        old row stayed live beside the new one, with the old text and vector."""
+        return [d.id for d in written if self._row_at(position, d.rowid) is None and self.rows_of([d.id])[0]]
 
     def _row_at(self, position: dict[int, int], rowid: int) -> int | None:
         """For :meth:`changed`: the row holding ``rowid`` (past the base by ``position``, in the base
@@ -314,11 +329,12 @@ class _UserMatrix:
         """For :meth:`changed`: ``nxt``'s per-row columns and vectors past the base, with the
         rewritten rows' values set where they are (``placed``, ``rewritten``) and the added ones
         (``appended``) after this snapshot's rows."""
-        nxt.codes = _set(self.codes, placed, appended, lambda d: d.kind)
-        nxt.ts = _set(self.ts, placed, appended, lambda d: d.ts)
-        nxt.valid_from = _set(self.valid_from, placed, appended, lambda d: d.valid_from)
-        nxt.valid_to = _set(self.valid_to, placed, appended, lambda d: d.valid_to)
-        nxt.rowids = np.concatenate([self.rowids, np.array([d.rowid for d in appended], dtype=np.int64)])
+        rooms = self.rooms
+        nxt.codes = _set(rooms, "codes", self.codes, placed, appended, lambda d: d.kind)
+        nxt.ts = _set(rooms, "ts", self.ts, placed, appended, lambda d: d.ts)
+        nxt.valid_from = _set(rooms, "valid_from", self.valid_from, placed, appended, lambda d: d.valid_from)
+        nxt.valid_to = _set(rooms, "valid_to", self.valid_to, placed, appended, lambda d: d.valid_to)
+        nxt.rowids = _set(rooms, "rowids", self.rowids, (), appended, lambda d: d.rowid)
         if appended or rewritten:
             nxt.extra = np.concatenate([self.extra, *[d.vector[None, :] for d in appended]]).astype(np.float32)
             for i, vec in rewritten.items():
@@ -362,12 +378,25 @@ class _Ids(Sequence[str]):
         return self.base[i] if i < n else self.past[i - n]
 
 
+def _live_copy(live: np.ndarray | None, n: int) -> np.ndarray:
+    return np.ones(n, dtype=bool) if live is None else live.copy()
+
+
 def _set(
-    values: np.ndarray, placed: Sequence[tuple[int, DocRow]], appended: Sequence[DocRow], of: Callable[[DocRow], float]
+    rooms: dict[str, Room],
+    name: str,
+    values: np.ndarray,
+    placed: Sequence[tuple[int, DocRow]],
+    appended: Sequence[DocRow],
+    of: Callable[[DocRow], float],
 ) -> np.ndarray:
-    """A per-row array with the written rows' values: set at a rewritten row, appended for an
-    added one (a copy: the previous snapshot keeps its own)."""
-    out = np.concatenate([values, np.array([of(d) for d in appended], dtype=values.dtype)])
+    """A per-row column with the written rows' values: appended for an added row, set at a
+    rewritten one; ``values`` itself never changes (the previous snapshot reads it). Only added
+    rows: in place when the storage allows (:mod:`hrt.stores.growing`), else a copy."""
+    new = np.array([of(d) for d in appended], dtype=values.dtype)
+    if not placed:
+        return grown(rooms, name, values, new)
+    out = copied(rooms, name, values, new)
     for row, doc in placed:
         out[row] = of(doc)
     return out
