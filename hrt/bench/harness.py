@@ -203,6 +203,10 @@ def _second_start(
     return Server(env, log, embedder, ready_s)
 
 
+# the numbers a reused store's run gives its memories and calls start this far past the last run's
+REUSE_STRIDE = 10_000
+
+
 def _ingest_or_reuse(
     plan: Plan, deployment: str, label: str, cfg: SynthConfig, target: Target, work: Path, run: dict[str, Any]
 ) -> None:
@@ -211,6 +215,9 @@ def _ingest_or_reuse(
     identity = {"synth": asdict(cfg), "vectors": plan.vectors}
     kept = json.loads(marker.read_text()) if plan.reuse and marker.exists() else None
     if deployment == "embedded" and kept is not None and kept.get("identity") == identity:
+        # each reuse writes new memories and calls: numbered past those of the runs before it
+        run["reuse_round"] = kept.get("reuses", 0) + 1
+        marker.write_text(json.dumps({**kept, "reuses": run["reuse_round"]}))
         print(f"[bench] {deployment} {label}: reusing the kept store", file=sys.stderr, flush=True)
         run["ingest"] = {**kept["ingest"], "reused": True}
     else:
@@ -243,12 +250,13 @@ def _measure_run(
     phrases = key_phrases(cfg, total)
     figures, extra = measure(server, cfg, plan, phrases, target.service_pids)
     run.update(figures)
+    first = REUSE_STRIDE * run.get("reuse_round", 0)
     if plan.writes:
         print(f"[bench] {deployment} {label}: writes", file=sys.stderr, flush=True)
-        run["writes"] = measure_server(server, cfg, phrases, plan.depth, plan.writes, plan.trickle_s)
+        run["writes"] = measure_server(server, cfg, phrases, plan.depth, plan.writes, plan.trickle_s, first)
     if plan.conversations:
         print(f"[bench] {deployment} {label}: conversations", file=sys.stderr, flush=True)
-        run["conversations"] = measure_turns(server, cfg, plan.conversations)
+        run["conversations"] = measure_turns(server, cfg, plan.conversations, first)
     run["server"] = {"start_to_ready_s": server.start_s, "peak_rss_mb": server.peak_rss_mb(), **extra}
     if target.service_pids:
         run["server"]["stores_rss_mb"] = {k: tree_rss_mb(pid) for k, pid in target.service_pids.items()}

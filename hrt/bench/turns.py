@@ -95,13 +95,14 @@ def call_body(cfg: SynthConfig, names: dict[str, list[str]], k: int) -> dict[str
     return {"user_id": cfg.user_id, "session_id": f"bench-turns-{k // CALLS_PER_SESSION}", "messages": messages}
 
 
-def measure_turns(server: Server, cfg: SynthConfig, calls: int) -> dict[str, Any]:
-    """``calls`` conversation calls, one at a time (module docstring)."""
+def measure_turns(server: Server, cfg: SynthConfig, calls: int, first: int = 0) -> dict[str, Any]:
+    """``calls`` conversation calls, one at a time (module docstring), the bodies numbered from
+    ``first`` (a reused store holds earlier runs' calls: sent again, they change nothing)."""
     names = concept_names(cfg, min(cfg.n_concepts, 2_000))
     ms: list[float] = []
     refused, errors = 0, []
     with httpx.Client(base_url=server.base_url, headers=server.headers, timeout=300) as client:
-        for k in range(calls):
+        for k in range(first, first + calls):
             t0 = time.perf_counter()
             r = client.post("/v1/conversations", json=call_body(cfg, names, k))
             elapsed = (time.perf_counter() - t0) * 1000

@@ -99,14 +99,29 @@ def _holds(doc: dict[str, Any], muid: str, concept: str) -> bool:
 
 
 def measure_server(
-    server: Server, cfg: SynthConfig, phrases: list[list[str]], depth: int, writes: int, seconds: float
+    server: Server,
+    cfg: SynthConfig,
+    phrases: list[list[str]],
+    depth: int,
+    writes: int,
+    seconds: float,
+    first: int = 0,
 ) -> dict[str, Any]:
     """:func:`measure_writes` on a served bench store: the user, a concept and the time of ``cfg``,
-    readers asking ``phrases`` at ``depth``."""
+    readers asking ``phrases`` at ``depth``; ``first``: the first memory's number (a reused store
+    holds the memories of earlier runs: written again, they would be rewrites, not new ones)."""
     as_of = cfg.as_of().strftime("%Y-%m-%dT%H:%M:%SZ")
     bodies = [request_body(cfg.user_id, p, as_of, depth) for p in phrases]
     return measure_writes(
-        server.base_url, server.headers, cfg.user_id, f"{cfg.id_prefix}c0", as_of, bodies, writes, seconds=seconds
+        server.base_url,
+        server.headers,
+        cfg.user_id,
+        f"{cfg.id_prefix}c0",
+        as_of,
+        bodies,
+        writes,
+        seconds=seconds,
+        first=first,
     )
 
 
@@ -121,18 +136,22 @@ def measure_writes(
     rate: float = 5.0,
     seconds: float = 20.0,
     readers: int = 2,
+    first: int = 0,
 ) -> dict[str, Any]:
-    """Both measurements (module docstring); ``read_bodies`` feed the readers."""
+    """Both measurements (module docstring); ``read_bodies`` feed the readers; the memories are
+    numbered from ``first``."""
     alone = WriteLog()
     with httpx.Client(base_url=base_url, headers=headers, timeout=120) as client:
-        for n in range(writes):
+        for n in range(first, first + writes):
             write_then_read(client, user_id, n, concept, stamp, alone)
     figures: dict[str, Any] = {"write_to_visible": {**_figures(alone), "writes": writes}}
     if seconds <= 0:
         return figures
     idle = _reads(base_url, headers, read_bodies, readers, seconds / 2, None)
     trickle = WriteLog()
-    beside = _reads(base_url, headers, read_bodies, readers, seconds, (rate, user_id, concept, stamp, trickle, writes))
+    beside = _reads(
+        base_url, headers, read_bodies, readers, seconds, (rate, user_id, concept, stamp, trickle, first + writes)
+    )
     return {
         **figures,
         "trickle": {

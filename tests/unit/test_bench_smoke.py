@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -189,13 +190,18 @@ def test_reuse_serves_the_kept_store_without_ingesting(tmp_path: Path) -> None:
     out = tmp_path / "results"
     argv = ["--sizes", "300", "--deployments", "embedded", "--out", str(out), "--requests", "3", "--warmup", "0"]
     argv += ["--concurrency", "1", "--vectors", "tests.helpers:HashingEmbedder", "--writes", "0"]
-    assert bench.main([*argv, "--keep"]) == 0
+    one_write = ["--writes", "1", "--trickle-s", "0", "--conversations", "0"]
+    assert bench.main([*argv, *one_write, "--keep"]) == 0
     first = json.loads((out / "results.json").read_text())["runs"][0]
     assert (out / "work" / "embedded-300.db").exists() and "reused" not in first["ingest"]
-    assert bench.main([*argv, "--reuse"]) == 0
+    assert bench.main([*argv, *one_write, "--reuse"]) == 0
     [again] = json.loads((out / "results.json").read_text())["runs"]
     assert again["status"] == "ok" and again["ingest"] == {**first["ingest"], "reused": True}
-    assert again["sequential"]["end_to_end"]["n"] == 3
+    assert again["sequential"]["end_to_end"]["n"] == 3 and again["reuse_round"] == 1
+    # the reuse wrote a new memory, numbered past the first run's (written again, it was a rewrite)
+    with sqlite3.connect(out / "work" / "embedded-300.db") as db:
+        written = {i for (i,) in db.execute("SELECT id FROM docs WHERE id LIKE 'w-%'")}
+    assert written == {"w-000000", f"w-{harness.REUSE_STRIDE:06d}"}
     # another seed is another store: it is ingested afresh, not served from the kept file
     assert bench.main([*argv, "--reuse", "--seed", "8"]) == 0
     assert "reused" not in json.loads((out / "results.json").read_text())["runs"][0]["ingest"]
