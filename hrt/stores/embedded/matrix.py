@@ -222,9 +222,8 @@ class _UserMatrix:
         return np.array(kept, dtype=np.int64), vectors
 
     def changed(self, written: Sequence[DocRow], gone: Sequence[str]) -> _UserMatrix:
-        """The next snapshot: ``written`` rows as they are now (rewritten at their rowid, or
-        added), ``gone`` ids deleted. Costs the copy of the per-row arrays (bytes a row) and
-        the work of what was written, never a rebuild."""
+        """The next snapshot: ``written`` rows as they are now (rewritten at their rowid, or added),
+        ``gone`` ids deleted. It costs what was written, never a rebuild (:mod:`hrt.stores.growing`)."""
         nxt = object.__new__(_UserMatrix)
         for name in _UserMatrix.__slots__:
             setattr(nxt, name, getattr(self, name))
