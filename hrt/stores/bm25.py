@@ -209,9 +209,8 @@ class BM25View:
         """This view with the documents at rows ``removed`` gone and ``added`` (row, text) in, over
         ``n`` rows; a rewritten document is removed and added at its row."""
         before = len(self.lengths)
-        if not removed and all(row >= before for row, _ in added):  # rows added alone: no copy
-            return self._added(added, n)
-        lengths = copied(self.rooms, "lengths", self.lengths, np.zeros(n - before, dtype=np.int64))
+        only_added = not removed and all(row >= before for row, _ in added)  # then in place, no copy
+        lengths = (grown if only_added else copied)(self.rooms, "lengths", self.lengths, np.zeros(n - before, np.int64))
         gone = set(removed)
         rows = np.fromiter(gone, dtype=np.int64, count=len(gone))
         base_live = self.base_live
@@ -235,18 +234,6 @@ class BM25View:
             live += 1
             total += length
         return BM25View(self.base, base_live, extra, lengths, n, live, total, self.rooms)
-
-    def _added(self, added: Sequence[tuple[int, str]], n: int) -> BM25View:
-        """:meth:`changed` when documents are only added, as rows past this view's."""
-        before = len(self.lengths)
-        new = np.zeros(n - before, dtype=np.int64)
-        extra = dict(self.extra)
-        sizes = _add_postings(extra, added)
-        for (row, _), length in zip(added, sizes, strict=True):
-            new[row - before] = length
-        total = self.total + sum(sizes)
-        lengths = grown(self.rooms, "lengths", self.lengths, new)
-        return BM25View(self.base, self.base_live, extra, lengths, n, self.live + len(added), total, self.rooms)
 
     def scores(self, phrase: str) -> tuple[np.ndarray, np.ndarray]:
         if self.clean:

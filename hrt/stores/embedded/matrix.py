@@ -230,7 +230,7 @@ class _UserMatrix:
         nxt.attributes = None
         position = {int(r): i for i, r in enumerate(self.rowids[self.base_n :].tolist(), start=self.base_n)}
         past = list(self.ids.past) if isinstance(self.ids, _Ids) else []  # ids of the rows past the base
-        gone = [*gone, *self._moved(position, written)]
+        at, gone = self._located(position, written, gone)
         # every row live before and none gone: every row live after, no mask made (1 MB at 1M rows)
         live = None if self.live is None and not gone else _live_copy(self.live, len(self.ids))
         overrides = dict(zip(self.override_rows.tolist(), self.override_vectors, strict=True))
@@ -243,8 +243,7 @@ class _UserMatrix:
         appended: list[DocRow] = []
         rewritten: dict[int, np.ndarray] = {}  # row past the base -> its new vector
         placed: list[tuple[int, DocRow]] = []  # rewritten rows, where they are
-        for doc in written:
-            row = self._row_at(position, doc.rowid)
+        for doc, row in zip(written, at, strict=True):
             if row is None:
                 appended.append(doc)
                 continue
@@ -282,13 +281,18 @@ class _UserMatrix:
         nxt.widen_bounds(written)
         return nxt
 
-    def _moved(self, position: dict[int, int], written: Sequence[DocRow]) -> list[str]:
-        """For :meth:`changed`: the ids written at a rowid this snapshot does not hold while it
-        holds them at another. Such an id was deleted and written again, and the change is read
-        after both (a compaction replays the writes made during its load by reading the file
-        now): its old row must go, as the delete's change would have taken it. Before this, the
-        old row stayed live beside the new one, with the old text and vector."""
-        return [d.id for d in written if self._row_at(position, d.rowid) is None and self.rows_of([d.id])[0]]
+    def _located(
+        self, position: dict[int, int], written: Sequence[DocRow], gone: Sequence[str]
+    ) -> tuple[list[int | None], list[str]]:
+        """For :meth:`changed`: each written row's row here (None: added), and the ids to take
+        out: ``gone``, and those written at a rowid this snapshot does not hold while it holds
+        them at another. Such an id was deleted and written again, and the change is read after
+        both (a compaction replays the writes made during its load by reading the file now): its
+        old row must go, as the delete's change would have taken it. Before this, the old row
+        stayed live beside the new one, with the old text and vector."""
+        at = [self._row_at(position, d.rowid) for d in written]
+        moved = [d.id for d, row in zip(written, at, strict=True) if row is None and self.rows_of([d.id])[0]]
+        return at, [*gone, *moved]
 
     def _row_at(self, position: dict[int, int], rowid: int) -> int | None:
         """For :meth:`changed`: the row holding ``rowid`` (past the base by ``position``, in the base
